@@ -1,0 +1,12 @@
+"""`club3090 profiles` (placeholder until its issue lands; replace this whole module)."""
+
+from __future__ import annotations
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("profiles", help="(not yet implemented)")
+    p.set_defaults(run=run)
+
+
+def run(args, settings) -> int:
+    raise NotImplementedError("club3090 profiles is not implemented yet")
