@@ -1,0 +1,338 @@
+"""One launch description, rendered three ways: a Compose file, a ``vllm serve`` line, JSON.
+
+``Launch`` holds a single Compose service in Compose syntax (``${VAR:-default}`` tokens kept
+as shipped; every ``$`` in a value we derived ourselves is written ``$$``) plus the provenance
+header. The ``vllm serve`` rendering is computed *from that same service* by resolving Compose
+interpolation with an empty environment (the defaults), so the two renderings cannot drift.
+
+Pure: no environment reads, no file writes, no clock.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, Mapping, Sequence
+
+FORMATS = ("compose", "vllm-serve", "json")
+
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f\x85\u2028\u2029]")
+
+
+class InterpolationError(ValueError):
+    """A ``${...}`` expression Compose itself would reject (unterminated, bad name)."""
+
+
+def has_control_chars(text: str) -> bool:
+    return bool(_CONTROL.search(text))
+
+
+def escape_dollars(text: str) -> str:
+    """A literal value for a Compose file: ``$`` -> ``$$`` so nothing is interpolated."""
+    return text.replace("$", "$$")
+
+
+def interpolate(text: str, env: Mapping[str, str] | None = None) -> str:
+    """Resolve Compose interpolation the way ``docker compose`` does for ``env``.
+
+    Supports ``$$``, ``$NAME``, ``${NAME}``, ``${NAME:-d}``, ``${NAME-d}``, ``${NAME:+a}``,
+    ``${NAME+a}``, ``${NAME:?e}`` / ``${NAME?e}`` (unset -> error), nested defaults. A ``$``
+    followed by anything else (``"$@"`` in an entrypoint script) is kept, as Compose keeps it.
+    """
+    env = {} if env is None else env
+    out: list[str] = []
+    i = 0
+    n = len(text)
+    while i < n:
+        ch = text[i]
+        if ch != "$":
+            out.append(ch)
+            i += 1
+            continue
+        if text.startswith("$$", i):
+            out.append("$")
+            i += 2
+            continue
+        if text.startswith("${", i):
+            end = _matching_brace(text, i)
+            out.append(_resolve(text[i + 2:end], env))
+            i = end + 1
+            continue
+        match = _NAME.match(text, i + 1)
+        if match:
+            out.append(env.get(match.group(0), ""))
+            i = match.end()
+            continue
+        out.append(ch)
+        i += 1
+    return "".join(out)
+
+
+def _matching_brace(text: str, start: int) -> int:
+    depth = 0
+    i = start
+    while i < len(text):
+        if text.startswith("$$", i):
+            i += 2
+            continue
+        if text.startswith("${", i):
+            depth += 1
+            i += 2
+            continue
+        if text[i] == "}":
+            depth -= 1
+            if depth == 0:
+                return i
+        i += 1
+    raise InterpolationError(f"unterminated ${{...}} in {text!r}")
+
+
+def _resolve(body: str, env: Mapping[str, str]) -> str:
+    match = _NAME.match(body)
+    if not match:
+        raise InterpolationError(f"invalid variable name in ${{{body}}}")
+    name = match.group(0)
+    rest = body[match.end():]
+    value = env.get(name)
+    if rest == "":
+        return value or ""
+    for op in (":-", "-", ":+", "+", ":?", "?"):
+        if rest.startswith(op):
+            arg = rest[len(op):]
+            unset = value is None or (op.startswith(":") and value == "")
+            if op.endswith("-"):
+                return interpolate(arg, env) if unset else value  # type: ignore[return-value]
+            if op.endswith("+"):
+                return "" if unset else interpolate(arg, env)
+            if unset:
+                raise InterpolationError(f"required variable {name} is not set ({arg})")
+            return value  # type: ignore[return-value]
+    raise InterpolationError(f"invalid interpolation ${{{body}}}")
+
+
+def interpolate_tree(value: Any, env: Mapping[str, str] | None = None) -> Any:
+    """``interpolate`` applied to every string (not to mapping keys) of a plain data tree."""
+    if isinstance(value, str):
+        return interpolate(value, env)
+    if isinstance(value, Mapping):
+        return {k: interpolate_tree(v, env) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [interpolate_tree(v, env) for v in value]
+    return value
+
+
+def _plain(value: Any) -> Any:
+    """Deep copy into plain dicts/lists (MappingProxy, tuples) so yaml.safe_dump accepts it."""
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class Launch:
+    """The launch, as one Compose service plus where it came from."""
+
+    kind: str                                   # "curated" | "derived"
+    service_name: str
+    service: Mapping[str, Any]                  # Compose syntax, fixed key order
+    header: tuple[str, ...]                     # provenance lines, without the leading "# "
+    top_level: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+    profile: str = ""
+
+    # ---- Compose -------------------------------------------------------------------------
+    def compose_document(self) -> dict[str, Any]:
+        doc: dict[str, Any] = {"services": {self.service_name: _plain(self.service)}}
+        for key, value in self.top_level.items():
+            if key not in ("services", "version"):
+                doc[key] = _plain(value)
+        return doc
+
+    # ---- vllm serve ----------------------------------------------------------------------
+    def resolved_service(self) -> dict[str, Any]:
+        """The service with Compose interpolation resolved against an empty environment."""
+        return interpolate_tree(_plain(self.service), {})
+
+    def serve_invocation(self) -> tuple[tuple[tuple[str, str], ...], tuple[str, ...], tuple[str, ...]]:
+        """(env assignments, argv, container-only steps) equivalent to the service."""
+        svc = self.resolved_service()
+        env = _env_pairs(svc.get("environment"))
+        mounts = _bind_mounts(svc.get("volumes"))
+        entrypoint = _as_list(svc.get("entrypoint"))
+        command = [str(a) for a in _as_list(svc.get("command"))]
+        container_only: list[str] = []
+        if entrypoint and [str(e) for e in entrypoint[:2]] == ["vllm", "serve"]:
+            prefix = [str(e) for e in entrypoint]
+        else:
+            prefix = ["vllm", "serve"]
+            if entrypoint:
+                container_only.append("entrypoint script (patch installs, NVLink detection) runs "
+                                      "only inside the container")
+        args = [_host_path(a, mounts) for a in command]
+        host_port = _host_port(svc.get("ports"))
+        if host_port is not None:
+            args = _set_flag(args, "--port", host_port)
+        out_env: list[tuple[str, str]] = []
+        for name, value in env:
+            if name == "NVIDIA_VISIBLE_DEVICES":
+                if value and value not in ("all", "none", "void"):
+                    out_env.append(("CUDA_VISIBLE_DEVICES", value))
+                continue
+            out_env.append((name, value))
+        return tuple(out_env), tuple(prefix + args), tuple(container_only)
+
+
+def render(launch: Launch, fmt: str) -> str:
+    if fmt == "compose":
+        return render_compose(launch)
+    if fmt == "vllm-serve":
+        return render_vllm_serve(launch)
+    if fmt == "json":
+        return render_json(launch)
+    raise ValueError(f"unknown format {fmt!r}; expected one of {', '.join(FORMATS)}")
+
+
+def _comment(lines: Sequence[str]) -> str:
+    return "".join(f"# {_CONTROL.sub(' ', line)}\n" for line in lines)
+
+
+def render_compose(launch: Launch) -> str:
+    import yaml
+
+    body = yaml.safe_dump(launch.compose_document(), sort_keys=False, default_flow_style=False,
+                          allow_unicode=True, width=4096)
+    return _comment(launch.header) + body
+
+
+def render_vllm_serve(launch: Launch) -> str:
+    env, argv, container_only = launch.serve_invocation()
+    lines = list(launch.header)
+    lines.extend(f"note: {c}" for c in container_only)
+    # one line per env assignment and per flag (with its values), joined by backslash-newlines
+    groups: list[list[str]] = [[f"{name}={shlex.quote(value)}"] for name, value in env]
+    groups.append([shlex.quote(a) for a in argv[:2]])
+    for word in argv[2:]:
+        if word.startswith("--") or len(groups) == len(env) + 1:
+            groups.append([shlex.quote(word)])
+        else:
+            groups[-1].append(shlex.quote(word))
+    return _comment(lines) + " \\\n  ".join(" ".join(g) for g in groups) + "\n"
+
+
+def launch_json(launch: Launch) -> dict[str, Any]:
+    env, argv, container_only = launch.serve_invocation()
+    return {
+        "kind": launch.kind,
+        "profile": launch.profile,
+        "service_name": launch.service_name,
+        "header": list(launch.header),
+        "compose": launch.compose_document(),
+        "vllm_serve": {"env": dict(env), "argv": list(argv), "container_only": list(container_only)},
+    }
+
+
+def render_json(launch: Launch) -> str:
+    return json.dumps(launch_json(launch), indent=2, ensure_ascii=False) + "\n"
+
+
+# ---- helpers over resolved (interpolated) service data ---------------------------------------
+
+def _as_list(value: Any) -> list[Any]:
+    if value is None:
+        return []
+    if isinstance(value, str):
+        return shlex.split(value)
+    return list(value)
+
+
+def _env_pairs(environment: Any) -> list[tuple[str, str]]:
+    pairs: list[tuple[str, str]] = []
+    if isinstance(environment, Mapping):
+        for k, v in environment.items():
+            pairs.append((str(k), "" if v is None else str(v)))
+    elif isinstance(environment, list):
+        for item in environment:
+            name, sep, value = str(item).partition("=")
+            if sep:
+                pairs.append((name, value))
+    return pairs
+
+
+def split_volume(spec: str) -> tuple[str, str, str]:
+    """``src:dst[:mode]`` -> parts, not splitting inside ``${...}``."""
+    parts: list[str] = []
+    depth = 0
+    cur: list[str] = []
+    for ch in spec:
+        if ch == "{" and cur and cur[-1] == "$":
+            depth += 1
+        elif ch == "}" and depth:
+            depth -= 1
+        if ch == ":" and depth == 0:
+            parts.append("".join(cur))
+            cur = []
+            continue
+        cur.append(ch)
+    parts.append("".join(cur))
+    if len(parts) == 1:
+        return "", parts[0], ""
+    if len(parts) == 2:
+        return parts[0], parts[1], ""
+    return parts[0], parts[1], ":".join(parts[2:])
+
+
+def volume_target(entry: Any) -> str:
+    if isinstance(entry, Mapping):
+        return str(entry.get("target", ""))
+    return split_volume(str(entry))[1]
+
+
+def volume_source(entry: Any) -> str:
+    if isinstance(entry, Mapping):
+        return str(entry.get("source", ""))
+    return split_volume(str(entry))[0]
+
+
+def _bind_mounts(volumes: Any) -> list[tuple[str, str]]:
+    out = []
+    for entry in volumes or []:
+        src, dst = volume_source(entry), volume_target(entry)
+        if src.startswith("/") and dst.startswith("/"):
+            out.append((src, dst))
+    return sorted(out, key=lambda m: -len(m[1]))
+
+
+def _host_path(arg: str, mounts: list[tuple[str, str]]) -> str:
+    for src, dst in mounts:
+        if arg == dst:
+            return src
+        if arg.startswith(dst.rstrip("/") + "/"):
+            return src.rstrip("/") + arg[len(dst.rstrip("/")):]
+    return arg
+
+
+def _host_port(ports: Any) -> str | None:
+    for entry in ports or []:
+        if isinstance(entry, Mapping):
+            published = entry.get("published")
+            return str(published) if published is not None else None
+        parts = str(entry).split(":")
+        if len(parts) >= 2 and parts[-2].isdigit():
+            return parts[-2]
+        return None
+    return None
+
+
+def _set_flag(args: list[str], flag: str, value: str) -> list[str]:
+    out = list(args)
+    for i, a in enumerate(out):
+        if a == flag and i + 1 < len(out):
+            out[i + 1] = value
+        elif a.startswith(flag + "="):
+            out[i] = f"{flag}={value}"
+    return out

@@ -1,0 +1,425 @@
+"""Compose generator [D]: curated replay, derived compose, renderers, injection safety, goldens.
+
+Regenerate golden files with ``CLUB3090_UPDATE_GOLDENS=1 pytest tests/test_compose.py`` and
+review the diff.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shlex
+from pathlib import Path
+from types import MappingProxyType
+
+import pytest
+import yaml
+
+from club3090.architecture import parse_config
+from club3090.catalog import load_catalog
+from club3090.compose import (DEGRADED_DRIFT, FOUNDATIONAL_DRIFT, PIN_MISMATCH, REFUSAL_TOKENS, SCOPE,
+                              TP_OR_KV, TRC, derived_compose, dry_run, generate, sanitize_slug,
+                              with_default)
+from club3090.errors import InputError
+from club3090.launch import interpolate, interpolate_tree
+from club3090.spec import ModelSpec, Quantization
+
+GOLDEN = Path(__file__).parent / "golden" / "compose"
+UPDATE = os.environ.get("CLUB3090_UPDATE_GOLDENS", "") not in ("", "0")
+
+# The seed's 27 vLLM profiles with a captured runtime template (profile_runtime.yml `profiles:`).
+SEED_PROFILES = (
+    "vllm/default", "vllm/long-text", "vllm/long-text-no-mtp", "vllm/long-vision",
+    "vllm/bounded-thinking", "vllm/tools-text", "vllm/minimal", "vllm/dual", "vllm/dual-turbo",
+    "vllm/dual-dflash", "vllm/dual-dflash-noviz", "vllm/dual-bf16", "vllm/dual-int8",
+    "vllm/dual-tq3-mtp", "vllm/dual-tq3-mtp-genesis", "vllm/dual-tq3-nomtp",
+    "vllm/dual-carnice-bf16mtp", "vllm/dual-qwopus-bf16mtp", "vllm/dual4", "vllm/dual4-dflash",
+    "vllm/gemma-mtp-tp1", "vllm/gemma-bf16-mtp", "vllm/gemma-int8-mtp", "vllm/gemma-26ba4b-single",
+    "vllm/gemma-26ba4b-dual", "vllm/qwen-a3b-preview-single", "vllm/qwen-35b-a3b-dual",
+)
+GENESIS = ("vllm/default", "vllm/long-text", "vllm/long-text-no-mtp", "vllm/long-vision",
+           "vllm/bounded-thinking", "vllm/tools-text", "vllm/dual-turbo", "vllm/dual-tq3-mtp",
+           "vllm/dual-tq3-mtp-genesis", "vllm/dual-tq3-nomtp")
+# What the catalog data gives today: the other 9 run on purged nightlies whose arch-row pins are
+# loads:false (or absent), so step 3 refuses them with pin-mismatch.
+EMITTING = ("vllm/minimal", "vllm/dual", "vllm/gemma-mtp-tp1", "vllm/gemma-bf16-mtp",
+            "vllm/gemma-int8-mtp", "vllm/gemma-26ba4b-dual", "vllm/qwen-a3b-preview-single",
+            "vllm/qwen-35b-a3b-dual")
+
+
+@pytest.fixture(scope="module")
+def catalog():
+    return load_catalog()
+
+
+def golden_name(key: str, suffix: str) -> Path:
+    return GOLDEN / (key.replace("/", "__") + suffix)
+
+
+def check_golden(path: Path, text: str) -> None:
+    # the catalog hash changes with any data edit; goldens pin everything else byte for byte
+    text = text.replace(f"catalog: {load_catalog().version} ", "catalog: <catalog-version> ")
+    if UPDATE:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+        return
+    assert path.exists(), f"missing golden {path}; run with CLUB3090_UPDATE_GOLDENS=1"
+    assert text == path.read_text(encoding="utf-8"), f"{path.name} differs from the golden file"
+
+
+def validate_compose(text: str) -> dict:
+    """Parse as YAML, resolve interpolation like docker compose (empty env), validate the schema."""
+    import compose_spec
+
+    doc = yaml.safe_load(text)
+    resolved = interpolate_tree(doc, {})
+    project = compose_spec.PyCompose.from_yaml(yaml.safe_dump(resolved, sort_keys=False))
+    project.validate()
+    project.to_spec()
+    return resolved
+
+
+# ---- curated replay ---------------------------------------------------------------------------
+
+def test_seed_profiles_are_in_the_catalog(catalog):
+    for key in SEED_PROFILES:
+        assert key in catalog.profiles and catalog.profiles[key].runtime is not None, key
+
+
+@pytest.mark.parametrize("key", SEED_PROFILES)
+def test_every_seed_profile_emits_valid_compose_or_refuses_with_a_seed_token(catalog, key):
+    outcome = generate(key, catalog, accept_degraded=True, out_name="out.yml")
+    if outcome.ok:
+        assert outcome.exit_code == 0 and outcome.text
+        assert "--trust-remote-code" not in outcome.text
+        validate_compose(outcome.text)
+    else:
+        assert outcome.exit_code == 2 and outcome.text is None
+        assert outcome.refusal in REFUSAL_TOKENS
+        assert outcome.token == f"d-refused:{outcome.refusal}"
+    if key in GENESIS:
+        assert outcome.refusal == SCOPE
+    elif key not in EMITTING:
+        assert outcome.refusal == PIN_MISMATCH
+        assert outcome.detail
+
+
+def test_emitting_set(catalog):
+    emitted = {k for k in SEED_PROFILES if k not in GENESIS and generate(k, catalog).ok}
+    assert emitted == set(EMITTING)
+
+
+@pytest.mark.parametrize("key", EMITTING)
+def test_curated_golden(catalog, key):
+    outcome = generate(key, catalog, out_name=key.split("/")[1] + ".yml")
+    assert outcome.ok
+    check_golden(golden_name(key, ".yml"), outcome.text)
+    assert generate(key, catalog, out_name=key.split("/")[1] + ".yml").text == outcome.text
+
+
+@pytest.mark.parametrize("key", ("vllm/minimal", "vllm/gemma-int8-mtp"))
+def test_curated_vllm_serve_golden(catalog, key):
+    outcome = generate(key, catalog, fmt="vllm-serve")
+    assert outcome.ok and "--trust-remote-code" not in outcome.text
+    check_golden(golden_name(key, ".vllm-serve.sh"), outcome.text)
+
+
+def test_replay_keeps_shipped_service_and_changes_only_slots(catalog):
+    profile = catalog.profiles["vllm/qwen-35b-a3b-dual"]
+    outcome = generate(profile.key, catalog)
+    service = yaml.safe_load(outcome.text)["services"][profile.runtime.service_name]
+    shipped = dict(profile.runtime.service)
+    shipped_cmd = [c for c in shipped["command"] if c != "--trust-remote-code"]
+    assert service["command"] == shipped_cmd  # slots already equal the profile's values
+    for key in shipped:
+        if key != "command":
+            assert yaml.safe_load(json.dumps(service[key])) == yaml.safe_load(json.dumps(shipped[key]))
+
+
+def test_param_slots_follow_the_profile(catalog):
+    key = "vllm/qwen-35b-a3b-dual"
+    p = catalog.profiles[key]
+    changed = dataclasses.replace(p, tp=1, max_ctx=1000, mem_util=0.5, max_num_seqs=7, port=9999)
+    cat = dataclasses.replace(catalog, profiles={**catalog.profiles, key: changed})
+    text = generate(key, cat).text
+    cmd = yaml.safe_load(text)["services"][p.runtime.service_name]["command"]
+    after = {cmd[i]: cmd[i + 1] for i in range(len(cmd) - 1) if str(cmd[i]).startswith("--")}
+    assert after["--tensor-parallel-size"] == "${TP:-1}"
+    assert after["--max-model-len"] == "${MAX_MODEL_LEN:-1000}"
+    assert after["--gpu-memory-utilization"] == "${GPU_MEMORY_UTILIZATION:-0.5}"
+    assert after["--max-num-seqs"] == "${MAX_NUM_SEQS:-7}"
+    assert "${PORT:-9999}" in yaml.safe_load(text)["services"][p.runtime.service_name]["ports"][0]
+
+
+def test_kv_and_speculative_slots(catalog):
+    text = generate("vllm/gemma-mtp-tp1", catalog).text
+    cmd = yaml.safe_load(text)["services"][catalog.profiles["vllm/gemma-mtp-tp1"].runtime.service_name]["command"]
+    assert cmd[cmd.index("--kv-cache-dtype") + 1] == catalog.kv_arg("fp8_e4m3")
+    spec = json.loads(cmd[cmd.index("--speculative-config") + 1])
+    drafter = catalog.drafters[catalog.profiles["vllm/gemma-mtp-tp1"].drafter]
+    assert spec["num_speculative_tokens"] == drafter.n_default
+    # no drafter -> the flag is dropped
+    p = catalog.profiles["vllm/gemma-mtp-tp1"]
+    cat = dataclasses.replace(catalog, profiles={**catalog.profiles, p.key: dataclasses.replace(p, drafter=None)})
+    assert "--speculative-config" not in generate(p.key, cat).text
+
+
+def test_header_is_provenance_without_timestamps(catalog):
+    text = generate("vllm/dual", catalog, out_name="dual.yml").text
+    header = [l for l in text.splitlines() if l.startswith("#")]
+    joined = "\n".join(header)
+    assert f"catalog: {catalog.version}" in joined
+    assert "engine pin: vllm-stable@v0.22.0" in joined
+    assert "trust-remote-code: not emitted" in joined
+    assert "patches wired: qwen-froggeric-chat-template, qwen-vllm-marlin-pad" in joined
+    assert "patches undelivered: qwen-qwen3coder-tool-parser-deferred-commit" in joined
+    assert "docker compose --project-directory" in joined and "-f dual.yml up -d" in joined
+    import re
+    assert not re.search(r"\d{4}-\d{2}-\d{2}|\d{8}T\d{6}|\d{2}:\d{2}:\d{2}", text)
+
+
+def test_patches_wired_at_insertion_points(catalog):
+    outcome = generate("vllm/dual", catalog)
+    svc = yaml.safe_load(outcome.text)["services"]["vllm-qwen36-27b-dual"]
+    targets = [v.split(":")[-2] if v.endswith(":ro") else v.split(":")[-1] for v in svc["volumes"]]
+    assert "/etc/club3090/install-pr35936.sh" in targets
+    assert targets.count("/etc/qwen-froggeric-chat-template.jinja") == 1  # shipped wiring reused
+    assert svc["entrypoint"][2].startswith("bash /etc/club3090/install-pr35936.sh\n")
+    assert svc["command"].count("--chat-template") == 1
+    assert outcome.notices and "--project-directory" in outcome.notices[0]
+
+
+def test_foundational_drift_refuses(catalog):
+    def guard(patch, profile):
+        return patch.id != "qwen-vllm-marlin-pad"
+
+    outcome = dry_run("vllm/dual", catalog, guard_runner=guard)
+    assert not outcome.ok and outcome.exit_code == 2 and outcome.refusal == FOUNDATIONAL_DRIFT
+    assert outcome.stop().token == "d-refused:foundational-drift"
+
+
+def test_capability_degraded_needs_acknowledgement(catalog):
+    def guard(patch, profile):
+        return patch.id != "qwen-vllm-pr35936-required-fallback"
+
+    refused = generate("vllm/minimal", catalog, guard_runner=guard)
+    assert refused.exit_code == 3 and refused.refusal == DEGRADED_DRIFT and refused.degraded
+    assert refused.text is None
+    accepted = generate("vllm/minimal", catalog, guard_runner=guard, accept_degraded=True)
+    assert accepted.ok and accepted.degraded and accepted.exit_code == 0
+    assert "DEGRADED" in accepted.text and "install-pr35936" not in accepted.text.split("services:")[1]
+    assert accepted.patches.degraded[0][0] == "qwen-vllm-pr35936-required-fallback"
+
+
+def test_delivery_gap_skips_guard(catalog):
+    seen = []
+
+    def guard(patch, profile):
+        seen.append(patch.id)
+        return True
+
+    generate("vllm/minimal", catalog, guard_runner=guard)
+    assert "qwen-qwen3coder-tool-parser-deferred-commit" not in seen
+
+
+def _with_arch(catalog, arch, **changes):
+    row = dataclasses.replace(catalog.arches[arch], **changes)
+    return dataclasses.replace(catalog, arches={**catalog.arches, arch: row})
+
+
+def test_trc_refusal_when_not_evidence_cited_false(catalog):
+    arch = catalog.arch_row_for_model("qwen3.6-35b-a3b").arch
+    for changes in ({"trust_remote_code": "unverified"}, {"trust_remote_code_evidence": "none"},
+                    {"trust_remote_code": "true"}):
+        cat = _with_arch(catalog, arch, **changes)
+        assert generate("vllm/qwen-35b-a3b-dual", cat).refusal == TRC
+
+
+def test_tp_or_kv(catalog):
+    p = catalog.profiles["vllm/qwen-35b-a3b-dual"]
+    cat = dataclasses.replace(catalog, profiles={**catalog.profiles, p.key: dataclasses.replace(p, tp=3)})
+    assert generate(p.key, cat).refusal == TP_OR_KV
+    cat = dataclasses.replace(catalog, profiles={**catalog.profiles,
+                                                 p.key: dataclasses.replace(p, kv_format="q4_0")})
+    assert generate(p.key, cat).refusal == TP_OR_KV
+
+
+def test_pin_mismatch_carries_row_reason(catalog):
+    outcome = dry_run("vllm/dual-dflash", catalog)
+    assert outcome.refusal == PIN_MISMATCH and "DEPRECATED" in outcome.detail
+
+
+def test_dry_run_writes_nothing(catalog, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    outcome = dry_run("vllm/minimal", catalog)
+    assert outcome.ok and outcome.text and list(tmp_path.iterdir()) == []
+
+
+def test_with_default():
+    assert with_default("${TP:-1}", "2") == "${TP:-2}"
+    assert with_default("${MAX_MODEL_LEN:-${CTX:-262144}}", "8") == "${MAX_MODEL_LEN:-${CTX:-8}}"
+    assert with_default("${TP}", "2") == "${TP:-2}"
+    assert with_default("1", "4") == "4"
+
+
+def test_interpolate():
+    env = {"A": "x", "E": ""}
+    assert interpolate("$$A ${A} ${B:-d} ${E:-e} ${E-e} ${A:+y} $A \"$@\"", env) == '$A x d e  y x "$@"'
+    assert interpolate("${B:-${C:-z}}", env) == "z"
+
+
+# ---- derived compose --------------------------------------------------------------------------
+
+QWEN25_7B = {"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "hidden_size": 3584,
+             "num_hidden_layers": 28, "num_attention_heads": 28, "num_key_value_heads": 4,
+             "intermediate_size": 18944, "vocab_size": 152064, "max_position_embeddings": 32768,
+             "torch_dtype": "bfloat16", "tie_word_embeddings": False}
+
+
+def make_spec(ref="Qwen/Qwen2.5-7B-Instruct", *, config=QWEN25_7B, quant=None, compute="bfloat16"):
+    return ModelSpec(source="hub", ref=ref, revision=None, commit="0123456789abcdef0123456789abcdef01234567",
+                     arch=parse_config(config), weights_bytes=15_231_233_024,
+                     dtype_bytes=MappingProxyType({"BF16": 15_231_233_024}), weight_files=(),
+                     download_files=(), footprint_bytes=15_242_000_000, quantization=quant,
+                     compute_dtype=compute, requires_trust_remote_code=False, has_mtp_head=False,
+                     has_vision=False, confidence="estimated-lower-bound")
+
+
+def derive(catalog, spec, profile="vllm/minimal", **kw):
+    args = dict(snapshot_dir=Path("/data/hf/club3090/pulls/qwen-qwen2.5-7b-instruct"),
+                hf_home=Path("/data/hf"), max_model_len=16384, trust_remote_code=False,
+                gpu_indices=(0, 1))
+    args.update(kw)
+    return derived_compose(spec, profile, catalog, **args)
+
+
+@pytest.mark.parametrize("name,spec_kw", [
+    ("qwen2.5-7b-bf16", {}),
+    ("qwen2.5-7b-gptq", {"ref": "Qwen/Qwen2.5-7B-Instruct-GPTQ-Int4",
+                         "quant": Quantization("gptq", 4), "compute": "float16"}),
+    ("qwen2.5-7b-fp8", {"ref": "neuralmagic/Qwen2.5-7B-Instruct-FP8",
+                        "quant": Quantization("fp8", 8), "compute": "bfloat16"}),
+])
+def test_derived_goldens(catalog, name, spec_kw):
+    spec = make_spec(**spec_kw)
+    compose = derive(catalog, spec, out_name=f"{name}.yml")
+    assert compose.ok, compose.refusal
+    resolved = validate_compose(compose.text)
+    check_golden(GOLDEN / f"derived__{name}.yml", compose.text)
+    serve = derive(catalog, spec, fmt="vllm-serve", out_name=f"{name}.yml")
+    check_golden(GOLDEN / f"derived__{name}.vllm-serve.sh", serve.text)
+    # the two renderings come from one description: same argv after the entrypoint
+    svc = next(iter(resolved["services"].values()))
+    env, argv, _ = compose.launch.serve_invocation()
+    host_model = str(Path("/data/hf/club3090/pulls/qwen-qwen2.5-7b-instruct"))
+    assert list(argv) == ["vllm", "serve"] + [host_model if a == svc["command"][0] else a
+                                               for a in svc["command"]]
+    assert dict(env)["CUDA_VISIBLE_DEVICES"] == "0"
+    assert "--trust-remote-code" not in compose.text
+
+
+def test_derived_dispatch(catalog):
+    cmd = lambda o: next(iter(yaml.safe_load(o.text)["services"].values()))["command"]  # noqa: E731
+    bf16 = cmd(derive(catalog, make_spec()))
+    assert "--dtype" in bf16 and "--quantization" not in bf16
+    assert bf16[bf16.index("--max-model-len") + 1] == "16384"
+    assert bf16[bf16.index("--kv-cache-dtype") + 1] == "fp8_e5m2"
+    awq = cmd(derive(catalog, make_spec(quant=Quantization("awq", 4), compute="float16")))
+    assert awq[awq.index("--quantization") + 1] == "awq" and awq[awq.index("--dtype") + 1] == "float16"
+    trc = cmd(derive(catalog, make_spec(), trust_remote_code=True))
+    assert "--trust-remote-code" in trc
+    default_ctx = cmd(derive(catalog, make_spec(), max_model_len=None))
+    assert default_ctx[default_ctx.index("--max-model-len") + 1] == str(catalog.profiles["vllm/minimal"].max_ctx)
+
+
+def test_derived_gpu_selection(catalog):
+    out = derive(catalog, make_spec(), profile="vllm/qwen-35b-a3b-dual", gpu_indices=(3, 1, 2))
+    svc = next(iter(yaml.safe_load(out.text)["services"].values()))
+    assert "NVIDIA_VISIBLE_DEVICES=3,1" in svc["environment"]
+    assert svc["deploy"]["resources"]["reservations"]["devices"][0]["device_ids"] == ["3", "1"]
+    refused = derive(catalog, make_spec(), profile="vllm/qwen-35b-a3b-dual", gpu_indices=(0,))
+    assert refused.refusal == "derived-runtime-unsupported:gpu-count" and refused.exit_code == 2
+
+
+@pytest.mark.parametrize("spec_kw,token", [
+    ({"quant": Quantization("auto-round", 4)}, "unsupported-quant-for-derived:autoround"),
+    ({"quant": Quantization("bitsandbytes", 4)}, "unsupported-quant-for-derived"),
+    ({"quant": Quantization("gptq", 4), "compute": None,
+      "config": {k: v for k, v in QWEN25_7B.items() if k != "torch_dtype"}},
+     "unsupported-quant-for-derived:missing-torch-dtype"),
+    ({"compute": None, "config": {k: v for k, v in QWEN25_7B.items() if k != "torch_dtype"}},
+     "unsupported-quant-for-derived:missing-torch-dtype"),
+    ({"compute": "float32", "config": {**QWEN25_7B, "torch_dtype": "float32"}},
+     "unsupported-quant-for-derived"),
+])
+def test_derived_quant_refusals(catalog, spec_kw, token):
+    assert derive(catalog, make_spec(**spec_kw)).refusal == f"derived-runtime-unsupported:{token}"
+
+
+def test_derived_emittable_clauses_in_order(catalog):
+    assert derive(catalog, make_spec(), profile="vllm/gemma-int8-mtp").refusal == \
+        "derived-runtime-unsupported:engine-install-method"
+    assert derive(catalog, make_spec(), profile="vllm/dual").refusal == "derived-runtime-unsupported:drafter"
+    p = catalog.profiles["vllm/minimal"]
+    for changes, token in (({"required_engine_features": ("int8_per_token_head",)}, "overlay-feature"),
+                           ({"kv_format": "int8_per_token_head"}, "kv")):
+        cat = dataclasses.replace(catalog, profiles={**catalog.profiles,
+                                                     p.key: dataclasses.replace(p, **changes)})
+        assert derive(cat, make_spec()).refusal == f"derived-runtime-unsupported:{token}"
+
+
+# ---- injection --------------------------------------------------------------------------------
+
+EVIL_REFS = [
+    'evil/"quoted": ${HF_TOKEN} $HOME',
+    "org/name: {a: b}\n",
+    "a/b'; rm -rf / #",
+    "${PWD}/x:y:z",
+]
+
+
+@pytest.mark.parametrize("ref", EVIL_REFS)
+def test_injection_through_model_name(catalog, ref):
+    if "\n" in ref:
+        with pytest.raises(InputError):
+            derive(catalog, make_spec(ref=ref))
+        return
+    out = derive(catalog, make_spec(ref=ref))
+    resolved = validate_compose(out.text)
+    (name, svc), = resolved["services"].items()
+    assert set(svc) == {"image", "container_name", "restart", "ports", "volumes", "environment",
+                        "shm_size", "ipc", "deploy", "entrypoint", "command"}
+    served = svc["command"][svc["command"].index("--served-model-name") + 1]
+    assert served == sanitize_slug(ref) and len(served) <= 256
+    assert "$" not in served and ":" not in served
+
+
+@pytest.mark.parametrize("path", ["/data/we:ird/${HOME}/$USER/it's \"q\"", "/data/a b/$$x"])
+def test_injection_through_paths_is_escaped(catalog, path):
+    out = derive(catalog, make_spec(), snapshot_dir=Path(path))
+    doc = yaml.safe_load(out.text)
+    (svc,) = doc["services"].values()
+    assert svc["volumes"][0]["source"] == path.replace("$", "$$")
+    resolved = validate_compose(out.text)
+    (rsvc,) = resolved["services"].values()
+    assert rsvc["volumes"][0]["source"] == path  # exactly the path after Compose interpolation
+    _, argv, _ = out.launch.serve_invocation()
+    line = derive(catalog, make_spec(), snapshot_dir=Path(path), fmt="vllm-serve").text
+    assert shlex.quote(path) in line
+    assert path in argv
+
+
+@pytest.mark.parametrize("bad", ["/data/x\ny: 1", "/data/\x1b[31m", "/data/\u2028x"])
+def test_control_characters_refused(catalog, bad):
+    with pytest.raises(InputError):
+        derive(catalog, make_spec(), snapshot_dir=Path(bad))
+    with pytest.raises(InputError):
+        derive(catalog, make_spec(ref="org/" + bad.split("/")[-1]))
+
+
+def test_sanitize_slug():
+    assert sanitize_slug("Qwen/Qwen2.5-7B-Instruct") == "qwen-qwen2.5-7b-instruct"
+    assert sanitize_slug("../..") == "model"
+    assert sanitize_slug("") == "model"
+    assert len(sanitize_slug("a" * 1000)) <= 256

@@ -1,0 +1,274 @@
+"""Submission: the exact redacted payload, the consent matrix, gh dedup, and the URL fallback."""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+from pathlib import Path
+from urllib.parse import parse_qs, urlsplit
+
+import pytest
+
+from club3090 import submit as submit_mod
+from club3090.capture import read_bundle, write_gate_bundle
+from club3090.errors import InputError
+from club3090.submit import CLUB3090_ISSUES_REPO, MAX_URL_BYTES, body_dedup_key, classify, submit
+
+from tests.test_capture import HF_TOKEN, IDENTITY, MANIFEST_FIELDS, NOW, PLANTED, planted_gate
+
+GH = "/usr/local/bin/gh"
+SECRETS = PLANTED + ["sekrit-token-123", "s3cr3t-value"]
+
+
+class Ask:
+    def __init__(self, reply):
+        self.reply = reply
+        self.prompts: list[str] = []
+
+    def __call__(self, prompt):
+        self.prompts.append(prompt)
+        if isinstance(self.reply, BaseException):
+            raise self.reply
+        return self.reply
+
+
+class FakeGh:
+    """subprocess.run stand-in for the gh CLI: canned answers per subcommand."""
+
+    def __init__(self, issues=(), *, fail=None, list_stdout=None):
+        self.issues = list(issues)
+        self.fail = fail or {}
+        self.list_stdout = list_stdout
+        self.calls: list[tuple[list[str], dict]] = []
+
+    def __call__(self, argv, **kwargs):
+        self.calls.append((list(argv), kwargs))
+        assert argv[0] == GH and kwargs.get("timeout")
+        sub = argv[2]
+        failure = self.fail.get(sub)
+        if isinstance(failure, BaseException):
+            raise failure
+        if failure is not None:
+            return subprocess.CompletedProcess(argv, failure, "", "HTTP 401: Bad credentials")
+        if sub == "list":
+            out = self.list_stdout if self.list_stdout is not None else json.dumps(self.issues)
+            return subprocess.CompletedProcess(argv, 0, out, "")
+        if sub == "create":
+            return subprocess.CompletedProcess(argv, 0, f"https://github.com/{CLUB3090_ISSUES_REPO}/issues/42\n", "")
+        if sub == "comment":
+            return subprocess.CompletedProcess(
+                argv, 0, f"https://github.com/{CLUB3090_ISSUES_REPO}/issues/{argv[3]}#issuecomment-1\n", "")
+        raise AssertionError(f"unexpected gh call {argv}")
+
+    def subcommands(self):
+        return [argv[2] for argv, _ in self.calls]
+
+
+def make_bundle(root: Path, gate=None, **fields) -> Path:
+    return write_gate_bundle(root, slug="acme/Widget-7B", gate=gate or planted_gate(),
+                             manifest_fields={**MANIFEST_FIELDS, **fields}, now=NOW, **IDENTITY)
+
+
+def run_submit(bundle: Path, reply, *, gh=GH, run=None):
+    out = io.StringIO()
+    ask = Ask(reply)
+    run = run if run is not None else FakeGh()
+    result = submit(bundle, ask=ask, out=out, gh=gh, run=run, **IDENTITY)
+    return result, out.getvalue(), ask, run
+
+
+def everything_sent(run: FakeGh) -> str:
+    return "\n".join(" ".join(argv) + "\n" + str(kwargs.get("input") or "") for argv, kwargs in run.calls)
+
+
+# --- consent ----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("reply, proceeds", [
+    ("y", True), ("Y", True), ("yes", True), ("Yes please", True), ("  y", True),
+    ("n", False), ("", False), ("no", False), ("sure", False), ("\n", False),
+    (EOFError(), False), (KeyboardInterrupt(), False),
+])
+def test_consent_matrix(tmp_path, reply, proceeds):
+    result, out, ask, run = run_submit(make_bundle(tmp_path), reply)
+    assert ask.prompts == ["Submit this report? [y/N] "]
+    if proceeds:
+        assert result.action == "created" and result.sent and result.issue == 42
+        assert run.subcommands() == ["list", "create"]
+    else:
+        assert result.action == "declined" and not result.sent
+        assert run.calls == []                                   # not one gh call without consent
+        assert out.rstrip().endswith("nothing sent")
+
+
+def test_decline_without_gh_prints_no_url(tmp_path):
+    result, out, _, _ = run_submit(make_bundle(tmp_path), "n", gh=None)
+    assert result.action == "declined" and result.url is None and "issues/new" not in out
+
+
+# --- the payload --------------------------------------------------------------------------------
+
+def test_payload_shown_is_exactly_what_gh_sends(tmp_path):
+    result, out, _, run = run_submit(make_bundle(tmp_path), "y")
+    payload = result.payload
+    assert payload.title in out and payload.body in out
+    for label in payload.labels:
+        assert label in out
+    create_argv, create_kwargs = run.calls[1]
+    assert create_kwargs["input"] == payload.body
+    assert create_argv[create_argv.index("--title") + 1] == payload.title
+    assert create_argv[create_argv.index("--repo") + 1] == CLUB3090_ISSUES_REPO
+    labels = [create_argv[i + 1] for i, a in enumerate(create_argv) if a == "--label"]
+    assert labels == list(payload.labels)
+    assert labels == [f"loop:dedup-{result.dedup_hash}", "class:kernel-unsupported",
+                      "arch:widgetforcausallm"]
+    list_argv, _ = run.calls[0]
+    assert list_argv[2:] == ["list", "--repo", CLUB3090_ISSUES_REPO, "--label",
+                             f"loop:dedup-{result.dedup_hash}", "--state", "all", "--json", "number,body",
+                             "--limit", "100"]
+
+
+def test_payload_carries_manifest_gate_and_dedup_key(tmp_path):
+    bundle = make_bundle(tmp_path)
+    result, _, _, _ = run_submit(bundle, "n")
+    body = result.payload.body
+    key = body_dedup_key(body)
+    assert key == ["acme/Widget-7B", "bf16", "WidgetForCausalLM", "", "0.22.0", "kernel-unsupported",
+                   "2x24576MiB"]
+    assert '"abort_reason": "engine-support-unknown/no-arch-row"' in body
+    assert '"outcome": "hard-block"' in body
+    manifest = read_bundle(bundle).manifest
+    assert manifest["submission_fingerprint"] in body
+    assert result.payload.title == "[loop] kernel-unsupported: acme/Widget-7B (engine-support-unknown/no-arch-row)"
+
+
+def test_planted_secrets_never_reach_the_payload_or_gh(tmp_path):
+    result, out, _, run = run_submit(make_bundle(tmp_path), "yes")
+    sent = everything_sent(run)
+    for secret in SECRETS:
+        assert secret not in out, secret
+        assert secret not in sent, secret
+        assert secret not in result.payload.body and secret not in result.payload.title
+
+
+def test_payload_is_re_redacted_even_if_the_bundle_on_disk_was_not(tmp_path):
+    bundle = make_bundle(tmp_path)
+    gate_path = bundle / "pt1-gate.json"
+    gate = json.loads(gate_path.read_text())
+    gate["detail"] = {"leak": f"{IDENTITY['home']}/x HF_TOKEN=abc {HF_TOKEN} /data/models/x alice@gpubox-7"}
+    gate_path.write_text(json.dumps(gate))                       # e.g. written by an older tool
+    result, out, _, _ = run_submit(bundle, "n")
+    for secret in SECRETS:
+        assert secret not in out, secret
+    assert "~/x HF_TOKEN=<REDACTED> hf_<REDACTED> <PATH> <USER>@<HOST>" in result.payload.body
+
+
+def test_no_url_link_is_sent_anywhere_but_printed(tmp_path):
+    result, out, _, run = run_submit(make_bundle(tmp_path), "y", gh=None)
+    assert result.action == "url" and not result.sent and run.calls == []
+    assert result.url in out
+    parts = urlsplit(result.url)
+    assert (parts.scheme, parts.netloc, parts.path) == ("https", "github.com",
+                                                        f"/{CLUB3090_ISSUES_REPO}/issues/new")
+    query = parse_qs(parts.query)
+    assert query["title"] == [result.payload.title]
+    assert query["body"] == [result.payload.body]
+    assert query["labels"] == [",".join(result.payload.labels)]
+    for secret in SECRETS:
+        assert secret not in result.url
+
+
+def test_url_is_capped_under_8_kb_with_a_note(tmp_path):
+    gate = planted_gate()
+    gate["notices"] = [f"notice {i}: " + "ä" * 200 for i in range(100)]   # ~40 KB of body
+    result, out, _, _ = run_submit(make_bundle(tmp_path, gate=gate), "y", gh=None)
+    assert len(result.url) <= MAX_URL_BYTES < 8192
+    body = parse_qs(urlsplit(result.url).query)["body"][0]
+    assert body.endswith(submit_mod.TRUNCATION_NOTE)
+    assert result.payload.body.startswith(body[: -len(submit_mod.TRUNCATION_NOTE)])
+    assert body_dedup_key(body) is not None                        # the dedup key survives the cut
+    assert len(body) > 1000
+
+
+def test_gh_is_looked_up_at_call_time(tmp_path, monkeypatch):
+    monkeypatch.setattr(submit_mod.shutil, "which", lambda name: None)
+    out = io.StringIO()
+    result = submit(make_bundle(tmp_path), ask=Ask("y"), out=out, run=FakeGh(), **IDENTITY)
+    assert result.action == "url"
+
+
+# --- dedup ----------------------------------------------------------------------------------------
+
+def test_matching_issue_gets_a_plus_one(tmp_path):
+    bundle = make_bundle(tmp_path)
+    probe, _, _, _ = run_submit(bundle, "n")
+    existing = [{"number": 7, "body": "other text"}, {"number": 9, "body": probe.payload.body}]
+    result, out, _, run = run_submit(bundle, "y", run=FakeGh(existing))
+    assert result.action == "commented" and result.issue == 9 and result.sent
+    assert run.subcommands() == ["list", "comment"]
+    argv, kwargs = run.calls[1]
+    assert argv[3] == "9" and "--repo" in argv
+    assert kwargs["input"].endswith(probe.payload.body)
+    assert "#9" in out
+
+
+def test_label_hit_with_a_different_tuple_files_a_new_issue(tmp_path):
+    other = "```json\n" + json.dumps({"dedup_key": ["x"] * 7}) + "\n```"
+    result, _, _, run = run_submit(make_bundle(tmp_path), "y", run=FakeGh([{"number": 3, "body": other}]))
+    assert result.action == "created" and run.subcommands() == ["list", "create"]
+
+
+@pytest.mark.parametrize("fail, list_stdout, step", [
+    ({"list": 1}, None, "gh issue list"),
+    ({"list": subprocess.TimeoutExpired(["gh"], 60)}, None, "timed out"),
+    ({"list": FileNotFoundError(2, "No such file")}, None, "could not run gh"),
+    ({}, "not json", "unreadable"),
+    ({}, '{"not": "a list"}', "unreadable"),
+    ({"create": 1}, None, "gh issue create"),
+])
+def test_gh_failures_are_reported_not_raised(tmp_path, fail, list_stdout, step):
+    result, out, _, _ = run_submit(make_bundle(tmp_path), "y", run=FakeGh(fail=fail, list_stdout=list_stdout))
+    assert result.action == "gh-failed" and not result.sent
+    assert step in result.error and "gh failed" in out
+    assert result.url and result.url in out                        # a manual route remains
+
+
+def test_comment_failure_is_reported(tmp_path):
+    bundle = make_bundle(tmp_path)
+    probe, _, _, _ = run_submit(bundle, "n")
+    gh = FakeGh([{"number": 9, "body": probe.payload.body}], fail={"comment": 1})
+    result, _, _, _ = run_submit(bundle, "y", run=gh)
+    assert result.action == "gh-failed" and "gh issue comment" in result.error
+
+
+# --- classification and input errors ---------------------------------------------------------
+
+@pytest.mark.parametrize("abort_reason, expected", [
+    ("engine-support-unknown/no-arch-row", "kernel-unsupported"),
+    ("engine-support-unknown/runtime-incompatible", "unknown"),
+    ("disk-short", "unknown"),
+    ("hard-block", "unknown"),
+    ("hardware-sm-undetermined", "unknown"),
+    ("no-fit-model", "unknown"),
+])
+def test_gate_only_classifier(tmp_path, abort_reason, expected):
+    bundle = read_bundle(make_bundle(tmp_path, gate={"abort_reason": abort_reason}))
+    assert classify(bundle) == expected
+    result, _, _, _ = run_submit(bundle.path, "n")
+    assert f"class:{expected}" in result.payload.labels
+
+
+def test_arch_label_is_capped_and_defaulted(tmp_path):
+    result, _, _, _ = run_submit(make_bundle(tmp_path, arch_family="X" * 80), "n")
+    assert result.payload.labels[2] == "arch:" + "x" * 45
+    result, _, _, _ = run_submit(make_bundle(tmp_path / "b", arch_family=None), "n")
+    assert result.payload.labels[2] == "arch:unknown"
+
+
+def test_malformed_bundle_raises_input_error_before_asking(tmp_path):
+    bundle = make_bundle(tmp_path)
+    (bundle / "manifest.json").write_text("{")
+    ask, run = Ask("y"), FakeGh()
+    with pytest.raises(InputError):
+        submit(bundle, ask=ask, out=io.StringIO(), gh=GH, run=run)
+    assert ask.prompts == [] and run.calls == []
