@@ -1,0 +1,87 @@
+"""Rows for ``club3090 profiles``: every profile, whether it is emittable, and (given a rig)
+whether the rig has enough GPUs and a high enough SM. Memory fit is not judged here."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .model import Catalog
+
+REASON_TEXT = {
+    "engine-not-vllm": "engine is not vLLM",
+    "no-runtime-capture": "no runtime capture of the shipped compose",
+    "genesis-equipped": "needs the Genesis patch set",
+}
+
+
+def _num(value: Any) -> Any:
+    return str(value) if value is not None else None
+
+
+def rig_check(catalog: Catalog, key: str, gpus: Any) -> dict[str, Any]:
+    """GPU count and SM of the first tp*pp GPUs of ``gpus`` (a ``gpus.GpuSet``) against a profile."""
+    profile = catalog.profiles[key]
+    needed = profile.tp * profile.pp
+    enough = gpus.count >= needed
+    used = gpus.subset(needed)
+    need_sm = catalog.need_sm(key)
+    kv_max = catalog.kv_formats[profile.kv_format].max_sm
+    if used.sm is None:
+        sm_ok = None
+    else:
+        sm_ok = used.sm >= need_sm and (kv_max is None or used.sm <= kv_max)
+    problems = []
+    if not enough:
+        problems.append(f"needs {needed} GPUs, rig has {gpus.count}")
+    if sm_ok is False:
+        problems.append(f"needs SM {need_sm}" + (f"..{kv_max}" if kv_max is not None else "")
+                        + f", rig has {used.sm}")
+    if sm_ok is None:
+        problems.append("SM unknown (give a GPU name, not a size)")
+    return {
+        "gpus_needed": needed,
+        "enough_gpus": enough,
+        "need_sm": str(need_sm),
+        "max_sm": _num(kv_max),
+        "sm": _num(used.sm),
+        "sm_ok": sm_ok,
+        "ok": False if (not enough or sm_ok is False) else sm_ok,
+        "why_not": "; ".join(problems) or None,
+    }
+
+
+def profile_rows(catalog: Catalog, gpus: Any = None) -> list[dict[str, Any]]:
+    rows = []
+    for key in sorted(catalog.profiles):
+        p = catalog.profiles[key]
+        engine = catalog.engines[p.engine]
+        emittable, reason = catalog.emittable(key)
+        row: dict[str, Any] = {
+            "key": key,
+            "model": p.model,
+            "weights_variant": p.weights_variant,
+            "variant": p.weights_variant,
+            "workload": p.workload,
+            "engine": p.engine,
+            "engine_type": engine.type,
+            "engine_pin": engine.pin,
+            "drafter": p.drafter,
+            "kv_format": p.kv_format,
+            "tp": p.tp,
+            "pp": p.pp,
+            "max_ctx": p.max_ctx,
+            "max_num_seqs": p.max_num_seqs,
+            "mem_util": p.mem_util,
+            "port": p.port,
+            "status": p.status,
+            "required_sm": _num(p.required_sm),
+            "need_sm": str(catalog.need_sm(key)),
+            "reference_gpu": p.reference_gpu,
+            "emittable": emittable,
+            "not_emittable_reason": reason,
+            "not_emittable_text": REASON_TEXT.get(reason) if reason else None,
+        }
+        if gpus is not None:
+            row["rig"] = rig_check(catalog, key, gpus)
+        rows.append(row)
+    return rows

@@ -1,0 +1,775 @@
+"""Strict loader for the shipped catalog YAML.
+
+Every file is ``{schema_version: 1, <section>: ...}``. The loader checks keys (unknown keys get a
+closest-key hint), required keys, types, enumerations and every cross-reference, collects all
+problems and raises one ``CatalogError`` listing them with file and key path.
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import re
+from decimal import Decimal, InvalidOperation
+from functools import lru_cache
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, Callable, Mapping
+
+from club3090.errors import CatalogError, Problem
+
+from . import model as m
+
+SUPPORTED_SCHEMA_VERSIONS = (1,)
+FILES = ("gpus.yaml", "kv_formats.yaml", "engines.yaml", "drafters.yaml", "models.yaml",
+         "arches.yaml", "patches.yaml", "profiles.yaml", "anchors.yaml")
+SECTION = {name: name.rsplit(".", 1)[0] for name in FILES}
+
+_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+/-]*$")
+_SM_RE = re.compile(r"^\d{1,2}\.\d$")
+
+
+class _Bad(Exception):
+    """A value failed its check; the message says what was expected."""
+
+
+# ----------------------------------------------------------------------------- value checks
+
+Check = Callable[[Any], Any]
+
+
+def _describe(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def t_str(value: Any) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise _Bad(f"expected a non-empty string, got {_describe(value)}")
+    return value
+
+
+def t_text(value: Any) -> str:
+    if not isinstance(value, str):
+        raise _Bad(f"expected a string, got {_describe(value)}")
+    return value
+
+
+def t_id(value: Any) -> str:
+    if not isinstance(value, str) or not _ID_RE.match(value):
+        raise _Bad(f"expected an identifier (letters, digits, . _ + / -), got {_describe(value)}")
+    return value
+
+
+def t_bool(value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise _Bad(f"expected true or false, got {_describe(value)}")
+    return value
+
+
+def t_int(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise _Bad(f"expected an integer, got {_describe(value)}")
+    return value
+
+
+def t_pos_int(value: Any) -> int:
+    value = t_int(value)
+    if value < 1:
+        raise _Bad(f"expected an integer >= 1, got {value}")
+    return value
+
+
+def t_nonneg_int(value: Any) -> int:
+    value = t_int(value)
+    if value < 0:
+        raise _Bad(f"expected an integer >= 0, got {value}")
+    return value
+
+
+def t_fraction(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
+        raise _Bad(f"expected a number in (0, 1], got {_describe(value)}")
+    return float(value)
+
+
+def t_sm(value: Any) -> Decimal:
+    """Compute capability written as a string "8.6" (numbers are accepted too)."""
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+        raise _Bad(f"expected a compute capability such as '8.6', got {_describe(value)}")
+    text = f"{float(value):.1f}" if isinstance(value, (int, float)) else value
+    if not _SM_RE.match(text):
+        raise _Bad(f"expected a compute capability such as '8.6', got {_describe(value)}")
+    return Decimal(text)
+
+
+def t_decimal(value: Any) -> Decimal:
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+        raise _Bad(f"expected a decimal number, got {_describe(value)}")
+    try:
+        out = Decimal(str(value))
+    except InvalidOperation:
+        raise _Bad(f"expected a decimal number, got {_describe(value)}") from None
+    if not out.is_finite() or out <= 0:
+        raise _Bad(f"expected a positive decimal number, got {_describe(value)}")
+    return out
+
+
+def t_mapping(value: Any) -> dict:
+    if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
+        raise _Bad(f"expected a mapping with string keys, got {_describe(value)}")
+    return value
+
+
+def nullable(check: Check) -> Check:
+    def run(value: Any) -> Any:
+        return None if value is None else check(value)
+    return run
+
+
+def enum(*allowed: str) -> Check:
+    def run(value: Any) -> str:
+        if value not in allowed:
+            raise _Bad(f"unknown value {_describe(value)}; allowed: {', '.join(allowed)}")
+        return value
+    return run
+
+
+def list_of(check: Check, unique: bool = False) -> Check:
+    def run(value: Any) -> tuple:
+        if not isinstance(value, list):
+            raise _Bad(f"expected a list, got {_describe(value)}")
+        out = []
+        for i, item in enumerate(value):
+            try:
+                out.append(check(item))
+            except _Bad as exc:
+                raise _Bad(f"item {i}: {exc}") from None
+        if unique and len(set(out)) != len(out):
+            raise _Bad("expected unique items")
+        return tuple(out)
+    return run
+
+
+def map_of(check: Check) -> Check:
+    def run(value: Any) -> dict:
+        value = t_mapping(value)
+        out = {}
+        for key, item in value.items():
+            try:
+                out[key] = check(item)
+            except _Bad as exc:
+                raise _Bad(f"[{key!r}]: {exc}") from None
+        return out
+    return run
+
+
+# A field spec: key -> (check, required, default). Nested records are validated by hand.
+Spec = Mapping[str, tuple[Check, bool, Any]]
+
+
+def req(check: Check) -> tuple[Check, bool, Any]:
+    return (check, True, None)
+
+
+def opt(check: Check, default: Any = None) -> tuple[Check, bool, Any]:
+    return (check, False, default)
+
+
+# ----------------------------------------------------------------------------- collector
+
+class _Collector:
+    def __init__(self) -> None:
+        self.problems: list[Problem] = []
+        self.file = ""
+
+    def add(self, path: str, message: str, file: str | None = None) -> None:
+        self.problems.append(Problem(file or self.file, path, message))
+
+    def record(self, data: Any, path: str, spec: Spec, nested: tuple[str, ...] = ()) -> dict | None:
+        """Check one mapping against ``spec``; keys in ``nested`` are passed through raw."""
+        if not isinstance(data, dict):
+            self.add(path, f"expected a mapping, got {_describe(data)}")
+            return None
+        out: dict[str, Any] = {}
+        ok = True
+        known = list(spec) + list(nested)
+        for key in data:
+            if key not in known:
+                close = difflib.get_close_matches(str(key), known, n=1, cutoff=0.6)
+                hint = f"; did you mean '{close[0]}'?" if close else f"; allowed: {', '.join(known)}"
+                self.add(f"{path}.{key}", "unknown key" + hint)
+                ok = False
+        for key, (check, required, default) in spec.items():
+            if key not in data:
+                if required:
+                    self.add(f"{path}.{key}", "missing required key")
+                    ok = False
+                out[key] = default
+                continue
+            try:
+                out[key] = check(data[key])
+            except _Bad as exc:
+                self.add(f"{path}.{key}", str(exc))
+                out[key] = default
+                ok = False
+        for key in nested:
+            out[key] = data.get(key)
+        out["__ok__"] = ok
+        return out
+
+    def section(self, doc: Any, name: str, kind: type = dict) -> Any:
+        """Check the file envelope; return the section body (a dict or list) or an empty one."""
+        section = SECTION[name]
+        if not isinstance(doc, dict):
+            self.add("<file>", "expected a mapping with schema_version and " + section)
+            return kind()
+        for key in doc:
+            if key not in ("schema_version", section):
+                close = difflib.get_close_matches(str(key), ["schema_version", section], n=1)
+                hint = f"; did you mean '{close[0]}'?" if close else ""
+                self.add(str(key), "unknown key" + hint)
+        version = doc.get("schema_version")
+        if version not in SUPPORTED_SCHEMA_VERSIONS:
+            self.add("schema_version", f"unsupported schema version {_describe(version)}; "
+                                       f"this club3090 reads {SUPPORTED_SCHEMA_VERSIONS}")
+        body = doc.get(section)
+        if body is None:
+            self.add(section, "missing required key")
+            return kind()
+        if not isinstance(body, kind):
+            self.add(section, f"expected a {'mapping' if kind is dict else 'list'}")
+            return kind()
+        return body
+
+    def entries(self, body: dict, section: str) -> list[tuple[str, str, Any]]:
+        out = []
+        for key, value in body.items():
+            path = f"{section}[{key!r}]"
+            try:
+                t_id(key)
+            except _Bad as exc:
+                self.add(path, f"bad id: {exc}")
+                continue
+            out.append((key, path, value))
+        return out
+
+
+# ----------------------------------------------------------------------------- specs
+
+GPU_SPEC: Spec = {
+    "display_name": req(t_str), "aliases": opt(list_of(t_str, unique=True), ()),
+    "memory_bytes": req(t_pos_int), "sm": req(t_sm), "bandwidth_gbps": req(t_pos_int),
+    "nvlink": req(t_bool), "arch": req(t_str), "vendor": opt(enum("nvidia", "amd"), "nvidia"),
+}
+KV_SPEC: Spec = {
+    "bytes_per_element": req(nullable(t_decimal)), "scale_bytes_per_head": opt(t_nonneg_int, 0),
+    "min_sm": req(nullable(t_sm)), "max_sm": opt(nullable(t_sm)), "vllm_arg": req(nullable(t_str)),
+    "engines": req(list_of(enum(*m.ENGINE_TYPES), unique=True)), "emittable": opt(t_bool, True),
+    "note": opt(t_text, ""),
+}
+OVERLAY_SPEC: Spec = {
+    "id": req(t_id), "pr_url": opt(nullable(t_str)), "upstream_status": req(t_str),
+    "merged_in_version": opt(nullable(t_str)), "local_status": req(t_str),
+    "delivery": opt(nullable(t_str)),
+}
+ENGINE_SPEC: Spec = {
+    "display_name": req(t_str), "type": req(enum(*m.ENGINE_TYPES)),
+    "stability": opt(enum("stable", "experimental", "deprecated"), "stable"),
+    "install_method": req(enum("docker_image", "pip")), "image": req(t_str), "pin": req(t_str),
+    "vllm_version": req(nullable(t_str)), "min_sm": req(t_sm),
+    "supported_kv_formats": req(list_of(t_id, unique=True)),
+    "supported_weight_formats": req(list_of(t_str, unique=True)),
+    "supported_model_families": req(list_of(t_str, unique=True)),
+    "supported_drafter_methods": opt(list_of(t_str, unique=True), ()),
+    "features": opt(map_of(t_bool), {}), "required_genesis": req(t_bool),
+    "genesis_pin": opt(nullable(t_str)),
+}
+DRAFTER_SPEC: Spec = {
+    "display_name": req(t_str), "method": req(enum("mtp", "mtp_assistant", "dflash", "mtp_gguf",
+                                                   "eagle3", "dspark")),
+    "n_default": req(t_pos_int), "n_max": req(t_pos_int),
+    "vram_footprint_bytes": req(nullable(t_nonneg_int)),
+    "speculative_config_template": req(nullable(t_str)), "local_model_path": opt(nullable(t_str)),
+    "model_compat": req(list_of(t_id, unique=True)), "hf_repo": opt(nullable(t_str)),
+    "status": opt(t_str, "experimental"), "engine_type": opt(nullable(enum(*m.ENGINE_TYPES))),
+}
+VARIANT_SPEC: Spec = {
+    "hf_repos": req(list_of(t_str, unique=True)), "format": req(t_str),
+    "quantization": req(nullable(t_str)), "size_bytes": req(nullable(t_pos_int)),
+    "status": req(t_str), "kind": req(enum(*m.WEIGHT_KINDS)), "engine": opt(nullable(t_str)),
+    "files": opt(list_of(t_str), ()), "local_subdir": opt(nullable(t_str)),
+    "revision": opt(nullable(t_str)), "note": opt(nullable(t_str)),
+}
+MODEL_SPEC: Spec = {
+    "display_name": req(t_str), "description": opt(t_text, ""), "family": req(t_str),
+    "architecture": req(t_str), "max_ctx_supported": req(t_pos_int),
+    "attention_k_eq_v": req(t_bool), "requires_genesis": req(t_bool),
+    "default_weight_variant": req(t_id), "compatible_drafters": req(list_of(t_id, unique=True)),
+    "valid_tp": req(list_of(t_pos_int, unique=True)), "facts": opt(t_mapping, {}),
+    "hf_config_source": opt(t_text, ""), "hf_config": req(t_mapping),
+}
+PIN_SPEC: Spec = {
+    "pin": req(t_str), "loads": req(t_bool), "reason": opt(nullable(t_str)),
+    "enables": opt(list_of(t_str), ()),
+}
+ARCH_SPEC: Spec = {
+    "family": req(t_str), "required_patches": req(list_of(t_id, unique=True)),
+    "tp_divisors": req(list_of(t_pos_int, unique=True)),
+    "marlin_alignment_required": opt(t_bool, False), "moe_layout": opt(t_str, "dense"),
+    "trust_remote_code": req(enum(*m.TRC_VALUES)),
+    "trust_remote_code_evidence": req(nullable(t_str)),
+    "kernel_constraints": req(list_of(t_str)), "confidence": req(enum(*m.ARCH_CONFIDENCE)),
+    "status": req(enum(*m.ARCH_STATUS)), "config_architectures": req(list_of(t_str, unique=True)),
+    "model_slugs": req(list_of(t_id, unique=True)),
+}
+GAP_SPEC: Spec = {"profiles": req(list_of(t_id, unique=True)), "issue": req(t_str)}
+PATCH_SPEC: Spec = {
+    "models": req(list_of(t_id, unique=True)), "files": opt(list_of(t_str), ()),
+    "status": opt(t_text, ""), "load_bearing_composes": req(list_of(t_id, unique=True)),
+    "delivery_mechanism": req(enum(*m.DELIVERY_MECHANISMS)), "wired_at": opt(list_of(t_str), ()),
+    "mounts": req(list_of(t_str)), "invocations": req(list_of(t_str)),
+    "drift_guard_kind": req(enum(*m.DRIFT_GUARD_KINDS)), "drift_guard_check": opt(nullable(t_str)),
+    "on_fail": req(enum(*m.ON_FAIL)), "capability": req(nullable(t_str)),
+    "foundational": req(t_bool), "deprecated": req(t_bool), "deprecated_on": opt(nullable(t_str)),
+    "upstream_ref": opt(nullable(t_str)), "upstream_status": req(t_str),
+}
+PROFILE_SPEC: Spec = {
+    "model": req(t_id), "weights_variant": req(t_id), "workload": req(enum(*m.WORKLOADS)),
+    "engine": req(t_id), "drafter": req(nullable(t_id)), "kv_format": req(t_id),
+    "tp": req(t_pos_int), "pp": opt(t_pos_int, 1), "max_ctx": req(t_pos_int),
+    "max_num_seqs": req(t_pos_int), "mem_util": req(nullable(t_fraction)), "port": req(t_pos_int),
+    "status": req(enum(*m.PROFILE_STATUSES)), "status_note": opt(nullable(t_text)),
+    "required_sm": opt(nullable(t_sm)), "fallback_sm": opt(nullable(t_sm)),
+    "requires_nvlink": opt(t_bool, False),
+    "required_engine_features": opt(list_of(t_str, unique=True), ()),
+    "recommended_engine_features": opt(list_of(t_str, unique=True), ()),
+    "kvcalc_key": opt(nullable(t_str)), "category": opt(nullable(t_str)),
+    "compose_path": req(t_str), "reference_gpu": req(t_id),
+}
+SLOT_SOURCES = ("port", "tp", "max_ctx", "mem_util", "kv_format", "max_num_seqs", "drafter",
+                "requires_nvlink")
+SLOT_SPEC: Spec = {
+    "flag": opt(nullable(t_str)), "env": opt(nullable(t_str)), "shipped": req(t_str),
+    "source": req(enum(*SLOT_SOURCES)), "default": opt(nullable(t_text)),
+}
+RUNTIME_SPEC: Spec = {
+    "genesis_equipped": req(t_bool), "genesis_evidence": req(t_str), "service_name": req(t_str),
+    "trust_remote_code_in_shipped": req(t_bool),
+    "insertion_points": req(list_of(enum("volumes", "entrypoint"), unique=True)),
+    "top_level": opt(t_mapping, {}), "service": req(t_mapping),
+}
+ANCHOR_SPEC: Spec = {
+    "id": req(t_str), "profile": req(t_id), "gpu": req(t_id), "gpu_count": opt(t_pos_int, 1),
+    "measured_peak_bytes": req(nullable(t_pos_int)), "measured_kv_tokens": req(nullable(t_pos_int)),
+    "ctx": req(nullable(t_pos_int)), "mem_util": opt(nullable(t_fraction)),
+    "kv_format": opt(nullable(t_id)), "source": req(t_str),
+}
+
+
+# ----------------------------------------------------------------------------- builders
+
+def _build_gpus(c: _Collector, body: dict) -> dict[str, m.Gpu]:
+    out = {}
+    for gid, path, raw in c.entries(body, "gpus"):
+        rec = c.record(raw, path, GPU_SPEC)
+        if rec and rec.pop("__ok__"):
+            out[gid] = m.Gpu(id=gid, **rec)
+    return out
+
+
+def _build_kv(c: _Collector, body: dict) -> dict[str, m.KvFormat]:
+    out = {}
+    for kid, path, raw in c.entries(body, "kv_formats"):
+        rec = c.record(raw, path, KV_SPEC)
+        if rec and rec.pop("__ok__"):
+            out[kid] = m.KvFormat(id=kid, **rec)
+    return out
+
+
+def _build_engines(c: _Collector, body: dict) -> dict[str, m.Engine]:
+    out = {}
+    for eid, path, raw in c.entries(body, "engines"):
+        rec = c.record(raw, path, ENGINE_SPEC, nested=("vendored_overlays",))
+        if not rec:
+            continue
+        ok = rec.pop("__ok__")
+        overlays = []
+        raw_overlays = rec.pop("vendored_overlays") or []
+        if not isinstance(raw_overlays, list):
+            c.add(f"{path}.vendored_overlays", "expected a list")
+            ok = False
+            raw_overlays = []
+        for i, item in enumerate(raw_overlays):
+            o = c.record(item, f"{path}.vendored_overlays[{i}]", OVERLAY_SPEC)
+            if o and o.pop("__ok__"):
+                overlays.append(m.VendoredOverlay(**o))
+            else:
+                ok = False
+        if rec["pin"] and not str(rec["pin"]).startswith(f"{eid}@"):
+            c.add(f"{path}.pin", f"expected '{eid}@<tag-or-sha>', got {_describe(rec['pin'])}")
+            ok = False
+        if ok:
+            out[eid] = m.Engine(id=eid, vendored_overlays=tuple(overlays),
+                                features=MappingProxyType(rec.pop("features")), **rec)
+    return out
+
+
+def _build_drafters(c: _Collector, body: dict) -> dict[str, m.Drafter]:
+    out = {}
+    for did, path, raw in c.entries(body, "drafters"):
+        rec = c.record(raw, path, DRAFTER_SPEC)
+        if not rec:
+            continue
+        ok = rec.pop("__ok__")
+        if ok and rec["n_default"] > rec["n_max"]:
+            c.add(f"{path}.n_default", f"n_default {rec['n_default']} exceeds n_max {rec['n_max']}")
+            ok = False
+        template = rec["speculative_config_template"]
+        if ok and template is not None and "{N}" not in template:
+            c.add(f"{path}.speculative_config_template", "expected a '{N}' placeholder")
+            ok = False
+        if ok:
+            out[did] = m.Drafter(id=did, **rec)
+    return out
+
+
+def _build_models(c: _Collector, body: dict) -> dict[str, m.Model]:
+    out = {}
+    for mid, path, raw in c.entries(body, "models"):
+        rec = c.record(raw, path, MODEL_SPEC, nested=("weights",))
+        if not rec:
+            continue
+        ok = rec.pop("__ok__")
+        weights: dict[str, m.WeightVariant] = {}
+        raw_weights = rec.pop("weights")
+        if not isinstance(raw_weights, dict) or not raw_weights:
+            c.add(f"{path}.weights", "expected a non-empty mapping of weight variants")
+            raw_weights, ok = {}, False
+        for vid, vpath, vraw in c.entries(raw_weights, f"{path}.weights"):
+            v = c.record(vraw, vpath, VARIANT_SPEC)
+            if v and v.pop("__ok__"):
+                weights[vid] = m.WeightVariant(id=vid, **v)
+            else:
+                ok = False
+        if rec["default_weight_variant"] and raw_weights and rec["default_weight_variant"] not in raw_weights:
+            c.add(f"{path}.default_weight_variant",
+                  f"names no weight variant of this model ({_describe(rec['default_weight_variant'])})")
+            ok = False
+        cfg = rec["hf_config"]
+        if isinstance(cfg, dict):
+            archs = cfg.get("architectures")
+            if not (isinstance(archs, list) and archs and archs[0] == rec["architecture"]):
+                c.add(f"{path}.hf_config.architectures",
+                      f"expected architectures[0] to equal architecture {_describe(rec['architecture'])}")
+                ok = False
+        if ok:
+            out[mid] = m.Model(id=mid, weights=MappingProxyType(weights), **rec)
+    return out
+
+
+def _pins(c: _Collector, raw: Any, path: str) -> tuple[tuple[m.EnginePin, ...], bool]:
+    if not isinstance(raw, list):
+        c.add(path, "expected a list")
+        return (), False
+    pins, ok = [], True
+    for i, item in enumerate(raw):
+        p = c.record(item, f"{path}[{i}]", PIN_SPEC)
+        if p and p.pop("__ok__"):
+            if "@" not in p["pin"]:
+                c.add(f"{path}[{i}].pin", f"expected '<engine-id>@<tag-or-sha>', got {_describe(p['pin'])}")
+                ok = False
+                continue
+            pins.append(m.EnginePin(**p))
+        else:
+            ok = False
+    return tuple(pins), ok
+
+
+def _build_arches(c: _Collector, body: dict) -> dict[str, m.ArchRow]:
+    out = {}
+    for arch, path, raw in c.entries(body, "arches"):
+        rec = c.record(raw, path, ARCH_SPEC, nested=("engine_pins", "overlay_pins"))
+        if not rec:
+            continue
+        ok = rec.pop("__ok__")
+        engine_pins, ok1 = _pins(c, rec.pop("engine_pins"), f"{path}.engine_pins")
+        raw_overlay = rec.pop("overlay_pins")
+        overlay_pins, ok2 = _pins(c, [] if raw_overlay is None else raw_overlay, f"{path}.overlay_pins")
+        if rec["trust_remote_code"] == "false" and not rec["trust_remote_code_evidence"]:
+            c.add(f"{path}.trust_remote_code_evidence", "trust_remote_code 'false' needs evidence")
+            ok = False
+        if ok and ok1 and ok2:
+            out[arch] = m.ArchRow(arch=arch, engine_pins=engine_pins, overlay_pins=overlay_pins, **rec)
+    return out
+
+
+def _build_patches(c: _Collector, body: dict) -> dict[str, m.Patch]:
+    out = {}
+    for pid, path, raw in c.entries(body, "patches"):
+        rec = c.record(raw, path, PATCH_SPEC, nested=("delivery_gaps",))
+        if not rec:
+            continue
+        ok = rec.pop("__ok__")
+        gaps = []
+        raw_gaps = rec.pop("delivery_gaps")
+        if raw_gaps is None:
+            c.add(f"{path}.delivery_gaps", "missing required key")
+            raw_gaps, ok = [], False
+        if not isinstance(raw_gaps, list):
+            c.add(f"{path}.delivery_gaps", "expected a list")
+            raw_gaps, ok = [], False
+        for i, item in enumerate(raw_gaps):
+            g = c.record(item, f"{path}.delivery_gaps[{i}]", GAP_SPEC)
+            if g and g.pop("__ok__"):
+                gaps.append(m.DeliveryGap(**g))
+            else:
+                ok = False
+        if ok:
+            out[pid] = m.Patch(id=pid, delivery_gaps=tuple(gaps), **rec)
+    return out
+
+
+def _build_runtime(c: _Collector, raw: Any, path: str) -> m.ProfileRuntime | None:
+    rec = c.record(raw, path, RUNTIME_SPEC, nested=("param_slots",))
+    if not rec:
+        return None
+    ok = rec.pop("__ok__")
+    slots_raw = rec.pop("param_slots")
+    slots: dict[str, Mapping[str, Any]] = {}
+    if not isinstance(slots_raw, dict):
+        c.add(f"{path}.param_slots", "expected a mapping")
+        return None
+    for name, item in slots_raw.items():
+        s = c.record(item, f"{path}.param_slots[{name!r}]", SLOT_SPEC)
+        if s and s.pop("__ok__"):
+            slots[name] = s
+        else:
+            ok = False
+    service = rec["service"]
+    if isinstance(service, dict):
+        if "image" not in service:
+            c.add(f"{path}.service.image", "missing required key")
+            ok = False
+        present = tuple(p for p in ("volumes", "entrypoint") if p in service)
+        if tuple(rec["insertion_points"] or ()) != present:
+            c.add(f"{path}.insertion_points",
+                  f"expected {list(present)} (the insertion points present in the service)")
+            ok = False
+    if not ok:
+        return None
+    return m.ProfileRuntime(param_slots=slots, **rec)
+
+
+def _build_profiles(c: _Collector, body: dict) -> dict[str, m.Profile]:
+    out = {}
+    for key, path, raw in c.entries(body, "profiles"):
+        rec = c.record(raw, path, PROFILE_SPEC, nested=("runtime",))
+        if not rec:
+            continue
+        ok = rec.pop("__ok__")
+        raw_runtime = rec.pop("runtime")
+        runtime = None
+        if raw_runtime is not None:
+            runtime = _build_runtime(c, raw_runtime, f"{path}.runtime")
+            ok = ok and runtime is not None
+        elif isinstance(raw, dict) and "runtime" not in raw:
+            c.add(f"{path}.runtime", "missing required key (use null when no runtime is captured)")
+            ok = False
+        if ok:
+            out[key] = m.Profile(key=key, runtime=runtime, **rec)
+    return out
+
+
+def _build_anchors(c: _Collector, body: list) -> list[m.Anchor]:
+    out, seen = [], set()
+    for i, raw in enumerate(body):
+        rec = c.record(raw, f"anchors[{i}]", ANCHOR_SPEC)
+        if not rec or not rec.pop("__ok__"):
+            continue
+        if rec["id"] in seen:
+            c.add(f"anchors[{i}].id", f"duplicate anchor id {rec['id']!r}")
+            continue
+        seen.add(rec["id"])
+        out.append(m.Anchor(**rec))
+    return out
+
+
+# ----------------------------------------------------------------------------- cross-references
+
+def _ref(c: _Collector, file: str, path: str, value: Any, known: Mapping[str, Any], what: str) -> None:
+    if value is None or value in known:
+        return
+    close = difflib.get_close_matches(str(value), list(known), n=1, cutoff=0.6)
+    hint = f"; did you mean '{close[0]}'?" if close else ""
+    c.add(path, f"unknown {what} {value!r}{hint}", file=file)
+
+
+def _cross_check(c: _Collector, raw: dict[str, Any], cat: dict[str, Any]) -> None:
+    models_raw = raw["models.yaml"]
+    engines_raw = raw["engines.yaml"]
+    kv_raw = raw["kv_formats.yaml"]
+    profiles_raw = raw["profiles.yaml"]
+
+    for eid, e in cat["engines"].items():
+        for i, kv in enumerate(e.supported_kv_formats):
+            _ref(c, "engines.yaml", f"engines[{eid!r}].supported_kv_formats[{i}]", kv, kv_raw, "KV format")
+    for did, d in cat["drafters"].items():
+        for i, mid in enumerate(d.model_compat):
+            _ref(c, "drafters.yaml", f"drafters[{did!r}].model_compat[{i}]", mid, models_raw, "model")
+    for mid, mod in cat["models"].items():
+        for i, did in enumerate(mod.compatible_drafters):
+            _ref(c, "models.yaml", f"models[{mid!r}].compatible_drafters[{i}]", did,
+                 raw["drafters.yaml"], "drafter")
+    for arch, row in cat["arches"].items():
+        base = f"arches[{arch!r}]"
+        for i, pin in enumerate(row.engine_pins):
+            _ref(c, "arches.yaml", f"{base}.engine_pins[{i}].pin", pin.engine, engines_raw, "engine")
+        for i, pid in enumerate(row.required_patches):
+            _ref(c, "arches.yaml", f"{base}.required_patches[{i}]", pid, raw["patches.yaml"], "patch")
+        for i, slug in enumerate(row.model_slugs):
+            _ref(c, "arches.yaml", f"{base}.model_slugs[{i}]", slug, models_raw, "model")
+    aliases: dict[str, str] = {}
+    for arch, row in cat["arches"].items():
+        for alias in row.config_architectures:
+            if alias in raw["arches.yaml"] or alias in aliases:
+                c.add(f"arches[{arch!r}].config_architectures", f"alias {alias!r} is ambiguous",
+                      file="arches.yaml")
+            aliases[alias] = arch
+    for pid, p in cat["patches"].items():
+        base = f"patches[{pid!r}]"
+        for i, mid in enumerate(p.models):
+            _ref(c, "patches.yaml", f"{base}.models[{i}]", mid, models_raw, "model")
+        for i, key in enumerate(p.load_bearing_composes):
+            _ref(c, "patches.yaml", f"{base}.load_bearing_composes[{i}]", key, profiles_raw, "profile")
+        for i, gap in enumerate(p.delivery_gaps):
+            for j, key in enumerate(gap.profiles):
+                _ref(c, "patches.yaml", f"{base}.delivery_gaps[{i}].profiles[{j}]", key, profiles_raw,
+                     "profile")
+    for key, p in cat["profiles"].items():
+        base = f"profiles[{key!r}]"
+        f = "profiles.yaml"
+        _ref(c, f, f"{base}.model", p.model, models_raw, "model")
+        model = models_raw.get(p.model)
+        if isinstance(model, dict) and isinstance(model.get("weights"), dict):
+            _ref(c, f, f"{base}.weights_variant", p.weights_variant, model["weights"],
+                 f"weight variant of {p.model}")
+        _ref(c, f, f"{base}.engine", p.engine, engines_raw, "engine")
+        _ref(c, f, f"{base}.drafter", p.drafter, raw["drafters.yaml"], "drafter")
+        _ref(c, f, f"{base}.kv_format", p.kv_format, kv_raw, "KV format")
+        _ref(c, f, f"{base}.reference_gpu", p.reference_gpu, raw["gpus.yaml"], "GPU")
+        engine = cat["engines"].get(p.engine)
+        if p.runtime is not None and engine is not None and engine.type != "vllm":
+            c.add(f"{base}.runtime", f"a runtime capture needs a vllm engine, {p.engine} is {engine.type}",
+                  file=f)
+        if engine is not None and engine.type == "vllm" and p.mem_util is None:
+            c.add(f"{base}.mem_util", "a vllm profile needs mem_util", file=f)
+    for i, a in enumerate(cat["anchors"]):
+        _ref(c, "anchors.yaml", f"anchors[{i}].profile", a.profile, profiles_raw, "profile")
+        _ref(c, "anchors.yaml", f"anchors[{i}].gpu", a.gpu, raw["gpus.yaml"], "GPU")
+        _ref(c, "anchors.yaml", f"anchors[{i}].kv_format", a.kv_format, kv_raw, "KV format")
+    names: dict[str, str] = {}
+    for gid, g in cat["gpus"].items():
+        for name in (gid, *g.aliases):
+            norm = m.normalize_gpu_name(name)
+            if names.get(norm, gid) != gid:
+                c.add(f"gpus[{gid!r}].aliases", f"name {name!r} also belongs to {names[norm]!r}",
+                      file="gpus.yaml")
+            names[norm] = gid
+
+
+# ----------------------------------------------------------------------------- entry points
+
+def _read_files(root: Path | None) -> dict[str, bytes]:
+    if root is not None:
+        base = Path(root)
+        out = {}
+        for name in FILES:
+            try:
+                out[name] = (base / name).read_bytes()
+            except OSError as exc:
+                raise CatalogError([Problem(name, "<file>", f"cannot read: {exc.strerror or exc}")]) from None
+        return out
+    from importlib import resources
+    data = resources.files("club3090.catalog").joinpath("data")
+    return {name: data.joinpath(name).read_bytes() for name in FILES}
+
+
+def _parse(name: str, blob: bytes, c: _Collector) -> Any:
+    import yaml
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)   # both are the safe loader
+    try:
+        return yaml.load(blob.decode("utf-8"), Loader=loader)  # noqa: S506 - safe loader
+    except (yaml.YAMLError, UnicodeDecodeError) as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}" if mark is not None else "<file>"
+        c.add(where, f"not valid YAML: {getattr(exc, 'problem', None) or exc}", file=name)
+        return None
+
+
+def _load(root: Path | None) -> m.Catalog:
+    blobs = _read_files(root)
+    c = _Collector()
+    docs = {name: _parse(name, blob, c) for name, blob in blobs.items()}
+    bodies: dict[str, Any] = {}
+    for name in FILES:
+        c.file = name
+        doc = docs[name]
+        if doc is None and any(p.file == name for p in c.problems):
+            bodies[name] = [] if name == "anchors.yaml" else {}
+            continue
+        bodies[name] = c.section(doc, name, list if name == "anchors.yaml" else dict)
+    built: dict[str, Any] = {}
+    builders = {
+        "gpus.yaml": ("gpus", _build_gpus), "kv_formats.yaml": ("kv_formats", _build_kv),
+        "engines.yaml": ("engines", _build_engines), "drafters.yaml": ("drafters", _build_drafters),
+        "models.yaml": ("models", _build_models), "arches.yaml": ("arches", _build_arches),
+        "patches.yaml": ("patches", _build_patches), "profiles.yaml": ("profiles", _build_profiles),
+        "anchors.yaml": ("anchors", _build_anchors),
+    }
+    for name, (attr, build) in builders.items():
+        c.file = name
+        built[attr] = build(c, bodies[name])
+    _cross_check(c, bodies, built)
+    if c.problems:
+        raise CatalogError(c.problems)
+
+    digest = hashlib.sha256()
+    for name in FILES:
+        digest.update(name.encode() + b"\0" + blobs[name] + b"\0")
+    return _assemble(digest.hexdigest()[:12], built)
+
+
+def _assemble(version: str, built: dict[str, Any]) -> m.Catalog:
+    repo_index: dict[str, tuple[str, str]] = {}
+    rank = {"main": 0, "gguf": 1, "draft": 2, "mmproj": 3}
+    for mid, mod in built["models"].items():
+        for vid, var in mod.weights.items():
+            for repo in var.hf_repos:
+                key = m.normalize_repo_id(repo)
+                have = repo_index.get(key)
+                if have is None or rank[var.kind] < rank[built["models"][have[0]].weights[have[1]].kind]:
+                    repo_index[key] = (mid, vid)
+    gpu_index: dict[str, str] = {}
+    for gid, g in built["gpus"].items():
+        for name in (gid, *g.aliases, g.display_name):
+            gpu_index.setdefault(m.normalize_gpu_name(name), gid)
+    arch_alias = {alias: arch for arch, row in built["arches"].items()
+                  for alias in row.config_architectures}
+    frozen = {k: MappingProxyType(v) for k, v in built.items() if k != "anchors"}
+    return m.Catalog(version=version, schema_version=SUPPORTED_SCHEMA_VERSIONS[-1],
+                     anchors=tuple(built["anchors"]), _repo_index=MappingProxyType(repo_index),
+                     _gpu_index=MappingProxyType(gpu_index), _arch_alias=MappingProxyType(arch_alias),
+                     **frozen)
+
+
+@lru_cache(maxsize=1)
+def _load_shipped() -> m.Catalog:
+    return _load(None)
+
+
+def load_catalog(root: Path | None = None) -> m.Catalog:
+    """The shipped catalog (cached per process), or an uncached one read from ``root``."""
+    if root is None:
+        return _load_shipped()
+    return _load(Path(root))

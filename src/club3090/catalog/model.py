@@ -1,0 +1,381 @@
+"""Frozen records of the curated catalog. Built only by ``catalog.loader``; everyone else reads them.
+
+Units: bytes are integers, SM capabilities are ``Decimal`` ("8.6"), ratios such as ``mem_util``
+are floats. Nested compose data (``ProfileRuntime.service``, ``Model.hf_config``) is plain
+dicts and lists so it can be dumped as JSON or YAML directly; treat it as read-only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from decimal import Decimal
+from types import MappingProxyType
+from typing import Any, Mapping
+
+_EMPTY: Mapping[str, Any] = MappingProxyType({})
+
+# Closed value sets, shared by the loader (validation) and readers (documentation).
+ENGINE_TYPES = ("vllm", "llama.cpp")
+WEIGHT_KINDS = ("main", "draft", "gguf", "mmproj")
+WORKLOADS = ("fast-chat", "long-ctx-single", "vision-coding", "multi-stream-tenant", "tool-heavy")
+PROFILE_STATUSES = ("production", "caveats", "experimental", "incubating", "preview",
+                    "upstream-gated", "deprecated")
+LAUNCHABLE_STATUSES = ("production", "caveats")
+TRC_VALUES = ("true", "false", "unverified")
+ARCH_CONFIDENCE = ("exact", "derived", "estimated-lower-bound")
+ARCH_STATUS = ("verified", "unverified", "suspect")
+ON_FAIL = ("capability-degraded", "hard-refuse", "boot-refused")
+DRIFT_GUARD_KINDS = ("behavioral", "import-and-boot", "boot", "none")
+DELIVERY_MECHANISMS = ("python_sidecar", "site_package_overlay", "install_script",
+                       "chat_template", "none")
+
+
+@dataclass(frozen=True, slots=True)
+class WeightVariant:
+    id: str
+    hf_repos: tuple[str, ...]          # first entry is the primary repo; all are aliases
+    format: str                        # autoround, awq, gptq, fp8, compressed-tensors, bf16, gguf, ...
+    quantization: str | None           # vLLM --quantization method when quantized, else None
+    size_bytes: int | None             # decimal GB * 1e9 as recorded upstream; None = not recorded
+    status: str
+    kind: str                          # main | draft | gguf | mmproj
+    revision: str | None = None
+    engine: str | None = None          # serving family the variant is packed for (vllm, llama-cpp, ...)
+    files: tuple[str, ...] = ()        # named files for GGUF variants
+    local_subdir: str | None = None
+    note: str | None = None
+
+    @property
+    def hf_repo(self) -> str | None:
+        return self.hf_repos[0] if self.hf_repos else None
+
+
+@dataclass(frozen=True, slots=True)
+class Model:
+    id: str
+    display_name: str
+    family: str
+    architecture: str                  # key into Catalog.arches
+    hf_config: Mapping[str, Any]       # config.json keys, so architecture.parse_config() works
+    max_ctx_supported: int
+    weights: Mapping[str, WeightVariant]
+    default_weight_variant: str
+    compatible_drafters: tuple[str, ...]
+    valid_tp: tuple[int, ...]
+    attention_k_eq_v: bool
+    requires_genesis: bool
+    description: str = ""
+    hf_config_source: str = ""         # where hf_config came from (fixture repo or constructed)
+    facts: Mapping[str, Any] = field(default_factory=dict)  # upstream geometry facts (num_attn_layers, ...), for checks
+
+
+@dataclass(frozen=True, slots=True)
+class VendoredOverlay:
+    id: str
+    pr_url: str | None
+    upstream_status: str
+    local_status: str
+    delivery: str | None
+    merged_in_version: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Engine:
+    id: str
+    display_name: str
+    type: str                          # "vllm" | "llama.cpp"
+    install_method: str                # docker_image | pip
+    image: str                         # install spec: image reference or pip requirement
+    pin: str                           # "<engine-id>@<tag-or-sha>"
+    vllm_version: str | None           # "0.22.0" for release tags; None for nightlies / llama.cpp
+    min_sm: Decimal
+    supported_kv_formats: tuple[str, ...]
+    supported_weight_formats: tuple[str, ...]
+    supported_model_families: tuple[str, ...]
+    vendored_overlays: tuple[VendoredOverlay, ...]
+    required_genesis: bool
+    features: Mapping[str, bool]
+    stability: str = "stable"
+    supported_drafter_methods: tuple[str, ...] = ()
+    genesis_pin: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Drafter:
+    id: str
+    method: str                        # mtp, mtp_assistant, dflash, mtp_gguf
+    n_default: int
+    n_max: int
+    vram_footprint_bytes: int | None   # None = depends on the GGUF chosen
+    speculative_config_template: str | None  # JSON text with {N} (and {LOCAL_MODEL_PATH}); None for llama.cpp-only drafters
+    model_compat: tuple[str, ...]
+    display_name: str = ""
+    status: str = "experimental"
+    hf_repo: str | None = None
+    local_model_path: str | None = None
+    engine_type: str | None = None     # restricts the drafter to one engine type when set
+
+
+@dataclass(frozen=True, slots=True)
+class Gpu:
+    id: str
+    display_name: str
+    aliases: tuple[str, ...]
+    memory_bytes: int                  # total as the driver reports it (nvidia-smi "Total")
+    sm: Decimal
+    bandwidth_gbps: int                # GB/s (1e9)
+    nvlink: bool
+    arch: str                          # ampere, ada, hopper, blackwell, turing
+    vendor: str = "nvidia"
+
+
+@dataclass(frozen=True, slots=True)
+class ProfileRuntime:
+    genesis_equipped: bool
+    genesis_evidence: str
+    service_name: str
+    service: Mapping[str, Any]         # the shipped compose service, ${VAR:-default} tokens verbatim
+    param_slots: Mapping[str, Mapping[str, Any]]
+    trust_remote_code_in_shipped: bool
+    insertion_points: tuple[str, ...]  # subset of ("volumes", "entrypoint") present in the service
+    top_level: Mapping[str, Any]       # top-level keys of the shipped file other than services
+
+
+@dataclass(frozen=True, slots=True)
+class Profile:
+    key: str
+    model: str
+    weights_variant: str
+    workload: str
+    engine: str
+    drafter: str | None
+    kv_format: str
+    tp: int
+    pp: int
+    max_ctx: int
+    max_num_seqs: int
+    mem_util: float | None             # None for llama.cpp profiles
+    port: int
+    status: str
+    required_sm: Decimal | None
+    fallback_sm: Decimal | None
+    requires_nvlink: bool
+    required_engine_features: tuple[str, ...]
+    compose_path: str
+    reference_gpu: str                 # Gpu id the profile was validated on
+    runtime: ProfileRuntime | None
+    status_note: str | None = None
+    kvcalc_key: str | None = None      # None = upstream did not price this profile
+    category: str | None = None
+    recommended_engine_features: tuple[str, ...] = ()
+
+    @property
+    def launchable(self) -> bool:
+        return self.status in LAUNCHABLE_STATUSES
+
+
+@dataclass(frozen=True, slots=True)
+class EnginePin:
+    pin: str                           # "<engine-id>@<tag-or-sha>"
+    loads: bool
+    reason: str | None = None
+    enables: tuple[str, ...] = ()
+
+    @property
+    def engine(self) -> str:
+        return self.pin.split("@", 1)[0]
+
+    @property
+    def tag(self) -> str:
+        return self.pin.split("@", 1)[1] if "@" in self.pin else ""
+
+
+@dataclass(frozen=True, slots=True)
+class ArchRow:
+    arch: str
+    family: str
+    engine_pins: tuple[EnginePin, ...]
+    required_patches: tuple[str, ...]
+    tp_divisors: tuple[int, ...]
+    trust_remote_code: str             # "true" | "false" | "unverified"
+    trust_remote_code_evidence: str | None
+    kernel_constraints: tuple[str, ...]
+    confidence: str
+    status: str
+    config_architectures: tuple[str, ...]
+    model_slugs: tuple[str, ...]
+    overlay_pins: tuple[EnginePin, ...] = ()   # patch-set pins (Genesis), not engines
+    marlin_alignment_required: bool = False
+    moe_layout: str = "dense"
+    tp_evidence: str = ""
+
+    def pin_for(self, pin: str) -> EnginePin | None:
+        for entry in self.engine_pins:
+            if entry.pin == pin:
+                return entry
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class DeliveryGap:
+    profiles: tuple[str, ...]
+    issue: str
+
+
+@dataclass(frozen=True, slots=True)
+class Patch:
+    id: str
+    models: tuple[str, ...]
+    load_bearing_composes: tuple[str, ...]     # profile keys
+    delivery_gaps: tuple[DeliveryGap, ...]
+    delivery_mechanism: str
+    mounts: tuple[str, ...]                    # compose volume strings
+    invocations: tuple[str, ...]               # entrypoint lines
+    drift_guard_kind: str
+    on_fail: str
+    foundational: bool
+    deprecated: bool
+    capability: str | None
+    upstream_status: str
+    status: str = ""
+    upstream_ref: str | None = None
+    drift_guard_check: str | None = None
+    files: tuple[str, ...] = ()
+    wired_at: tuple[str, ...] = ()             # compose sections the delivery touches
+    deprecated_on: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class KvFormat:
+    id: str
+    bytes_per_element: Decimal | None          # None = the model dtype ("auto")
+    scale_bytes_per_head: int                  # per token, per KV head (K and V scales together)
+    min_sm: Decimal | None
+    vllm_arg: str | None                       # --kv-cache-dtype value; None = omit the flag
+    engines: tuple[str, ...]                   # engine types: "vllm", "llama.cpp"
+    emittable: bool = True                     # False: never written into a compose (Genesis-only)
+    max_sm: Decimal | None = None              # upper bound when a format is family-specific
+    note: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Anchor:
+    id: str
+    profile: str
+    gpu: str
+    measured_peak_bytes: int | None
+    measured_kv_tokens: int | None
+    ctx: int | None
+    source: str
+    gpu_count: int = 1
+    mem_util: float | None = None
+    kv_format: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Catalog:
+    version: str
+    schema_version: int
+    models: Mapping[str, Model]
+    engines: Mapping[str, Engine]
+    drafters: Mapping[str, Drafter]
+    gpus: Mapping[str, Gpu]
+    profiles: Mapping[str, Profile]
+    arches: Mapping[str, ArchRow]
+    patches: Mapping[str, Patch]
+    kv_formats: Mapping[str, KvFormat]
+    anchors: tuple[Anchor, ...]
+    _repo_index: Mapping[str, tuple[str, str]] = field(default_factory=dict, repr=False, compare=False)
+    _gpu_index: Mapping[str, str] = field(default_factory=dict, repr=False, compare=False)
+    _arch_alias: Mapping[str, str] = field(default_factory=dict, repr=False, compare=False)
+
+    def find_variant(self, repo_id: str) -> tuple[Model, WeightVariant] | None:
+        """The curated (model, variant) whose hf_repos lists ``repo_id`` (case-insensitive, @rev ignored)."""
+        key = normalize_repo_id(repo_id)
+        hit = self._repo_index.get(key)
+        if hit is None:
+            return None
+        model = self.models[hit[0]]
+        return model, model.weights[hit[1]]
+
+    def arch_row(self, architecture: str) -> ArchRow | None:
+        """Row by direct name, then by a row's ``config_architectures`` alias."""
+        row = self.arches.get(architecture)
+        if row is not None:
+            return row
+        alias = self._arch_alias.get(architecture)
+        return self.arches.get(alias) if alias else None
+
+    def arch_row_for_model(self, model_id: str) -> ArchRow | None:
+        """Row whose ``model_slugs`` names the curated model; else the model's own architecture."""
+        for row in self.arches.values():
+            if model_id in row.model_slugs:
+                return row
+        model = self.models.get(model_id)
+        return self.arch_row(model.architecture) if model is not None else None
+
+    def gpu(self, name_or_alias: str) -> Gpu | None:
+        gid = self._gpu_index.get(normalize_gpu_name(name_or_alias))
+        return self.gpus[gid] if gid else None
+
+    def gpu_suggestions(self, name: str, n: int = 3) -> list[str]:
+        import difflib
+        wanted = normalize_gpu_name(name)
+        names = sorted(self._gpu_index)
+        close = difflib.get_close_matches(wanted, names, n=n * 3, cutoff=0.5)
+        out: list[str] = []
+        for alias in close:
+            gid = self._gpu_index[alias]
+            if gid not in out:
+                out.append(gid)
+        if not out:
+            out = [gid for alias, gid in sorted(self._gpu_index.items()) if wanted and wanted in alias]
+            out = list(dict.fromkeys(out))
+        return out[:n]
+
+    def emittable(self, key: str) -> tuple[bool, str | None]:
+        """SYSTEM.md section 5: can ``club3090 compose`` replay this profile?
+
+        Returns (True, None) or (False, reason) with reason one of ``engine-not-vllm``,
+        ``no-runtime-capture``, ``genesis-equipped``.
+        """
+        profile = self.profiles[key]
+        if self.engines[profile.engine].type != "vllm":
+            return False, "engine-not-vllm"
+        if profile.runtime is None:
+            return False, "no-runtime-capture"
+        if profile.runtime.genesis_equipped:
+            return False, "genesis-equipped"
+        return True, None
+
+    def need_sm(self, key: str) -> Decimal:
+        """SYSTEM.md section 6: max(engine min SM, fallback_sm or required_sm, KV-format floor)."""
+        profile = self.profiles[key]
+        term = profile.fallback_sm if profile.fallback_sm is not None else profile.required_sm
+        floor = self.kv_formats[profile.kv_format].min_sm
+        values = [self.engines[profile.engine].min_sm, term or Decimal(0), floor or Decimal(0)]
+        return max(values)
+
+    def kv_arg(self, kv_format: str) -> str | None:
+        """``--kv-cache-dtype`` value for a catalog KV format (None: omit the flag)."""
+        return self.kv_formats[kv_format].vllm_arg
+
+
+def normalize_repo_id(repo_id: str) -> str:
+    return repo_id.strip().split("@", 1)[0].strip("/").lower()
+
+
+def normalize_gpu_name(name: str) -> str:
+    """'NVIDIA GeForce RTX 3090' / 'rtx_3090' / 'RTX-3090' -> 'rtx-3090'-like canonical token."""
+    text = name.strip().lower()
+    for prefix in ("nvidia ", "geforce "):
+        if text.startswith(prefix):
+            text = text[len(prefix):]
+    text = text.replace("geforce ", "")
+    out = []
+    for ch in text:
+        out.append(ch if ch.isalnum() or ch == "." else "-")
+    token = "".join(out)
+    while "--" in token:
+        token = token.replace("--", "-")
+    return token.strip("-")

@@ -1,0 +1,139 @@
+"""``--gpus SPEC`` parsing, resolved through the catalog's GPU table.
+
+Accepted forms (items may be joined with commas for mixed rigs):
+
+    1x3090   2xrtx-4090   4xH100-80GB        COUNT x NAME (name or alias from the catalog)
+    3090     rtx-4090                         a bare name means one GPU
+    2x24GiB  1x23.58GiB   1x80GB   1x24576MiB COUNT x SIZE (GiB = 2^30, GB = 1e9, MiB = 2^20)
+    24576:NVIDIA GeForce RTX 3090,24576:...   MiB:NAME per GPU (nvidia-smi style)
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
+
+from club3090.catalog.model import Catalog, Gpu
+from club3090.errors import UsageError
+
+MAX_GPUS = 64
+_UNITS = {"gib": 2 ** 30, "gb": 10 ** 9, "mib": 2 ** 20, "mb": 10 ** 6, "tib": 2 ** 40, "tb": 10 ** 12}
+_COUNT_RE = re.compile(r"^\s*(\d+)\s*[x×*]\s*(\S.*?)\s*$", re.IGNORECASE)
+_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(gib|gb|mib|mb|tib|tb)\s*$", re.IGNORECASE)
+_MIB_NAME_RE = re.compile(r"^\s*(\d+)\s*:\s*(\S.*?)\s*$")
+
+FORMS = "COUNTxNAME (1x3090, 4xH100-80GB), COUNTxSIZE (2x24GiB, 1x80GB) or MiB:NAME,MiB:NAME"
+
+
+@dataclass(frozen=True, slots=True)
+class GpuSet:
+    count: int
+    memory_bytes: tuple[int, ...]          # per GPU, in order
+    names: tuple[str, ...]                 # per GPU: catalog id, the given name, or the size text
+    sm: Decimal | None                     # minimum over the GPUs; None when any is unknown
+    gpu: Gpu | None                        # the catalog card when every GPU is that same card
+    gpus: tuple[Gpu | None, ...] = ()      # per GPU catalog card (None when not in the catalog)
+    spec: str = ""
+
+    @property
+    def min_memory_bytes(self) -> int:
+        return min(self.memory_bytes)
+
+    @property
+    def homogeneous(self) -> bool:
+        return len(set(self.names)) == 1 and len(set(self.memory_bytes)) == 1
+
+    @property
+    def nvlink(self) -> bool | None:
+        """Whether every card is NVLink-capable (None when a card is not in the catalog)."""
+        if any(g is None for g in self.gpus):
+            return None
+        return all(g.nvlink for g in self.gpus if g is not None)
+
+    def subset(self, n: int) -> "GpuSet":
+        """The first ``n`` GPUs (the ones a TP=n profile uses)."""
+        n = max(1, min(n, self.count))
+        gpus = self.gpus[:n]
+        sms = [g.sm if g is not None else None for g in gpus]
+        sm = None if any(s is None for s in sms) else min(sms)  # type: ignore[type-var]
+        same = gpus[0] if gpus and gpus[0] is not None and all(g == gpus[0] for g in gpus) else None
+        return GpuSet(count=n, memory_bytes=self.memory_bytes[:n], names=self.names[:n], sm=sm,
+                      gpu=same, gpus=gpus, spec=self.spec)
+
+    def to_json(self) -> dict:
+        return {"count": self.count, "memory_bytes": list(self.memory_bytes), "names": list(self.names),
+                "sm": str(self.sm) if self.sm is not None else None,
+                "gpu": self.gpu.id if self.gpu is not None else None}
+
+
+def _size_bytes(number: str, unit: str) -> int:
+    try:
+        value = Decimal(number) * _UNITS[unit.lower()]
+    except InvalidOperation:  # pragma: no cover - the regex admits only decimals
+        raise UsageError(f"--gpus: bad size {number}{unit}") from None
+    if value < 2 ** 20:
+        raise UsageError(f"--gpus: GPU memory {number}{unit} is too small")
+    return int(value)
+
+
+def _lookup(name: str, catalog: Catalog, spec: str) -> Gpu:
+    gpu = catalog.gpu(name)
+    if gpu is None:
+        close = catalog.gpu_suggestions(name)
+        hint = (f"; closest known: {', '.join(close)}" if close
+                else f"; known: {', '.join(sorted(catalog.gpus))}")
+        raise UsageError(f"--gpus {spec!r}: unknown GPU {name!r}{hint} "
+                         f"(or give the memory size, e.g. 1x24GiB)")
+    return gpu
+
+
+def _count(text: str, spec: str) -> int:
+    count = int(text)
+    if not 1 <= count <= MAX_GPUS:
+        raise UsageError(f"--gpus {spec!r}: GPU count must be 1..{MAX_GPUS}, got {count}")
+    return count
+
+
+def parse_gpus(spec: str, catalog: Catalog) -> GpuSet:
+    """Parse a ``--gpus`` value; unknown names raise ``UsageError`` naming the closest cards."""
+    if not isinstance(spec, str) or not spec.strip():
+        raise UsageError(f"--gpus needs a value: {FORMS}")
+    memory: list[int] = []
+    names: list[str] = []
+    cards: list[Gpu | None] = []
+    for item in (part.strip() for part in spec.split(",")):
+        if not item:
+            raise UsageError(f"--gpus {spec!r}: empty item; expected {FORMS}")
+        mib_name = _MIB_NAME_RE.match(item)
+        if mib_name:
+            mib = int(mib_name.group(1))
+            if mib < 1:
+                raise UsageError(f"--gpus {spec!r}: memory must be positive MiB")
+            card = catalog.gpu(mib_name.group(2))
+            memory.append(mib * 2 ** 20)
+            names.append(card.id if card else mib_name.group(2))
+            cards.append(card)
+            continue
+        counted = _COUNT_RE.match(item)
+        count, what = (_count(counted.group(1), spec), counted.group(2)) if counted else (1, item)
+        size = _SIZE_RE.match(what)
+        if size:
+            each = _size_bytes(size.group(1), size.group(2))
+            memory += [each] * count
+            names += [f"{size.group(1)}{size.group(2)}"] * count
+            cards += [None] * count
+        else:
+            card = _lookup(what, catalog, spec)
+            memory += [card.memory_bytes] * count
+            names += [card.id] * count
+            cards += [card] * count
+        if len(memory) > MAX_GPUS:
+            break
+    if not 1 <= len(memory) <= MAX_GPUS:
+        raise UsageError(f"--gpus {spec!r}: GPU count must be 1..{MAX_GPUS}, got {len(memory)}")
+    sms = [c.sm if c is not None else None for c in cards]
+    sm = None if any(s is None for s in sms) else min(s for s in sms if s is not None)
+    same = cards[0] if cards[0] is not None and all(c == cards[0] for c in cards) else None
+    return GpuSet(count=len(memory), memory_bytes=tuple(memory), names=tuple(names), sm=sm, gpu=same,
+                  gpus=tuple(cards), spec=spec.strip())

@@ -1,0 +1,335 @@
+"""The shipped catalog loads, cross-references resolve, and broken copies fail loudly."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import time
+from decimal import Decimal
+from importlib import resources
+from pathlib import Path
+
+import pytest
+import yaml
+
+from club3090.catalog import load_catalog
+from club3090.catalog import loader
+from club3090.errors import CatalogError
+
+SEED_VLLM_PROFILES = (
+    "vllm/default", "vllm/long-text", "vllm/long-text-no-mtp", "vllm/long-vision",
+    "vllm/bounded-thinking", "vllm/tools-text", "vllm/minimal", "vllm/dual", "vllm/dual-turbo",
+    "vllm/dual-dflash", "vllm/dual-dflash-noviz", "vllm/dual-bf16", "vllm/dual-int8",
+    "vllm/dual-tq3-mtp", "vllm/dual-tq3-mtp-genesis", "vllm/dual-tq3-nomtp",
+    "vllm/dual-carnice-bf16mtp", "vllm/dual-qwopus-bf16mtp", "vllm/dual4", "vllm/dual4-dflash",
+    "vllm/gemma-mtp-tp1", "vllm/gemma-bf16-mtp", "vllm/gemma-int8-mtp", "vllm/gemma-26ba4b-single",
+    "vllm/gemma-26ba4b-dual", "vllm/qwen-a3b-preview-single", "vllm/qwen-35b-a3b-dual",
+)
+GIB = 2 ** 30
+MIB = 2 ** 20
+
+
+@pytest.fixture(scope="module")
+def cat():
+    return load_catalog()
+
+
+def data_dir() -> Path:
+    return Path(str(resources.files("club3090.catalog").joinpath("data")))
+
+
+# ----------------------------------------------------------------------------- shipped data
+
+def test_shipped_catalog_loads_and_is_cached(cat):
+    assert re.fullmatch(r"[0-9a-f]{12}", cat.version)
+    assert cat.schema_version == 1
+    assert load_catalog() is cat
+
+
+def test_every_data_file_has_schema_version():
+    for name in loader.FILES:
+        doc = yaml.safe_load((data_dir() / name).read_text(encoding="utf-8"))
+        assert doc["schema_version"] == 1, name
+    assert sorted(p.name for p in data_dir().glob("*.yaml")) == sorted(loader.FILES)
+
+
+def test_loading_is_fast():
+    start = time.perf_counter()
+    loader._load(None)
+    assert time.perf_counter() - start < 0.5  # typically ~60 ms with libyaml
+
+
+def test_seed_profiles_present_with_fields(cat):
+    assert len(SEED_VLLM_PROFILES) == 27
+    for key in (*SEED_VLLM_PROFILES, "llamacpp/default"):
+        p = cat.profiles[key]
+        assert p.key == key
+        assert p.model in cat.models and p.weights_variant in cat.models[p.model].weights
+        assert p.engine in cat.engines and p.kv_format in cat.kv_formats
+        assert p.tp >= 1 and p.pp >= 1 and p.max_ctx > 0 and p.max_num_seqs >= 1 and p.port > 0
+        assert p.reference_gpu == "rtx-3090"
+        assert p.compose_path.startswith("models/")
+    for key in SEED_VLLM_PROFILES:
+        p = cat.profiles[key]
+        assert cat.engines[p.engine].type == "vllm"
+        assert 0 < p.mem_util <= 1
+        rt = p.runtime
+        assert rt is not None, key
+        assert rt.service["image"]
+        assert isinstance(rt.service["command"], list)
+        assert rt.trust_remote_code_in_shipped is ("--trust-remote-code" in rt.service["command"])
+        assert set(rt.insertion_points) == {k for k in ("volumes", "entrypoint") if k in rt.service}
+        for slot in ("tensor_parallel_size", "max_model_len", "gpu_memory_utilization", "ports"):
+            assert slot in rt.param_slots, (key, slot)
+        assert ("speculative_config" in rt.param_slots) is (p.drafter is not None), key
+    llama = cat.profiles["llamacpp/default"]
+    assert cat.engines[llama.engine].type == "llama.cpp" and llama.runtime is None
+
+
+def test_genesis_rule_recomputed_from_service(cat):
+    for key, p in cat.profiles.items():
+        if p.runtime is None:
+            continue
+        text = json.dumps(p.runtime.service)
+        expected = bool(re.search(r"_genesis|GENESIS_PIN|GENESIS_ENABLE", text)) or \
+            p.kv_format.startswith("turboquant")
+        assert p.runtime.genesis_equipped is expected, key
+    assert cat.profiles["vllm/dual-turbo"].runtime.genesis_equipped
+    assert not cat.profiles["vllm/minimal"].runtime.genesis_equipped
+
+
+def test_emittability(cat):
+    assert cat.emittable("vllm/minimal") == (True, None)
+    assert cat.emittable("vllm/dual-turbo") == (False, "genesis-equipped")
+    assert cat.emittable("llamacpp/default") == (False, "engine-not-vllm")
+    assert cat.emittable("vllm/qwen-27b-dual-fast") == (False, "no-runtime-capture")
+
+
+def test_cross_references_resolve(cat):
+    for key, p in cat.profiles.items():
+        model = cat.models[p.model]
+        assert p.weights_variant in model.weights, key
+        assert p.engine in cat.engines, key
+        assert p.drafter is None or p.drafter in cat.drafters, key
+        assert p.kv_format in cat.kv_formats, key
+        assert p.reference_gpu in cat.gpus
+    for arch, row in cat.arches.items():
+        assert row.engine_pins, arch
+        for pin in row.engine_pins:
+            assert pin.engine in cat.engines, (arch, pin.pin)
+        for pid in row.required_patches:
+            assert pid in cat.patches
+        for slug in row.model_slugs:
+            assert slug in cat.models
+    for pid, patch in cat.patches.items():
+        for key in patch.load_bearing_composes:
+            assert key in cat.profiles, pid
+        for gap in patch.delivery_gaps:
+            assert set(gap.profiles) <= set(cat.profiles)
+    for a in cat.anchors:
+        assert a.profile in cat.profiles and a.gpu in cat.gpus
+        assert a.measured_peak_bytes or a.measured_kv_tokens
+    for e in cat.engines.values():
+        assert set(e.supported_kv_formats) <= set(cat.kv_formats)
+        assert e.pin.startswith(e.id + "@")
+    for m in cat.models.values():
+        assert m.default_weight_variant in m.weights
+        assert set(m.compatible_drafters) <= set(cat.drafters)
+
+
+def test_models_carry_config_and_variants(cat):
+    for mid, m in cat.models.items():
+        cfg = m.hf_config
+        assert cfg["architectures"][0] == m.architecture
+        text = cfg.get("text_config", cfg)
+        assert text["hidden_size"] == m.facts["hidden_size"], mid
+        assert text["num_hidden_layers"] == m.facts["num_hidden_layers"], mid
+        assert text["num_attention_heads"] == m.facts["num_attn_heads"], mid
+        assert text["num_key_value_heads"] == m.facts["num_kv_heads"], mid
+    q = cat.models["qwen3.6-27b"].weights["autoround-int4"]
+    assert q.hf_repos == ("Lorbus/Qwen3.6-27B-int4-AutoRound", "Intel/Qwen3.6-27B-int4-AutoRound")
+    assert q.size_bytes == 17_500_000_000 and q.kind == "main" and q.format == "autoround"
+    assert "fixture" in cat.models["qwen3.6-35b-a3b"].hf_config_source
+
+
+def test_find_variant_is_case_insensitive_over_aliases(cat):
+    hit = cat.find_variant("intel/QWEN3.6-27B-INT4-AUTOROUND")
+    assert hit is not None
+    model, variant = hit
+    assert (model.id, variant.id) == ("qwen3.6-27b", "autoround-int4")
+    assert cat.find_variant("Lorbus/Qwen3.6-27B-int4-AutoRound@abc123")[1].id == "autoround-int4"
+    assert cat.find_variant("meta-llama/Llama-3.1-8B") is None
+
+
+def test_arch_lookup(cat):
+    assert cat.arch_row("Qwen3_5ForConditionalGeneration").arch == "Qwen3NextForCausalLM"
+    assert cat.arch_row_for_model("gemma-4-26b-a4b").arch == "Gemma4ForConditionalGenerationMoE"
+    assert cat.arch_row_for_model("qwen3.6-27b").arch == "Qwen3NextForCausalLM"
+    assert cat.arch_row("NoSuchForCausalLM") is None
+    llama = cat.arch_row("LlamaForCausalLM")
+    assert llama.trust_remote_code == "unverified"
+    for native in ("Qwen2ForCausalLM", "MistralForCausalLM", "Qwen3MoeForCausalLM", "GptOssForCausalLM",
+                   "DeepseekV3ForCausalLM", "GPT2LMHeadModel", "NemotronHForCausalLM"):
+        row = cat.arch_row(native)
+        assert row.trust_remote_code == "false" and row.trust_remote_code_evidence
+        assert row.pin_for("vllm-stable@v0.22.0").loads
+    nightly = cat.arch_row("Qwen3NextForCausalLM").pin_for(
+        "vllm-nightly-clean@bf610c2f56764e1b30bc6065f4ceace3d6e59036")
+    assert nightly is not None and nightly.loads is False
+
+
+def test_engines_and_kv_formats(cat):
+    stable = cat.engines["vllm-stable"]
+    assert stable.pin == "vllm-stable@v0.22.0" and stable.vllm_version == "0.22.0"
+    assert stable.min_sm == Decimal("7.5") and stable.vendored_overlays == ()
+    assert cat.engines["vllm-nightly-clean"].vllm_version is None
+    assert cat.engines["vllm-pip-baseline"].vllm_version == "0.20.2"
+    kv = cat.kv_formats
+    assert kv["fp8_e4m3"].min_sm == Decimal("8.6")
+    assert kv["turboquant_3bit_nc"].min_sm == Decimal("9.0")
+    assert kv["nvfp4"].min_sm == Decimal("10.0")
+    assert {k: cat.kv_arg(k) for k in ("bf16", "fp16", "fp8_e5m2", "fp8_e4m3", "int8_per_token_head",
+                                       "q4_0", "k8v4")} == {
+        "bf16": None, "fp16": None, "fp8_e5m2": "fp8_e5m2", "fp8_e4m3": "fp8",
+        "int8_per_token_head": "auto+PTH", "q4_0": "q4_0", "k8v4": "k8v4"}
+    assert kv["turboquant_3bit_nc"].emittable is False
+    for name in ("auto", "bf16", "fp16", "fp32", "fp8", "fp8_e4m3", "fp8_e5m2", "int8_per_token_head",
+                 "fp8_per_token_head", "nvfp4", "turboquant_3bit_nc", "turboquant_k8v4", "q8_0",
+                 "q4_0", "q5_0", "k8v4"):
+        assert name in kv
+
+
+def test_gemma_fp8_profile_requires_sm90(cat):
+    p = cat.profiles["vllm/gemma-mtp-tp1"]
+    assert p.kv_format == "fp8_e4m3" and p.required_sm == Decimal("9.0")
+    assert cat.need_sm("vllm/gemma-mtp-tp1") == Decimal("9.0")
+    assert cat.need_sm("vllm/minimal") == Decimal("7.5")
+
+
+def test_gpu_table(cat):
+    assert cat.gpu("3090").memory_bytes == 24576 * MIB == 25769803776
+    assert cat.gpu("rtx3090") is cat.gpu("RTX-3090") is cat.gpu("NVIDIA GeForce RTX 3090")
+    assert cat.gpu("h100").memory_bytes == 81559 * MIB and cat.gpu("h100").sm == Decimal("9.0")
+    for name in ("h100-80gb", "4090", "a100-80gb", "a100-40gb", "h200", "l4", "l40s", "rtx-5090",
+                 "rtx-pro-6000", "a6000", "t4", "3090-ti", "3060", "a5000"):
+        assert cat.gpu(name) is not None, name
+    assert "rtx-3090" in cat.gpu_suggestions("rtx-3080")
+    assert cat.gpu("rtx-3080") is None
+
+
+def test_patches_and_anchors(cat):
+    marlin = cat.patches["qwen-vllm-marlin-pad"]
+    assert marlin.foundational and marlin.on_fail == "hard-refuse"
+    assert marlin.load_bearing_composes == ("vllm/dual",)
+    assert all(mount.endswith(":ro") for mount in marlin.mounts) and len(marlin.mounts) == 2
+    sidecar = cat.patches["qwen-qwen3coder-tool-parser-deferred-commit"]
+    assert set(sidecar.delivery_gaps[0].profiles) == {"vllm/minimal", "vllm/dual"}
+    assert cat.patches["genesis-p4"].deprecated
+    assert any(a.profile == "vllm/minimal" for a in cat.anchors)
+
+
+# ----------------------------------------------------------------------------- broken copies
+
+def _copy(tmp_path: Path) -> Path:
+    dest = tmp_path / "data"
+    shutil.copytree(data_dir(), dest)
+    return dest
+
+
+def _edit(root: Path, name: str, fn) -> None:
+    doc = yaml.load((root / name).read_text(encoding="utf-8"), Loader=yaml.CSafeLoader)
+    fn(doc)
+    (root / name).write_text(yaml.dump(doc, Dumper=yaml.CSafeDumper, sort_keys=False), encoding="utf-8")
+
+
+def _problems(root: Path) -> set[tuple[str, str]]:
+    with pytest.raises(CatalogError) as info:
+        load_catalog(root)
+    return {(p.file, p.path) for p in info.value.problems}
+
+
+def test_copy_of_shipped_data_loads(tmp_path):
+    assert load_catalog(_copy(tmp_path)).version == load_catalog().version
+
+
+def test_unknown_key_named_with_hint(tmp_path):
+    root = _copy(tmp_path)
+    _edit(root, "profiles.yaml", lambda d: d["profiles"]["vllm/minimal"].update(mem_utill=0.9))
+    with pytest.raises(CatalogError) as info:
+        load_catalog(root)
+    [problem] = info.value.problems
+    assert (problem.file, problem.path) == ("profiles.yaml", "profiles['vllm/minimal'].mem_utill")
+    assert "mem_util" in problem.message
+
+
+def test_wrong_type_named(tmp_path):
+    root = _copy(tmp_path)
+    _edit(root, "profiles.yaml", lambda d: d["profiles"]["vllm/minimal"].update(mem_util="0.92x"))
+    assert ("profiles.yaml", "profiles['vllm/minimal'].mem_util") in _problems(root)
+
+
+def test_wrong_enum_and_missing_key(tmp_path):
+    root = _copy(tmp_path)
+
+    def edit(d):
+        d["arches"]["LlamaForCausalLM"]["trust_remote_code"] = "no"
+        del d["arches"]["Qwen2ForCausalLM"]["tp_divisors"]
+    _edit(root, "arches.yaml", edit)
+    assert _problems(root) >= {("arches.yaml", "arches['LlamaForCausalLM'].trust_remote_code"),
+                               ("arches.yaml", "arches['Qwen2ForCausalLM'].tp_divisors")}
+
+
+@pytest.mark.parametrize("name, edit, where", [
+    ("profiles.yaml", lambda d: d["profiles"]["vllm/minimal"].update(engine="vllm-nope"),
+     "profiles['vllm/minimal'].engine"),
+    ("profiles.yaml", lambda d: d["profiles"]["vllm/minimal"].update(weights_variant="nope"),
+     "profiles['vllm/minimal'].weights_variant"),
+    ("profiles.yaml", lambda d: d["profiles"]["vllm/minimal"].update(drafter="nope"),
+     "profiles['vllm/minimal'].drafter"),
+    ("profiles.yaml", lambda d: d["profiles"]["vllm/minimal"].update(model="nope"),
+     "profiles['vllm/minimal'].model"),
+    ("arches.yaml", lambda d: d["arches"]["LlamaForCausalLM"]["engine_pins"][0].update(pin="ghost@v1"),
+     "arches['LlamaForCausalLM'].engine_pins[0].pin"),
+    ("patches.yaml", lambda d: d["patches"]["qwen-vllm-marlin-pad"].update(load_bearing_composes=["vllm/nope"]),
+     "patches['qwen-vllm-marlin-pad'].load_bearing_composes[0]"),
+    ("anchors.yaml", lambda d: d["anchors"][0].update(profile="vllm/nope"), "anchors[0].profile"),
+])
+def test_dangling_reference_named(tmp_path, name, edit, where):
+    root = _copy(tmp_path)
+    _edit(root, name, edit)
+    assert (name, where) in _problems(root)
+
+
+def test_every_problem_reported_at_once(tmp_path):
+    root = _copy(tmp_path)
+    _edit(root, "profiles.yaml", lambda d: d["profiles"]["vllm/dual"].update(tp="two"))
+    _edit(root, "gpus.yaml", lambda d: d["gpus"]["rtx-3090"].update(vram=24))
+    _edit(root, "engines.yaml", lambda d: d["engines"]["vllm-stable"].update(min_sm="fast"))
+    _edit(root, "drafters.yaml", lambda d: d["drafters"]["qwen-mtp-builtin"].update(n_default=[]))
+    found = _problems(root)
+    assert found >= {("profiles.yaml", "profiles['vllm/dual'].tp"),
+                     ("gpus.yaml", "gpus['rtx-3090'].vram"),
+                     ("engines.yaml", "engines['vllm-stable'].min_sm"),
+                     ("drafters.yaml", "drafters['qwen-mtp-builtin'].n_default")}
+
+
+def test_schema_version_and_bad_yaml(tmp_path):
+    root = _copy(tmp_path)
+    _edit(root, "kv_formats.yaml", lambda d: d.update(schema_version=99))
+    (root / "gpus.yaml").write_text("schema_version: 1\ngpus: [unclosed\n", encoding="utf-8")
+    found = _problems(root)
+    assert ("kv_formats.yaml", "schema_version") in found
+    assert any(f == "gpus.yaml" for f, _ in found)
+
+
+def test_missing_file_is_a_catalog_error(tmp_path):
+    root = _copy(tmp_path)
+    (root / "anchors.yaml").unlink()
+    assert ("anchors.yaml", "<file>") in _problems(root)
+
+
+def test_package_data_never_points_at_shared():
+    src = Path(loader.__file__).parent
+    for path in src.rglob("*.py"):
+        assert "/shared" not in path.read_text(encoding="utf-8"), path

@@ -1,0 +1,73 @@
+"""`club3090 profiles` through the real CLI entry point."""
+
+from __future__ import annotations
+
+import json
+
+from club3090.cli import main
+
+from tests.test_catalog import SEED_VLLM_PROFILES
+
+FIELDS = ("key", "model", "weights_variant", "engine", "kv_format", "tp", "max_ctx", "mem_util",
+          "status", "emittable", "not_emittable_reason")
+
+
+def _json(capsys, *argv):
+    code = main(["profiles", "--json", *argv])
+    out = capsys.readouterr().out
+    return code, json.loads(out)
+
+
+def test_json_lists_every_profile_with_fields(capsys):
+    code, doc = _json(capsys)
+    assert code == 0
+    rows = {r["key"]: r for r in doc["profiles"]}
+    for key in (*SEED_VLLM_PROFILES, "llamacpp/default"):
+        assert key in rows
+        for field in FIELDS:
+            assert field in rows[key], (key, field)
+    assert len(rows) == 67
+    assert rows["vllm/minimal"]["emittable"] is True
+    assert rows["vllm/dual-turbo"]["emittable"] is False
+    assert rows["vllm/dual-turbo"]["not_emittable_reason"] == "genesis-equipped"
+    assert rows["llamacpp/default"]["not_emittable_reason"] == "engine-not-vllm"
+    assert rows["vllm/qwen-27b-dual-fast"]["not_emittable_reason"] == "no-runtime-capture"
+    assert "rig" not in rows["vllm/minimal"]
+
+
+def test_json_with_gpus_checks_count_and_sm(capsys):
+    code, doc = _json(capsys, "--gpus", "1x3090")
+    assert code == 0
+    rows = {r["key"]: r for r in doc["profiles"]}
+    assert rows["vllm/minimal"]["rig"]["ok"] is True
+    assert rows["vllm/dual"]["rig"]["enough_gpus"] is False
+    assert rows["vllm/dual"]["rig"]["ok"] is False
+    assert rows["vllm/gemma-mtp-tp1"]["rig"]["sm_ok"] is False  # fp8 KV profile needs SM 9.0
+    assert doc["gpus"]["count"] == 1
+
+
+def test_gemma_fp8_profile_passes_on_h100(capsys):
+    _, doc = _json(capsys, "--gpus", "1xh100")
+    rows = {r["key"]: r for r in doc["profiles"]}
+    assert rows["vllm/gemma-mtp-tp1"]["rig"]["ok"] is True
+
+
+def test_size_only_rig_has_unknown_sm(capsys):
+    _, doc = _json(capsys, "--gpus", "2x24GiB")
+    rows = {r["key"]: r for r in doc["profiles"]}
+    assert rows["vllm/dual"]["rig"]["enough_gpus"] is True
+    assert rows["vllm/dual"]["rig"]["sm_ok"] is None
+
+
+def test_bad_gpus_exits_64(capsys):
+    code = main(["profiles", "--gpus", "1xrtx-3080"])
+    err = capsys.readouterr().err
+    assert code == 64
+    assert "rtx-3090" in err
+
+
+def test_human_table(capsys):
+    assert main(["profiles", "--gpus", "2x3090"]) == 0
+    out = capsys.readouterr().out
+    assert "vllm/minimal" in out and "llamacpp/default" in out
+    assert "67 profiles" in out
