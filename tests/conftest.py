@@ -41,3 +41,6 @@ def _hermetic(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPath
         return real_connect(self, address)
 
     monkeypatch.setattr(socket.socket, "connect", guarded_connect)
+
+
+pytest_plugins = ["tests.fakehub"]  # the loopback fake Hub: fixture `fake_hub` (tests/fakehub.py)

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 
 Confidence = Literal["exact", "derived", "estimated-lower-bound"]
 SourceKind = Literal["hub", "local", "cache", "catalog"]
-Provenance = Literal["config", "header", "catalog", "fallback", "index", "hub-api"]
+Provenance = Literal["config", "header", "catalog", "fallback", "index", "hub-api", "filesystem"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,6 +32,7 @@ class Quantization:
     method: str                        # awq, gptq, compressed-tensors, fp8, bitsandbytes, auto-round, mxfp4, nvfp4, modelopt, ...
     bits: int | None
     kv_cache_scheme: str | None = None  # a KV format the checkpoint declares (e.g. "fp8"), if any
+    scheme: str | None = None           # finer scheme when declared: quant_algo (NVFP4, MIXED_PRECISION), nf4, e4m3, ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,3 +64,4 @@ class ModelSpec:
     local_path: Path | None = None
     gguf_files: tuple[str, ...] = ()
     provenance: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    max_ctx_supported: int | None = None      # max_position_embeddings, else 131072 (provenance "fallback")
