@@ -30,10 +30,8 @@ def add_parser(sub: Any) -> None:
 
 
 def _catalog() -> Any:
-    try:
-        from club3090.catalog import load_catalog
-    except ImportError:  # catalog loader not installed in this build: no Tier-1 lookup
-        return None
+    from club3090.catalog import load_catalog
+
     return load_catalog()
 
 

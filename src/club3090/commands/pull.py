@@ -1,12 +1,237 @@
-"""`club3090 pull` (placeholder until its issue lands; replace this whole module)."""
+"""`club3090 pull SLUG|DIR --profile-like KEY`: the gate, its verdict, and (Path A) the compose.
+
+Exit codes (SYSTEM.md section 10): 0 ok; 2 a stratum 1-6 stop or hard-block; 3 a terminal that
+needs ``--yes`` / ``--force-download``; 64 usage. Tool failures go through ``club3090.cli``'s
+error table (69 Hub unreachable, 70 internal error, 78 invalid catalog).
+"""
 
 from __future__ import annotations
 
+import argparse
+import json
+import sys
+from decimal import Decimal, InvalidOperation
+from pathlib import Path
+from typing import Any
 
-def add_parser(sub) -> None:
-    p = sub.add_parser("pull", help="(not yet implemented)")
+CAPTURES_DIR = ".pull-captures"
+
+
+def parse_sm(text: str) -> Decimal:
+    """``8.6``, ``sm_86``, ``sm86`` or ``86`` -> Decimal("8.6")."""
+    raw = text.strip().lower()
+    for prefix in ("sm_", "sm"):
+        if raw.startswith(prefix):
+            raw = raw[len(prefix):]
+            break
+    try:
+        if "." not in raw and raw.isdigit() and len(raw) >= 2:
+            value = Decimal(f"{raw[:-1]}.{raw[-1]}")
+        else:
+            value = Decimal(raw)
+    except InvalidOperation:
+        raise argparse.ArgumentTypeError(f"not a compute capability: {text!r} (try 8.6 or sm_86)") from None
+    if not value.is_finite() or value <= 0 or value >= 100:
+        raise argparse.ArgumentTypeError(f"not a compute capability: {text!r} (try 8.6 or sm_86)")
+    return value
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser(
+        "pull", help="gate a model for this rig: fit verdict, and a compose for curated repos",
+        description="Run the pull gate for one Hugging Face repo (or local folder): derive its facts, "
+                    "check the --profile-like runtime, engine support, disk and the fit, then map the "
+                    "verdict to a terminal. A curated repo with --out gets its compose written.")
+    p.add_argument("source", nargs="?", metavar="SLUG|DIR", help="Hugging Face repo id or a local model folder")
+    p.add_argument("--profile-like", metavar="KEY", help="registry profile giving the runtime shape (required)")
+    p.add_argument("--dry-run", action="store_true", help="evaluate only (Path B): never write, download or boot")
+    p.add_argument("--yes", "-y", action="store_true", help="accept a confirm→proceed terminal")
+    p.add_argument("--force-download", action="store_true",
+                   help="accept a low-confidence wont-fit (override-accepted; a calibration signal, not a fit)")
+    p.add_argument("--experimental-arch", action="store_true",
+                   help="bypass only [C0] no-arch-row (Path B)")
+    p.add_argument("--trust-remote-code", action="store_true",
+                   help="acknowledge that the model needs custom modelling code")
+    p.add_argument("--hf-home", type=Path, metavar="DIR",
+                   help="HF_HOME (default: $HF_HOME, $MODEL_DIR/.cache/huggingface, "
+                        "$XDG_CACHE_HOME/huggingface, ~/.cache/huggingface)")
+    p.add_argument("--out", type=Path, metavar="FILE", help="write the compose here (selects Path A for a curated repo)")
+    p.add_argument("--force", action="store_true", help="overwrite an existing --out file")
+    p.add_argument("--hardware", type=parse_sm, metavar="SM", help="override the compute capability, e.g. 8.6")
+    p.add_argument("--gpus", metavar="SPEC",
+                   help="override the GPU topology: 2x3090, 4xH100-80GB, 2x24GiB, or 'MiB:NAME,...'")
+    p.add_argument("--hardware-gpus", dest="gpus", metavar="SPEC", help=argparse.SUPPRESS)
+    p.add_argument("--recommend", action="store_true", help="append a plain-language recommendation")
+    p.add_argument("--json", action="store_true", help="print the whole decision as one JSON object")
+    p.add_argument("--submit-last", action="store_true", help="submit the newest gate bundle (asks first)")
+    p.add_argument("--submit", type=Path, metavar="DIR", help="submit this gate bundle (asks first)")
     p.set_defaults(run=run)
 
 
-def run(args, settings) -> int:
-    raise NotImplementedError("club3090 pull is not implemented yet")
+def run(args: argparse.Namespace, settings: Any) -> int:
+    from club3090.errors import UsageError
+
+    if args.submit_last or args.submit is not None:
+        if args.submit_last and args.submit is not None:
+            raise UsageError("give either --submit-last or --submit DIR, not both")
+        return _submit(args)
+    if not args.source:
+        raise UsageError("pull needs SLUG|DIR (or --submit-last / --submit DIR)")
+    if not args.profile_like:
+        raise UsageError("pull needs --profile-like KEY (see `club3090 profiles`)")
+    if args.out is not None and args.out.is_dir():
+        raise UsageError(f"--out {args.out} is a folder; give a file path")
+
+    from club3090.catalog import load_catalog
+    from club3090.pull import PullRequest, evaluate
+
+    catalog = load_catalog()
+    gpu_set = None
+    if args.gpus:
+        from club3090.gpus import parse_gpus
+        gpu_set = parse_gpus(args.gpus, catalog)
+    request = PullRequest(
+        source=args.source, profile_like=args.profile_like, dry_run=args.dry_run, yes=args.yes,
+        force_download=args.force_download, experimental_arch=args.experimental_arch,
+        trust_remote_code=args.trust_remote_code, out=args.out, force=args.force,
+        hardware_sm=args.hardware, gpus=args.gpus)
+    result = evaluate(request, catalog=catalog, settings=settings, gpu_set=gpu_set,
+                      captures_root=Path.cwd() / CAPTURES_DIR)
+    if args.json:
+        payload = result.to_json()
+        if args.recommend:
+            payload["recommend"] = recommend_line(result)
+        print(json.dumps(payload, ensure_ascii=False, indent=2, default=str))
+    else:
+        print(render(result, recommend=args.recommend))
+    return result.exit_code
+
+
+# --------------------------------------------------------------------------------------------
+# Rendering
+# --------------------------------------------------------------------------------------------
+
+def _gib(n: Any) -> str:
+    return f"{int(n) / 2**30:.2f} GiB"
+
+
+def fit_lines(fit: Any) -> list[str]:
+    """The fit breakdown in GiB, from whatever fields the FitResult carries."""
+    if fit is None:
+        return []
+    lines: list[str] = []
+    per_gpu = getattr(fit, "per_gpu", None)
+    first = per_gpu[0] if isinstance(per_gpu, (list, tuple)) and per_gpu else per_gpu
+    if first is not None:
+        parts = []
+        for label, name in (("budget", "budget_bytes"), ("weights", "weights_bytes"),
+                            ("non-torch", "non_torch_bytes"), ("activation", "activation_bytes"),
+                            ("cuda-graphs", "cudagraph_bytes"), ("KV pool", "kv_pool_bytes")):
+            value = getattr(first, name, None)
+            if value is None and isinstance(first, dict):
+                value = first.get(name)
+            if value is not None:
+                parts.append(f"{label} {_gib(value)}")
+        if parts:
+            lines.append("[pull] fit per GPU: " + ", ".join(parts))
+    facts = []
+    for label, name in (("KV tokens", "kv_cache_tokens"), ("max concurrency at full length", "max_concurrency"),
+                        ("max_model_len", "max_model_len"), ("largest length that fits", "max_model_len_fit")):
+        value = getattr(fit, name, None)
+        if value is not None:
+            facts.append(f"{label} {value:.2f}" if isinstance(value, float) else f"{label} {value}")
+    band = getattr(fit, "error_band_bytes", None)
+    if band:
+        facts.append(f"error band ±{_gib(band)}")
+    if facts:
+        lines.append("[pull] fit: " + ", ".join(facts))
+    return lines
+
+
+def summary_line(result: Any) -> str:
+    why = result.reason or (result.terminal or "")
+    head = result.summary
+    if head == "FITS":
+        return f"{head}: {result.terminal} ({result.confidence}, {result.raw_verdict})"
+    if head == "FITS-but-not-yet-accepted":
+        flag = result.reason.split("needs ", 1)[-1] if result.reason else ""
+        return f"{head}: {result.raw_verdict} at {result.confidence} confidence; re-run with {flag} to accept"
+    if result.raw_verdict == "wont-fit":
+        return f"{head}: predicted wont-fit at {result.confidence} confidence ({why})"
+    return f"{head}: stopped at stratum {int(result.stratum)} {result.stratum_name}: {why}"
+
+
+def recommend_line(result: Any) -> str:
+    line = f"{result.summary} (deciding stratum: {int(result.stratum)} {result.stratum_name}"
+    line += f", reason {result.reason})" if result.reason else ")"
+    if result.caveat:
+        line += f". {result.caveat}"
+    return line
+
+
+def render(result: Any, *, recommend: bool = False) -> str:
+    status = "OK" if result.ok else "ABORT"
+    lines = [f"[pull] {status} path={result.path or '-'} stratum={result.stratum_name} "
+             f"slug={result.slug} profile-like={result.profile_like}"]
+    if result.confidence or result.raw_verdict or result.terminal:
+        lines.append(f"[pull] confidence={result.confidence or '-'} raw_verdict={result.raw_verdict or '-'} "
+                     f"terminal={result.terminal or '-'}")
+    if result.reason:
+        lines.append(f"[pull] reason={result.reason}")
+    if result.c0 is not None and result.c0.bypassable_by and not result.ok:
+        lines.append(f"[pull] bypassable_by={' + '.join(sorted(result.c0.bypassable_by))}")
+    if result.detail:
+        lines.append(f"[pull] detail: {result.detail}")
+    if result.reason and result.reason.startswith("unsupported-format") and "gguf" in result.detail.lower():
+        lines.append("[pull] hint: this repo ships GGUF files only; vLLM needs safetensors - look for a "
+                     "safetensors variant of the same model")
+    lines.extend(fit_lines(result.fit))
+    hw = result.hardware
+    if hw is not None and hw.memory_bytes:
+        lines.append(f"[pull] gpus: {hw.count} x " + ", ".join(sorted({_gib(m) for m in hw.memory_bytes}))
+                     + f" ({hw.memory_source}), SM {hw.sm} ({hw.sm_source})")
+    lines.extend(f"note: {n}" for n in result.notices)
+    lines.extend(f"closest fit: {s}" for s in result.suggestions)
+    if result.out is not None:
+        lines.append(f"[pull] wrote {result.out}")
+    if result.caveat:
+        lines.append(f"[pull] caveat: {result.caveat}")
+    if result.bundle is not None:
+        lines.append(f"[pull] gate bundle: {result.bundle}")
+        lines.append("[pull] to report this stop: club3090 pull --submit-last (shows the payload and asks first)")
+    lines.append(f"[pull] {summary_line(result)}")
+    if recommend:
+        lines.append(f"recommend: {recommend_line(result)}")
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------------------------
+# Submission
+# --------------------------------------------------------------------------------------------
+
+def _ask(prompt: str) -> str:
+    print(prompt, end="", file=sys.stderr, flush=True)
+    try:
+        return input()
+    except EOFError:
+        return ""
+
+
+def _submit(args: argparse.Namespace) -> int:
+    from club3090 import capture
+    from club3090.errors import UsageError
+
+    if args.submit_last:
+        root = Path.cwd() / CAPTURES_DIR
+        bundle = capture.latest_bundle(root)
+        if bundle is None:
+            print(f"no gate bundle under {root}; nothing to submit", file=sys.stderr)
+            return 2
+    else:
+        bundle = args.submit
+        if not Path(bundle).is_dir():
+            raise UsageError(f"--submit {bundle}: not a bundle folder")
+    from club3090.submit import submit
+    outcome = submit(Path(bundle), ask=_ask, out=sys.stdout)
+    code = getattr(outcome, "exit_code", None)
+    return int(code) if code is not None else 0
