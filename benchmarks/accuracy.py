@@ -1,0 +1,240 @@
+#!/usr/bin/env python3
+"""Score club3090's vLLM memory model against real start-up logs.
+
+    python benchmarks/accuracy.py [--cases FILE] [--configs FILE] [--json]
+
+A cases file follows the shared schema (`../shared/calibration/README.md`): one object per vLLM
+start with its settings and what the log printed. Configs come from the sibling
+`vllm_startup_configs.json`, keyed by `hf_repo`. When the case measured "Model loading took X GiB"
+that figure is used as the per-rank weights (as `kv-calc --weights-gib` would); otherwise a
+measurement of the same repo from another case is split by TP, and failing that the case is
+skipped for the memory metrics.
+
+Per case it prints the error of the available KV memory (GiB, predicted − measured), of the KV
+tokens (%), and whether the verdict agrees (false "fits" = we said it starts, vLLM refused;
+false "won't fit" = the reverse). A second token figure, `page-math`, feeds the *measured* KV pool
+through the page layout to isolate the exact part of the model from the fitted overheads.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+
+from club3090.architecture import parse_config  # noqa: E402
+from club3090.memory import GiB, ServeShape, UnpriceableModel, predict  # noqa: E402
+
+DEFAULT_CASES = ROOT.parent / "shared" / "calibration" / "vllm_startup_cases.json"
+
+# total memory as torch/the driver report it, for logs that name the GPU but not its memory
+GPU_TOTAL_GIB = {
+    "nvidia l4": 22.49,              # 23034 MiB per nvidia-smi
+    "nvidia geforce rtx 3090": 23.69,
+    "nvidia geforce rtx 4090": 23.65,
+    "nvidia l40s": 44.99,
+    "nvidia h100 80gb hbm3": 79.19,
+    "nvidia a100-sxm4-80gb": 79.15,
+}
+
+OK_OUTCOMES = {"ok"}
+
+
+def _version_for(case: dict[str, Any]) -> str | None:
+    version = case.get("vllm_version")
+    if version:
+        return str(version)
+    if case.get("engine") == "v0":
+        return "0.3.0"
+    return None
+
+
+def _weights_per_rank(case: dict[str, Any], cases: list[dict[str, Any]]) -> tuple[float | None, str]:
+    measured = (case.get("measured") or {}).get("model_loading_gib")
+    if measured is not None:
+        return float(measured), "measured"
+    tp, pp = case.get("tensor_parallel_size") or 1, case.get("pipeline_parallel_size") or 1
+    for other in cases:
+        if other is case or other.get("hf_repo") != case.get("hf_repo"):
+            continue
+        value = (other.get("measured") or {}).get("model_loading_gib")
+        if value is None:
+            continue
+        other_split = (other.get("tensor_parallel_size") or 1) * (other.get("pipeline_parallel_size") or 1)
+        return float(value) * other_split / (tp * pp), f"from {other['id']} / {tp * pp}"
+    return None, "no weights measurement"
+
+
+def _gpu_gib(case: dict[str, Any]) -> float | None:
+    if case.get("gpu_total_memory_gib"):
+        return float(case["gpu_total_memory_gib"])
+    name = (case.get("gpu_model") or "").strip().lower()
+    return GPU_TOTAL_GIB.get(name)
+
+
+def _shape(case: dict[str, Any], pool_bytes: int | None = None) -> ServeShape:
+    util = case.get("gpu_memory_utilization")
+    if case.get("gpu_memory_utilization_defaulted"):
+        util = None      # vLLM's version default applies; the recorded value is the case author's assumption
+    kv = case.get("kv_cache_dtype") or "auto"
+    return ServeShape(
+        tp=case.get("tensor_parallel_size") or 1,
+        pp=case.get("pipeline_parallel_size") or 1,
+        mem_util=util,
+        max_model_len=case.get("max_model_len"),
+        max_num_seqs=case.get("max_num_seqs"),
+        max_num_batched_tokens=case.get("max_num_batched_tokens"),
+        block_size=case.get("block_size") if not case.get("block_size") == 16 else None,
+        kv_cache_dtype=kv,
+        enforce_eager=bool(case.get("enforce_eager")),
+        vllm_version=_version_for(case),
+        dtype=(case.get("other_flags") or {}).get("dtype_flag") or case.get("dtype"),
+        device_name=case.get("gpu_model"),
+        kv_cache_memory_bytes=pool_bytes,
+    )
+
+
+def score_case(case: dict[str, Any], configs: dict[str, Any], cases: list[dict[str, Any]]) -> dict[str, Any]:
+    row: dict[str, Any] = {"id": case["id"], "hf_repo": case.get("hf_repo")}
+    config = configs.get(case.get("hf_repo") or "")
+    if not config or config.get("config_relation") == "not_obtained" or not config.get("architectures"):
+        row["skipped"] = "config not obtained"
+        return row
+    arch = parse_config({k: v for k, v in config.items() if not k.startswith("config_")})
+    measured = case.get("measured") or {}
+    outcome = measured.get("startup_outcome")
+    row["measured_outcome"] = outcome
+    measured_kv = measured.get("available_kv_cache_gib")
+    measured_tokens = measured.get("gpu_kv_cache_tokens")
+    row["measured_kv_gib"] = measured_kv
+    row["measured_tokens"] = measured_tokens
+
+    # exact part: the measured pool through the page layout
+    if measured_kv is not None:
+        try:
+            exact = predict(arch, weights_bytes=0, weights_bytes_per_rank=0, gpu_memory_bytes=[80 * GiB],
+                            shape=_shape(case, int(measured_kv * GiB)))
+            row["page_math_tokens"] = exact.kv_cache_tokens
+            row["page_math_verdict"] = exact.raw_verdict
+            if measured_tokens:
+                row["page_math_token_error_pct"] = 100.0 * (exact.kv_cache_tokens - measured_tokens) / measured_tokens
+        except UnpriceableModel as exc:
+            row["skipped"] = f"unpriceable: {exc}"
+            return row
+
+    gpu = _gpu_gib(case)
+    weights, source = _weights_per_rank(case, cases)
+    row["weights_source"] = source
+    if gpu is None:
+        row["skipped"] = "GPU memory unknown (memory metrics skipped)"
+        return row
+    if weights is None:
+        row["skipped"] = "no weights measurement (memory metrics skipped)"
+        return row
+    try:
+        result = predict(arch, weights_bytes=0, weights_bytes_per_rank=int(weights * GiB),
+                         gpu_memory_bytes=[int(gpu * GiB)], shape=_shape(case))
+    except UnpriceableModel as exc:
+        row["skipped"] = f"unpriceable: {exc}"
+        return row
+    row["predicted_kv_gib"] = result.per_gpu.kv_pool_bytes / GiB
+    row["predicted_tokens"] = result.kv_cache_tokens
+    row["predicted_verdict"] = result.raw_verdict
+    row["settings"] = {"util": result.settings.mem_util, "mnbt": result.settings.max_num_batched_tokens,
+                       "mns": result.settings.max_num_seqs, "graphs": result.settings.cudagraphs_subtracted}
+    row["breakdown_gib"] = {k: round(v / GiB, 3) for k, v in result.per_gpu.to_json().items()}
+    if measured_kv is not None:
+        row["kv_error_gib"] = row["predicted_kv_gib"] - measured_kv
+    if measured_tokens and outcome in OK_OUTCOMES:
+        row["token_error_pct"] = 100.0 * (result.kv_cache_tokens - measured_tokens) / measured_tokens
+    if outcome:
+        fits = result.raw_verdict != "wont-fit"
+        started = outcome in OK_OUTCOMES
+        row["false_fit"] = fits and not started and outcome.startswith("kv_error")
+        row["false_wont_fit"] = (not fits) and started
+    return row
+
+
+def _pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    if not ordered:
+        return float("nan")
+    k = (len(ordered) - 1) * q
+    lo, hi = int(k), min(int(k) + 1, len(ordered) - 1)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (k - lo)
+
+
+def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    kv = [abs(r["kv_error_gib"]) for r in rows if "kv_error_gib" in r]
+    tok = [abs(r["token_error_pct"]) for r in rows if "token_error_pct" in r]
+    page = [abs(r["page_math_token_error_pct"]) for r in rows if "page_math_token_error_pct" in r]
+    scored = [r for r in rows if "false_fit" in r]
+    return {
+        "cases": len(rows),
+        "scored_memory": len(kv),
+        "kv_abs_error_gib_median": statistics.median(kv) if kv else None,
+        "kv_abs_error_gib_p90": _pct(kv, 0.9) if kv else None,
+        "kv_error_gib_mean_signed": statistics.mean(r["kv_error_gib"] for r in rows if "kv_error_gib" in r) if kv else None,
+        "token_abs_error_pct_median": statistics.median(tok) if tok else None,
+        "token_abs_error_pct_p90": _pct(tok, 0.9) if tok else None,
+        "page_math_token_error_pct_max": max(page) if page else None,
+        "page_math_scored": len(page),
+        "verdicts_scored": len(scored),
+        "false_fits": sum(1 for r in scored if r["false_fit"]),
+        "false_wont_fits": sum(1 for r in scored if r["false_wont_fit"]),
+        "skipped": {r["id"]: r["skipped"] for r in rows if "skipped" in r},
+    }
+
+
+def run(cases_path: Path, configs_path: Path | None) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    cases = json.loads(cases_path.read_text(encoding="utf-8"))
+    configs_path = configs_path or cases_path.with_name("vllm_startup_configs.json")
+    configs = json.loads(configs_path.read_text(encoding="utf-8")) if configs_path.exists() else {}
+    rows = [score_case(case, configs, cases) for case in cases]
+    return rows, summarize(rows)
+
+
+def _fmt(value: Any, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--cases", type=Path, default=DEFAULT_CASES)
+    parser.add_argument("--configs", type=Path, default=None)
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args(argv)
+    rows, summary = run(args.cases, args.configs)
+    if args.json:
+        print(json.dumps({"cases": rows, "summary": summary}, indent=1, default=str))
+        return 0
+    print(f"{'case':44s} {'meas KV':>8s} {'pred KV':>8s} {'err GiB':>8s} {'tok err%':>8s} "
+          f"{'page%':>7s} {'verdict':>18s}  note")
+    for r in rows:
+        verdict = r.get("predicted_verdict") or r.get("page_math_verdict") or "-"
+        flag = " FALSE-FIT" if r.get("false_fit") else (" FALSE-WONT" if r.get("false_wont_fit") else "")
+        print(f"{r['id'][:44]:44s} {_fmt(r.get('measured_kv_gib'), '8.2f')} {_fmt(r.get('predicted_kv_gib'), '8.2f')} "
+              f"{_fmt(r.get('kv_error_gib'), '+8.2f')} {_fmt(r.get('token_error_pct'), '+8.2f')} "
+              f"{_fmt(r.get('page_math_token_error_pct'), '+7.2f')} {verdict:>18s}{flag}  {r.get('skipped', '')}")
+    s = summary
+    print()
+    print(f"memory-scored cases: {s['scored_memory']} of {s['cases']}")
+    print(f"|KV error| GiB: median {_fmt(s['kv_abs_error_gib_median'], '.3f')}, p90 {_fmt(s['kv_abs_error_gib_p90'], '.3f')}, "
+          f"mean signed {_fmt(s['kv_error_gib_mean_signed'], '+.3f')}")
+    print(f"|KV-token error| %: median {_fmt(s['token_abs_error_pct_median'], '.2f')}, p90 {_fmt(s['token_abs_error_pct_p90'], '.2f')}")
+    print(f"page math (measured pool -> tokens): max |error| {_fmt(s['page_math_token_error_pct_max'], '.3f')} % "
+          f"over {s['page_math_scored']} cases")
+    print(f"verdicts: {s['verdicts_scored']} scored, {s['false_fits']} false 'fits', {s['false_wont_fits']} false 'won't fit'")
+    for case_id, why in s["skipped"].items():
+        print(f"skipped {case_id}: {why}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,554 @@
+"""config.json -> :class:`Architecture`: per-layer attention/state geometry, read tolerantly.
+
+This is the Hub boundary's tolerant reader (STYLE.md §10): it picks the keys it knows under
+every spelling seen in the wild (``num_key_value_heads`` / ``n_head_kv`` /
+``multi_query_group_num``, ``n_embd`` / ``n_layer`` / ``n_head``, ``text_config`` wrappers) and
+ignores the rest. It never raises on odd input: when a dimension the fit engine needs is missing
+or a layer type is stateful and unmodelled, ``unpriceable_reason`` says why and the fit engine
+refuses (VLLM_MEMORY.md: no guessing).
+
+Layer kinds (``LayerSpec.kind``):
+
+- ``full``     full attention (MHA / GQA / MQA); K and V heads of ``head_dim`` / ``v_head_dim``
+- ``sliding``  sliding-window attention, ``window`` tokens
+- ``chunked``  chunked local attention (Llama 4), ``window`` = attention chunk size
+- ``mla``      multi-head latent attention: one latent "head" of ``kv_lora_rank + qk_rope_head_dim``
+- ``gdn``      gated delta net (Qwen3-Next / Qwen3.5 / Qwen3.6 linear attention): fixed state
+- ``mamba2``   Mamba-2 SSM mixer: fixed state
+- ``linear``   another linear-attention layer (reserved; always unpriceable today)
+- ``none``     no cache at all (MLP-only / MoE-only blocks of Nemotron-H)
+
+Pure: no I/O, no environment, no printing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+__all__ = ["Architecture", "LayerSpec", "LAYER_KINDS", "ATTENTION_KINDS", "STATE_KINDS", "parse_config"]
+
+LAYER_KINDS = ("full", "sliding", "chunked", "mla", "gdn", "mamba2", "linear", "none")
+ATTENTION_KINDS = frozenset({"full", "sliding", "chunked", "mla"})
+STATE_KINDS = frozenset({"gdn", "mamba2", "linear"})
+
+
+@dataclass(frozen=True, slots=True)
+class LayerSpec:
+    """Cache geometry of one decoder layer (global, i.e. before any tensor-parallel split)."""
+
+    kind: str
+    num_kv_heads: int = 0          # attention KV heads (1 for MLA)
+    head_dim: int = 0              # K head size (MLA: kv_lora_rank + qk_rope_head_dim)
+    v_head_dim: int = 0            # V head size (0 for MLA)
+    window: int | None = None      # sliding window or attention chunk, tokens
+    k_eq_v: bool = False           # K and V share one tensor (stored once)
+    # gated delta net
+    linear_num_key_heads: int = 0
+    linear_num_value_heads: int = 0
+    linear_key_head_dim: int = 0
+    linear_value_head_dim: int = 0
+    # mamba-2
+    mamba_num_heads: int = 0
+    mamba_head_dim: int = 0
+    ssm_state_size: int = 0
+    n_groups: int = 0
+    mamba_intermediate: int = 0
+    conv_kernel: int = 0           # both state kinds
+
+    @property
+    def is_attention(self) -> bool:
+        return self.kind in ATTENTION_KINDS
+
+    @property
+    def is_state(self) -> bool:
+        return self.kind in STATE_KINDS
+
+
+@dataclass(frozen=True, slots=True)
+class Architecture:
+    architecture: str
+    model_type: str
+    config_architectures: tuple[str, ...]
+    num_hidden_layers: int
+    hidden_size: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    head_dim: int
+    intermediate_size: int
+    vocab_size: int
+    max_position_embeddings: int | None
+    torch_dtype: str | None
+    tie_word_embeddings: bool
+    num_experts: int
+    num_experts_per_tok: int
+    moe_intermediate_size: int | None
+    shared_expert_intermediate_size: int | None
+    kv_lora_rank: int | None
+    qk_rope_head_dim: int | None
+    sliding_window: int | None
+    mtp_layers: int
+    has_vision: bool
+    auto_map: bool
+    quantization_config: Mapping[str, Any] | None
+    layers: tuple[LayerSpec, ...]
+    layer_kinds: tuple[str, ...]
+    unpriceable_reason: str | None
+    # additions beyond the DESIGN.md minimum
+    v_head_dim: int | None = None                 # MLA value head size (weights/activation only)
+    attention_chunk_size: int | None = None
+    attention_k_eq_v: bool = False
+    num_dense_layers: int = 0                     # MoE models: leading dense-MLP layers
+    mamba_ssm_cache_dtype: str | None = None      # config's recurrent-state dtype, if it states one
+    mtp_layer: LayerSpec | None = None            # cache geometry of one MTP/draft layer
+    derived_max_model_len: int | None = None      # vLLM's default max_model_len (rope scaling applied)
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def is_moe(self) -> bool:
+        return self.num_experts > 0
+
+    @property
+    def attention_layers(self) -> tuple[LayerSpec, ...]:
+        return tuple(layer for layer in self.layers if layer.is_attention)
+
+    @property
+    def state_layers(self) -> tuple[LayerSpec, ...]:
+        return tuple(layer for layer in self.layers if layer.is_state)
+
+
+# ---------------------------------------------------------------------------------------------
+# tolerant key access
+
+
+def _int(value: Any) -> int | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, str):
+        try:
+            return int(value.strip())
+        except ValueError:
+            return None
+    return None
+
+
+def _first_int(cfg: Mapping[str, Any], *keys: str) -> int | None:
+    for key in keys:
+        value = _int(cfg.get(key))
+        if value is not None:
+            return value
+    return None
+
+
+def _first_str(cfg: Mapping[str, Any], *keys: str) -> str | None:
+    for key in keys:
+        value = cfg.get(key)
+        if isinstance(value, str) and value:
+            return value
+    return None
+
+
+def _merged_text_config(config: Mapping[str, Any]) -> tuple[dict[str, Any], bool]:
+    """Flatten a multimodal wrapper: the text model's keys win over the outer ones."""
+    merged: dict[str, Any] = {k: v for k, v in config.items() if k not in ("text_config", "llm_config")}
+    inner = None
+    for key in ("text_config", "llm_config", "language_config"):
+        candidate = config.get(key)
+        if isinstance(candidate, Mapping):
+            inner = candidate
+            break
+    if inner is not None:
+        for key, value in inner.items():
+            if value is None and merged.get(key) is not None:
+                continue
+            merged[key] = value
+    has_vision = any(isinstance(config.get(k), Mapping) for k in ("vision_config", "audio_config",
+                                                                  "visual", "vision_tower_config"))
+    return merged, has_vision
+
+
+_FULL_NAMES = {"full_attention", "attention", "global", "global_attention", "full", "attn"}
+_SLIDING_NAMES = {"sliding_attention", "sliding", "local", "local_attention", "sliding_window"}
+_CHUNKED_NAMES = {"chunked_attention", "chunked"}
+_GDN_NAMES = {"linear_attention", "gated_delta_net", "gdn"}
+_MAMBA_NAMES = {"mamba", "mamba2", "ssm"}
+_NONE_NAMES = {"mlp", "moe", "ffn", "none"}
+
+# model types whose cache is a recurrent state we do not model (RWKV, xLSTM, RetNet, ...)
+_STATEFUL_MODEL_TYPES = ("rwkv", "rwkv5", "rwkv6", "rwkv7", "xlstm", "retnet", "mamba", "falcon_mamba",
+                         "jamba", "zamba", "zamba2", "lfm2", "minimax_m1", "minimax_text_01", "kimi_linear",
+                         "plamo2", "falcon_h1", "bamba", "recurrent_gemma")
+
+
+def _derived_max_len(cfg: Mapping[str, Any], max_pos: int | None) -> int | None:
+    """vLLM's default max_model_len: max_position_embeddings, scaled for yarn/dynamic RoPE."""
+    if max_pos is None:
+        return None
+    scaling = cfg.get("rope_scaling")
+    if not isinstance(scaling, Mapping) or "gemma3" in str(cfg.get("model_type") or ""):
+        return max_pos
+    rope_type = str(scaling.get("rope_type") or scaling.get("type") or "")
+    factor = scaling.get("factor")
+    if rope_type in ("", "su", "longrope", "llama3", "mrope", "default", "proportional") or \
+            not isinstance(factor, (int, float)) or isinstance(factor, bool) or factor <= 1:
+        return max_pos
+    base = max_pos
+    if rope_type == "yarn":
+        base = _int(scaling.get("original_max_position_embeddings")) or max_pos
+    return int(base * factor)
+
+
+def parse_config(config: Mapping[str, Any]) -> Architecture:
+    """Read a config.json dict into an :class:`Architecture`. Never raises on odd input."""
+    if not isinstance(config, Mapping):
+        config = {}
+    try:
+        return _parse(config)
+    except Exception as exc:  # noqa: BLE001 - the contract is "never raise on odd configs"
+        return _empty(config, f"config could not be read: {type(exc).__name__}: {exc}")
+
+
+def _empty(config: Mapping[str, Any], reason: str) -> Architecture:
+    archs = config.get("architectures") if isinstance(config, Mapping) else None
+    archs_t = tuple(a for a in archs if isinstance(a, str)) if isinstance(archs, list) else ()
+    return Architecture(
+        architecture=archs_t[0] if archs_t else "", model_type=str(config.get("model_type") or ""),
+        config_architectures=archs_t, num_hidden_layers=0, hidden_size=0, num_attention_heads=0,
+        num_key_value_heads=0, head_dim=0, intermediate_size=0, vocab_size=0,
+        max_position_embeddings=None, torch_dtype=None, tie_word_embeddings=False, num_experts=0,
+        num_experts_per_tok=0, moe_intermediate_size=None, shared_expert_intermediate_size=None,
+        kv_lora_rank=None, qk_rope_head_dim=None, sliding_window=None, mtp_layers=0,
+        has_vision=False, auto_map=False, quantization_config=None, layers=(), layer_kinds=(),
+        unpriceable_reason=reason)
+
+
+# transformers' class defaults for keys some shipped configs omit (the config class fills them in)
+_TYPE_DEFAULTS: dict[str, dict[str, Any]] = {
+    "gemma3_text": {"vocab_size": 262208, "max_position_embeddings": 131072, "sliding_window_pattern": 6,
+                    "num_key_value_heads": 4, "head_dim": 256},
+    "gemma2": {"max_position_embeddings": 8192, "sliding_window": 4096},
+    "llama4_text": {"attention_chunk_size": 8192},
+}
+
+
+def _parse(config: Mapping[str, Any]) -> Architecture:
+    cfg, has_vision = _merged_text_config(config)
+    inner_type = str(cfg.get("model_type") or "")
+    if not inner_type and str(config.get("model_type") or "") == "gemma3":
+        inner_type = "gemma3_text"
+    for key, value in _TYPE_DEFAULTS.get(inner_type, {}).items():
+        if cfg.get(key) is None:
+            cfg[key] = value
+    notes: list[str] = []
+    problems: list[str] = []
+
+    archs_raw = config.get("architectures")
+    archs = tuple(a for a in archs_raw if isinstance(a, str)) if isinstance(archs_raw, list) else ()
+    architecture = archs[0] if archs else ""
+    model_type = str(config.get("model_type") or cfg.get("model_type") or "")
+    text_model_type = str(cfg.get("model_type") or model_type)
+
+    num_layers = _first_int(cfg, "num_hidden_layers", "n_layer", "num_layers", "n_layers") or 0
+    hidden = _first_int(cfg, "hidden_size", "n_embd", "d_model", "dim", "model_dim") or 0
+    heads = _first_int(cfg, "num_attention_heads", "n_head", "num_heads", "n_heads") or 0
+
+    kv_heads = _first_int(cfg, "num_key_value_heads", "n_head_kv", "num_kv_heads", "n_kv_heads")
+    if kv_heads is None and cfg.get("multi_query_attention") is True:
+        kv_heads = _first_int(cfg, "multi_query_group_num")
+    if kv_heads is None and (cfg.get("multi_query") is True):
+        kv_heads = 1
+    if kv_heads is None:
+        kv_heads = heads
+
+    head_dim = _first_int(cfg, "head_dim", "kv_channels", "attention_head_dim", "head_size")
+    if not head_dim and hidden and heads:
+        head_dim = hidden // heads
+    head_dim = head_dim or 0
+
+    intermediate = _first_int(cfg, "intermediate_size", "ffn_hidden_size", "ff_intermediate_size",
+                              "n_inner", "ffn_dim", "mlp_dim") or 0
+    if not intermediate and hidden and model_type in ("gpt2", "gpt_neox", "gptj", "gpt_bigcode"):
+        intermediate = 4 * hidden  # GPT-2 family: n_inner null means 4 x n_embd
+    vocab = _first_int(cfg, "vocab_size", "padded_vocab_size", "embedding_size", "n_vocab") or 0
+    padded = _first_int(cfg, "padded_vocab_size", "embedding_size")
+    if padded and padded > vocab:
+        vocab = padded
+    max_pos = _first_int(cfg, "max_position_embeddings", "n_positions", "seq_length",
+                         "max_sequence_length", "n_ctx", "max_seq_len")
+    derived_max_len = _derived_max_len(cfg, max_pos)
+    torch_dtype = _first_str(cfg, "torch_dtype", "dtype") or _first_str(config, "torch_dtype", "dtype")
+    if torch_dtype is None:
+        if cfg.get("bf16") is True:
+            torch_dtype = "bfloat16"
+        elif cfg.get("fp16") is True:
+            torch_dtype = "float16"
+    tie = cfg.get("tie_word_embeddings")
+    if not isinstance(tie, bool):
+        tie = config.get("tie_word_embeddings") if isinstance(config.get("tie_word_embeddings"), bool) else \
+            model_type in ("gpt2",)
+
+    # --- MoE -------------------------------------------------------------------------------
+    num_experts = _first_int(cfg, "num_experts", "num_local_experts", "n_routed_experts",
+                             "moe_num_experts", "num_routed_experts") or 0
+    if cfg.get("enable_moe_block") is False:
+        num_experts = 0
+    top_k = _first_int(cfg, "num_experts_per_tok", "experts_per_token", "top_k_experts", "moe_topk",
+                       "moe_top_k", "num_selected_experts") or 0
+    if num_experts and not top_k:
+        top_k = 1
+    moe_inter = _first_int(cfg, "moe_intermediate_size", "expert_intermediate_size")
+    if num_experts and moe_inter is None:
+        moe_inter = intermediate or None  # Mixtral-style: the expert MLP is intermediate_size
+    shared_inter = _first_int(cfg, "shared_expert_intermediate_size", "moe_shared_expert_intermediate_size")
+    n_shared = _first_int(cfg, "n_shared_experts", "num_shared_experts")
+    if shared_inter is None and n_shared and moe_inter:
+        shared_inter = n_shared * moe_inter
+    num_dense = (_first_int(cfg, "first_k_dense_replace") or 0) if num_experts else 0
+
+    # --- MLA -------------------------------------------------------------------------------
+    kv_lora_rank = _first_int(cfg, "kv_lora_rank")
+    qk_rope = _first_int(cfg, "qk_rope_head_dim")
+    v_head_dim = _first_int(cfg, "v_head_dim")
+    use_mla = bool(kv_lora_rank and kv_lora_rank > 0)
+    if use_mla:
+        qk_nope = _first_int(cfg, "qk_nope_head_dim") or 0
+        head_dim = qk_nope + (qk_rope or 0) or head_dim
+
+    # --- MTP -------------------------------------------------------------------------------
+    mtp = _first_int(cfg, "num_nextn_predict_layers", "mtp_num_hidden_layers", "num_mtp_layers",
+                     "n_mtp_layers") or 0
+
+    # --- sliding window --------------------------------------------------------------------
+    sliding = _first_int(cfg, "sliding_window", "sliding_window_size")
+    if cfg.get("use_sliding_window") is False:
+        sliding = None
+    if sliding is not None and sliding <= 0:
+        sliding = None
+    chunk = _first_int(cfg, "attention_chunk_size")
+    k_eq_v = cfg.get("attention_k_eq_v") is True
+
+    # --- unmodelled stateful families -----------------------------------------------------
+    low_types = (model_type.lower(), text_model_type.lower())
+    for low in low_types:
+        if low.startswith("mamba2") or low in ("granitemoehybrid", "nemotron_h"):
+            continue  # Mamba-2 state is modelled
+        if any(low == s or low.startswith(s + "_") or (s in ("rwkv", "xlstm", "retnet") and low.startswith(s))
+               for s in _STATEFUL_MODEL_TYPES):
+            problems.append(f"model type {low!r} keeps a recurrent state club3090 does not model")
+            break
+    if "rwkv" in architecture.lower() or any(k in cfg for k in ("attention_hidden_size", "rescale_every")):
+        problems.append("RWKV-style recurrent state is not modelled")
+    if isinstance(cfg.get("attn_type_list"), list) or isinstance(cfg.get("layers_block_type"), list):
+        problems.append("per-layer linear-attention / SSM list (attn_type_list / layers_block_type) is not modelled")
+    if cfg.get("compress_ratios") is not None or "deepseek_v4" in low_types:
+        problems.append("DeepSeek-V4 compressed sparse attention (compress_ratios) is not modelled")
+    elif use_mla and _first_int(cfg, "index_topk") is not None:
+        problems.append("DeepSeek sparse-attention indexer cache (index_topk) is not modelled")
+
+    # --- layer list ------------------------------------------------------------------------
+    layer_kinds_raw: list[str] | None = None
+
+    layer_types = cfg.get("layer_types")
+    pattern = cfg.get("hybrid_override_pattern")
+    if isinstance(layer_types, list) and layer_types and all(isinstance(x, str) for x in layer_types):
+        layer_kinds_raw = []
+        for name in layer_types:
+            low = name.lower()
+            if low in _FULL_NAMES:
+                layer_kinds_raw.append("full")
+            elif low in _SLIDING_NAMES:
+                layer_kinds_raw.append("sliding")
+            elif low in _CHUNKED_NAMES:
+                layer_kinds_raw.append("chunked")
+            elif low in _GDN_NAMES:
+                layer_kinds_raw.append("gdn")
+            elif low in _MAMBA_NAMES:
+                layer_kinds_raw.append("mamba2")
+            elif low in _NONE_NAMES:
+                layer_kinds_raw.append("none")
+            else:
+                problems.append(f"unknown layer type {name!r} in layer_types")
+                layer_kinds_raw.append("linear")
+        if num_layers and len(layer_kinds_raw) != num_layers:
+            if len(layer_kinds_raw) > num_layers:
+                layer_kinds_raw = layer_kinds_raw[:num_layers]
+            else:
+                problems.append(f"layer_types has {len(layer_kinds_raw)} entries for {num_layers} layers")
+        elif not num_layers:
+            num_layers = len(layer_kinds_raw)
+    elif isinstance(pattern, str) and pattern:
+        mapping = {"M": "mamba2", "*": "full", "-": "none", "E": "none"}
+        layer_kinds_raw = []
+        for char in pattern:
+            if char in mapping:
+                layer_kinds_raw.append(mapping[char])
+            else:
+                problems.append(f"unknown layer symbol {char!r} in hybrid_override_pattern")
+                layer_kinds_raw.append("linear")
+        if not num_layers:
+            num_layers = len(layer_kinds_raw)
+        elif len(layer_kinds_raw) != num_layers:
+            problems.append(f"hybrid_override_pattern has {len(layer_kinds_raw)} entries for "
+                            f"{num_layers} layers")
+    elif _first_int(cfg, "full_attention_interval") and (cfg.get("linear_num_value_heads") is not None):
+        interval = _first_int(cfg, "full_attention_interval") or 1
+        layer_kinds_raw = ["full" if (i + 1) % interval == 0 else "gdn" for i in range(num_layers)]
+    elif text_model_type in ("gemma2",) and sliding:
+        layer_kinds_raw = ["sliding" if i % 2 == 0 else "full" for i in range(num_layers)]
+    elif (text_model_type.startswith("gemma3") or _first_int(cfg, "sliding_window_pattern")) and sliding:
+        period = _first_int(cfg, "sliding_window_pattern") or 6
+        layer_kinds_raw = ["full" if (i + 1) % period == 0 else "sliding" for i in range(num_layers)]
+    elif chunk and (text_model_type.startswith("llama4") or cfg.get("no_rope_layers") is not None):
+        nope = cfg.get("no_rope_layers")
+        if isinstance(nope, list) and len(nope) == num_layers:
+            # no_rope_layers[i] == 1 means the layer uses RoPE: those are the chunked local ones
+            layer_kinds_raw = ["chunked" if _int(v) else "full" for v in nope]
+        else:
+            interval = _first_int(cfg, "no_rope_layer_interval") or 4
+            layer_kinds_raw = ["full" if (i + 1) % interval == 0 else "chunked" for i in range(num_layers)]
+    elif model_type in ("mamba2",) or text_model_type in ("mamba2",):
+        layer_kinds_raw = ["mamba2"] * num_layers
+
+    if layer_kinds_raw is None:
+        if use_mla:
+            layer_kinds_raw = ["mla"] * num_layers
+        elif sliding and (max_pos is None or sliding < max_pos):
+            layer_kinds_raw = ["sliding"] * num_layers
+        else:
+            layer_kinds_raw = ["full"] * num_layers
+    elif use_mla:
+        layer_kinds_raw = ["mla" if k == "full" else k for k in layer_kinds_raw]
+
+    # a window as long as the model's context is plain full attention
+    if sliding and max_pos and sliding >= max_pos:
+        layer_kinds_raw = ["full" if k == "sliding" else k for k in layer_kinds_raw]
+        notes.append(f"sliding_window {sliding} >= max_position_embeddings {max_pos}: priced as full attention")
+    if "sliding" in layer_kinds_raw and not sliding:
+        problems.append("sliding-attention layers without a sliding_window size")
+    if "chunked" in layer_kinds_raw and not chunk:
+        problems.append("chunked-attention layers without attention_chunk_size")
+
+    # --- per-kind specs --------------------------------------------------------------------
+    global_heads = _first_int(cfg, "num_global_key_value_heads") or kv_heads
+    global_head_dim = _first_int(cfg, "global_head_dim") or head_dim
+    conv_kernel = _first_int(cfg, "linear_conv_kernel_dim", "conv_kernel", "d_conv", "mamba_d_conv") or 4
+
+    specs: dict[str, LayerSpec] = {
+        "full": LayerSpec(kind="full", num_kv_heads=global_heads, head_dim=global_head_dim,
+                          v_head_dim=global_head_dim, k_eq_v=k_eq_v),
+        "sliding": LayerSpec(kind="sliding", num_kv_heads=kv_heads, head_dim=head_dim, v_head_dim=head_dim,
+                             window=sliding),
+        "chunked": LayerSpec(kind="chunked", num_kv_heads=kv_heads, head_dim=head_dim, v_head_dim=head_dim,
+                             window=chunk),
+        "none": LayerSpec(kind="none"),
+        "linear": LayerSpec(kind="linear"),
+    }
+    if use_mla:
+        specs["mla"] = LayerSpec(kind="mla", num_kv_heads=1, head_dim=(kv_lora_rank or 0) + (qk_rope or 0),
+                                 v_head_dim=0)
+        if not qk_rope:
+            problems.append("MLA config without qk_rope_head_dim")
+    if "gdn" in layer_kinds_raw:
+        gdn = LayerSpec(
+            kind="gdn",
+            linear_num_key_heads=_first_int(cfg, "linear_num_key_heads") or 0,
+            linear_num_value_heads=_first_int(cfg, "linear_num_value_heads") or 0,
+            linear_key_head_dim=_first_int(cfg, "linear_key_head_dim") or 0,
+            linear_value_head_dim=_first_int(cfg, "linear_value_head_dim") or 0,
+            conv_kernel=conv_kernel)
+        if min(gdn.linear_num_key_heads, gdn.linear_num_value_heads, gdn.linear_key_head_dim,
+               gdn.linear_value_head_dim) <= 0:
+            problems.append("linear-attention layers without linear_num_*_heads / linear_*_head_dim")
+        specs["gdn"] = gdn
+    if "mamba2" in layer_kinds_raw:
+        plain = text_model_type == "mamba2"
+        m_heads = _first_int(cfg, "mamba_num_heads", "mamba_n_heads", *(("num_heads",) if plain else ())) or 0
+        m_head_dim = _first_int(cfg, "mamba_head_dim", "mamba_d_head", *(("head_dim",) if plain else ())) or 0
+        d_state = _first_int(cfg, "ssm_state_size", "state_size", "mamba_d_state", "d_state") or 0
+        groups = _first_int(cfg, "n_groups", "mamba_n_groups", "ngroups") or 1
+        inter = m_heads * m_head_dim
+        if not inter:
+            expand = _first_int(cfg, "expand", "mamba_expand") or 2
+            inter = expand * hidden
+        specs["mamba2"] = LayerSpec(kind="mamba2", mamba_num_heads=m_heads, mamba_head_dim=m_head_dim,
+                                    ssm_state_size=d_state, n_groups=groups, mamba_intermediate=inter,
+                                    conv_kernel=conv_kernel)
+        if min(m_heads, m_head_dim, d_state) <= 0:
+            problems.append("Mamba-2 layers without mamba_num_heads / mamba_head_dim / ssm_state_size")
+    if "full" in layer_kinds_raw and k_eq_v:
+        notes.append("attention_k_eq_v: full-attention layers share K and V weights; vLLM still caches both")
+
+    layers = tuple(specs[k] for k in layer_kinds_raw)
+
+    # MTP layers are full-attention decoder layers (MLA on DeepSeek)
+    mtp_layer = None
+    if mtp:
+        mtp_layer = specs["mla"] if use_mla else LayerSpec(kind="full", num_kv_heads=global_heads,
+                                                           head_dim=global_head_dim,
+                                                           v_head_dim=global_head_dim,
+                                                           k_eq_v=k_eq_v)
+
+    # --- required dimensions ---------------------------------------------------------------
+    if num_layers <= 0:
+        problems.append("num_hidden_layers missing or not positive")
+    if hidden <= 0:
+        problems.append("hidden_size missing or not positive")
+    if vocab <= 0:
+        problems.append("vocab_size missing or not positive")
+    if any(layer.kind in ("full", "sliding", "chunked") for layer in layers):
+        if heads <= 0:
+            problems.append("num_attention_heads missing or not positive")
+        if kv_heads <= 0 or head_dim <= 0:
+            problems.append("KV heads / head_dim missing or not positive")
+        elif heads > 0 and heads % kv_heads != 0 and not k_eq_v:
+            notes.append(f"{heads} attention heads are not a multiple of {kv_heads} KV heads")
+
+    ssm_dtype = _first_str(cfg, "mamba_ssm_cache_dtype", "mamba_ssm_dtype")
+    auto_map = isinstance(config.get("auto_map"), Mapping) and bool(config.get("auto_map"))
+    qc = config.get("quantization_config") if isinstance(config.get("quantization_config"), Mapping) \
+        else (cfg.get("quantization_config") if isinstance(cfg.get("quantization_config"), Mapping) else None)
+
+    # dedupe problems, keep order
+    seen: set[str] = set()
+    unique = [p for p in problems if not (p in seen or seen.add(p))]
+    return Architecture(
+        architecture=architecture,
+        model_type=model_type,
+        config_architectures=archs,
+        num_hidden_layers=num_layers,
+        hidden_size=hidden,
+        num_attention_heads=heads,
+        num_key_value_heads=kv_heads,
+        head_dim=head_dim,
+        intermediate_size=intermediate,
+        vocab_size=vocab,
+        max_position_embeddings=max_pos,
+        torch_dtype=torch_dtype,
+        tie_word_embeddings=bool(tie),
+        num_experts=num_experts,
+        num_experts_per_tok=top_k if num_experts else 0,
+        moe_intermediate_size=moe_inter if num_experts else None,
+        shared_expert_intermediate_size=shared_inter if num_experts else None,
+        kv_lora_rank=kv_lora_rank if use_mla else None,
+        qk_rope_head_dim=qk_rope if use_mla else None,
+        sliding_window=sliding,
+        mtp_layers=mtp,
+        has_vision=has_vision,
+        auto_map=auto_map,
+        quantization_config=qc,
+        layers=layers,
+        layer_kinds=tuple(sorted({layer.kind for layer in layers})),
+        unpriceable_reason="; ".join(unique) if unique else None,
+        v_head_dim=v_head_dim if use_mla else None,
+        attention_chunk_size=chunk,
+        attention_k_eq_v=k_eq_v,
+        num_dense_layers=num_dense,
+        mamba_ssm_cache_dtype=ssm_dtype,
+        mtp_layer=mtp_layer,
+        derived_max_model_len=derived_max_len,
+        notes=tuple(notes),
+    )

@@ -1,0 +1,98 @@
+"""KV-cache element formats (VLLM_MEMORY.md §5.2): bytes per stored K / V element and per-head scales.
+
+Sizes are exact fractions so that a page (block_size tokens of one layer) is computed exactly and
+rounded once. ``None`` element sizes mean "the model's dtype" (``auto``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from fractions import Fraction
+
+__all__ = ["KvFormat", "KV_FORMATS", "kv_format", "dtype_bytes", "canonical_dtype"]
+
+
+@dataclass(frozen=True, slots=True)
+class KvFormat:
+    name: str
+    k_bytes: Fraction | None          # per K element; None = model dtype
+    v_bytes: Fraction | None          # per V element; None = model dtype
+    scale_bytes_per_head: int = 0     # per token and KV head (K scale + V scale)
+    engine: str = "vllm"              # "vllm" | "llama.cpp" | "both"
+    mla_bytes_per_token: int | None = None   # MLA-specific packed layouts (fp8_ds_mla)
+
+    def element_bytes(self, model_bytes: int) -> tuple[Fraction, Fraction]:
+        k = self.k_bytes if self.k_bytes is not None else Fraction(model_bytes)
+        v = self.v_bytes if self.v_bytes is not None else Fraction(model_bytes)
+        return k, v
+
+
+def _f(num: int, den: int = 1) -> Fraction:
+    return Fraction(num, den)
+
+
+_TWO, _ONE, _FOUR = _f(2), _f(1), _f(4)
+
+KV_FORMATS: dict[str, KvFormat] = {
+    fmt.name: fmt for fmt in (
+        KvFormat("auto", None, None, engine="both"),
+        KvFormat("bf16", _TWO, _TWO, engine="both"),
+        KvFormat("bfloat16", _TWO, _TWO),
+        KvFormat("fp16", _TWO, _TWO, engine="both"),
+        KvFormat("float16", _TWO, _TWO),
+        KvFormat("half", _TWO, _TWO),
+        KvFormat("f16", _TWO, _TWO, engine="llama.cpp"),
+        KvFormat("fp32", _FOUR, _FOUR, engine="both"),
+        KvFormat("float32", _FOUR, _FOUR),
+        KvFormat("float", _FOUR, _FOUR),
+        KvFormat("f32", _FOUR, _FOUR, engine="llama.cpp"),
+        KvFormat("fp8", _ONE, _ONE),
+        KvFormat("fp8_e4m3", _ONE, _ONE),
+        KvFormat("fp8_e5m2", _ONE, _ONE),
+        KvFormat("fp8_inc", _ONE, _ONE),
+        # one byte per element + an fp32 scale for K and one for V per token and head
+        KvFormat("int8_per_token_head", _ONE, _ONE, scale_bytes_per_head=8),
+        KvFormat("fp8_per_token_head", _ONE, _ONE, scale_bytes_per_head=8),
+        KvFormat("int4_per_token_head", _f(1, 2), _f(1, 2), scale_bytes_per_head=8),
+        # 4-bit values + one 8-bit scale per 16 elements
+        KvFormat("nvfp4", _f(9, 16), _f(9, 16)),
+        KvFormat("nvfp4_4over6", _f(9, 16), _f(9, 16)),
+        # club-3090 estimator's slot sizes (3 bits + 0.05 B/element codebook/norm overhead; K 8-bit, V 4-bit)
+        KvFormat("turboquant_3bit_nc", _f(17, 40), _f(17, 40)),
+        KvFormat("turboquant_4bit_nc", _f(11, 20), _f(11, 20)),
+        KvFormat("turboquant_k3v4_nc", _f(17, 40), _f(11, 20)),
+        KvFormat("turboquant_k8v4", _ONE, _f(1, 2)),
+        KvFormat("fp8_ds_mla", _ONE, _ONE, mla_bytes_per_token=656),
+        # llama.cpp block formats: q8_0 = 34 B / 32, q4_0 = 18 B / 32, q5_0 = 22 B / 32, ...
+        KvFormat("q8_0", _f(34, 32), _f(34, 32), engine="llama.cpp"),
+        KvFormat("q4_0", _f(18, 32), _f(18, 32), engine="llama.cpp"),
+        KvFormat("q4_1", _f(20, 32), _f(20, 32), engine="llama.cpp"),
+        KvFormat("q5_0", _f(22, 32), _f(22, 32), engine="llama.cpp"),
+        KvFormat("q5_1", _f(24, 32), _f(24, 32), engine="llama.cpp"),
+        KvFormat("iq4_nl", _f(18, 32), _f(18, 32), engine="llama.cpp"),
+        KvFormat("k8v4", _f(34, 32), _f(18, 32), engine="llama.cpp"),   # -ctk q8_0 -ctv q4_0
+    )
+}
+
+_DTYPE_ALIASES = {
+    "bfloat16": "bfloat16", "bf16": "bfloat16", "torch.bfloat16": "bfloat16",
+    "float16": "float16", "fp16": "float16", "half": "float16", "torch.float16": "float16",
+    "float32": "float32", "fp32": "float32", "float": "float32", "torch.float32": "float32",
+}
+
+
+def canonical_dtype(name: str | None) -> str | None:
+    if name is None:
+        return None
+    return _DTYPE_ALIASES.get(str(name).strip().lower())
+
+
+def dtype_bytes(name: str | None) -> int:
+    """Bytes of a torch dtype name; unknown/None -> 2 (vLLM's half-precision default)."""
+    return 4 if canonical_dtype(name) == "float32" else 2
+
+
+def kv_format(name: str | None) -> KvFormat | None:
+    if name is None:
+        return KV_FORMATS["auto"]
+    return KV_FORMATS.get(str(name).strip().lower())

@@ -1,0 +1,25 @@
+"""The calibration set as a regression gate (issue 3's Done-when), via benchmarks/accuracy.py."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+CASES = ROOT.parent / "shared" / "calibration" / "vllm_startup_cases.json"
+
+
+@pytest.mark.skipif(not CASES.exists(), reason="shared calibration set not present")
+def test_startup_cases_within_targets():
+    spec = importlib.util.spec_from_file_location("accuracy", ROOT / "benchmarks" / "accuracy.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    rows, summary = module.run(CASES, None)
+    assert summary["scored_memory"] >= 15
+    assert summary["kv_abs_error_gib_median"] <= 0.25
+    assert summary["kv_abs_error_gib_p90"] <= 0.75
+    assert summary["token_abs_error_pct_median"] <= 2.0
+    assert summary["false_fits"] == 0
+    assert summary["page_math_token_error_pct_max"] < 0.5      # the exact part stays exact

@@ -1,0 +1,130 @@
+"""architecture.parse_config over every fixture config and the odd shapes the reader must survive."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from club3090.architecture import parse_config
+
+HUB = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "hub"
+FIXTURES = sorted(p.parent.name for p in HUB.glob("*/config.json")) if HUB.exists() else []
+needs_fixtures = pytest.mark.skipif(not FIXTURES, reason="shared fixtures not present")
+
+
+def load(name: str):
+    return parse_config(json.loads((HUB / name / "config.json").read_text()))
+
+
+@needs_fixtures
+@pytest.mark.parametrize("name", FIXTURES)
+def test_every_fixture_parses_without_raising(name):
+    arch = load(name)
+    assert len(arch.layers) == arch.num_hidden_layers
+    assert arch.layer_kinds == tuple(sorted({layer.kind for layer in arch.layers}))
+    if name != "RedHatAI--DeepSeek-V4-Flash-NVFP4-FP8":
+        assert arch.unpriceable_reason is None, arch.unpriceable_reason
+
+
+@needs_fixtures
+@pytest.mark.parametrize("name, kinds", [
+    ("Qwen--Qwen2.5-7B", {"full": 28}),                    # use_sliding_window: false
+    ("mistralai--Mistral-7B-v0.1", {"sliding": 32}),
+    ("google--gemma-2-2b-it", {"sliding": 13, "full": 13}),
+    ("google--gemma-3-1b-it", {"sliding": 22, "full": 4}),  # sliding_window_pattern 6
+    ("google--gemma-3-27b-it", {"sliding": 52, "full": 10}),
+    ("google--gemma-4-31B-it", {"sliding": 50, "full": 10}),
+    ("openai--gpt-oss-20b", {"sliding": 12, "full": 12}),
+    ("meta-llama--Llama-4-Scout-17B-16E-Instruct", {"chunked": 36, "full": 12}),
+    ("deepseek-ai--DeepSeek-V2-Lite", {"mla": 27}),
+    ("moonshotai--Kimi-K2-Instruct", {"mla": 61}),
+    ("Qwen--Qwen3-Next-80B-A3B-Instruct", {"gdn": 36, "full": 12}),
+    ("Qwen--Qwen3.6-35B-A3B", {"gdn": 30, "full": 10}),
+    ("nvidia--NVIDIA-Nemotron-3-Nano-30B-A3B-BF16", {"mamba2": 23, "none": 23, "full": 6}),
+])
+def test_layer_kinds(name, kinds):
+    assert dict(Counter(layer.kind for layer in load(name).layers)) == kinds
+
+
+@needs_fixtures
+def test_moe_keys_of_every_family():
+    mixtral = load("mistralai--Mixtral-8x7B-Instruct-v0.1")
+    assert (mixtral.num_experts, mixtral.num_experts_per_tok, mixtral.moe_intermediate_size) == (8, 2, 14336)
+    ds = load("deepseek-ai--DeepSeek-V3")
+    assert (ds.num_experts, ds.num_experts_per_tok, ds.moe_intermediate_size) == (256, 8, 2048)
+    assert ds.shared_expert_intermediate_size == 2048 and ds.num_dense_layers == 3 and ds.mtp_layers == 1
+    qn = load("Qwen--Qwen3-Next-80B-A3B-Instruct")
+    assert (qn.num_experts, qn.num_experts_per_tok, qn.shared_expert_intermediate_size) == (512, 10, 512)
+    nem = load("nvidia--NVIDIA-Nemotron-3-Nano-30B-A3B-BF16")
+    assert (nem.num_experts, nem.shared_expert_intermediate_size) == (128, 3712)
+    gemma = load("google--gemma-4-26B-A4B")
+    assert (gemma.num_experts, gemma.num_experts_per_tok, gemma.moe_intermediate_size) == (128, 8, 704)
+    assert load("google--gemma-4-31B-it").num_experts == 0
+    assert load("Qwen--Qwen2.5-7B").num_experts == 0
+
+
+@needs_fixtures
+def test_multimodal_text_config_and_mtp():
+    q = load("Qwen--Qwen3.6-35B-A3B")
+    assert q.has_vision and q.hidden_size == 2048 and q.vocab_size == 248320 and q.mtp_layers == 1
+    assert q.mamba_ssm_cache_dtype == "float32" and q.torch_dtype == "bfloat16"
+    g3 = load("google--gemma-3-27b-it")       # text_config omits vocab/max positions: class defaults
+    assert g3.vocab_size == 262208 and g3.max_position_embeddings == 131072
+    assert g3.derived_max_model_len == 131072   # vLLM does not scale gemma3's linear RoPE
+
+
+@needs_fixtures
+def test_mla_and_geometry_details():
+    d = load("deepseek-ai--DeepSeek-V2-Lite")
+    assert (d.kv_lora_rank, d.qk_rope_head_dim, d.layers[0].head_dim, d.layers[0].num_kv_heads) == (512, 64, 576, 1)
+    assert d.derived_max_model_len == 163840    # yarn: original 4096 x factor 40
+    g4 = load("google--gemma-4-26B-A4B")
+    full = next(layer for layer in g4.layers if layer.kind == "full")
+    sliding = next(layer for layer in g4.layers if layer.kind == "sliding")
+    assert (full.num_kv_heads, full.head_dim, full.k_eq_v) == (2, 512, True)
+    assert (sliding.num_kv_heads, sliding.head_dim, sliding.window) == (8, 256, 1024)
+    nem = load("nvidia--Nemotron-H-56B-Base-8K")
+    m = next(layer for layer in nem.layers if layer.kind == "mamba2")
+    assert (m.mamba_num_heads, m.mamba_head_dim, m.ssm_state_size, m.n_groups, m.mamba_intermediate) == (256, 64, 256, 8, 16384)
+
+
+@needs_fixtures
+def test_odd_key_names():
+    gpt2 = load("openai-community--gpt2-large")
+    assert (gpt2.num_hidden_layers, gpt2.hidden_size, gpt2.num_attention_heads, gpt2.num_key_value_heads,
+            gpt2.head_dim, gpt2.max_position_embeddings, gpt2.intermediate_size) == (36, 1280, 20, 20, 64, 1024, 5120)
+    glm = load("THUDM--chatglm3-6b")
+    assert (glm.num_hidden_layers, glm.num_key_value_heads, glm.head_dim, glm.vocab_size) == (28, 2, 128, 65024)
+    assert glm.auto_map
+    qwen1 = load("Qwen--Qwen-72B")
+    assert (qwen1.num_key_value_heads, qwen1.head_dim) == (64, 128)
+    falcon = parse_config({"architectures": ["FalconForCausalLM"], "model_type": "falcon", "hidden_size": 4544,
+                           "n_layer": 32, "n_head": 71, "n_head_kv": 1, "vocab_size": 65024})
+    assert (falcon.num_key_value_heads, falcon.head_dim, falcon.unpriceable_reason) == (1, 64, None)
+
+
+@pytest.mark.parametrize("config", [
+    {}, None, [], {"num_hidden_layers": "many"}, {"layer_types": 5, "num_hidden_layers": -3},
+    {"text_config": "x", "hidden_size": None}, {"num_hidden_layers": 2, "hidden_size": 8, "vocab_size": 10,
+                                                 "num_attention_heads": 0},
+])
+def test_never_raises_and_flags_missing_dimensions(config):
+    arch = parse_config(config)
+    assert arch.unpriceable_reason
+
+
+@pytest.mark.parametrize("config, word", [
+    ({"model_type": "rwkv", "hidden_size": 2048, "num_hidden_layers": 24, "vocab_size": 50277,
+      "attention_hidden_size": 2048}, "RWKV"),
+    ({"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+      "vocab_size": 100, "layer_types": ["full_attention", "retention"]}, "unknown layer type"),
+    ({"model_type": "nemotron_h", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+      "vocab_size": 100, "hybrid_override_pattern": "M?"}, "unknown layer symbol"),
+    ({"model_type": "jamba", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+      "vocab_size": 100}, "recurrent state"),
+])
+def test_unknown_stateful_layers_are_unpriceable(config, word):
+    assert word in (parse_config(config).unpriceable_reason or "")

@@ -1,0 +1,124 @@
+"""`club3090 kv-calc`: local folders, config.json paths, curated keys, --json keys, --calibration."""
+
+from __future__ import annotations
+
+import json
+import struct
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from club3090.cli import main
+
+HUB = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "hub"
+pytestmark = pytest.mark.skipif(not HUB.exists(), reason="shared fixtures not present")
+QWEN_CONFIG = HUB / "Qwen--Qwen2.5-0.5B" / "config.json"
+
+JSON_KEYS = {"per_gpu", "kv_bytes_per_token", "block_size", "num_blocks", "kv_cache_tokens", "max_concurrency",
+             "raw_verdict", "max_model_len_fit", "confidence"}
+PER_GPU_KEYS = {"budget_bytes", "weights_bytes", "non_torch_bytes", "activation_bytes", "cudagraph_bytes",
+                "kv_pool_bytes"}
+
+
+def write_safetensors(path: Path, tensors: dict[str, tuple[str, list[int], int]]) -> None:
+    header, offset = {}, 0
+    for name, (dtype, shape, nbytes) in tensors.items():
+        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [offset, offset + nbytes]}
+        offset += nbytes
+    raw = json.dumps(header).encode()
+    path.write_bytes(struct.pack("<Q", len(raw)) + raw + b"\0" * offset)
+
+
+def model_folder(tmp_path: Path) -> Path:
+    folder = tmp_path / "model"
+    folder.mkdir()
+    (folder / "config.json").write_bytes(QWEN_CONFIG.read_bytes())
+    write_safetensors(folder / "model.safetensors", {"a": ("BF16", [1024, 512], 1024 * 512 * 2),
+                                                     "b": ("BF16", [256], 512)})
+    return folder
+
+
+def run_json(capsys, *argv: str) -> tuple[int, dict]:
+    code = main(["kv-calc", *argv, "--json"])
+    return code, json.loads(capsys.readouterr().out)
+
+
+def test_local_folder_reads_safetensors_headers(tmp_path, capsys):
+    code, out = run_json(capsys, str(model_folder(tmp_path)), "--max-model-len", "4096")
+    assert code == 0
+    assert JSON_KEYS <= set(out) and PER_GPU_KEYS == set(out["per_gpu"])
+    assert all(isinstance(v, int) for v in out["per_gpu"].values())
+    assert out["per_gpu"]["weights_bytes"] == 1024 * 512 * 2 + 512
+    assert out["kv_bytes_per_token"] == 24 * 2 * 128 * 2       # 24 layers x 2 KV heads x (64+64) x 2 B
+    assert out["raw_verdict"] == "fits-clean" and out["confidence"] == "estimated-lower-bound"
+
+
+def test_config_only_folder_needs_weights_gib(tmp_path, capsys):
+    folder = tmp_path / "cfg"
+    folder.mkdir()
+    (folder / "config.json").write_bytes(QWEN_CONFIG.read_bytes())
+    assert main(["kv-calc", str(folder)]) == 64
+    capsys.readouterr()
+    code, out = run_json(capsys, str(folder), "--weights-gib", "1.0", "--gpus", "1x24GiB")
+    assert code == 0 and out["per_gpu"]["weights_bytes"] == 1 << 30
+
+
+def test_config_json_path_and_flags(capsys):
+    code, out = run_json(capsys, str(HUB / "Qwen--Qwen2.5-7B" / "config.json"), "--weights-gib", "14.25",
+                         "--max-model-len", "32768", "--kv-cache-dtype", "fp8", "--vllm-version", "0.19.0",
+                         "--mem-util", "0.9", "--max-num-seqs", "4", "--max-num-batched-tokens", "4096")
+    assert code == 0
+    assert out["kv_bytes_per_token"] == 28_672
+    assert out["settings"]["mem_util"] == 0.9 and out["settings"]["max_num_batched_tokens"] == 4096
+    assert out["per_gpu"]["cudagraph_bytes"] == 0                # v0.19 captures outside the budget
+
+
+def test_wont_fit_exit_code_and_solve_max_ctx(capsys):
+    cfg = str(HUB / "Qwen--Qwen2.5-7B" / "config.json")
+    code, out = run_json(capsys, cfg, "--weights-gib", "14.25", "--max-model-len", "131072")
+    assert code == 2 and out["raw_verdict"] == "wont-fit" and 0 < out["max_model_len_fit"] < 131072
+    code, solved = run_json(capsys, cfg, "--weights-gib", "14.25", "--max-model-len", "131072", "--solve-max-ctx")
+    assert code == 0 and solved["max_model_len"] == out["max_model_len_fit"]
+
+
+def test_unpriceable_model_is_a_refusal(capsys):
+    code, out = run_json(capsys, str(HUB / "RedHatAI--DeepSeek-V4-Flash-NVFP4-FP8"), "--weights-gib", "10")
+    assert code == 2 and out["ok"] is False and out["reason"] == "no-fit-model"
+
+
+def test_human_output(tmp_path, capsys):
+    assert main(["kv-calc", str(model_folder(tmp_path)), "--max-model-len", "4096", "--tp", "2", "--gpus", "2x3090"]) == 0
+    text = capsys.readouterr().out
+    assert "KV pool" in text and "GPU KV cache size" in text and "verdict: fits-clean" in text
+
+
+def test_curated_profile_key(capsys):
+    from club3090.catalog import load_catalog
+
+    catalog = load_catalog()
+    key = next(k for k, p in catalog.profiles.items()
+               if catalog.engines[p.engine].type == "vllm" and any(a.profile == k for a in catalog.anchors))
+    code, out = run_json(capsys, key)
+    assert code in (0, 2) and out["profile"] == key and out["confidence"] == "exact"
+
+
+def test_calibration_prints_n_of_n(capsys):
+    code = main(["kv-calc", "--calibration"])
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines[-1].startswith("Overall ") and "/" in lines[-1]
+    assert code in (0, 2)
+
+
+def test_fast_and_without_heavy_imports(tmp_path):
+    folder = model_folder(tmp_path)
+    script = ("import sys, time; t = time.perf_counter(); from club3090.cli import main; "
+              f"code = main(['kv-calc', {str(folder)!r}, '--json']); "
+              "heavy = [m for m in ('torch', 'transformers', 'vllm', 'huggingface_hub') if m in sys.modules]; "
+              "print('HEAVY', heavy, time.perf_counter() - t, file=sys.stderr); sys.exit(code)")
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    line = next(x for x in proc.stderr.splitlines() if x.startswith("HEAVY"))
+    assert line.startswith("HEAVY []")
+    assert float(line.split()[-1]) < 1.0
