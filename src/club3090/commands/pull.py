@@ -233,5 +233,7 @@ def _submit(args: argparse.Namespace) -> int:
             raise UsageError(f"--submit {bundle}: not a bundle folder")
     from club3090.submit import submit
     outcome = submit(Path(bundle), ask=_ask, out=sys.stdout)
-    code = getattr(outcome, "exit_code", None)
-    return int(code) if code is not None else 0
+    if getattr(outcome, "action", "") == "gh-failed":
+        print(f"gh failed: {getattr(outcome, 'error', '') or 'unknown error'}; nothing was sent", file=sys.stderr)
+        return 69
+    return 0

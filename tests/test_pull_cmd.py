@@ -1,0 +1,154 @@
+"""`club3090 pull` as a user runs it: flags, exit codes, human and JSON output, submission."""
+
+from __future__ import annotations
+
+import json
+import socket
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+
+from club3090 import cli
+from club3090 import pull as pull_mod
+from club3090.commands.pull import parse_sm
+
+CURATED = "Lorbus/Qwen3.6-27B-int4-AutoRound"
+README_ARGS = ["pull", CURATED, "--profile-like", "vllm/minimal", "--gpus", "1x3090", "--out", "compose.yml"]
+
+
+@pytest.fixture(autouse=True)
+def _in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(pull_mod, "_default_free_bytes", lambda _p: 10**15)
+
+
+def _json(capsys) -> dict:
+    return json.loads(capsys.readouterr().out)
+
+
+def test_readme_main_job_works_offline_on_a_fresh_machine(tmp_path, monkeypatch, capsys):
+    """The README command: a curated repo, no network (any socket refused), an empty HF_HOME."""
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "fresh-hf-home"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+
+    def no_network(*_a, **_k):
+        raise AssertionError("the README command must not open a socket")
+    monkeypatch.setattr(socket.socket, "connect", no_network)
+    monkeypatch.setattr(pull_mod, "_default_free_bytes", lambda p: __import__("club3090.disk").disk.free_bytes_at(p))
+    assert cli.main(README_ARGS) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("[pull] OK path=A stratum=DECIDED slug=Lorbus/Qwen3.6-27B-int4-AutoRound "
+                          "profile-like=vllm/minimal")
+    assert "[pull] FITS" in out and "caveat:" in out
+    text = (tmp_path / "compose.yml").read_text(encoding="utf-8")
+    assert "services:" in text and "vllm-stable@v0.22.0" in text and "--trust-remote-code" not in text
+    # re-running refuses to clobber without --force
+    assert cli.main(README_ARGS) == 64
+    assert cli.main([*README_ARGS, "--force"]) == 0
+
+
+def test_human_output_lines(capsys):
+    assert cli.main(["pull", CURATED, "--profile-like", "vllm/minimal", "--gpus", "1x16GiB", "--hardware", "8.6"]) == 2
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == f"[pull] ABORT path=B stratum=DECIDED slug={CURATED} profile-like=vllm/minimal"
+    assert out[1] == "[pull] confidence=exact raw_verdict=wont-fit terminal=hard-block"
+    assert "[pull] reason=hard-block" in out
+    assert any(line.startswith("[pull] fit per GPU: budget ") and "GiB" in line for line in out)
+    assert any(line.startswith("closest fit: ") for line in out)
+    assert any(line.startswith("[pull] gate bundle: ") for line in out)
+    assert out[-1].startswith("[pull] DOES NOT FIT")
+
+
+def test_recommend_never_changes_the_decision(capsys):
+    base = ["pull", CURATED, "--profile-like", "vllm/dual", "--gpus", "2x17GiB", "--hardware", "8.6"]
+    assert cli.main([*base, "--json"]) == 3
+    plain = _json(capsys)
+    assert cli.main([*base, "--json", "--recommend"]) == 3
+    rec = _json(capsys)
+    assert rec.pop("recommend").startswith("FITS-but-not-yet-accepted")
+    assert {k: v for k, v in rec.items() if k != "bundle"} == {k: v for k, v in plain.items() if k != "bundle"}
+    assert cli.main([*base, "--recommend"]) == 3
+    assert capsys.readouterr().out.splitlines()[-1].startswith("recommend: FITS-but-not-yet-accepted")
+    assert cli.main([*base, "--yes", "--recommend"]) == 0
+    assert "recommend: FITS (deciding stratum: 0 DECIDED)" in capsys.readouterr().out
+
+
+def test_json_object(capsys):
+    assert cli.main(["pull", CURATED, "--profile-like", "vllm/minimal", "--gpus", "1x3090", "--json"]) == 0
+    data = _json(capsys)
+    assert data["ok"] is True and data["exit_code"] == 0 and data["path"] == "B" and data["stratum"] == 0
+    assert data["c0"]["state"] == "engine-supported" and data["fit"]["kv_cache_tokens"] > 0
+    assert data["caveat"] and data["out"] is None and isinstance(data["notices"], list)
+
+
+@pytest.mark.parametrize("argv", [
+    ["pull"],                                                     # no slug
+    ["pull", CURATED],                                            # no --profile-like
+    ["pull", CURATED, "--profile-like", "vllm/minimal", "--hardware", "fast"],
+    ["pull", CURATED, "--profile-like", "vllm/minimal", "--gpus", "2xWarpDrive"],
+    ["pull", CURATED, "--profile-like", "vllm/minimal", "--no-such-flag"],
+    ["pull", "--submit-last", "--submit", "x"],
+])
+def test_usage_errors_exit_64(argv, capsys):
+    with pytest.raises(SystemExit) as exc:
+        code = cli.main(argv)
+        raise SystemExit(code)
+    assert exc.value.code == 64
+
+
+def test_json_usage_error_is_still_json(capsys):
+    assert cli.main(["pull", CURATED, "--json"]) == 64
+    data = _json(capsys)
+    assert data["ok"] is False and data["exit_code"] == 64
+
+
+def test_upstream_gpu_form_is_accepted(capsys):
+    assert cli.main(["pull", CURATED, "--profile-like", "vllm/dual", "--gpus",
+                     "24576:NVIDIA GeForce RTX 3090,24576:NVIDIA GeForce RTX 3090", "--json"]) == 0
+    data = _json(capsys)
+    assert data["hardware"]["gpu_count"] == 2 and data["hardware"]["sm"] == "8.6"
+    assert cli.main(["pull", CURATED, "--profile-like", "vllm/dual", "--hardware-gpus",
+                     "24576:RTX 3090,24576:RTX 3090", "--json"]) == 0
+
+
+@pytest.mark.parametrize("text,value", [("8.6", "8.6"), ("sm_86", "8.6"), ("sm90", "9.0"), ("86", "8.6"),
+                                        ("10.0", "10.0"), ("sm_120", "12.0")])
+def test_parse_sm(text, value):
+    assert parse_sm(text) == Decimal(value)
+
+
+def test_hub_unreachable_exits_69(fake_hub, monkeypatch, capsys):
+    monkeypatch.setenv("HF_ENDPOINT", fake_hub.url)
+    fake_hub.add_fixture("Qwen--Qwen2.5-7B")
+    fake_hub.fault("drop", match="/api/models/", times=None)
+    assert cli.main(["pull", "Qwen/Qwen2.5-7B", "--profile-like", "vllm/minimal", "--gpus", "1x3090", "--json"]) == 69
+    assert _json(capsys)["exit_code"] == 69
+
+
+def test_internal_error_exits_70(monkeypatch, capsys):
+    def boom(*_a, **_k):
+        raise RuntimeError("bug")
+    monkeypatch.setattr(pull_mod, "_default_predict", boom)
+    assert cli.main(["pull", CURATED, "--profile-like", "vllm/minimal", "--gpus", "1x3090"]) == 70
+
+
+def test_submit_last_asks_and_declines_on_eof(monkeypatch, capsys, tmp_path):
+    assert cli.main(["pull", CURATED, "--profile-like", "vllm/dual-turbo", "--gpus", "2x3090",
+                     "--out", str(tmp_path / "x.yml")]) == 2
+    capsys.readouterr()
+    monkeypatch.setattr("builtins.input", lambda: (_ for _ in ()).throw(EOFError()))
+    monkeypatch.setattr("shutil.which", lambda _name: None)
+    assert cli.main(["pull", "--submit-last"]) == 0
+    captured = capsys.readouterr()
+    assert "lorbus-qwen3.6-27b-int4-autoround" in captured.out
+    assert "profile-not-emittable" in captured.out
+
+
+def test_submit_last_without_bundles(capsys):
+    assert cli.main(["pull", "--submit-last"]) == 2
+    assert "nothing to submit" in capsys.readouterr().err
+
+
+def test_submit_dir_must_exist(capsys, tmp_path):
+    assert cli.main(["pull", "--submit", str(tmp_path / "missing")]) == 64
