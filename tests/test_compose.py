@@ -41,11 +41,17 @@ SEED_PROFILES = (
 GENESIS = ("vllm/default", "vllm/long-text", "vllm/long-text-no-mtp", "vllm/long-vision",
            "vllm/bounded-thinking", "vllm/tools-text", "vllm/dual-turbo", "vllm/dual-tq3-mtp",
            "vllm/dual-tq3-mtp-genesis", "vllm/dual-tq3-nomtp")
-# What the catalog data gives today: the other 9 run on purged nightlies whose arch-row pins are
-# loads:false (or absent), so step 3 refuses them with pin-mismatch.
+# What the catalog data gives today: 9 of the 17 non-Genesis profiles emit (vllm/gemma-26ba4b-single
+# runs on vllm-gemma-stable@v0.22.0, a loads:true pin of the Gemma 4 MoE row). The other 8 run on
+# purged nightlies whose arch-row pins are loads:false (or absent), so step 3 refuses them with
+# pin-mismatch.
 EMITTING = ("vllm/minimal", "vllm/dual", "vllm/gemma-mtp-tp1", "vllm/gemma-bf16-mtp",
-            "vllm/gemma-int8-mtp", "vllm/gemma-26ba4b-dual", "vllm/qwen-a3b-preview-single",
-            "vllm/qwen-35b-a3b-dual")
+            "vllm/gemma-int8-mtp", "vllm/gemma-26ba4b-single", "vllm/gemma-26ba4b-dual",
+            "vllm/qwen-a3b-preview-single", "vllm/qwen-35b-a3b-dual")
+# Patches the shipped Qwen 3.6 27B composes dropped on stable vLLM: recorded as delivery gaps, so
+# they are reported undelivered and never wired (their drift guards are not run).
+DROPPED = {"vllm/minimal": ("qwen-vllm-pr35936-required-fallback",),
+           "vllm/dual": ("qwen-vllm-marlin-pad", "qwen-vllm-pr35936-required-fallback")}
 
 
 @pytest.fixture(scope="module")
@@ -108,6 +114,7 @@ def test_every_seed_profile_emits_valid_compose_or_refuses_with_a_seed_token(cat
 def test_emitting_set(catalog):
     emitted = {k for k in SEED_PROFILES if k not in GENESIS and generate(k, catalog).ok}
     assert emitted == set(EMITTING)
+    assert len(SEED_PROFILES) - len(GENESIS) == 17 and len(EMITTING) == 9
 
 
 @pytest.mark.parametrize("key", EMITTING)
@@ -165,6 +172,18 @@ def test_kv_and_speculative_slots(catalog):
     assert "--speculative-config" not in generate(p.key, cat).text
 
 
+@pytest.mark.parametrize("key", ("vllm/gemma-int8-mtp", "vllm/gemma-26ba4b-single"))
+def test_int8_per_token_head_kv_arg(catalog, key):
+    # the shipped composes pass the format's own name (upstream's table said auto+PTH)
+    assert catalog.profiles[key].kv_format == "int8_per_token_head"
+    assert catalog.kv_arg("int8_per_token_head") == "int8_per_token_head"
+    text = generate(key, catalog).text
+    cmd = yaml.safe_load(text)["services"][catalog.profiles[key].runtime.service_name]["command"]
+    assert cmd[cmd.index("--kv-cache-dtype") + 1] == "${KV_DTYPE:-int8_per_token_head}"
+    assert "--kv-cache-dtype int8_per_token_head \\\n" in generate(key, catalog, fmt="vllm-serve").text
+    assert "PTH" not in text
+
+
 def test_header_is_provenance_without_timestamps(catalog):
     text = generate("vllm/dual", catalog, out_name="dual.yml").text
     header = [l for l in text.splitlines() if l.startswith("#")]
@@ -172,44 +191,123 @@ def test_header_is_provenance_without_timestamps(catalog):
     assert f"catalog: {catalog.version}" in joined
     assert "engine pin: vllm-stable@v0.22.0" in joined
     assert "trust-remote-code: not emitted" in joined
-    assert "patches wired: qwen-froggeric-chat-template, qwen-vllm-marlin-pad" in joined
-    assert "patches undelivered: qwen-qwen3coder-tool-parser-deferred-commit" in joined
+    assert "# patches wired: qwen-froggeric-chat-template\n" in joined
+    undelivered = next(l for l in header if l.startswith("# patches undelivered: "))
+    assert undelivered.startswith("# patches undelivered: qwen-qwen3coder-tool-parser-deferred-commit (")
+    assert "qwen-vllm-marlin-pad (removed from the shipped compose" in undelivered
+    assert "qwen-vllm-pr35936-required-fallback (removed from the shipped compose" in undelivered
     assert "docker compose --project-directory" in joined and "-f dual.yml up -d" in joined
     import re
     assert not re.search(r"\d{4}-\d{2}-\d{2}|\d{8}T\d{6}|\d{2}:\d{2}:\d{2}", text)
 
 
+def _targets(svc):
+    return [v.split(":")[-2] if v.endswith(":ro") else v.split(":")[-1] for v in svc["volumes"]]
+
+
 def test_patches_wired_at_insertion_points(catalog):
-    outcome = generate("vllm/dual", catalog)
-    svc = yaml.safe_load(outcome.text)["services"]["vllm-qwen36-27b-dual"]
-    targets = [v.split(":")[-2] if v.endswith(":ro") else v.split(":")[-1] for v in svc["volumes"]]
-    assert "/etc/club3090/install-pr35936.sh" in targets
-    assert targets.count("/etc/qwen-froggeric-chat-template.jinja") == 1  # shipped wiring reused
-    assert svc["entrypoint"][2].startswith("bash /etc/club3090/install-pr35936.sh\n")
-    assert svc["command"].count("--chat-template") == 1
+    # the shipped file already mounts and runs the wired PR #40391 install: reused, not added twice
+    key = "vllm/gemma-26ba4b-single"
+    outcome = generate(key, catalog)
+    assert outcome.patches.wired == ("gemma-a4b-vllm-pr40391-rebased",)
+    svc = yaml.safe_load(outcome.text)["services"][catalog.profiles[key].runtime.service_name]
+    assert _targets(svc).count("/etc/club3090/pr40391") == 1
+    assert svc["entrypoint"][2].count("bash /etc/club3090/pr40391/install.sh\n") == 1
     assert outcome.notices and "--project-directory" in outcome.notices[0]
+    # vllm/dual: the chat template's mount and --chat-template are the shipped wiring, reused
+    dual = generate("vllm/dual", catalog)
+    assert dual.patches.wired == ("qwen-froggeric-chat-template",)
+    svc = yaml.safe_load(dual.text)["services"]["vllm-qwen36-27b-dual"]
+    assert _targets(svc).count("/etc/qwen-froggeric-chat-template.jinja") == 1
+    assert svc["command"].count("--chat-template") == 1
+
+
+def test_patch_missing_from_the_shipped_file_is_inserted(catalog):
+    # No emitting profile wires a patch its shipped file lacks, so lift vllm/minimal's delivery gap
+    # on the PR #35936 install (mount + entrypoint line) to exercise the insertion itself.
+    pid = "qwen-vllm-pr35936-required-fallback"
+    lifted = dataclasses.replace(catalog.patches[pid], delivery_gaps=())
+    cat = dataclasses.replace(catalog, patches={**catalog.patches, pid: lifted})
+    outcome = generate("vllm/minimal", cat)
+    assert outcome.ok and pid in outcome.patches.wired
+    svc = yaml.safe_load(outcome.text)["services"]["vllm-qwen36-27b-minimal"]
+    volumes = [v for v in svc["volumes"] if v.split(":")[-2] == "/etc/club3090/install-pr35936.sh"]
+    assert volumes == ["../../../../../../models/qwen3.6-27b/vllm/patches/"
+                       "vllm-pr35936-required-fallback/install.sh:/etc/club3090/install-pr35936.sh:ro"]
+    assert svc["entrypoint"][2].startswith("bash /etc/club3090/install-pr35936.sh\n")
+    validate_compose(outcome.text)
+
+
+@pytest.mark.parametrize("key", sorted(DROPPED))
+def test_dropped_patches_are_undelivered_and_not_mounted(catalog, key):
+    seen = []
+
+    def guard(patch, profile):  # fails exactly the dropped patches: refusal/exit 3 if consulted
+        seen.append(patch.id)
+        return patch.id not in DROPPED[key]
+
+    outcome = generate(key, catalog, guard_runner=guard)
+    assert outcome.ok and outcome.exit_code == 0 and not outcome.degraded
+    assert seen and not set(DROPPED[key]) & set(seen)
+    undelivered = dict(outcome.patches.undelivered)
+    for pid in DROPPED[key]:
+        assert key in catalog.patches[pid].load_bearing_composes
+        assert pid not in outcome.patches.wired
+        assert undelivered[pid].startswith("removed from the shipped compose when it moved to stable vLLM")
+    svc = yaml.safe_load(outcome.text)["services"][catalog.profiles[key].runtime.service_name]
+    for pid in DROPPED[key]:
+        for mount in catalog.patches[pid].mounts:
+            src, dst = mount.split(":")[:2]
+            assert dst not in _targets(svc)
+            assert src[2:] not in outcome.text
+        for line in catalog.patches[pid].invocations:
+            assert line not in svc["entrypoint"][2]
 
 
 def test_foundational_drift_refuses(catalog):
     def guard(patch, profile):
-        return patch.id != "qwen-vllm-marlin-pad"
+        return patch.id != "gemma-vllm-pr40391-rebased"
 
-    outcome = dry_run("vllm/dual", catalog, guard_runner=guard)
+    assert catalog.patches["gemma-vllm-pr40391-rebased"].foundational
+    outcome = dry_run("vllm/gemma-int8-mtp", catalog, guard_runner=guard)
     assert not outcome.ok and outcome.exit_code == 2 and outcome.refusal == FOUNDATIONAL_DRIFT
+    assert "gemma-vllm-pr40391-rebased" in outcome.detail and outcome.text is None
     assert outcome.stop().token == "d-refused:foundational-drift"
+    assert dry_run("vllm/gemma-int8-mtp", catalog, guard_runner=guard, accept_degraded=True).refusal == \
+        FOUNDATIONAL_DRIFT  # acknowledgement does not cover foundational drift
 
 
 def test_capability_degraded_needs_acknowledgement(catalog):
-    def guard(patch, profile):
-        return patch.id != "qwen-vllm-pr35936-required-fallback"
+    pid = "gemma-vllm-gemma4-tool-parser-fixes"
 
-    refused = generate("vllm/minimal", catalog, guard_runner=guard)
+    def guard(patch, profile):
+        return patch.id != pid
+
+    refused = generate("vllm/gemma-int8-mtp", catalog, guard_runner=guard)
     assert refused.exit_code == 3 and refused.refusal == DEGRADED_DRIFT and refused.degraded
     assert refused.text is None
-    accepted = generate("vllm/minimal", catalog, guard_runner=guard, accept_degraded=True)
+    accepted = generate("vllm/gemma-int8-mtp", catalog, guard_runner=guard, accept_degraded=True)
     assert accepted.ok and accepted.degraded and accepted.exit_code == 0
-    assert "DEGRADED" in accepted.text and "install-pr35936" not in accepted.text.split("services:")[1]
-    assert accepted.patches.degraded[0][0] == "qwen-vllm-pr35936-required-fallback"
+    assert accepted.patches.degraded == ((pid, "tool-call-stream"),)
+    assert accepted.patches.wired == ("gemma-vllm-pr40391-rebased",)
+    header = accepted.text.split("services:")[0]
+    assert f"# DEGRADED: patches omitted after drift: {pid} (tool-call-stream)" in header
+    assert "# patches wired: gemma-vllm-pr40391-rebased\n" in header
+    assert any(n.startswith("DEGRADED") for n in accepted.notices)
+
+
+def test_degraded_patch_is_unwired(catalog):
+    # the omitted patch's shipped mount and --chat-template leave the service
+    def guard(patch, profile):
+        return patch.id != "qwen-froggeric-chat-template"
+
+    outcome = generate("vllm/minimal", catalog, guard_runner=guard, accept_degraded=True)
+    assert outcome.ok and outcome.patches.degraded[0][0] == "qwen-froggeric-chat-template"
+    svc = yaml.safe_load(outcome.text)["services"]["vllm-qwen36-27b-minimal"]
+    assert "/etc/qwen-froggeric-chat-template.jinja" not in _targets(svc)
+    assert "/etc/qwen-froggeric-chat-template.jinja" not in svc["command"]
+    assert "/etc/qwen-froggeric-chat-template.jinja" in \
+        yaml.safe_load(generate("vllm/minimal", catalog).text)["services"]["vllm-qwen36-27b-minimal"]["command"]
 
 
 def test_delivery_gap_skips_guard(catalog):
@@ -221,6 +319,7 @@ def test_delivery_gap_skips_guard(catalog):
 
     generate("vllm/minimal", catalog, guard_runner=guard)
     assert "qwen-qwen3coder-tool-parser-deferred-commit" not in seen
+    assert "qwen-froggeric-chat-template" in seen  # wired patches are still guarded
 
 
 def _with_arch(catalog, arch, **changes):
@@ -246,8 +345,23 @@ def test_tp_or_kv(catalog):
 
 
 def test_pin_mismatch_carries_row_reason(catalog):
-    outcome = dry_run("vllm/dual-dflash", catalog)
-    assert outcome.refusal == PIN_MISMATCH and "DEPRECATED" in outcome.detail
+    profile = catalog.profiles["vllm/dual-dflash"]
+    pin = catalog.arch_row_for_model(profile.model).pin_for(catalog.engines[profile.engine].pin)
+    assert pin is not None and not pin.loads and pin.reason
+    outcome = dry_run(profile.key, catalog)
+    assert outcome.refusal == PIN_MISMATCH and outcome.exit_code == 2 and outcome.detail == pin.reason
+    assert outcome.detail.startswith("Engine deprecated")
+
+
+@pytest.mark.parametrize("key,detail", [
+    ("vllm/dual-bf16", "vllm-nightly-clean@bf610c2f56764e1b30bc6065f4ceace3d6e59036 is marked "
+                       "loads:false for Qwen3NextForCausalLM"),
+    ("vllm/dual-int8", "vllm-nightly-full@e47c98ef7a38792996e452ef53914e21e41928e9 is not a "
+                       "validated pin for Qwen3NextForCausalLM"),
+])
+def test_pin_mismatch_without_row_reason(catalog, key, detail):
+    outcome = dry_run(key, catalog)
+    assert outcome.refusal == PIN_MISMATCH and outcome.detail == detail and outcome.text is None
 
 
 def test_dry_run_writes_nothing(catalog, tmp_path, monkeypatch):

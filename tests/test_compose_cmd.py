@@ -25,8 +25,8 @@ def _sibling(name: str):
 
 
 _tc = _sibling("test_compose")
-EMITTING, GENESIS, SEED_PROFILES, validate_compose = (_tc.EMITTING, _tc.GENESIS, _tc.SEED_PROFILES,
-                                                      _tc.validate_compose)
+EMITTING, GENESIS, SEED_PROFILES, DROPPED, validate_compose = (
+    _tc.EMITTING, _tc.GENESIS, _tc.SEED_PROFILES, _tc.DROPPED, _tc.validate_compose)
 
 
 @pytest.mark.parametrize("key", SEED_PROFILES)
@@ -44,8 +44,11 @@ def test_cli_writes_valid_file_or_refuses(key, tmp_path, capsys):
         assert code == 2 and not out.exists()
         assert "d-refused:" in err
         assert any(f"d-refused:{t}" in err for t in REFUSAL_TOKENS)
+        assert key not in EMITTING
         if key in GENESIS:
             assert "d-refused:scope" in err
+        else:
+            assert "d-refused:pin-mismatch" in err
 
 
 def test_stdout_without_out(capsys):
@@ -73,15 +76,23 @@ def test_unknown_profile_is_usage(capsys):
 
 
 def test_json_summary(tmp_path, capsys):
+    out = tmp_path / "g.yml"
+    code = main(["compose", "--profile", "vllm/gemma-int8-mtp", "--out", str(out), "--json"])
+    payload = json.loads(capsys.readouterr().out)
+    assert code == 0 and payload["ok"] and payload["exit_code"] == 0
+    assert payload["profile"] == "vllm/gemma-int8-mtp" and payload["refusal"] is None
+    assert payload["out"] == str(out) and payload["degraded"] is False and out.exists()
+    assert payload["patches"]["wired"] == ["gemma-vllm-gemma4-tool-parser-fixes", "gemma-vllm-pr40391-rebased"]
+    assert payload["patches"]["undelivered"] == [] and payload["patches"]["degraded"] == []
+
+    # vllm/dual: the patches its shipped compose dropped on stable vLLM are undelivered, not wired
     out = tmp_path / "d.yml"
     code = main(["compose", "--profile", "vllm/dual", "--out", str(out), "--json"])
     payload = json.loads(capsys.readouterr().out)
-    assert code == 0 and payload["ok"] and payload["exit_code"] == 0
-    assert payload["profile"] == "vllm/dual" and payload["refusal"] is None
-    assert payload["out"] == str(out) and payload["degraded"] is False
-    assert "qwen-vllm-marlin-pad" in payload["patches"]["wired"]
-    assert payload["patches"]["undelivered"][0]["id"] == "qwen-qwen3coder-tool-parser-deferred-commit"
-    assert payload["notices"]
+    assert code == 0 and payload["ok"] and payload["notices"]
+    assert payload["patches"]["wired"] == ["qwen-froggeric-chat-template"]
+    undelivered = [u["id"] for u in payload["patches"]["undelivered"]]
+    assert undelivered == ["qwen-qwen3coder-tool-parser-deferred-commit", *DROPPED["vllm/dual"]]
 
     code = main(["compose", "--profile", "vllm/dual-dflash", "--json"])
     payload = json.loads(capsys.readouterr().out)
@@ -92,16 +103,17 @@ def test_degraded_exit_3_without_ack(tmp_path, monkeypatch, capsys):
     real = compose_mod.generate
 
     def degraded_generate(*args, **kwargs):
-        kwargs["guard_runner"] = lambda patch, profile: patch.id != "qwen-vllm-pr35936-required-fallback"
+        kwargs["guard_runner"] = lambda patch, profile: patch.id != "gemma-vllm-gemma4-tool-parser-fixes"
         return real(*args, **kwargs)
 
     monkeypatch.setattr(compose_mod, "generate", degraded_generate)
-    out = tmp_path / "m.yml"
-    assert main(["compose", "--profile", "vllm/minimal", "--out", str(out)]) == 3
+    out = tmp_path / "g.yml"
+    assert main(["compose", "--profile", "vllm/gemma-int8-mtp", "--out", str(out)]) == 3
     assert not out.exists()
     assert "--accept-degraded" in capsys.readouterr().err
-    assert main(["compose", "--profile", "vllm/minimal", "--out", str(out), "--accept-degraded"]) == 0
-    assert "DEGRADED" in out.read_text(encoding="utf-8")
+    assert main(["compose", "--profile", "vllm/gemma-int8-mtp", "--out", str(out), "--accept-degraded"]) == 0
+    assert "# DEGRADED: patches omitted after drift: gemma-vllm-gemma4-tool-parser-fixes" in \
+        out.read_text(encoding="utf-8")
 
 
 @pytest.mark.parametrize("fmt", ["vllm-serve", "json"])

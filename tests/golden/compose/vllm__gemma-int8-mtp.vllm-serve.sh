@@ -27,7 +27,7 @@ HUGGING_FACE_HUB_TOKEN='' \
   --served-model-name gemma-4-31b-autoround \
   --tensor-parallel-size 2 \
   --pipeline-parallel-size 1 \
-  --kv-cache-dtype auto+PTH \
+  --kv-cache-dtype int8_per_token_head \
   --max-model-len 262144 \
   --gpu-memory-utilization 0.95 \
   --max-num-seqs 4 \

@@ -2,8 +2,8 @@
 # catalog: <catalog-version> (schema 1)   profile: vllm/minimal   shipped: models/qwen3.6-27b/vllm/compose/single/autoround-int4/minimal.yml
 # engine pin: vllm-stable@v0.22.0 (validated loads:true for Qwen3NextForCausalLM)
 # trust-remote-code: not emitted (arch evidence: false)
-# patches wired: qwen-froggeric-chat-template, qwen-vllm-pr35936-required-fallback
-# patches undelivered: qwen-qwen3coder-tool-parser-deferred-commit (Known current coverage boundary from club-3090#72/#145 class: these composes do not invoke the local sidecar today.)
+# patches wired: qwen-froggeric-chat-template
+# patches undelivered: qwen-qwen3coder-tool-parser-deferred-commit (These composes do not run the local sidecar yet, so the fix is not delivered there.), qwen-vllm-pr35936-required-fallback (removed from the shipped compose when it moved to stable vLLM: confirmed unnecessary there, and the overlay breaks on v0.22.0)
 # patches excluded: qwen-vllm-marlin-pad (not load-bearing here), qwen-vllm-pr41800-truncate-prompt-tokens (not load-bearing here)
 # run: docker compose --project-directory <club-3090 checkout>/models/qwen3.6-27b/vllm/compose/single/autoround-int4 -f <out> up -d
 # note: entrypoint script (patch installs, NVLink detection) runs only inside the container
