@@ -19,9 +19,10 @@ import yaml
 from club3090.architecture import parse_config
 from club3090.catalog import load_catalog
 from club3090.compose import (DEGRADED_DRIFT, FOUNDATIONAL_DRIFT, PIN_MISMATCH, REFUSAL_TOKENS, SCOPE,
-                              TP_OR_KV, TRC, derived_compose, dry_run, generate, sanitize_slug,
+                              TP_OR_KV, TRC, derived_compose, dry_run, generate,
                               with_default)
 from club3090.errors import InputError
+from club3090.slug import sanitize_slug
 from club3090.launch import interpolate, interpolate_tree
 from club3090.spec import ModelSpec, Quantization
 

@@ -32,13 +32,13 @@ from typing import Any, Iterable, Mapping, Sequence
 from club3090 import __version__
 from club3090.errors import InputError
 from club3090.fsutil import atomic_write_text, read_json_capped
+from club3090.slug import sanitize_slug  # noqa: F401 - re-exported for submit and callers
 
 CAPTURES_DIRNAME = ".pull-captures"
 LAST_FILE = ".last"
 MANIFEST_FILE = "manifest.json"
 TS_FORMAT = "%Y%m%dT%H%M%SZ"
 BUNDLE_JSON_LIMIT = 4 * 1024 * 1024   # pt3 log excerpts are <= 64 KiB; anything near this is junk
-SLUG_MAX = 128
 SEP = "\x1f"
 
 POINT_FILES: Mapping[str, str] = MappingProxyType({
@@ -82,20 +82,6 @@ FINGERPRINT_FIELDS: tuple[str, ...] = (
 
 
 # --- slugs ------------------------------------------------------------------------------------
-
-def sanitize_slug(slug: str) -> str:
-    """A file-system-safe folder name for a repo id or path: ``Org/Model`` -> ``org-model``.
-
-    Lowercase; runs outside ``[a-z0-9._-]`` become ``-``; repeated ``-`` and ``.`` collapse
-    (so ``..`` never survives); ``-._`` stripped at both ends; at most 128 characters;
-    empty -> ``model``.
-    """
-    text = re.sub(r"[^a-z0-9._-]+", "-", str(slug).lower())
-    text = re.sub(r"-{2,}", "-", text)
-    text = re.sub(r"\.{2,}", ".", text)
-    text = text.strip("-._")[:SLUG_MAX].strip("-._")
-    return text or "model"
-
 
 # --- redaction --------------------------------------------------------------------------------
 

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from club3090 import __version__
 from club3090.errors import InputError, UsageError
+from club3090.slug import sanitize_slug
 from club3090.launch import (Launch, escape_dollars, has_control_chars, interpolate, render,
                              split_volume, volume_source, volume_target)
 from club3090.outcome import Reason, Stop, Stratum
@@ -567,16 +568,6 @@ def _contains_run(args: list[Any], words: list[str]) -> bool:
 # Derived compose (Pull-Emit-Derived)
 # =============================================================================================
 
-def sanitize_slug(ref: str) -> str:
-    """Lowercase; runs outside ``[a-z0-9._-]`` -> ``-``; strip ``-._`` at the ends; empty -> model."""
-    slug = re.sub(r"[^a-z0-9._-]+", "-", ref.lower())
-    slug = re.sub(r"-{2,}", "-", slug).strip("-._")
-    slug = slug[:MAX_SLUG].strip("-._")
-    if slug in ("", ".", ".."):
-        return "model"
-    return slug
-
-
 def _derived_refuse(profile: str, clause: str, detail: str) -> ComposeOutcome:
     return _refuse(profile, f"{DERIVED_PREFIX}:{clause}", detail)
 
@@ -645,7 +636,7 @@ def derived_compose(spec: "ModelSpec", profile_key: str, catalog: "Catalog", *, 
         quant_args = ["--dtype", compute]
 
     kv_arg = catalog.kv_formats[profile.kv_format].vllm_arg if profile.kv_format in catalog.kv_formats else None
-    slug = sanitize_slug(spec.ref)
+    slug = sanitize_slug(spec.ref, max_len=MAX_SLUG)
     served = slug[:MAX_SERVED_NAME]
     model_path = f"{PULLS_MOUNT_ROOT}/{slug}"
     ctx = max_model_len if max_model_len is not None else profile.max_ctx
