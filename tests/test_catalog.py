@@ -192,7 +192,7 @@ def test_engines_and_kv_formats(cat):
     assert {k: cat.kv_arg(k) for k in ("bf16", "fp16", "fp8_e5m2", "fp8_e4m3", "int8_per_token_head",
                                        "q4_0", "k8v4")} == {
         "bf16": None, "fp16": None, "fp8_e5m2": "fp8_e5m2", "fp8_e4m3": "fp8",
-        "int8_per_token_head": "auto+PTH", "q4_0": "q4_0", "k8v4": "k8v4"}
+        "int8_per_token_head": "int8_per_token_head", "q4_0": "q4_0", "k8v4": "k8v4"}
     assert kv["turboquant_3bit_nc"].emittable is False
     for name in ("auto", "bf16", "fp16", "fp32", "fp8", "fp8_e4m3", "fp8_e5m2", "int8_per_token_head",
                  "fp8_per_token_head", "nvfp4", "turboquant_3bit_nc", "turboquant_k8v4", "q8_0",
@@ -333,3 +333,23 @@ def test_package_data_never_points_at_shared():
     src = Path(loader.__file__).parent
     for path in src.rglob("*.py"):
         assert "/shared" not in path.read_text(encoding="utf-8"), path
+
+
+def test_anchor_peaks_are_gib_readings(cat):
+    # upstream kv-calc rows say "GB" but record nvidia-smi MiB / 1024 (vllm/dual 23.6 = 24,166 MiB)
+    dual = next(a for a in cat.anchors if a.id == "vllm/dual:kvcalc-22of22-historical")
+    seed = next(a for a in cat.anchors if a.id == "vllm/dual:calibration_seed")
+    assert dual.measured_peak_bytes == round(23.6 * (1 << 30))
+    assert seed.measured_peak_bytes == 24_166 * (1 << 20)
+    assert abs(dual.measured_peak_bytes - seed.measured_peak_bytes) < 2 * (1 << 20)
+
+
+def test_gemma4_configs_carry_global_layer_geometry(cat):
+    from club3090.architecture import parse_config
+
+    for mid, heads in (("gemma-4-12b", 1), ("gemma-4-31b", 4), ("gemma-4-26b-a4b", 2)):
+        a = parse_config(cat.models[mid].hf_config)
+        full = [layer for layer in a.layers if layer.kind == "full"]
+        assert full and all((layer.num_kv_heads, layer.head_dim, layer.k_eq_v) == (heads, 512, True)
+                            for layer in full), mid
+    assert cat.models["gemma-4-31b"].weights["autoround-int4"].size_bytes == 21_200_000_000

@@ -106,9 +106,29 @@ def test_curated_profile_key(capsys):
 
 def test_calibration_prints_n_of_n(capsys):
     code = main(["kv-calc", "--calibration"])
-    lines = capsys.readouterr().out.strip().splitlines()
-    assert lines[-1].startswith("Overall ") and "/" in lines[-1]
-    assert code in (0, 2)
+    out = capsys.readouterr().out
+    heads = {line.split(":")[0]: line.split(":")[1].split()[0] for line in out.splitlines()
+             if line.startswith(("kvcalc-22of22-historical:", "kvcalc-current-8of8:"))}
+    assert set(heads) == {"kvcalc-22of22-historical", "kvcalc-current-8of8"}
+    for frac in heads.values():          # upstream's criterion: every scored upstream row passes
+        passed, total = frac.split("/")
+        assert passed == total and int(total) > 0
+    assert code == 0
+    assert "Stricter club3090 report" in out and out.strip().splitlines()[-1].startswith("strict: ")
+
+
+def test_calibration_json_and_gemma_anchors(capsys):
+    code = main(["kv-calc", "--calibration", "--json"])
+    data = json.loads(capsys.readouterr().out)
+    assert code == 0 and data["upstream_all_pass"]
+    assert data["upstream"]["kvcalc-22of22-historical"]["expected_rows"] == 22
+    rows = {a["anchor"]: a for a in data["anchors"]}
+    assert all(a["verdict"] != "wont-fit" for a in data["anchors"])   # every anchor booted
+    # Gemma 4 31B measured pools (compose headers): within 15 %
+    for key, measured in (("vllm/gemma-bf16-mtp:compose/doc", 196_527), ("vllm/gemma-int8-mtp:compose/doc", 447_000),
+                          ("vllm/gemma-12b-dual-bf16-mtp:compose/doc", 496_000)):
+        assert rows[key]["measured_kv_tokens"] == measured
+        assert abs(rows[key]["predicted_kv_tokens"] - measured) / measured < 0.15, key
 
 
 def test_fast_and_without_heavy_imports(tmp_path):

@@ -269,3 +269,54 @@ def test_activation_grows_with_batched_tokens_and_sampler():
     many = predict(a, shape=ServeShape(max_model_len=8192, max_num_seqs=8, max_num_batched_tokens=8192), **base)
     seqs = predict(a, shape=ServeShape(max_model_len=8192, max_num_seqs=1024, max_num_batched_tokens=8192), **base)
     assert few.per_gpu.activation_bytes < many.per_gpu.activation_bytes < seqs.per_gpu.activation_bytes
+
+
+# --- Gemma 4 31B: sliding + global layers with their own geometry (§5.1, §5.4, §5.7) ---------
+
+GEMMA31 = "google--gemma-4-31B-it"
+
+
+def test_gemma4_31b_bytes_per_token_per_layer_group_bf16_tp2():
+    # 50 sliding layers: 16 KV heads, head_dim 256; 10 global layers: num_global_key_value_heads 4,
+    # global_head_dim 512, attention_k_eq_v (K and V still both cached). At TP2 on one rank:
+    #   sliding: 8 heads x (256 + 256) x 2 B = 8,192 B/token/layer -> 16-token page 131,072 B
+    #   global:  2 heads x (512 + 512) x 2 B = 4,096 B/token/layer -> page 65,536 B at 16 tokens,
+    #            so vLLM doubles its block to 32 tokens (page 131,072 B)
+    #   per token on the rank: 50 x 8,192 + 10 x 4,096 = 450,560 B
+    r = run(arch(GEMMA31), pool=10 * GiB, tp=2, max_model_len=131072, max_num_batched_tokens=4096)
+    assert r.kv_bytes_per_token == 50 * 8_192 + 10 * 4_096 == 450_560
+    kinds = [(g.kind, g.num_layers, g.block_size, g.page_bytes, g.window) for g in r.groups]
+    # groups of 10 layers (the minority type's count): 5 sliding groups + 1 global group
+    assert kinds == [("sliding", 10, 16, 131_072, 1024)] * 5 + [("full", 10, 32, 131_072, None)]
+    assert r.bytes_per_block == 10 * 131_072
+    # one 131,072-token request: global 131,072 / 32 = 4,096 blocks; each sliding group holds
+    # W - 1 + in-flight tokens = 1,023 + 4,096 -> cdiv(5,119, 16) + 1 = 321 blocks
+    assert r.blocks_per_request == 4_096 + 5 * 321
+
+
+def test_gemma4_31b_int8_per_token_head_page_padding_pr40391():
+    # int8_per_token_head: 1 B per element + 8 B of fp32 K/V scales per head and token.
+    #   sliding: 8 heads x (256 + 256 + 8) = 4,160 B/token/layer -> page 66,560 B
+    #   global:  2 heads x (512 + 512 + 8) = 2,064 B/token/layer -> page 33,024 B; 66,560 / 33,024
+    #            is not whole, so PR #40391 pads a global head to 1,040 B: block 32, page 66,560 B
+    r = run(arch(GEMMA31), pool=10 * GiB, tp=2, max_model_len=262144, kv_cache_dtype="int8_per_token_head",
+            max_num_batched_tokens=4096)
+    assert r.kv_bytes_per_token == 50 * 4_160 + 10 * 2_064
+    full = [g for g in r.groups if g.kind == "full"]
+    assert [(g.block_size, g.page_bytes) for g in full] == [(32, 66_560)]
+    assert r.bytes_per_block == 10 * 66_560
+    assert r.blocks_per_request == 262_144 // 32 + 5 * 321
+
+
+def test_gemma4_single_global_kv_head_is_replicated_at_tp2():
+    # Gemma 4 12B: 8 KV heads (sliding), 1 global KV head (replicated when TP > heads).
+    config = json.loads((HUB / GEMMA31 / "config.json").read_text())
+    text = dict(config["text_config"], num_hidden_layers=48, num_key_value_heads=8, num_global_key_value_heads=1,
+                hidden_size=3840, num_attention_heads=16,
+                layer_types=config["text_config"]["layer_types"][:48])
+    a = parse_config(dict(config, text_config=text))
+    r = run(a, pool=int(8.16 * GiB), tp=2, max_model_len=131072, max_num_batched_tokens=4096)
+    # sliding 4 x 512 x 2 = 4,096; global 1 x 1,024 x 2 = 2,048 B/token/layer on each rank
+    assert r.kv_bytes_per_token == 40 * 4_096 + 8 * 2_048
+    # the upstream 12B boot log: 8.16 GiB available -> 384,019 tokens (2.93x at 131,072)
+    assert abs(r.kv_cache_tokens - 384_019) / 384_019 < 0.002

@@ -324,6 +324,30 @@ MODEL_ARCH = {
 }
 
 
+# Config keys the model facts do not record, for models with no fixture config. Each value comes
+# from the model's real config.json and is cross-checked against a measured boot.
+#   gemma-4-12b: google/gemma-4-12B-it (Gemma4UnifiedForConditionalGeneration, transformers 5.10)
+#     text_config has num_global_key_value_heads 1 (global_head_dim 512, 8 global of 48 layers,
+#     num_kv_shared_layers 0), as quoted verbatim by public config-decoding tests. Cross-check:
+#     with one global KV head (replicated at TP2) the upstream 12B boot log (TP2, bf16, 131,072,
+#     util 0.90, --max-num-batched-tokens 4096: 8.16 GiB, 384,019 tokens, 2.93x) is reproduced
+#     to 0.1 %; the facts' "measured_kv_growing_bpt_tp1 45,632 B" is that same boot's pool / tokens.
+CONSTRUCTED_CONFIG_EXTRA: dict[str, dict[str, Any]] = {
+    "gemma-4-12b": {"num_global_key_value_heads": 1, "num_kv_shared_layers": 0},
+}
+
+
+# On-disk weight sizes where upstream's model file disagrees with its own shipped composes. The
+# composes state the downloaded size; the model file's figure is a rounded estimate.
+#   gemma-4-31b autoround-int4: model file 18.0 GB; every compose shipping it says "target:
+#   Intel/gemma-4-31B-it-int4-AutoRound (21.2 GB, vision preserved)" (dual/autoround-int4/*.yml).
+#   21.2 GB reproduces the measured pools (bf16-mtp 196,527 tokens, int8-mtp 447K) within 5 %;
+#   18.0 GB over-predicts them by ~18 % (docs/ACCURACY.md).
+WEIGHT_SIZE_GB: dict[tuple[str, str], float] = {
+    ("gemma-4-31b", "autoround-int4"): 21.2,
+}
+
+
 def construct_hf_config(mid: str, a: dict[str, Any]) -> dict[str, Any]:
     """config.json-shaped dict from the recorded architecture facts (no fixture available)."""
     arch = MODEL_ARCH[mid]
@@ -355,6 +379,8 @@ def construct_hf_config(mid: str, a: dict[str, Any]) -> dict[str, Any]:
         })
         if a.get("num_global_kv_heads"):
             text["num_global_key_value_heads"] = a["num_global_kv_heads"]
+        for key, value in CONSTRUCTED_CONFIG_EXTRA.get(mid, {}).items():
+            text.setdefault(key, value)
         if a.get("num_experts"):
             text.update({"enable_moe_block": True, "num_experts": a["num_experts"],
                          "top_k_experts": a["num_experts_per_tok"],
@@ -417,6 +443,9 @@ def build_models(ref: Path, shared: Path, registry: dict[str, Any]) -> dict[str,
         else:
             cfg = construct_hf_config(mid, arch_facts)
             source = "constructed from the recorded architecture facts"
+            if mid in CONSTRUCTED_CONFIG_EXTRA:
+                source += (" plus " + ", ".join(sorted(CONSTRUCTED_CONFIG_EXTRA[mid]))
+                           + " from the real config.json (tools/build_catalog.py)")
         warnings += check_dims(mid, cfg, arch_facts)
 
         fact_variants = fact.get("weights_variants") or {}
@@ -437,7 +466,7 @@ def build_models(ref: Path, shared: Path, registry: dict[str, Any]) -> dict[str,
                 "hf_repos": repos,
                 "format": fmt,
                 "quantization": QUANT_METHOD.get(fmt),
-                "size_bytes": gb_to_bytes(w.get("size_gb")),
+                "size_bytes": gb_to_bytes(WEIGHT_SIZE_GB.get((mid, vid), w.get("size_gb"))),
                 "status": w.get("status", "experimental"),
                 "kind": w.get("kind", "main"),
                 "engine": w.get("engine"),
@@ -733,7 +762,17 @@ def build_patches(ref: Path) -> dict[str, Any]:
 
 # --------------------------------------------------------------------------- anchors
 
-RENAMED = {"vllm/gemma-int8": "vllm/gemma-int8-mtp", "vllm/gemma-mtp": "vllm/gemma-bf16-mtp"}
+RENAMED = {
+    "vllm/gemma-int8": "vllm/gemma-int8-mtp", "vllm/gemma-mtp": "vllm/gemma-bf16-mtp",
+    # the same compose file at that commit (models/gemma-4-31b/vllm/compose/dual/int8.yml) run at
+    # 262K with max-num-seqs 1; scored with the profile's max_num_seqs 4 (a larger CUDA-graph and
+    # sampler term, so the score is conservative)
+    "vllm/gemma-int8-262k": "vllm/gemma-int8-mtp",
+    # dual/preview.yml became dual/autoround-int4/fp8.yml: same repo (Intel Qwen3.6-35B-A3B
+    # int4-mixed AutoRound), TP2, util 0.92, max-num-seqs 1, no drafter; the anchor carries its
+    # context and KV format
+    "vllm/qwen-a3b-preview": "vllm/qwen-35b-a3b-dual",
+}
 
 
 def anchor_profile(row: dict[str, Any], registry: dict[str, Any]) -> str | None:
@@ -768,6 +807,21 @@ def gpu_of(text: str) -> tuple[int, str]:
     return count, REFERENCE_GPU
 
 
+# Unit of `measured_peak_gb_per_card`, per source set. Upstream's kv-calc rows say "GB" (and its
+# `_meta.units` says 1e9), but the numbers are nvidia-smi MiB / 1024 readings, i.e. GiB:
+#  - the 22/22 rows repeat the seed anchors' MiB readings of the same benches divided by 1024:
+#    vllm/dual 23.6 = 24,166 MiB, dual4 23.5 = 24,064, gemma-int8 22.2 = 22,733,
+#    gemma-a4b-awq 23.45 = 24,013, gemma-a4b-awq-mtp 23.5 = 24,064 (calibration_seed rows);
+#  - both kv-calc sets state vram_gb_per_card 24 for the RTX 3090, a 24 GiB (24,576 MiB) card;
+#  - the 8/8 set's gemma-12b row is "0.90 x 24 = 21.6" (its calibration file), util x 24 GiB,
+#    and its vllm/dual and vllm/minimal rows are the 22/22 rows' 23.6 / 22.4 from the same benches.
+# A set not listed here fails the build rather than guess.
+PEAK_UNIT_BYTES = {
+    "kvcalc-22of22-historical": 1 << 30,
+    "kvcalc-current-8of8": 1 << 30,
+}
+
+
 def build_anchors(shared: Path, registry: dict[str, Any]) -> dict[str, Any]:
     rows = json.loads((shared / "calibration/club3090_anchors.json").read_text())["anchors"]
     out = []
@@ -777,8 +831,11 @@ def build_anchors(shared: Path, registry: dict[str, Any]) -> dict[str, Any]:
         if profile is None:
             continue
         count, gpu = gpu_of(row["gpus"])
+        kind = row["set"].split(" ", 1)[0].split("(", 1)[0]
         if row.get("measured_peak_gb_per_card") is not None:
-            peak = gb_to_bytes(row["measured_peak_gb_per_card"])
+            if kind not in PEAK_UNIT_BYTES:
+                raise SystemExit(f"anchors: no recorded unit for measured_peak_gb_per_card in set {kind!r}")
+            peak = int(round(float(row["measured_peak_gb_per_card"]) * PEAK_UNIT_BYTES[kind]))
         elif row.get("measured_vram_mib_per_card") is not None:
             peak = int(row["measured_vram_mib_per_card"]) * MIB
         else:
@@ -786,7 +843,6 @@ def build_anchors(shared: Path, registry: dict[str, Any]) -> dict[str, Any]:
         tokens = row.get("measured_kv_pool_tokens")
         if peak is None and tokens is None:
             continue
-        kind = row["set"].split(" ", 1)[0].split("(", 1)[0]
         base = f"{profile}:{kind}"
         seen[base] = seen.get(base, 0) + 1
         kv = str(row.get("kv_format") or "").split(" ", 1)[0] or None

@@ -60,9 +60,12 @@ SAMPLER_COEF = 3.75                        # x fp32 logits (num_reqs x vocab x 4
 CUDAGRAPH_BASE_TOKENS = 2048
 CUDAGRAPH_PER_GRAPH_TOKENS = 36
 # the start-up free-memory check, and the margin vLLM suggests on top
-# K=V tied caches (Gemma 4 `attention_k_eq_v`): vLLM's attention layer still allocates a K and a V
-# plane, so they cost full price. The club-3090 measurements (gemma-26ba4b-dual 944K tokens MTP-off,
-# gemma-bf16-mtp 196K) agree with full price and are 2x off with half price (docs/ACCURACY.md).
+# K=V tied caches (Gemma 4 `attention_k_eq_v`, global layers only): vLLM's attention layer still
+# allocates a K and a V plane, so they cost full price. Evidence: vLLM PR #40391 sizes a Gemma 4
+# global head at 1,032 B/token in int8_per_token_head (512 K + 512 V + 8 scale bytes, padded to
+# 1,040), and the measured pools (gemma-bf16-mtp 196,527 tokens, gemma-int8-mtp 447K, the 12B boot
+# log's 384,019 tokens / 8.16 GiB) are reproduced with K + V and are 2x off with K only
+# (docs/ACCURACY.md).
 K_EQ_V_STORED_ONCE = False
 ERROR_BAND_FRACTION = Fraction(3, 100)
 ERROR_BAND_FLOOR = int(0.5 * GiB)
@@ -342,9 +345,13 @@ def kv_page_layout(layers: Sequence[LayerSpec], *, tp: int, fmt: KvFormat, model
     unified: list[tuple[str, int, int, int | None]] = []
     for kind, block, page, window in entries:
         if page != max_page and kind != "state":
-            # exact multiple in vLLM's unify_kv_cache_spec_page_size; per-head scale layouts that do not
-            # divide are padded up to the largest page (conservative)
-            block, page = block * math.ceil(Fraction(max_page, page)), max_page
+            # vLLM's unify_kv_cache_spec_page_size multiplies the block size by max_page // page when it
+            # divides. Per-token-head scales break the ratio (Gemma 4 int8_per_token_head at TP2:
+            # sliding 8 heads x (256 + 256 + 8) = 4,160 B/token, global 2 x (512 + 512 + 8) = 2,064);
+            # vLLM PR #40391 (the overlay every such profile runs) pads the smaller layer's per-token
+            # bytes up to max_page / (max_page // page) (1,032 -> 1,040 B per head), so the block grows
+            # by the floor of the ratio and the page is padded to max_page.
+            block, page = block * max(1, max_page // page), max_page
         elif kind == "state":
             page = max_page
         unified.append((kind, block, page, window))
