@@ -5,7 +5,8 @@ which registers its flags and sets ``run=<function(args, settings) -> int>``. Co
 import their heavy dependencies inside ``run`` so that ``club3090 --help`` stays fast.
 
 Exit codes: 0 ok; 2 refused / does not fit; 3 needs an acknowledgement flag; 4 listing only;
-64 usage; 65 malformed input; 69 Hub unreachable; 70 internal error; 78 invalid catalog.
+64 usage; 65 malformed input; 69 Hub unreachable; 70 internal error; 78 invalid catalog;
+130 interrupted (Ctrl-C).
 """
 
 from __future__ import annotations
@@ -60,12 +61,21 @@ ERRORS: tuple[tuple[type[BaseException], int, Callable[[BaseException], str]], .
 )
 
 
+class UsageExit(SystemExit):
+    """What ``Parser.error`` raises: exit 64, carrying the message for ``--json``."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(EXIT_USAGE)
+        self.message = message
+
+
 class Parser(argparse.ArgumentParser):
     """argparse that exits 64 on usage errors (sysexits EX_USAGE), not 2."""
 
     def error(self, message: str) -> NoReturn:
         self.print_usage(sys.stderr)
-        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
+        print(f"{self.prog}: error: {message}", file=sys.stderr)
+        raise UsageExit(f"{self.prog}: error: {message}")
 
 
 def build_parser() -> Parser:
@@ -93,7 +103,14 @@ def _stdio_utf8() -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     _stdio_utf8()
     parser = build_parser()
-    args = parser.parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        args = parser.parse_args(argv)
+    except UsageExit as exc:  # argparse's own usage errors still honour --json
+        options = argv[:argv.index("--")] if "--" in argv else argv
+        if "--json" in options:
+            _json_error(EXIT_USAGE, exc.message)
+        raise
     if getattr(args, "run", None) is None:
         parser.print_help(sys.stderr)
         return EXIT_USAGE
@@ -118,7 +135,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _report(args: argparse.Namespace, code: int, message: str) -> None:
     print(message, file=sys.stderr)
     if getattr(args, "json", False):
-        print(json.dumps({"ok": False, "exit_code": code, "error": message}, ensure_ascii=False))
+        _json_error(code, message)
+
+
+def _json_error(code: int, message: str) -> None:
+    print(json.dumps({"ok": False, "exit_code": code, "error": message}, ensure_ascii=False))
 
 
 def entry() -> NoReturn:  # pragma: no cover - console script shim

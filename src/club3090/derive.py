@@ -45,7 +45,10 @@ METADATA_FILES = ("config.json", "generation_config.json", "tokenizer.json", "to
                   "processor_config.json", "chat_template.json")
 QUANT_FILES = ("quantize_config.json", "hf_quant_config.json")
 
-_REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*/[A-Za-z0-9][A-Za-z0-9_.\-]*$")
+# huggingface_hub's validate_repo_id rules (ASCII only): each part 1-96 characters, starting and
+# ending with a letter, digit or '_'; no '--' or '..'; no '.git' suffix (see is_repo_id).
+_PART = r"[A-Za-z0-9_](?:[A-Za-z0-9_.\-]{0,94}[A-Za-z0-9_])?"
+_REPO_ID = re.compile(rf"^{_PART}/{_PART}$")
 _ADAPTER_MARKS = ("adapter_model", "adapter-model", "lora", "/adapter")
 _LAYER_INDEX = re.compile(r"(?:^|\.)layers\.(\d+)\.")
 
@@ -66,12 +69,20 @@ def derive(source: str, settings: "Settings", catalog: Any = None, *, client: "H
     source = source.strip()
     repo_id, revision = split_source(source)
 
+    if source.endswith("@") and is_repo_id(repo_id) and not Path(source).exists():
+        # most likely `org/name@$REV` with REV unset: do not silently answer for the default branch
+        return _stop(Reason.REPO_NOT_FOUND, "not-a-repo-id",
+                     f"{source!r}: nothing after '@'; give org/name or org/name@REVISION")
+
     if catalog is not None and is_repo_id(repo_id):
         hit = catalog.find_variant(source)
         if hit is not None:
             return from_catalog(repo_id, revision, *hit)
 
-    path = Path(source).expanduser()
+    try:
+        path = Path(source).expanduser()
+    except RuntimeError:  # "~user/..." for an unknown user: no such folder
+        return _stop(Reason.REPO_NOT_FOUND, "folder-missing", f"{source}: no such folder")
     if _looks_like_path(source) or path.exists():
         if path.is_dir():
             return derive_folder(path, kind="local", ref=source)
@@ -104,7 +115,8 @@ def split_source(source: str) -> tuple[str, str | None]:
 
 
 def is_repo_id(text: str) -> bool:
-    return bool(_REPO_ID.match(text)) and ".." not in text
+    return (bool(_REPO_ID.match(text)) and ".." not in text and "--" not in text
+            and not text.endswith(".git"))
 
 
 def _looks_like_path(source: str) -> bool:

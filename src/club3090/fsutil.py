@@ -8,7 +8,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from club3090.errors import InputError
+from club3090.errors import InputError, UsageError
 
 MAX_JSON_BYTES = 16 * 1024 * 1024  # config.json / index files are kilobytes; refuse megabyte bombs
 
@@ -44,6 +44,43 @@ def atomic_write_text(path: Path, text: str, *, overwrite: bool = True) -> None:
     atomic_write_bytes(path, text.encode("utf-8"), overwrite=overwrite)
 
 
+def check_output_path(path: Path, *, force: bool, flag: str = "--out") -> Path:
+    """The file a ``--out`` path will write (symlinks followed), or a UsageError saying why not.
+
+    Cheap enough to call before doing the work, so a bad ``--out`` fails fast.
+    """
+    path = Path(path)
+    target = path.resolve() if path.is_symlink() else path
+    if target.is_dir():
+        raise UsageError(f"{flag} {path} is a folder; give a file path")
+    if target.exists() and not target.is_file():
+        raise UsageError(f"{flag} {path} is not a regular file")
+    if target.exists() and not force:
+        raise UsageError(f"{path} exists; pass --force to overwrite it")
+    parent = next((p for p in target.parents if p.exists()), None)
+    if parent is not None and not parent.is_dir():
+        raise UsageError(f"{flag} {path}: {parent} is not a folder")
+    return target
+
+
+def write_output_text(path: Path, text: str, *, force: bool, flag: str = "--out") -> Path:
+    """Write a user-named output file (``--out``) atomically; every way it can fail is a UsageError.
+
+    ``check_output_path`` refuses folders and special files (devices, FIFOs: an atomic rename
+    would replace the node), an existing file without ``force`` and a parent that is not a
+    folder; a symlink is written through to its target. OS failures (read-only folder, disk
+    full) name the path and the reason.
+    """
+    target = check_output_path(path, force=force, flag=flag)
+    try:
+        atomic_write_text(target, text, overwrite=force)
+    except FileExistsError:
+        raise UsageError(f"{path} exists; pass --force to overwrite it") from None
+    except OSError as exc:
+        raise UsageError(f"{flag} {path}: cannot write ({exc.strerror or exc})") from None
+    return target
+
+
 def read_json_capped(path: Path, *, limit: int = MAX_JSON_BYTES) -> Any:
     """Parse a JSON file no larger than ``limit`` bytes; malformed or oversized -> InputError."""
     path = Path(path)
@@ -62,5 +99,7 @@ def parse_json_capped(raw: bytes, *, name: str, limit: int = MAX_JSON_BYTES) -> 
         raise InputError(name, f"{len(raw)} bytes is over the {limit}-byte limit for JSON files")
     try:
         return json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except RecursionError:
+        raise InputError(name, "not valid JSON (nested too deeply)") from None
+    except ValueError as exc:  # bad UTF-8, bad JSON, an integer over Python's digit limit
         raise InputError(name, f"not valid JSON ({exc})") from exc

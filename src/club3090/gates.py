@@ -363,9 +363,10 @@ def c0_findings(inputs: C0Inputs, catalog: "Catalog") -> tuple[C0Result, ...]:
         return tuple(found)
 
     if hw.sm is None:
+        why = ("no GPU detected and --gpus gives memory sizes, not a known card; add --hardware SM "
+               "(e.g. 8.6)" if hw.memory_source == "gpus-flag" else "no GPU detected and neither --hardware nor --gpus given")
         found.append(C0Result(C0State.ENGINE_SUPPORT_UNKNOWN, None, frozenset(),
-                              "no GPU detected and neither --hardware nor --gpus given; "
-                              "refusing to judge the runtime blind", arch_name,
+                              f"{why}; refusing to judge the runtime blind", arch_name,
                               Reason.HARDWARE_SM_UNDETERMINED, need))
         return tuple(found)
     kv = catalog.kv_formats.get(kv_format)

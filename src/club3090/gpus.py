@@ -18,10 +18,11 @@ from club3090.catalog.model import Catalog, Gpu
 from club3090.errors import UsageError
 
 MAX_GPUS = 64
+MAX_GPU_BYTES = 2 ** 40  # 1 TiB per GPU: SYSTEM.md's bound on a believable topology
 _UNITS = {"gib": 2 ** 30, "gb": 10 ** 9, "mib": 2 ** 20, "mb": 10 ** 6, "tib": 2 ** 40, "tb": 10 ** 12}
-_COUNT_RE = re.compile(r"^\s*(\d+)\s*[x×*]\s*(\S.*?)\s*$", re.IGNORECASE)
-_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(gib|gb|mib|mb|tib|tb)\s*$", re.IGNORECASE)
-_MIB_NAME_RE = re.compile(r"^\s*(\d+)\s*:\s*(\S.*?)\s*$")
+_COUNT_RE = re.compile(r"^\s*(\d{1,9})\s*[x×*]\s*(\S.*?)\s*$", re.IGNORECASE | re.ASCII)
+_SIZE_RE = re.compile(r"^\s*(\d{1,15}(?:\.\d{1,15})?)\s*(gib|gb|mib|mb|tib|tb)\s*$", re.IGNORECASE | re.ASCII)
+_MIB_NAME_RE = re.compile(r"^\s*(\d{1,9})\s*:\s*(\S.*?)\s*$", re.ASCII)
 
 FORMS = "COUNTxNAME (1x3090, 4xH100-80GB), COUNTxSIZE (2x24GiB, 1x80GB) or MiB:NAME,MiB:NAME"
 
@@ -74,6 +75,8 @@ def _size_bytes(number: str, unit: str) -> int:
         raise UsageError(f"--gpus: bad size {number}{unit}") from None
     if value < 2 ** 20:
         raise UsageError(f"--gpus: GPU memory {number}{unit} is too small")
+    if value > MAX_GPU_BYTES:
+        raise UsageError(f"--gpus: GPU memory {number}{unit} is over 1 TiB per GPU")
     return int(value)
 
 
@@ -108,8 +111,8 @@ def parse_gpus(spec: str, catalog: Catalog) -> GpuSet:
         mib_name = _MIB_NAME_RE.match(item)
         if mib_name:
             mib = int(mib_name.group(1))
-            if mib < 1:
-                raise UsageError(f"--gpus {spec!r}: memory must be positive MiB")
+            if not 1 <= mib <= MAX_GPU_BYTES // 2 ** 20:
+                raise UsageError(f"--gpus {spec!r}: memory must be 1..{MAX_GPU_BYTES // 2 ** 20} MiB")
             card = catalog.gpu(mib_name.group(2))
             memory.append(mib * 2 ** 20)
             names.append(card.id if card else mib_name.group(2))

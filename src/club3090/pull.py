@@ -379,12 +379,8 @@ def _evaluate(run: _Run, *, catalog: "Catalog", settings: "Settings", derive, de
     if out is None:  # explicit path="A" without --out: decided, nothing to write
         return _finish(run, stratum=Stratum.DECIDED, ok=True, reason=None, detail=detail,
                        compose_text=text, caveat=True)
-    from club3090.fsutil import atomic_write_text
-    try:
-        atomic_write_text(out, text, overwrite=request.force)
-    except FileExistsError:
-        from club3090.errors import UsageError
-        raise UsageError(f"{out} exists; pass --force to overwrite it") from None
+    from club3090.fsutil import write_output_text
+    write_output_text(out, text, force=request.force)
     project_dir = f"<club-3090 checkout>/{posixpath.dirname(profile.compose_path)}"
     run.notices.append(f"compose written; its relative mounts resolve from the shipped compose's folder, "
                        f"so start it with: docker compose --project-directory {project_dir} -f {out} up -d")
@@ -419,12 +415,8 @@ def _derived_emit(run: _Run, settings: "Settings", catalog: "Catalog",
         run.notices.append(f"no compose written: {outcome.refusal}"
                            + (f" ({outcome.detail})" if outcome.detail else ""))
         return None
-    from club3090.fsutil import atomic_write_text
-    try:
-        atomic_write_text(out, outcome.text, overwrite=request.force)
-    except FileExistsError:
-        from club3090.errors import UsageError
-        raise UsageError(f"{out} exists; pass --force to overwrite it") from None
+    from club3090.fsutil import write_output_text
+    write_output_text(out, outcome.text, force=request.force)
     run.notices.extend(str(n) for n in getattr(outcome, "notices", ()) or ())
     run.notices.append(f"derived compose written; it serves the weights from {snapshot}, which pull does "
                        "not download yet: fetch the repo there first")

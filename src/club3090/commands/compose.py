@@ -36,14 +36,14 @@ def add_parser(sub) -> None:
 def run(args, settings) -> int:
     from club3090.catalog import load_catalog
     from club3090.compose import generate
-    from club3090.fsutil import atomic_write_text
+    from club3090.fsutil import check_output_path, write_output_text
 
     catalog = load_catalog()
     if args.profile not in catalog.profiles:
         raise UsageError(f"unknown profile {args.profile!r} (see `club3090 profiles`)")
     out: Path | None = args.out
-    if out is not None and out.exists() and not args.force:
-        raise UsageError(f"{out} exists; pass --force to overwrite it")
+    if out is not None:
+        check_output_path(out, force=args.force)
 
     outcome = generate(args.profile, catalog, accept_degraded=args.accept_degraded,
                        out_name=str(out) if out is not None else None, fmt=args.format)
@@ -52,10 +52,7 @@ def run(args, settings) -> int:
     written: str | None = None
     if outcome.ok and outcome.text is not None:
         if out is not None:
-            try:
-                atomic_write_text(out, outcome.text, overwrite=args.force)
-            except FileExistsError as exc:
-                raise UsageError(f"{out} exists; pass --force to overwrite it") from exc
+            write_output_text(out, outcome.text, force=args.force)
             written = str(out)
             print(f"[compose] wrote {out}", file=sys.stderr)
         elif not args.json:

@@ -74,20 +74,23 @@ def run(args: argparse.Namespace, settings: Any) -> int:
     if args.submit_last or args.submit is not None:
         if args.submit_last and args.submit is not None:
             raise UsageError("give either --submit-last or --submit DIR, not both")
+        if args.json:
+            raise UsageError("--submit-last / --submit show the payload and ask first; --json does not apply")
         return _submit(args)
     if not args.source:
         raise UsageError("pull needs SLUG|DIR (or --submit-last / --submit DIR)")
     if not args.profile_like:
         raise UsageError("pull needs --profile-like KEY (see `club3090 profiles`)")
-    if args.out is not None and args.out.is_dir():
-        raise UsageError(f"--out {args.out} is a folder; give a file path")
+    if args.out is not None and not args.dry_run:  # a folder or a device is never a valid --out
+        from club3090.fsutil import check_output_path
+        check_output_path(args.out, force=True)
 
     from club3090.catalog import load_catalog
     from club3090.pull import PullRequest, evaluate
 
     catalog = load_catalog()
     gpu_set = None
-    if args.gpus:
+    if args.gpus is not None:
         from club3090.gpus import parse_gpus
         gpu_set = parse_gpus(args.gpus, catalog)
     request = PullRequest(
