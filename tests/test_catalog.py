@@ -128,8 +128,12 @@ def test_cross_references_resolve(cat):
         for gap in patch.delivery_gaps:
             assert set(gap.profiles) <= set(cat.profiles)
     for a in cat.anchors:
-        assert a.profile in cat.profiles and a.gpu in cat.gpus
+        assert (a.profile is None or a.profile in cat.profiles) and a.gpu in cat.gpus
+        assert a.profile is not None or a.model in cat.models      # self-describing without a profile
         assert a.measured_peak_bytes or a.measured_kv_tokens
+        if a.weights_variant is not None:
+            assert a.weights_variant in cat.models[a.model].weights
+        assert a.drafter in (None, "none") or a.drafter in cat.drafters
     for e in cat.engines.values():
         assert set(e.supported_kv_formats) <= set(cat.kv_formats)
         assert e.pin.startswith(e.id + "@")
@@ -294,6 +298,12 @@ def test_wrong_enum_and_missing_key(tmp_path):
     ("patches.yaml", lambda d: d["patches"]["qwen-vllm-marlin-pad"].update(load_bearing_composes=["vllm/nope"]),
      "patches['qwen-vllm-marlin-pad'].load_bearing_composes[0]"),
     ("anchors.yaml", lambda d: d["anchors"][0].update(profile="vllm/nope"), "anchors[0].profile"),
+    ("anchors.yaml", lambda d: d["anchors"][0].update(model="nope"), "anchors[0].model"),
+    ("anchors.yaml", lambda d: d["anchors"][0].update(weights_variant="nope"), "anchors[0].weights_variant"),
+    ("anchors.yaml", lambda d: d["anchors"][0].update(drafter="nope"), "anchors[0].drafter"),
+    ("anchors.yaml", lambda d: d["anchors"][0].update(engine="nope"), "anchors[0].engine"),
+    ("anchors.yaml", lambda d: d["anchors"][0].update(kv_format="nope"), "anchors[0].kv_format"),
+    ("anchors.yaml", lambda d: d["anchors"][0].update(gpu="nope"), "anchors[0].gpu"),
 ])
 def test_dangling_reference_named(tmp_path, name, edit, where):
     root = _copy(tmp_path)
@@ -353,3 +363,67 @@ def test_gemma4_configs_carry_global_layer_geometry(cat):
         assert full and all((layer.num_kv_heads, layer.head_dim, layer.k_eq_v) == (heads, 512, True)
                             for layer in full), mid
     assert cat.models["gemma-4-31b"].weights["autoround-int4"].size_bytes == 21_200_000_000
+
+
+def _anchor(d, anchor_id):
+    return next(a for a in d["anchors"] if a["id"] == anchor_id)
+
+
+@pytest.mark.parametrize("edit, where", [
+    # a profile-less anchor must carry its inputs itself
+    (lambda a: a.pop("engine"), "anchors[{i}].engine"),
+    (lambda a: a.pop("max_num_seqs"), "anchors[{i}].max_num_seqs"),
+    (lambda a: a.pop("drafter"), "anchors[{i}].drafter"),
+    (lambda a: a.pop("model"), "anchors[{i}].model"),
+    (lambda a: a.pop("weights_variant"), "anchors[{i}].weights_variant"),
+    # types, enums, consistency
+    (lambda a: a.update(tp="two"), "anchors[{i}].tp"),
+    (lambda a: a.update(tp=4), "anchors[{i}].tp"),                   # does not divide gpu_count 2
+    (lambda a: a.update(vllm_version="nightly"), "anchors[{i}].vllm_version"),
+    (lambda a: a.update(weights_bytes=17_000_000_000), "anchors[{i}].weights_bytes"),   # and a variant
+    (lambda a: a.update(engine="llama-cpp-local"), "anchors[{i}].engine"),             # not vLLM
+    (lambda a: a.update(weights_bytes=-1, weights_variant=None), "anchors[{i}].weights_bytes"),
+])
+def test_self_describing_anchor_checked(tmp_path, edit, where):
+    root = _copy(tmp_path)
+    key = "vllm/gemma-dflash:kvcalc-22of22-historical"
+    index = {}
+
+    def change(d):
+        index["i"] = next(i for i, a in enumerate(d["anchors"]) if a["id"] == key)
+        edit(d["anchors"][index["i"]])
+
+    _edit(root, "anchors.yaml", change)
+    assert ("anchors.yaml", where.format(i=index["i"])) in _problems(root)
+
+
+def test_anchor_model_must_match_its_profile(tmp_path):
+    root = _copy(tmp_path)
+    _edit(root, "anchors.yaml", lambda d: _anchor(d, "vllm/dual:kvcalc-22of22-historical").update(
+        model="gemma-4-31b", weights_variant="awq"))
+    found = _problems(root)
+    i = next(i for i, a in enumerate(yaml.safe_load((root / "anchors.yaml").read_text())["anchors"])
+             if a["id"] == "vllm/dual:kvcalc-22of22-historical")
+    assert ("anchors.yaml", f"anchors[{i}].model") in found
+
+
+def test_upstream_kvcalc_rows_all_present_and_self_describing(cat):
+    sets = {"kvcalc-22of22-historical": 22, "kvcalc-current-8of8": 8}
+    for name, count in sets.items():
+        rows = [a for a in cat.anchors if a.id.split(":")[1] == name]
+        assert len(rows) == count, name
+        for a in rows:    # every upstream kv-calc input is recorded on the anchor
+            assert a.model and a.tp and a.max_num_seqs and a.drafter and a.engine and a.kv_format, a.id
+            assert a.mem_util and a.ctx and (a.weights_variant or a.weights_bytes), a.id
+    profileless = {a.id for a in cat.anchors if a.profile is None}
+    assert profileless == {"vllm/gemma-dflash:kvcalc-22of22-historical",
+                           "vllm/gemma-dflash:kvcalc-22of22-historical:2",
+                           "vllm/gemma-awq:kvcalc-22of22-historical",
+                           "vllm/qwen-a3b-preview-mtp:kvcalc-22of22-historical",
+                           "vllm/qwen-agentworld-35b-a3b-dual-awq-int4:kvcalc-current-8of8"}
+    world = next(a for a in cat.anchors if a.id.startswith("vllm/qwen-agentworld"))
+    # model not in the catalog: priced with a same-geometry twin and the recorded checkpoint size
+    assert world.model == "qwen3.6-35b-a3b" and world.weights_bytes == 23_520_000_000
+    assert world.weights_variant is None and world.note and world.vllm_version == "0.25.1"
+    renamed = next(a for a in cat.anchors if a.id == "vllm/gemma-int8-mtp:kvcalc-22of22-historical:2")
+    assert renamed.max_num_seqs == 1          # the 262K run's own sequences, not the profile's 4

@@ -122,6 +122,9 @@ def test_calibration_json_and_gemma_anchors(capsys):
     data = json.loads(capsys.readouterr().out)
     assert code == 0 and data["upstream_all_pass"]
     assert data["upstream"]["kvcalc-22of22-historical"]["expected_rows"] == 22
+    # anchors carry their own inputs: every upstream row is scored (archived composes included)
+    for name, rows_expected in (("kvcalc-22of22-historical", 22), ("kvcalc-current-8of8", 8)):
+        assert data["upstream"][name]["total"] == rows_expected == data["upstream"][name]["passed"]
     rows = {a["anchor"]: a for a in data["anchors"]}
     assert all(a["verdict"] != "wont-fit" for a in data["anchors"])   # every anchor booted
     # Gemma 4 31B measured pools (compose headers): within 15 %

@@ -822,16 +822,66 @@ PEAK_UNIT_BYTES = {
 }
 
 
-def build_anchors(shared: Path, registry: dict[str, Any]) -> dict[str, Any]:
+# Models the catalog does not carry, priced with a catalog model of the same geometry. Upstream's
+# model facts: Qwen-AgentWorld-35B-A3B is a fine-tune of Qwen3.5-35B-A3B-Base with "the same
+# calibrated MoE-hybrid geometry" as qwen3.6-35b-a3b (40 layers: 30 GDN + 10 full attention, 2 KV
+# heads x 256, 256 experts top-8); its MTP declaration is normalized to 0 and the run had no drafter,
+# so the twin's MTP layers never count. Its checkpoint size is the anchor's recorded weights_bytes.
+GEOMETRY_TWINS = {
+    "qwen-agentworld-35b-a3b": (
+        "qwen3.6-35b-a3b",
+        "Qwen-AgentWorld-35B-A3B (cyankiwi AWQ INT4) is not in the catalog; priced with the "
+        "qwen3.6-35b-a3b geometry (same MoE-hybrid layers per upstream's model facts) and the "
+        "recorded checkpoint size"),
+}
+# the sets whose rows are upstream kv-calc runs: every input is recorded, a null drafter is "none"
+KVCALC_SETS = ("kvcalc-22of22-historical", "kvcalc-current-8of8")
+
+
+def _first_token(value: Any) -> str | None:
+    text = str(value or "").strip()
+    return text.split(" ", 1)[0] or None if text else None
+
+
+def anchor_variant(row: dict[str, Any], model: dict[str, Any]) -> str | None:
+    """The catalog variant the row ran: by its Hub repo, else by id (upstream spells some with '_')."""
+    repo = str(row.get("hf_repo") or "").lower()
+    weights = model.get("weights") or {}
+    for vid, v in weights.items():
+        if v.get("kind") == "main" and repo and repo in [r.lower() for r in v.get("hf_repos") or []]:
+            return vid
+    for vid in (row.get("weights_variant"), str(row.get("weights_variant") or "").replace("_", "-")):
+        if vid in weights and weights[vid].get("kind") == "main":
+            return vid
+    return None
+
+
+def anchor_version(row: dict[str, Any]) -> str | None:
+    """Release version of the run's engine (pin 'vllm-v0.21.0', or 'vllm-stable (v0.24.0)'); None for
+    nightlies (a dev build's feature set is not a release's)."""
+    for text in (row.get("engine_pin"), row.get("engine")):
+        m = re.search(r"(?:^|[\s(-])v(\d+\.\d+\.\d+)(?![\w.])", str(text or ""))
+        if m:
+            return m.group(1)
+    return None
+
+
+def build_anchors(shared: Path, registry: dict[str, Any], models: dict[str, Any],
+                  drafters: dict[str, Any], engines: dict[str, Any], kv_formats: dict[str, Any]) -> dict[str, Any]:
+    """Anchors with the inputs each measurement recorded (model, weights, TP, KV format, util, context,
+    sequences, drafter, engine). ``profile`` links the curated profile that ran, if the catalog has
+    it; kv-calc falls back to it only for what the row does not record. Upstream kv-calc rows are
+    kept without a profile (archived composes); other sets need one."""
     rows = json.loads((shared / "calibration/club3090_anchors.json").read_text())["anchors"]
     out = []
     seen: dict[str, int] = {}
     for row in rows:
         profile = anchor_profile(row, registry)
-        if profile is None:
+        kind = row["set"].split(" ", 1)[0].split("(", 1)[0]
+        kvcalc = kind in KVCALC_SETS
+        if profile is None and not kvcalc:
             continue
         count, gpu = gpu_of(row["gpus"])
-        kind = row["set"].split(" ", 1)[0].split("(", 1)[0]
         if row.get("measured_peak_gb_per_card") is not None:
             if kind not in PEAK_UNIT_BYTES:
                 raise SystemExit(f"anchors: no recorded unit for measured_peak_gb_per_card in set {kind!r}")
@@ -843,10 +893,11 @@ def build_anchors(shared: Path, registry: dict[str, Any]) -> dict[str, Any]:
         tokens = row.get("measured_kv_pool_tokens")
         if peak is None and tokens is None:
             continue
-        base = f"{profile}:{kind}"
+        base_id = profile or row.get("compose_slug")
+        base = f"{base_id}:{kind}"
         seen[base] = seen.get(base, 0) + 1
-        kv = str(row.get("kv_format") or "").split(" ", 1)[0] or None
-        out.append({
+        kv = _first_token(row.get("kv_format"))
+        entry: dict[str, Any] = {
             "id": base if seen[base] == 1 else f"{base}:{seen[base]}",
             "profile": profile,
             "gpu": gpu,
@@ -855,9 +906,45 @@ def build_anchors(shared: Path, registry: dict[str, Any]) -> dict[str, Any]:
             "measured_kv_tokens": int(tokens) if tokens is not None else None,
             "ctx": row.get("ctx_override") or row.get("max_model_len"),
             "mem_util": row.get("mem_util"),
-            "kv_format": kv,
+            "kv_format": kv if kv in kv_formats else None,
             "source": row.get("measurement_source") or row.get("source_file"),
-        })
+        }
+        # the run's own inputs (absent = not recorded; kv-calc then uses the profile's)
+        mid, note = row.get("model"), None
+        if mid not in models and mid in GEOMETRY_TWINS:
+            mid, note = GEOMETRY_TWINS[mid]
+        if mid not in models:
+            if profile is None:
+                print(f"anchors: {entry['id']}: model {row.get('model')!r} not in the catalog; skipped",
+                      file=sys.stderr)
+                seen[base] -= 1
+                continue
+            mid = None
+        if mid is not None:
+            entry["model"] = mid
+            variant = anchor_variant(row, models[mid]) if note is None else None
+            if variant is not None:
+                entry["weights_variant"] = variant
+            elif num(row.get("weights_size_gb_recorded")) is not None:
+                entry["weights_bytes"] = gb_to_bytes(row["weights_size_gb_recorded"])
+        if isinstance(row.get("tp"), int) and row["tp"] >= 1:
+            entry["tp"] = row["tp"]
+        if isinstance(row.get("max_num_seqs"), int) and row["max_num_seqs"] >= 1:
+            entry["max_num_seqs"] = row["max_num_seqs"]
+        drafter = _first_token(row.get("drafter"))
+        if drafter in drafters:
+            entry["drafter"] = drafter
+        elif kvcalc and "drafter" in row and row["drafter"] is None and not row.get("mtp_flag"):
+            entry["drafter"] = "none"
+        engine = _first_token(row.get("engine"))
+        if engine in engines and engines[engine].get("type") == "vllm":
+            entry["engine"] = engine
+        version = anchor_version(row)
+        if version is not None:
+            entry["vllm_version"] = version
+        if note is not None:
+            entry["note"] = note
+        out.append(entry)
     return {"schema_version": SCHEMA, "anchors": out}
 
 
@@ -881,7 +968,7 @@ def main(argv: list[str] | None = None) -> int:
     ref = args.shared / "reference/club-3090"
     registry = json.loads((ref / "registry.json").read_text())
     args.out.mkdir(parents=True, exist_ok=True)
-    files = {
+    files: dict[str, Any] = {
         "gpus.yaml": build_gpus(ref),
         "kv_formats.yaml": build_kv_formats(),
         "engines.yaml": build_engines(ref),
@@ -890,8 +977,10 @@ def main(argv: list[str] | None = None) -> int:
         "arches.yaml": build_arches(ref),
         "patches.yaml": build_patches(ref),
         "profiles.yaml": build_profiles(ref, registry),
-        "anchors.yaml": build_anchors(args.shared, registry),
     }
+    files["anchors.yaml"] = build_anchors(
+        args.shared, registry, files["models.yaml"]["models"], files["drafters.yaml"]["drafters"],
+        files["engines.yaml"]["engines"], files["kv_formats.yaml"]["kv_formats"])
     for name, data in files.items():
         dump(args.out / name, name.split(".")[0], data)
     print(f"wrote {len(files)} files to {args.out}")

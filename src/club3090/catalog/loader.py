@@ -359,12 +359,27 @@ RUNTIME_SPEC: Spec = {
     "insertion_points": req(list_of(enum("volumes", "entrypoint"), unique=True)),
     "top_level": opt(t_mapping, {}), "service": req(t_mapping),
 }
+_VERSION_RE = re.compile(r"^\d+\.\d+\.\d+$")
+
+
+def t_version(value: Any) -> str:
+    if not isinstance(value, str) or not _VERSION_RE.match(value):
+        raise _Bad(f"expected a release version such as '0.22.0', got {_describe(value)}")
+    return value
+
+
 ANCHOR_SPEC: Spec = {
-    "id": req(t_str), "profile": req(t_id), "gpu": req(t_id), "gpu_count": opt(t_pos_int, 1),
+    "id": req(t_str), "profile": opt(nullable(t_id)), "gpu": req(t_id), "gpu_count": opt(t_pos_int, 1),
     "measured_peak_bytes": req(nullable(t_pos_int)), "measured_kv_tokens": req(nullable(t_pos_int)),
     "ctx": req(nullable(t_pos_int)), "mem_util": opt(nullable(t_fraction)),
     "kv_format": opt(nullable(t_id)), "source": req(t_str),
+    "model": opt(nullable(t_id)), "weights_variant": opt(nullable(t_id)),
+    "weights_bytes": opt(nullable(t_pos_int)), "tp": opt(nullable(t_pos_int)),
+    "max_num_seqs": opt(nullable(t_pos_int)), "drafter": opt(nullable(t_id)),
+    "engine": opt(nullable(t_id)), "vllm_version": opt(nullable(t_version)), "note": opt(nullable(t_str)),
 }
+# what an anchor without a profile must record itself (nothing to fall back to)
+ANCHOR_SELF_DESCRIBING = ("model", "ctx", "mem_util", "kv_format", "max_num_seqs", "drafter", "engine")
 
 
 # ----------------------------------------------------------------------------- builders
@@ -605,6 +620,42 @@ def _ref(c: _Collector, file: str, path: str, value: Any, known: Mapping[str, An
     c.add(path, f"unknown {what} {value!r}{hint}", file=file)
 
 
+def _check_anchor(c: _Collector, raw: dict[str, Any], cat: dict[str, Any], i: int, a: m.Anchor) -> None:
+    f, base = "anchors.yaml", f"anchors[{i}]"
+    _ref(c, f, f"{base}.profile", a.profile, raw["profiles.yaml"], "profile")
+    _ref(c, f, f"{base}.gpu", a.gpu, raw["gpus.yaml"], "GPU")
+    _ref(c, f, f"{base}.kv_format", a.kv_format, raw["kv_formats.yaml"], "KV format")
+    _ref(c, f, f"{base}.model", a.model, raw["models.yaml"], "model")
+    _ref(c, f, f"{base}.engine", a.engine, raw["engines.yaml"], "engine")
+    if a.drafter != m.NO_DRAFTER:
+        _ref(c, f, f"{base}.drafter", a.drafter, raw["drafters.yaml"], f"drafter (or {m.NO_DRAFTER!r})")
+    profile = cat["profiles"].get(a.profile) if a.profile else None
+    if a.profile is None:
+        for key in ANCHOR_SELF_DESCRIBING:
+            if getattr(a, key) is None:
+                c.add(f"{base}.{key}", "an anchor without a profile must record it", file=f)
+        if a.weights_variant is None and a.weights_bytes is None:
+            c.add(f"{base}.weights_variant", "an anchor without a profile needs weights_variant or "
+                  "weights_bytes", file=f)
+    elif a.model is not None and profile is not None and a.model != profile.model:
+        c.add(f"{base}.model", f"model {a.model!r} differs from its profile's {profile.model!r}", file=f)
+    if a.weights_variant is not None and a.weights_bytes is not None:
+        c.add(f"{base}.weights_bytes", "give weights_variant or weights_bytes, not both", file=f)
+    model_id = a.model or (profile.model if profile is not None else None)
+    model = raw["models.yaml"].get(model_id) if model_id else None
+    if a.weights_variant is not None:
+        if a.model is None:
+            c.add(f"{base}.weights_variant", "weights_variant needs the anchor's model", file=f)
+        elif isinstance(model, dict) and isinstance(model.get("weights"), dict):
+            _ref(c, f, f"{base}.weights_variant", a.weights_variant, model["weights"],
+                 f"weight variant of {a.model}")
+    if a.tp is not None and a.gpu_count % a.tp:
+        c.add(f"{base}.tp", f"tp {a.tp} does not divide gpu_count {a.gpu_count}", file=f)
+    engine = cat["engines"].get(a.engine) if a.engine else None
+    if engine is not None and engine.type != "vllm":
+        c.add(f"{base}.engine", f"anchors price vLLM start-ups; {a.engine} is {engine.type}", file=f)
+
+
 def _cross_check(c: _Collector, raw: dict[str, Any], cat: dict[str, Any]) -> None:
     models_raw = raw["models.yaml"]
     engines_raw = raw["engines.yaml"]
@@ -665,9 +716,7 @@ def _cross_check(c: _Collector, raw: dict[str, Any], cat: dict[str, Any]) -> Non
         if engine is not None and engine.type == "vllm" and p.mem_util is None:
             c.add(f"{base}.mem_util", "a vllm profile needs mem_util", file=f)
     for i, a in enumerate(cat["anchors"]):
-        _ref(c, "anchors.yaml", f"anchors[{i}].profile", a.profile, profiles_raw, "profile")
-        _ref(c, "anchors.yaml", f"anchors[{i}].gpu", a.gpu, raw["gpus.yaml"], "GPU")
-        _ref(c, "anchors.yaml", f"anchors[{i}].kv_format", a.kv_format, kv_raw, "KV format")
+        _check_anchor(c, raw, cat, i, a)
     names: dict[str, str] = {}
     for gid, g in cat["gpus"].items():
         for name in (gid, *g.aliases):

@@ -258,18 +258,37 @@ class KvFormat:
     note: str = ""
 
 
+NO_DRAFTER = "none"                    # Anchor.drafter: the measured run used no drafter
+
+
 @dataclass(frozen=True, slots=True)
 class Anchor:
+    """One measured start-up, with the inputs it was measured with.
+
+    A recorded input (not None) is what the run used; ``profile`` (the curated profile whose shipped
+    compose ran, if the catalog still has it) supplies only what the anchor does not record, e.g.
+    the compose's ``--max-num-batched-tokens``. An anchor without a profile carries ``model`` and
+    its inputs itself (the loader enforces which).
+    """
     id: str
-    profile: str
+    profile: str | None
     gpu: str
     measured_peak_bytes: int | None
     measured_kv_tokens: int | None
-    ctx: int | None
+    ctx: int | None                    # max_model_len of the run
     source: str
-    gpu_count: int = 1
+    gpu_count: int = 1                 # GPUs used (tp x pp)
     mem_util: float | None = None
     kv_format: str | None = None
+    model: str | None = None           # catalog model whose geometry prices the run
+    weights_variant: str | None = None  # a variant of ``model``
+    weights_bytes: int | None = None   # recorded checkpoint size when the variant is not in the catalog
+    tp: int | None = None
+    max_num_seqs: int | None = None
+    drafter: str | None = None         # catalog drafter id, or NO_DRAFTER; None = not recorded
+    engine: str | None = None          # catalog engine id of the run
+    vllm_version: str | None = None    # release version of the run's engine pin ("0.21.0"); None = nightly
+    note: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

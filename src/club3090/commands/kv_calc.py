@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -167,62 +166,14 @@ def _attach_model(src: Source, model: Any, variant: Any) -> None:
         src.weights_note = f"catalog weight variant {variant.id} ({variant.size_bytes / 1e9:.1f} GB on disk)"
 
 
-def _innermost_default(token: str) -> str | None:
-    """'${A:-${B:-4096}}' -> '4096'; a literal -> itself; an unset variable -> None."""
-    match = None
-    for match in re.finditer(r":-([^${}]*)\}", token):
-        pass
-    if match is not None:
-        return match.group(1)
-    return None if "${" in token else token
-
-
-def shipped_flag(profile: Any, flag: str) -> str | None:
-    """The value a profile's shipped compose passes for ``flag`` (its ${VAR:-default} resolved), if any."""
-    runtime = getattr(profile, "runtime", None)
-    service = getattr(runtime, "service", None) or {}
-    command = service.get("command") if isinstance(service, Mapping) else None
-    if not isinstance(command, (list, tuple)):
-        return None
-    args = [str(a) for a in command]
-    for i, arg in enumerate(args):
-        if arg == flag and i + 1 < len(args):
-            return _innermost_default(args[i + 1])
-        if arg.startswith(flag + "="):
-            return _innermost_default(arg.split("=", 1)[1])
-    return None
-
-
-def profile_batched_tokens(profile: Any) -> int | None:
-    """--max-num-batched-tokens of the shipped compose (it sizes the activation peak and the tokens a
-    sliding-window layer holds in flight); None when the profile does not record it (vLLM default)."""
-    value = shipped_flag(profile, "--max-num-batched-tokens") if profile is not None else None
-    try:
-        return int(value) if value else None
-    except ValueError:
-        return None
-
-
-def drafter_terms(drafter: Any) -> tuple[int, int]:
-    """(speculative tokens, drafter weight bytes) a profile's drafter adds.
-
-    Drafter KV: built-in MTP heads add their layers through the config (``num_nextn_predict_layers``).
-    The Gemma 4 external MTP "assistant" (``mtp_assistant``) has no k/v projections: all its layers
-    are KV-sharing layers (num_kv_shared_layers == num_hidden_layers) that read the target's cache, so
-    it allocates no KV of its own; only its weights count (VLLM_MEMORY.md §5.9, docs/ACCURACY.md).
-    """
-    if drafter is None:
-        return 0, 0
-    spec = int(drafter.n_default or 0) if drafter.method in ("mtp", "mtp_assistant", "dflash", "eagle3") else 0
-    return spec, int(drafter.vram_footprint_bytes or 0)
-
-
 def _attach_profile(src: Source, catalog: Any, profile: Any) -> None:
     src.profile = profile
     model = catalog.models.get(profile.model)
     if model is not None and src.config is None:
         _attach_model(src, model, model.weights.get(profile.weights_variant))
     if profile.drafter:
+        from club3090.serving import drafter_terms
+
         src.num_spec, src.extra_weights_bytes = drafter_terms(catalog.drafters.get(profile.drafter))
     if any(a.profile == profile.key for a in catalog.anchors):
         src.confidence = "exact"
@@ -269,30 +220,30 @@ def _gpu_memory(args: argparse.Namespace, src: Source, world: int) -> tuple[list
 
 
 def compute(args: argparse.Namespace, src: Source) -> tuple[Any, dict[str, Any]]:
+    from dataclasses import replace
+
     from club3090.architecture import parse_config
-    from club3090.memory import ServeShape, predict
+    from club3090.memory import predict
+    from club3090.serving import profile_shape
 
     arch = src.arch if src.arch is not None else parse_config(src.config or {})
     prof = src.profile
-    tp = args.tp or (prof.tp if prof else 1)
-    pp = args.pp or (prof.pp if prof else 1)
+    catalog = _load_catalog_quiet() if prof is not None else None
+    # the profile's serving shape (drafter included), the CLI flags on top; without a profile,
+    # vLLM's defaults plus the flags (a source's own drafter terms, if any, as for a profile)
+    shape = profile_shape(
+        prof, catalog, drafter=True,
+        tp=args.tp or None, pp=args.pp or None, mem_util=args.mem_util,
+        max_model_len=args.max_model_len or None, max_num_seqs=args.max_num_seqs or None,
+        max_num_batched_tokens=args.max_num_batched_tokens or None, block_size=args.block_size,
+        kv_cache_dtype=args.kv_cache_dtype or None, enforce_eager=True if args.enforce_eager else None,
+        vllm_version=args.vllm_version, dtype=args.dtype,
+        num_speculative_tokens=args.num_speculative_tokens if args.num_speculative_tokens is not None
+        else (None if prof is not None else src.num_spec),
+        extra_weights_bytes=None if prof is not None else src.extra_weights_bytes)
+    tp, pp = shape.tp, shape.pp
     mems, device, gpu_spec = _gpu_memory(args, src, tp * pp)
-    version = args.vllm_version
-    if version is None and prof is not None:
-        catalog = _load_catalog_quiet()
-        engine = catalog.engines.get(prof.engine) if catalog is not None else None
-        version = engine.vllm_version if engine is not None else None
-    kv = args.kv_cache_dtype or (prof.kv_format if prof else "auto")
-    shape = ServeShape(
-        tp=tp, pp=pp,
-        mem_util=args.mem_util if args.mem_util is not None else (prof.mem_util if prof else None),
-        max_model_len=args.max_model_len or (prof.max_ctx if prof else None),
-        max_num_seqs=args.max_num_seqs or (prof.max_num_seqs if prof else None),
-        max_num_batched_tokens=args.max_num_batched_tokens or profile_batched_tokens(prof),
-        block_size=args.block_size, kv_cache_dtype=kv, enforce_eager=bool(args.enforce_eager),
-        vllm_version=version,
-        num_speculative_tokens=args.num_speculative_tokens if args.num_speculative_tokens is not None else src.num_spec,
-        extra_weights_bytes=src.extra_weights_bytes, dtype=args.dtype, device_name=device)
+    shape = replace(shape, device_name=device)
     per_rank = int(args.weights_gib * GIB) if args.weights_gib is not None else None
     if per_rank is None and src.weights_bytes is None:
         raise _usage(f"{src.label}: weights unknown; pass --weights-gib (weights per GPU rank)")
@@ -300,8 +251,6 @@ def compute(args: argparse.Namespace, src: Source) -> tuple[Any, dict[str, Any]]
                   weights_bytes_per_rank=per_rank, confidence=src.confidence)
     result = predict(arch, shape=shape, **kwargs)
     if args.solve_max_ctx and result.max_model_len_fit > 0 and result.max_model_len_fit != result.max_model_len:
-        from dataclasses import replace
-
         result = predict(arch, shape=replace(shape, max_model_len=result.max_model_len_fit), **kwargs)
     context = {"model": src.label, "architecture": arch.architecture, "gpus": gpu_spec, "tp": tp, "pp": pp,
                "weights_source": "--weights-gib (per rank)" if per_rank is not None else src.weights_note,
@@ -379,7 +328,7 @@ UPSTREAM_SETS = (("kvcalc-22of22-historical", 22), ("kvcalc-current-8of8", 8))
 class AnchorScore:
     anchor: str
     set: str
-    profile: str
+    profile: str                # linked profile key, "-" when the anchor has none
     card_bytes: int | None
     predicted_peak_bytes: int | None
     measured_peak_bytes: int | None
@@ -406,43 +355,81 @@ def anchor_set(anchor: Any) -> str:
     return parts[1] if len(parts) > 1 else ""
 
 
+@dataclass
+class AnchorInputs:
+    """What one anchor is priced with: its own recorded inputs, the linked profile for the rest."""
+    profile: Any
+    model: Any
+    weights_bytes: int | None
+    weights_note: str
+    engine: Any
+    gpu: Any
+    world: int
+    shape: Any
+
+
+def anchor_inputs(anchor: Any, catalog: Any) -> AnchorInputs:
+    """The serving shape, weights and card an anchor's measurement ran with.
+
+    Recorded on the anchor (not None) wins: model, weights variant (else the recorded checkpoint
+    size), TP, util, context, KV format, sequences, drafter (``none`` = without one), engine and
+    release version, GPU. The linked profile (if any) supplies only the rest, chiefly the shipped
+    compose's ``--max-num-batched-tokens`` and PP; without a profile those are vLLM's defaults.
+    """
+    from club3090.catalog.model import NO_DRAFTER
+    from club3090.serving import drafter_terms, profile_shape
+
+    profile = catalog.profiles.get(anchor.profile) if anchor.profile else None
+    model = catalog.models.get(anchor.model or (profile.model if profile is not None else ""))
+    weights, note = anchor.weights_bytes, "recorded checkpoint size"
+    if weights is None and model is not None:
+        vid = anchor.weights_variant or (profile.weights_variant if profile is not None else None)
+        variant = model.weights.get(vid) if vid else None
+        weights = int(variant.size_bytes) if variant is not None and variant.size_bytes else None
+        note = f"catalog weight variant {vid}"
+    engine = catalog.engines.get(anchor.engine or (profile.engine if profile is not None else ""))
+    gpu = catalog.gpu(anchor.gpu) or (catalog.gpu(profile.reference_gpu) if profile is not None else None)
+    pp = profile.pp if profile is not None else 1
+    if anchor.tp:
+        tp, pp = anchor.tp, max(1, anchor.gpu_count // anchor.tp)
+    else:
+        tp = max(1, (anchor.gpu_count or profile.tp * pp) // max(pp, 1))
+    overrides: dict[str, Any] = {}
+    if anchor.drafter is not None:       # recorded: its own drafter (or none), not the profile's
+        drafter = None if anchor.drafter == NO_DRAFTER else catalog.drafters.get(anchor.drafter)
+        overrides["num_speculative_tokens"], overrides["extra_weights_bytes"] = drafter_terms(drafter)
+    version = anchor.vllm_version or (engine.vllm_version if engine is not None else None)
+    shape = profile_shape(
+        profile, catalog, drafter=anchor.drafter is None, tp=tp, pp=pp, mem_util=anchor.mem_util,
+        max_model_len=anchor.ctx, max_num_seqs=anchor.max_num_seqs, kv_cache_dtype=anchor.kv_format,
+        vllm_version=version, device_name=gpu.display_name if gpu is not None else None, **overrides)
+    return AnchorInputs(profile, model, weights, note, engine, gpu, tp * pp, shape)
+
+
 def score_anchors(catalog: Any) -> list[AnchorScore]:
     from club3090.architecture import parse_config
-    from club3090.memory import ServeShape, UnpriceableModel, predict
+    from club3090.memory import UnpriceableModel, predict
 
     scores: list[AnchorScore] = []
     for anchor in catalog.anchors:
-        profile = catalog.profiles.get(anchor.profile)
-        engine = catalog.engines.get(profile.engine) if profile else None
-        if profile is None or engine is None or engine.type != "vllm":
+        inputs = anchor_inputs(anchor, catalog)
+        if inputs.engine is None or inputs.engine.type != "vllm":
             continue
         kind = anchor_set(anchor)
-        model = catalog.models.get(profile.model)
-        variant = model.weights.get(profile.weights_variant) if model else None
-        gpu = catalog.gpu(anchor.gpu) or catalog.gpu(profile.reference_gpu)
-        card = int(gpu.memory_bytes) if gpu is not None else None
+        card = int(inputs.gpu.memory_bytes) if inputs.gpu is not None else None
+        label = anchor.profile or "-"
 
         def failed(why: str) -> AnchorScore:
-            return AnchorScore(anchor.id, kind, profile.key, card, None, anchor.measured_peak_bytes, None,
+            return AnchorScore(anchor.id, kind, label, card, None, anchor.measured_peak_bytes, None,
                                anchor.measured_kv_tokens, None, False, why, False, why)
 
-        if model is None or variant is None or not variant.size_bytes or gpu is None:
+        if inputs.model is None or not inputs.weights_bytes or inputs.gpu is None:
             scores.append(failed("model/weights/GPU missing in catalog"))
             continue
-        world = anchor.gpu_count or profile.tp * profile.pp
-        tp = max(1, world // max(profile.pp, 1))
-        drafter = catalog.drafters.get(profile.drafter) if profile.drafter else None
-        spec_tokens, drafter_bytes = drafter_terms(drafter)
-        shape = ServeShape(
-            tp=tp, pp=profile.pp, mem_util=anchor.mem_util or profile.mem_util,
-            max_model_len=anchor.ctx or profile.max_ctx, max_num_seqs=profile.max_num_seqs,
-            max_num_batched_tokens=profile_batched_tokens(profile),
-            kv_cache_dtype=anchor.kv_format or profile.kv_format, vllm_version=engine.vllm_version,
-            num_speculative_tokens=spec_tokens, extra_weights_bytes=drafter_bytes,
-            device_name=gpu.display_name)
         try:
-            result = predict(parse_config(model.hf_config), weights_bytes=int(variant.size_bytes),
-                             gpu_memory_bytes=[gpu.memory_bytes] * world, shape=shape, confidence="exact")
+            result = predict(parse_config(inputs.model.hf_config), weights_bytes=int(inputs.weights_bytes),
+                             gpu_memory_bytes=[inputs.gpu.memory_bytes] * inputs.world, shape=inputs.shape,
+                             confidence="exact")
         except UnpriceableModel as exc:
             scores.append(failed(f"unpriceable: {exc}"))
             continue
@@ -450,7 +437,7 @@ def score_anchors(catalog: Any) -> list[AnchorScore]:
         measured_peak = anchor.measured_peak_bytes
         up: list[str] = []
         if result.raw_verdict == "wont-fit":
-            up.append("predicted wont-fit but the profile booted")
+            up.append("predicted wont-fit but the run booted")
         if peak > card:
             up.append("predicted footprint exceeds the card")
         strict = list(up)
@@ -460,7 +447,7 @@ def score_anchors(catalog: Any) -> list[AnchorScore]:
             err = (result.kv_cache_tokens - anchor.measured_kv_tokens) / anchor.measured_kv_tokens
             if abs(err) > KV_TOKEN_TOLERANCE:
                 strict.append(f"KV tokens off by {err:+.0%}")
-        scores.append(AnchorScore(anchor.id, kind, profile.key, card, peak, measured_peak,
+        scores.append(AnchorScore(anchor.id, kind, label, card, peak, measured_peak,
                                   result.kv_cache_tokens, anchor.measured_kv_tokens, result.raw_verdict,
                                   not up, "; ".join(up) or "ok", not strict, "; ".join(strict) or "ok"))
     return scores
@@ -481,8 +468,8 @@ def run_calibration(args: argparse.Namespace) -> int:
         raise _usage("--calibration needs the catalog")
     scores = score_anchors(catalog)
     tally = upstream_tally(scores)
-    # exit 0 when every upstream row the catalog can score passes (rows whose profile, weights or drafter
-    # the catalog lacks are counted in the note, not scored; docs/ACCURACY.md lists them)
+    # exit 0 when every upstream row passes (a row the catalog cannot price is counted in the note,
+    # not scored; since anchors carry their own inputs every upstream row is scored)
     upstream_ok = all(passed == scored > 0 for _name, passed, scored, _expected in tally)
     strict_passed = sum(1 for s in scores if s.strict_ok)
     if args.json:
@@ -513,7 +500,7 @@ def run_calibration(args: argparse.Namespace) -> int:
                 print(row(s, s.upstream_ok, s.upstream_why))
     for name, passed, scored, expected in tally:
         note = "" if scored == expected else \
-            f"  ({expected - scored} of upstream's {expected} rows not scored: no catalog profile for them)"
+            f"  ({expected - scored} of upstream's {expected} rows not scored: not in the catalog's anchors)"
         print(f"{name}: {passed}/{scored}{note}")
     print()
     print(f"Stricter club3090 report (every anchor; also KV tokens within {KV_TOKEN_TOLERANCE:.0%} of the "
