@@ -76,15 +76,6 @@ def test_drafter_terms(cat):
     assert drafter_terms(cat.drafters["unsloth-mtp-gguf"])[0] == 0     # llama.cpp drafter: no vLLM tokens
 
 
-def test_kv_calc_keeps_the_old_names():
-    from club3090 import serving
-    from club3090.commands import kv_calc
-
-    assert kv_calc.shipped_flag is serving.shipped_flag
-    assert kv_calc.drafter_terms is serving.drafter_terms
-    assert kv_calc.profile_batched_tokens is serving.profile_batched_tokens
-
-
 def test_every_vllm_profile_has_a_shape(cat):
     for key, p in cat.profiles.items():
         if cat.engines[p.engine].type == "vllm":
