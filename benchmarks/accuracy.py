@@ -3,6 +3,9 @@
 
     python benchmarks/accuracy.py [--cases FILE] [--configs FILE] [--json]
 
+Each case is priced the way `kv-calc` prices its flags: `serving.profile_shape` without a profile
+(given settings on top of vLLM's defaults for the version and device) and `memory.predict`.
+
 A cases file follows the shared schema (`../shared/calibration/README.md`): one object per vLLM
 start with its settings and what the log printed. Configs come from the sibling
 `vllm_startup_configs.json`, keyed by `hf_repo`. When the case measured "Model loading took X GiB"
@@ -29,7 +32,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
 from club3090.architecture import parse_config  # noqa: E402
+from club3090.estimate import weights_per_rank_bytes  # noqa: E402
 from club3090.memory import GiB, ServeShape, UnpriceableModel, predict  # noqa: E402
+from club3090.serving import profile_shape  # noqa: E402
 
 DEFAULT_CASES = ROOT.parent / "shared" / "calibration" / "vllm_startup_cases.json"
 
@@ -79,11 +84,13 @@ def _gpu_gib(case: dict[str, Any]) -> float | None:
 
 
 def _shape(case: dict[str, Any], pool_bytes: int | None = None) -> ServeShape:
+    """The case's recorded settings as kv-calc flags (None = not stated: vLLM's default)."""
     util = case.get("gpu_memory_utilization")
     if case.get("gpu_memory_utilization_defaulted"):
         util = None      # vLLM's version default applies; the recorded value is the case author's assumption
     kv = case.get("kv_cache_dtype") or "auto"
-    return ServeShape(
+    return profile_shape(
+        None, None,
         tp=case.get("tensor_parallel_size") or 1,
         pp=case.get("pipeline_parallel_size") or 1,
         mem_util=util,
@@ -138,7 +145,7 @@ def score_case(case: dict[str, Any], configs: dict[str, Any], cases: list[dict[s
         row["skipped"] = "no weights measurement (memory metrics skipped)"
         return row
     try:
-        result = predict(arch, weights_bytes=0, weights_bytes_per_rank=int(weights * GiB),
+        result = predict(arch, weights_bytes=0, weights_bytes_per_rank=weights_per_rank_bytes(weights),
                          gpu_memory_bytes=[int(gpu * GiB)], shape=_shape(case))
     except UnpriceableModel as exc:
         row["skipped"] = f"unpriceable: {exc}"

@@ -145,3 +145,55 @@ def test_fast_and_without_heavy_imports(tmp_path):
     line = next(x for x in proc.stderr.splitlines() if x.startswith("HEAVY"))
     assert line.startswith("HEAVY []")
     assert float(line.split()[-1]) < 1.0
+
+
+# flag validation: a bad value is a usage error (exit 64), never accepted (0) or a crash (70)
+
+BAD_FLAGS = [
+    ("--mem-util", "0"), ("--mem-util", "-0.5"), ("--mem-util", "1.5"), ("--mem-util", "nan"),
+    ("--mem-util", "inf"), ("--mem-util", "x"),
+    ("--weights-gib", "0"), ("--weights-gib", "-1"), ("--weights-gib", "nan"), ("--weights-gib", "inf"),
+    ("--tp", "0"), ("--tp", "-2"), ("--tp", "1.5"), ("--pp", "0"), ("--pp", "-1"),
+    ("--max-num-seqs", "0"), ("--max-num-seqs", "-3"), ("--max-model-len", "0"), ("--max-model-len", "-5"),
+    ("--max-num-batched-tokens", "0"), ("--max-num-batched-tokens", "x"),
+    ("--block-size", "0"), ("--block-size", "-16"), ("--block-size", "5000"),
+    ("--num-speculative-tokens", "-1"), ("--num-speculative-tokens", "two"),
+    ("--kv-cache-dtype", "zzz"), ("--kv-cache-dtype", ""),
+    ("--vllm-version", "banana"), ("--vllm-version", ""), ("--vllm-version", "latest"),
+]
+
+
+@pytest.mark.parametrize("flag,value", BAD_FLAGS)
+def test_bad_flag_values_are_usage_errors(flag, value, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["kv-calc", "vllm/minimal", f"{flag}={value}"])
+    assert exc.value.code == 64
+    with pytest.raises(SystemExit) as exc:
+        main(["kv-calc", "vllm/minimal", f"{flag}={value}", "--json"])
+    assert exc.value.code == 64
+    assert json.loads(capsys.readouterr().out)["exit_code"] == 64
+
+
+GOOD_FLAGS = [("--mem-util", "1"), ("--mem-util", "0.05"), ("--weights-gib", "0.5"), ("--block-size", "1"),
+              ("--block-size", "544"), ("--num-speculative-tokens", "0"), ("--kv-cache-dtype", "FP8"),
+              ("--kv-cache-dtype", "bfloat16"), ("--vllm-version", "v0.19.1"),
+              ("--vllm-version", "0.8.3.dev172+g2b93162f"), ("--vllm-version", "0.22")]
+
+
+@pytest.mark.parametrize("flag,value", GOOD_FLAGS)
+def test_good_flag_values_are_accepted(flag, value, capsys):
+    assert main(["kv-calc", "vllm/minimal", f"{flag}={value}"]) in (0, 2)
+
+
+def test_every_catalog_kv_format_is_accepted(capsys):
+    from club3090.catalog import load_catalog
+
+    for fmt in load_catalog().kv_formats:
+        assert main(["kv-calc", "vllm/minimal", "--kv-cache-dtype", fmt, "--json"]) in (0, 2), fmt
+        capsys.readouterr()
+
+
+@pytest.mark.parametrize("source", ["~nouser-club3090-test/x", "/nonexistent/club3090/model"])
+def test_missing_paths_are_usage_errors(source, capsys):
+    assert main(["kv-calc", source]) == 64
+    assert main(["kv-calc", source, "--json"]) == 64

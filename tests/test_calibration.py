@@ -1,0 +1,85 @@
+"""club3090.calibration: anchors priced from their own inputs, upstream's criterion and ours (pure)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from club3090.calibration import (CONTEXT_RESERVE_BYTES, KV_TOKEN_TOLERANCE, UPSTREAM_SETS, AnchorScore,
+                                  anchor_inputs, anchor_set, calibrate, score_anchors, upstream_tally)
+from club3090.catalog import load_catalog
+
+
+@pytest.fixture(scope="module")
+def catalog():
+    return load_catalog()
+
+
+@pytest.fixture(scope="module")
+def report(catalog):
+    return calibrate(catalog)
+
+
+def score(name: str, set_: str, *, upstream_ok: bool = True, strict_ok: bool = True) -> AnchorScore:
+    return AnchorScore(name, set_, "-", None, None, None, None, None, None, upstream_ok, "", strict_ok, "")
+
+
+def test_anchor_set_from_id(catalog):
+    anchor = catalog.anchors[0]
+    assert anchor_set(replace(anchor, id="vllm/x:kvcalc-current-8of8:3")) == "kvcalc-current-8of8"
+    assert anchor_set(replace(anchor, id="vllm/x")) == ""
+
+
+def test_upstream_sets_all_scored_and_passing(report):
+    assert [t.name for t in report.upstream] == [name for name, _ in UPSTREAM_SETS]
+    for t in report.upstream:
+        assert t.scored == t.expected == t.passed
+    assert report.upstream_all_pass
+
+
+def test_recorded_inputs_win_over_the_profile(catalog):
+    anchor = next(a for a in catalog.anchors if a.profile and a.tp)
+    inputs = anchor_inputs(replace(anchor, mem_util=0.5, ctx=1234, max_num_seqs=3), catalog)
+    assert inputs.shape.mem_util == 0.5 and inputs.shape.max_model_len == 1234 and inputs.shape.max_num_seqs == 3
+    assert inputs.shape.tp == anchor.tp and inputs.world == anchor.gpu_count
+    no_drafter = anchor_inputs(replace(anchor, drafter="none"), catalog)
+    assert no_drafter.shape.num_speculative_tokens == 0 and no_drafter.shape.extra_weights_bytes == 0
+
+
+def test_only_vllm_anchors_are_scored(catalog, report):
+    vllm = [a for a in catalog.anchors
+            if (e := anchor_inputs(a, catalog).engine) is not None and e.type == "vllm"]
+    assert [s.anchor for s in report.scores] == [a.id for a in vllm]
+
+
+def test_strict_is_at_least_as_strict_as_upstream(report):
+    for s in report.scores:
+        assert s.upstream_ok or not s.strict_ok
+        if s.predicted_peak_bytes is not None and s.card_bytes is not None:
+            assert s.predicted_peak_bytes > CONTEXT_RESERVE_BYTES
+        if s.strict_ok and s.measured_kv_tokens and s.predicted_kv_tokens is not None:
+            assert abs(s.predicted_kv_tokens - s.measured_kv_tokens) / s.measured_kv_tokens <= KV_TOKEN_TOLERANCE
+    assert report.strict_passed == sum(s.passed for s in report.scores)
+
+
+def test_missing_model_is_a_failed_row_not_an_error(catalog):
+    anchor = next(a for a in catalog.anchors if a.profile)
+    broken = replace(catalog, anchors=(replace(anchor, model="no-such-model", weights_bytes=None),))
+    (row,) = score_anchors(broken)
+    assert not row.upstream_ok and not row.strict_ok and row.predicted_kv_tokens is None
+
+
+def test_tally_counts_only_upstream_sets():
+    scores = [score("a", "kvcalc-current-8of8"), score("b", "kvcalc-current-8of8", upstream_ok=False),
+              score("c", "compose")]
+    tally = {t.name: (t.passed, t.scored, t.expected) for t in upstream_tally(scores)}
+    assert tally == {"kvcalc-22of22-historical": (0, 0, 22), "kvcalc-current-8of8": (1, 2, 8)}
+
+
+def test_json_document(report):
+    doc = report.to_json()
+    assert doc["ok"] is True and doc["upstream_all_pass"] is True
+    assert set(doc["upstream"]) == {name for name, _ in UPSTREAM_SETS}
+    assert doc["strict"]["total"] == len(doc["anchors"]) == len(report.scores)
+    assert {"anchor", "set", "upstream_ok", "strict_ok", "predicted_kv_tokens"} <= set(doc["anchors"][0])
