@@ -199,12 +199,15 @@ class FitResult:
 # versions and defaults
 
 
+VERSION_RE = re.compile(r"\s*v?(\d+)\.(\d+)(?:\.(\d+))?")   # '0.22', 'v0.19.1', '0.8.3.dev172+g2b93162f'
+
+
 def parse_version(version: str | None) -> tuple[int, int, int]:
     """'0.8.3.dev172+g2b93162f' -> (0, 8, 3); None/unparseable -> the newest known version."""
     text = version if version else NEWEST_KNOWN_VLLM
-    match = re.match(r"\s*v?(\d+)\.(\d+)(?:\.(\d+))?", str(text))
+    match = VERSION_RE.match(str(text))
     if not match:
-        match = re.match(r"(\d+)\.(\d+)\.(\d+)", NEWEST_KNOWN_VLLM)
+        match = VERSION_RE.match(NEWEST_KNOWN_VLLM)
         assert match is not None
     return int(match.group(1)), int(match.group(2)), int(match.group(3) or 0)
 

@@ -15,14 +15,11 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import re
 import sys
 from typing import Any
 
 GIB = 1 << 30
 MAX_BLOCK_SIZE = 4096       # vLLM's CLI offers 1..256; hybrid models raise it past that, not to powers of two
-# the version forms memory.parse_version reads ('0.22', 'v0.19.1', '0.8.3.dev172+g2b93162f')
-_VERSION_RE = re.compile(r"\s*v?\d+\.\d+")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -91,7 +88,9 @@ def kv_cache_dtype(text: str) -> str:
 
 
 def vllm_version(text: str) -> str:
-    if not _VERSION_RE.match(text):
+    from club3090.memory import VERSION_RE
+
+    if not VERSION_RE.match(text):
         raise argparse.ArgumentTypeError(f"expected a vLLM version such as 0.22.0, got {text!r}")
     return text
 
