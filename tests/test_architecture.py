@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from club3090.architecture import parse_config
+from club3090.architecture import DIMENSION_CAPS, parse_config
 
 HUB = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "hub"
 FIXTURES = sorted(p.parent.name for p in HUB.glob("*/config.json")) if HUB.exists() else []
@@ -128,3 +128,66 @@ def test_never_raises_and_flags_missing_dimensions(config):
 ])
 def test_unknown_stateful_layers_are_unpriceable(config, word):
     assert word in (parse_config(config).unpriceable_reason or "")
+
+
+# ---------------------------------------------------------------------------------------------
+# sanity caps and invalid context lengths
+
+_BASE = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "num_hidden_layers": 4,
+         "hidden_size": 256, "num_attention_heads": 8, "num_key_value_heads": 2, "intermediate_size": 512,
+         "vocab_size": 1000, "max_position_embeddings": 4096}
+_CAP_KEYS = {"mtp_layers": "num_nextn_predict_layers"}  # cap name -> config key, where they differ
+
+
+def test_base_config_is_priceable():
+    arch = parse_config(_BASE)
+    assert arch.unpriceable_reason is None and len(arch.layers) == 4 and arch.notes == ()
+
+
+@pytest.mark.parametrize("cap", sorted(DIMENSION_CAPS))
+@pytest.mark.parametrize("over", [1, 10**12])
+def test_dimension_over_its_cap_is_unpriceable_without_a_layer_table(cap, over):
+    arch = parse_config({**_BASE, _CAP_KEYS.get(cap, cap): DIMENSION_CAPS[cap] + over})
+    assert arch.unpriceable_reason is not None
+    assert arch.layers == () and arch.layer_kinds == ()
+
+
+def test_caps_are_far_above_real_models_and_inclusive():
+    assert DIMENSION_CAPS["num_hidden_layers"] >= 1000 and DIMENSION_CAPS["vocab_size"] >= 2**20
+    arch = parse_config({**_BASE, "num_hidden_layers": DIMENSION_CAPS["num_hidden_layers"]})
+    assert arch.unpriceable_reason is None and len(arch.layers) == DIMENSION_CAPS["num_hidden_layers"]
+
+
+@pytest.mark.parametrize("extra", [
+    {"num_hidden_layers": 10**7},
+    {"num_hidden_layers": 1e300},
+    {"layer_types": ["full_attention"] * (DIMENSION_CAPS["num_hidden_layers"] + 1)},
+    {"num_hidden_layers": ..., "layer_types": ["full_attention"] * (DIMENSION_CAPS["num_hidden_layers"] + 1)},
+    {"hybrid_override_pattern": "M" * 10**6},
+])
+def test_huge_layer_lists_are_refused_before_they_are_built(extra):
+    config = {**_BASE, **extra}
+    config = {k: v for k, v in config.items() if v is not ...}
+    arch = parse_config(config)
+    assert arch.unpriceable_reason is not None and arch.layers == ()
+
+
+@pytest.mark.parametrize("value", [-1, 0, "-5", -1.0])
+def test_non_positive_max_position_embeddings_is_absent_with_a_note(value):
+    arch = parse_config({**_BASE, "max_position_embeddings": value})
+    assert arch.max_position_embeddings is None and arch.derived_max_model_len is None
+    assert len(arch.notes) == 1  # invalid, not silently missing
+    assert arch.unpriceable_reason is None
+    missing = parse_config({k: v for k, v in _BASE.items() if k != "max_position_embeddings"})
+    assert missing.max_position_embeddings is None and missing.notes == ()
+
+
+def test_invalid_max_position_embeddings_falls_through_to_the_next_spelling():
+    arch = parse_config({**_BASE, "max_position_embeddings": -1, "n_positions": 2048})
+    assert arch.max_position_embeddings == 2048 and len(arch.notes) == 1
+
+
+def test_non_positive_yarn_original_length_falls_back_to_max_position_embeddings():
+    arch = parse_config({**_BASE, "rope_scaling": {"rope_type": "yarn", "factor": 4.0,
+                                                   "original_max_position_embeddings": -1}})
+    assert arch.derived_max_model_len == 4 * 4096

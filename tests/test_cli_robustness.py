@@ -25,7 +25,7 @@ from tests.fakehub import safetensors_file, synth_table
 FIXTURES = Path(os.environ.get("CLUB3090_HUB_FIXTURES", "/work/shared/fixtures/hub"))
 CURATED = "Lorbus/Qwen3.6-27B-int4-AutoRound"
 RIG = ["--profile-like", "vllm/minimal", "--gpus", "1x3090"]
-DOCUMENTED = {0, 2, 3, 4, 64, 65, 69, 70, 78, 130}
+DOCUMENTED = {0, 2, 3, 4, 64, 65, 69, 70, 78, 130, 141}
 
 
 @pytest.fixture(autouse=True)
@@ -204,6 +204,8 @@ def _variant(**changes: object) -> dict:
     _variant(quantization_config={"quant_method": 5, "bits": "4"}), _variant(text_config="x"),
     _variant(layer_types="full_attention"), _variant(layer_types=[1, 2]), _variant(rope_scaling="yarn"),
     _variant(num_experts=-8, num_experts_per_tok=2), _variant(num_experts="8"), {},
+    _variant(num_hidden_layers=10**6), _variant(num_hidden_layers=10**7),   # once 41 s / 1.4 GB
+    _variant(max_position_embeddings=0),
 ])
 def test_odd_config_values_never_crash(config, tmp_path, capsys):
     folder = model_folder(tmp_path, config=config)
@@ -232,6 +234,15 @@ def test_odd_config_values_never_crash(config, tmp_path, capsys):
     header_bytes({"w": {"dtype": "BF16", "shape": "2", "data_offsets": [0, 4]}}, 8),
     header_bytes({"w": [1, 2]}, 8),
     header_bytes({"__metadata__": [1]}),
+    header_bytes({"a": {"dtype": "BF16", "shape": [2], "data_offsets": [0, 4]},           # overlapping ranges
+                  "b": {"dtype": "BF16", "shape": [2], "data_offsets": [2, 6]}}, 6),
+    header_bytes({"a": {"dtype": "BF16", "shape": [2], "data_offsets": [0, 4]},           # a gap
+                  "b": {"dtype": "BF16", "shape": [2], "data_offsets": [8, 12]}}, 12),
+    header_bytes({"w": {"dtype": "BF16", "shape": [2], "data_offsets": [0, 4]}}, 8),      # bytes no tensor owns
+    header_bytes({"w": {"dtype": "Q4_WEIRD", "shape": [2], "data_offsets": [0, 4]}}, 4),  # unknown dtype
+    header_bytes({"w": {"dtype": "BF16", "shape": [2**40, 2**40], "data_offsets": [0, 4]}}, 4),
+    struct.pack("<Q", 120) + b'{"w": {"dtype": "U8", "shape": [4], "data_offsets": [0, 4]}, '  # duplicate key
+    b'"w": {"dtype": "U8", "shape": [4], "data_offsets": [4, 8]}}' + b"\0" * 8,
 ], ids=lambda b: f"{len(b)}b")
 def test_malformed_safetensors_is_malformed_input(weights, tmp_path, capsys):
     folder = model_folder(tmp_path, weights=weights)
@@ -239,13 +250,13 @@ def test_malformed_safetensors_is_malformed_input(weights, tmp_path, capsys):
     assert run(["pull", str(folder), *RIG, "--dry-run", "--json"], capsys)[0] == 65
 
 
-@pytest.mark.xfail(reason="safetensors_header.parse_header lets RecursionError / int-digit ValueError "
-                          "escape (exit 70); reported to the lead, not this file's owner")
 @pytest.mark.parametrize("raw", [_nested(100_000), b'{"w": {"dtype": "BF16", "shape": [' + b"9" * 5000
                                  + b'], "data_offsets": [0, 4]}}'], ids=["deep", "5000-digit"])
 def test_hostile_safetensors_json_is_malformed_input(raw, tmp_path, capsys):
     folder = model_folder(tmp_path, weights=struct.pack("<Q", len(raw)) + raw + b"\0" * 8)
     assert run(["inspect", str(folder), "--json"], capsys)[0] == 65
+    assert run(["kv-calc", str(folder), "--json"], capsys)[0] == 65
+    assert run(["pull", str(folder), *RIG, "--dry-run", "--json"], capsys)[0] == 65
 
 
 def test_malformed_index_is_malformed_input(tmp_path, capsys):
@@ -276,10 +287,6 @@ def test_empty_revision_is_not_the_default_branch_even_for_a_curated_repo(capsys
 
 
 def test_offline_and_uncached_is_unavailable(monkeypatch, capsys):
-    # huggingface_hub reads HF_HUB_OFFLINE once, at import: import it before setting the variable,
-    # or every later Hub test in this process would see an offline client.
-    import huggingface_hub.constants  # noqa: F401
-
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     assert run(["inspect", "Qwen/Qwen3-0.6B", "--json"], capsys)[0] == 69
     assert run(["pull", "Qwen/Qwen3-0.6B", *RIG, "--json"], capsys)[0] == 69
@@ -400,8 +407,60 @@ def test_interrupt_during_derive(json_flag, tmp_path, monkeypatch, capsys):
 def test_exit_codes_are_documented():
     documented = {int(n) for n in re.findall(r"\b(\d+) [a-zA-Z]", cli.__doc__.split("Exit codes:", 1)[1])}
     used = {code for _kind, code, _render in cli.ERRORS}
-    used |= {cli.EXIT_USAGE, cli.EXIT_DATAERR, cli.EXIT_UNAVAILABLE, cli.EXIT_SOFTWARE, cli.EXIT_CONFIG}
+    used |= {cli.EXIT_USAGE, cli.EXIT_DATAERR, cli.EXIT_UNAVAILABLE, cli.EXIT_SOFTWARE, cli.EXIT_CONFIG,
+             cli.EXIT_PIPE}
     assert used <= documented, used - documented
+
+
+# --------------------------------------------------------------------------------------------
+# a reader that closes stdout early (`club3090 profiles | head -1`)
+# --------------------------------------------------------------------------------------------
+_MAIN = "import sys\nfrom club3090.cli import main\nsys.exit(main(sys.argv[1:]))\n"
+
+
+def _piped(argv: list[str], tmp_path: Path, *, read: int | None) -> subprocess.CompletedProcess:
+    """Run the CLI into a pipe; the reader takes ``read`` bytes (None: none) and closes its end."""
+    import fcntl
+
+    r, w = os.pipe()
+    if read is not None:  # a one-page pipe: the output cannot all fit before the reader closes
+        if not hasattr(fcntl, "F_SETPIPE_SZ"):
+            pytest.skip("needs F_SETPIPE_SZ (Linux) to make the race deterministic")
+        fcntl.fcntl(w, fcntl.F_SETPIPE_SZ, 4096)
+    # PYTHONUNBUFFERED makes CPython drop the tail of a partial pipe write silently: not what users run
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+    env["CLUB3090_NO_GPU_DETECT"] = "1"
+    proc = subprocess.Popen([sys.executable, "-c", _MAIN, *argv], stdout=w, stderr=subprocess.PIPE,
+                            cwd=tmp_path, env=env)
+    os.close(w)
+    if read is not None:
+        assert os.read(r, read)
+    os.close(r)
+    _, err = proc.communicate(timeout=120)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, b"", err)
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX pipes")
+@pytest.mark.parametrize("argv", [["profiles"], ["profiles", "--json"]], ids=["rich-table", "json"])
+@pytest.mark.parametrize("read", [None, 1, 200])
+def test_reader_closing_early_exits_141_quietly(argv, read, tmp_path):
+    done = _piped(argv, tmp_path, read=read)
+    assert done.returncode == cli.EXIT_PIPE, done.stderr
+    assert done.stderr == b""  # no traceback, no "Exception ignored" at the exit flush
+
+
+def test_broken_pipe_not_on_stdout_is_still_an_internal_error(monkeypatch, capsys):
+    # a BrokenPipeError from elsewhere (a subprocess, a socket) while stdout is fine is a failure
+    def boom(_args, _settings):
+        raise BrokenPipeError(32, "Broken pipe")
+
+    from club3090.commands import profiles
+
+    monkeypatch.setattr(cli, "_reader_gone", lambda: False)
+    monkeypatch.setattr(profiles, "run", boom)
+    assert cli.main(["profiles"]) == cli.EXIT_SOFTWARE
+    assert cli.main(["profiles", "--json"]) == cli.EXIT_SOFTWARE
+    capsys.readouterr()
 
 
 # --------------------------------------------------------------------------------------------

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
 import socket
 import struct
+import subprocess
+import sys
 from typing import Any
 
 import pytest
@@ -12,7 +15,7 @@ import pytest
 from club3090 import derive as D
 from club3090 import hub as H
 from club3090.errors import EntryNotFound, GatedRepo, HubUnreachable, InputError, RepoNotFound, RevisionNotFound
-from club3090.spec import ModelSpec
+from club3090.spec import ModelSpec, RepoFile
 from tests.fakehub import FakeFile, FakeHub, header_sum, safetensors_file
 
 
@@ -226,3 +229,75 @@ def test_read_all_cancels_on_first_error() -> None:
 def test_safetensors_file_helper_matches_header_sum() -> None:
     f = safetensors_file("m.safetensors", TABLE)
     assert f.size == len(f.prefix) + header_sum(TABLE)
+
+
+# ---------------------------------------------------------------------------------------------
+# offline-ness comes from Settings, never from huggingface_hub's import-time constant
+
+
+def test_online_derive_works_when_the_client_was_imported_offline(fake_hub: FakeHub,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    # what `import huggingface_hub` under HF_HUB_OFFLINE=1 leaves behind, for the whole process
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    _small_repo(fake_hub)
+    _derive(fake_hub)  # sharded: parallel header reads share the lift
+    assert fake_hub.requests()
+    assert constants.HF_HUB_OFFLINE is True  # restored for code outside our calls
+    with pytest.raises(RepoNotFound):  # restored after a failing call too
+        _client(fake_hub).repo_info("acme/missing", None)
+    assert constants.HF_HUB_OFFLINE is True
+
+
+def test_offline_settings_make_no_request_whatever_the_constant(fake_hub: FakeHub,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    from huggingface_hub import constants
+
+    _small_repo(fake_hub)
+    for constant in (False, True):
+        monkeypatch.setattr(constants, "HF_HUB_OFFLINE", constant)
+        client = H.HubClient(fake_hub.settings(offline=True))
+        with pytest.raises(HubUnreachable):
+            client.repo_info("acme/small", None)
+        with pytest.raises(HubUnreachable):
+            client.fetch_json("acme/small", "config.json", None)
+        with pytest.raises(HubUnreachable):
+            client.read_headers("acme/small", [RepoFile(name="model.safetensors", size_bytes=1024)], None)
+    assert fake_hub.requests() == []
+
+
+_SUBPROCESS = """
+import json, sys
+import huggingface_hub  # imported with HF_HUB_OFFLINE=1 in the environment
+from huggingface_hub import constants
+assert constants.HF_HUB_OFFLINE is True
+from pathlib import Path
+from club3090 import derive as D
+from club3090.settings import Settings
+from club3090.spec import ModelSpec
+settings = Settings(hf_home=Path(sys.argv[2]), endpoint=sys.argv[1], offline=False)
+spec = D.derive("acme/small", settings)
+print(json.dumps({"ok": isinstance(spec, ModelSpec), "weights_bytes": getattr(spec, "weights_bytes", None)}))
+"""
+
+
+def test_import_order_does_not_matter_in_a_fresh_process(fake_hub: FakeHub, tmp_path) -> None:
+    _small_repo(fake_hub)
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    done = subprocess.run([sys.executable, "-c", _SUBPROCESS, fake_hub.url, str(tmp_path / "hf")],
+                          env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == {"ok": True, "weights_bytes": header_sum(TABLE)}
+
+
+@pytest.mark.parametrize("env, offline", [
+    ({}, False), ({"HF_HUB_OFFLINE": "1"}, True), ({"HF_HUB_OFFLINE": "0"}, False),
+    ({"TRANSFORMERS_OFFLINE": "1"}, True), ({"HF_HUB_OFFLINE": "0", "TRANSFORMERS_OFFLINE": "1"}, False),
+    ({"HF_HUB_OFFLINE": "yes"}, True),
+])
+def test_settings_offline_follows_the_client_rule(env, offline, tmp_path) -> None:
+    # the same rule huggingface_hub applies at import, now evaluated per Settings
+    from club3090.settings import Settings
+
+    assert Settings.from_env({"HF_HOME": str(tmp_path), **env}).offline is offline

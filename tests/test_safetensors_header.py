@@ -41,9 +41,12 @@ def test_weight_bytes_are_byte_ranges_not_params_times_width() -> None:
     assert header.metadata == {"format": "pt"}
 
 
-def test_unknown_dtype_counts_its_range() -> None:
+def test_unknown_dtype_is_rejected() -> None:
+    # The reference loader refuses dtypes outside its enum; so do we (no guessing at a width).
     raw = _raw({"a": {"dtype": "Q4_WEIRD", "shape": [10], "data_offsets": [0, 7]}})
-    assert parse_header(raw, file="f").dtype_bytes == {"Q4_WEIRD": 7}
+    with pytest.raises(InputError) as info:
+        parse_header(raw, file="f")
+    assert info.value.file == "f"
 
 
 def test_header_length_cap_names_the_file() -> None:
@@ -80,3 +83,97 @@ def test_short_prefix_and_truncated_file() -> None:
     with pytest.raises(InputError, match="truncated"):
         parse_file_bytes(blob, file="cut", file_size=len(blob) + data_len - 1)
     assert parse_file_bytes(blob, file="ok", file_size=len(blob) + data_len).data_end == data_len
+
+
+def _t(dtype: str, shape: list[int], begin: int, end: int) -> dict:
+    return {"dtype": dtype, "shape": shape, "data_offsets": [begin, end]}
+
+
+def _nested(depth: int) -> bytes:
+    return b"[" * depth + b"]" * depth
+
+
+@pytest.mark.parametrize("raw", [
+    _nested(100_000),
+    b'{"w": {"dtype": "BF16", "shape": [' + b"9" * 5000 + b'], "data_offsets": [0, 4]}}',
+    b'{"w": ' + b'{"x": ' * 50_000 + b"1" + b"}" * 50_000 + b"}",
+], ids=["deep-list", "5000-digit-dim", "deep-object"])
+def test_hostile_json_is_input_error(raw: bytes) -> None:
+    with pytest.raises(InputError) as info:
+        parse_header(raw, file="org/x/model.safetensors")
+    assert info.value.file == "org/x/model.safetensors"
+
+
+@pytest.mark.parametrize("raw", [
+    b'{"w": {"dtype": "BF16", "shape": [2], "data_offsets": [0, 4]},'
+    b' "w": {"dtype": "BF16", "shape": [2], "data_offsets": [0, 4]}}',                   # same tensor twice
+    b'{"a": {"dtype": "BF16", "shape": [2], "data_offsets": [0, 4]},'
+    b' "a": {"dtype": "BF16", "shape": [2], "data_offsets": [4, 8]}}',                   # would hide 4 bytes
+    b'{"w": {"dtype": "BF16", "dtype": "F32", "shape": [2], "data_offsets": [0, 4]}}',  # inside an entry
+    b'{"__metadata__": {"format": "pt"}, "__metadata__": {"format": "pt"}}',
+], ids=["same", "different-ranges", "field", "metadata"])
+def test_duplicate_keys_are_rejected(raw: bytes) -> None:
+    with pytest.raises(InputError) as info:
+        parse_header(raw, file="dup.safetensors")
+    assert info.value.file == "dup.safetensors"
+
+
+@pytest.mark.parametrize("tensors", [
+    {"a": _t("BF16", [2], 0, 4), "b": _t("BF16", [2], 2, 6)},          # overlap
+    {"a": _t("BF16", [2], 0, 4), "b": _t("BF16", [2], 0, 4)},          # the same range twice
+    {"a": _t("BF16", [4], 0, 8), "b": _t("BF16", [2], 2, 6)},          # one range inside another
+    {"a": _t("BF16", [2], 0, 4), "b": _t("BF16", [2], 8, 12)},         # gap
+    {"a": _t("BF16", [2], 4, 8)},                                       # does not start at 0
+    {"a": _t("BF16", [0], 0, 0), "b": _t("BF16", [2], 2, 6)},          # empty tensor, then a gap
+])
+def test_ranges_must_tile_the_data_section(tensors: dict) -> None:
+    with pytest.raises(InputError) as info:
+        parse_header(_raw(tensors), file="tile.safetensors")
+    assert info.value.file == "tile.safetensors"
+
+
+def test_tiling_ignores_key_order_and_allows_empty_tensors() -> None:
+    tensors = {"z": _t("F32", [1], 0, 4), "a": _t("BF16", [3], 6, 12), "e": _t("U8", [0], 4, 4),
+               "m": _t("U8", [2], 4, 6), "e2": _t("BF16", [0, 7], 12, 12)}
+    header = parse_header(_raw(tensors), file="f", file_size=8 + len(_raw(tensors)) + 12)
+    assert header.data_bytes == header.data_end == 12  # tiled: the sum of ranges is the data section
+
+
+def test_file_size_must_equal_the_end_of_the_last_range() -> None:
+    blob, data_len = build({"w": ("BF16", [8]), "b": ("F32", [3])})
+    assert parse_file_bytes(blob, file="ok", file_size=len(blob) + data_len).data_bytes == data_len
+    with pytest.raises(InputError) as info:
+        parse_file_bytes(blob, file="extra", file_size=len(blob) + data_len + 1)  # bytes no tensor owns
+    assert info.value.file == "extra"
+
+
+@pytest.mark.parametrize("shape", [[2**64], [2**40, 2**40], [2**32] * 3, [-1]])
+def test_dimensions_beyond_64_bits_are_rejected(shape: list[int]) -> None:
+    with pytest.raises(InputError):
+        parse_header(_raw({"w": _t("BF16", shape, 0, 4)}), file="f")
+
+
+@pytest.mark.parametrize("offsets", [[0, 2**64], [2**64, 2**64 + 2]])
+def test_offsets_beyond_64_bits_are_rejected(offsets: list[int]) -> None:
+    with pytest.raises(InputError):
+        parse_header(_raw({"w": {"dtype": "U8", "shape": [2], "data_offsets": offsets}}), file="f")
+
+
+@pytest.mark.parametrize("dtype,shape,span,ok", [
+    ("U8", [4096, 1024], 4096 * 1024, True),     # int4 packed two per U8: the U8 shape is what counts
+    ("I32", [512, 128], 512 * 128 * 4, True),    # GPTQ qweight: eight int4 per I32
+    ("U8", [4096, 1024], 4096 * 2048 // 2 + 1, False),
+    ("F4", [4, 32], 64, True),                   # sub-byte: exact when whole bytes
+    ("F4", [3, 3], 5, True),                     # 36 bits packed into 5 bytes
+    ("F4", [3, 3], 6, True),                     # rows padded to whole bytes: 3 x 2 bytes
+    ("F4", [3, 3], 4, False),                    # too small to hold 36 bits
+    ("F6_E2M3", [4], 3, True),
+    ("F6_E2M3", [4], 2, False),
+])
+def test_range_versus_shape_width(dtype: str, shape: list[int], span: int, ok: bool) -> None:
+    raw = _raw({"w": _t(dtype, shape, 0, span)})
+    if ok:
+        assert parse_header(raw, file="f").dtype_bytes == {dtype: span}
+    else:
+        with pytest.raises(InputError):
+            parse_header(raw, file="f")

@@ -24,13 +24,35 @@ Pure: no I/O, no environment, no printing.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any, Mapping
 
-__all__ = ["Architecture", "LayerSpec", "LAYER_KINDS", "ATTENTION_KINDS", "STATE_KINDS", "parse_config"]
+__all__ = ["Architecture", "LayerSpec", "LAYER_KINDS", "ATTENTION_KINDS", "STATE_KINDS", "DIMENSION_CAPS",
+           "parse_config"]
 
 LAYER_KINDS = ("full", "sliding", "chunked", "mla", "gdn", "mamba2", "linear", "none")
 ATTENTION_KINDS = frozenset({"full", "sliding", "chunked", "mla"})
 STATE_KINDS = frozenset({"gdn", "mamba2", "linear"})
+
+# Sanity bounds, far above any released model (today: <= ~200 layers, 128 heads, hidden 32k,
+# vocab ~262k, 512 experts). A config over one is corrupt or hostile: it is unpriceable, and no
+# per-layer table is built for it (10**6 layers once cost a 41 s dry-run, 10**7 layers 1.4 GB).
+DIMENSION_CAPS: Mapping[str, int] = MappingProxyType({
+    "num_hidden_layers": 10_000,
+    "mtp_layers": 10_000,
+    "num_attention_heads": 65_536,
+    "num_key_value_heads": 65_536,
+    "head_dim": 65_536,
+    "kv_lora_rank": 65_536,
+    "qk_rope_head_dim": 65_536,
+    "hidden_size": 2**24,
+    "intermediate_size": 2**24,
+    "moe_intermediate_size": 2**24,
+    "shared_expert_intermediate_size": 2**24,
+    "vocab_size": 2**24,
+    "num_experts": 65_536,
+    "num_experts_per_tok": 65_536,
+})
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,8 +220,14 @@ def _derived_max_len(cfg: Mapping[str, Any], max_pos: int | None) -> int | None:
         return max_pos
     base = max_pos
     if rope_type == "yarn":
-        base = _int(scaling.get("original_max_position_embeddings")) or max_pos
+        original = _int(scaling.get("original_max_position_embeddings"))
+        base = original if original is not None and original > 0 else max_pos
     return int(base * factor)
+
+
+def _over_caps(values: Mapping[str, int | None]) -> list[str]:
+    return [f"{key} {value} is over the sanity cap of {DIMENSION_CAPS[key]}"
+            for key, value in values.items() if value is not None and value > DIMENSION_CAPS[key]]
 
 
 def parse_config(config: Mapping[str, Any]) -> Architecture:
@@ -277,8 +305,15 @@ def _parse(config: Mapping[str, Any]) -> Architecture:
     padded = _first_int(cfg, "padded_vocab_size", "embedding_size")
     if padded and padded > vocab:
         vocab = padded
-    max_pos = _first_int(cfg, "max_position_embeddings", "n_positions", "seq_length",
-                         "max_sequence_length", "n_ctx", "max_seq_len")
+    max_pos = None
+    for key in ("max_position_embeddings", "n_positions", "seq_length", "max_sequence_length", "n_ctx",
+                "max_seq_len"):
+        value = _int(cfg.get(key))
+        if value is not None and value <= 0:
+            notes.append(f"{key} {value} is invalid (not positive): ignored, as if absent")
+        elif value is not None:
+            max_pos = value
+            break
     derived_max_len = _derived_max_len(cfg, max_pos)
     torch_dtype = _first_str(cfg, "torch_dtype", "dtype") or _first_str(config, "torch_dtype", "dtype")
     if torch_dtype is None:
@@ -331,6 +366,22 @@ def _parse(config: Mapping[str, Any]) -> Architecture:
     chunk = _first_int(cfg, "attention_chunk_size")
     k_eq_v = cfg.get("attention_k_eq_v") is True
 
+    # --- sanity caps: checked before any per-layer table is built ---------------------------
+    layer_types = cfg.get("layer_types")
+    pattern = cfg.get("hybrid_override_pattern")
+    oversized = _over_caps({
+        "num_hidden_layers": num_layers, "mtp_layers": mtp, "num_attention_heads": heads,
+        "num_key_value_heads": kv_heads, "head_dim": head_dim, "kv_lora_rank": kv_lora_rank,
+        "qk_rope_head_dim": qk_rope, "hidden_size": hidden, "intermediate_size": intermediate,
+        "moe_intermediate_size": moe_inter, "shared_expert_intermediate_size": shared_inter,
+        "vocab_size": vocab, "num_experts": num_experts, "num_experts_per_tok": top_k,
+    })
+    for key, value in (("layer_types", layer_types), ("hybrid_override_pattern", pattern)):
+        if isinstance(value, (list, str)) and len(value) > DIMENSION_CAPS["num_hidden_layers"]:
+            oversized.append(f"{key} lists {len(value)} layers, over the sanity cap of "
+                             f"{DIMENSION_CAPS['num_hidden_layers']}")
+    problems.extend(oversized)
+
     # --- unmodelled stateful families -----------------------------------------------------
     low_types = (model_type.lower(), text_model_type.lower())
     for low in low_types:
@@ -352,9 +403,9 @@ def _parse(config: Mapping[str, Any]) -> Architecture:
     # --- layer list ------------------------------------------------------------------------
     layer_kinds_raw: list[str] | None = None
 
-    layer_types = cfg.get("layer_types")
-    pattern = cfg.get("hybrid_override_pattern")
-    if isinstance(layer_types, list) and layer_types and all(isinstance(x, str) for x in layer_types):
+    if oversized:
+        layer_kinds_raw = []  # unpriceable already; never allocate a table this large
+    elif isinstance(layer_types, list) and layer_types and all(isinstance(x, str) for x in layer_types):
         layer_kinds_raw = []
         for name in layer_types:
             low = name.lower()

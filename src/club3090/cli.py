@@ -6,7 +6,8 @@ import their heavy dependencies inside ``run`` so that ``club3090 --help`` stays
 
 Exit codes: 0 ok; 2 refused / does not fit; 3 needs an acknowledgement flag; 4 listing only;
 64 usage; 65 malformed input; 69 Hub unreachable; 70 internal error; 78 invalid catalog;
-130 interrupted (Ctrl-C).
+130 interrupted (Ctrl-C); 141 stdout closed early by its reader (``| head``): the rest of the
+output is dropped silently.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Callable, NoReturn, Sequence
@@ -28,6 +30,8 @@ EXIT_DATAERR = 65
 EXIT_UNAVAILABLE = 69
 EXIT_SOFTWARE = 70
 EXIT_CONFIG = 78
+# 128 + SIGPIPE, what a shell reports for `yes | head -1`: output was cut short, and no verdict code may claim it.
+EXIT_PIPE = 141
 
 # (subcommand, module). Order is the order of `club3090 --help`.
 COMMANDS: tuple[tuple[str, str], ...] = (
@@ -100,7 +104,59 @@ def _stdio_utf8() -> None:
                 pass
 
 
+def _fd_identity(fd: int) -> tuple[int, int] | None:
+    try:
+        st = os.fstat(fd)
+    except (OSError, ValueError):
+        return None
+    return (st.st_dev, st.st_ino)
+
+
+def _devnull_identity() -> tuple[int, int] | None:
+    try:
+        st = os.stat(os.devnull)
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino)
+
+
+def _reader_gone() -> bool:
+    """True when stdout is a pipe whose reader has closed it (a BrokenPipeError is stdout's)."""
+    try:
+        import select
+
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(events & (select.POLLERR | select.POLLHUP) for _, events in poller.poll(0))
+    except (AttributeError, OSError, ValueError):  # no poll() (Windows) or no real stdout
+        return True
+
+
+def _stdout_closed() -> int:
+    """Silence stdout for good, as the Python docs advise for SIGPIPE, so the exit flush cannot fail."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):
+        pass
+    return EXIT_PIPE
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    stdout_before = _fd_identity(1)
+    try:
+        return _main(argv)
+    except BrokenPipeError:
+        return _stdout_closed()
+    except SystemExit as exc:
+        # rich handles a broken pipe itself: stdout onto /dev/null, then SystemExit(1)
+        if exc.code == 1 and stdout_before != _devnull_identity() and _fd_identity(1) == _devnull_identity():
+            return EXIT_PIPE
+        raise
+
+
+def _main(argv: Sequence[str] | None) -> int:
     _stdio_utf8()
     parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -116,10 +172,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     settings = Settings.from_env(hf_home_flag=getattr(args, "hf_home", None), debug=args.debug)
     try:
-        return int(args.run(args, settings))
+        code = int(args.run(args, settings))
+        sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's exit flush
+        return code
     except BaseException as exc:  # noqa: BLE001 - the one translation point
         if isinstance(exc, SystemExit):
             raise
+        if isinstance(exc, BrokenPipeError) and _reader_gone():
+            return _stdout_closed()
         for kind, code, render in ERRORS:
             if isinstance(exc, kind):
                 if settings.debug and code == EXIT_SOFTWARE:

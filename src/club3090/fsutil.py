@@ -6,7 +6,7 @@ import json
 import os
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from club3090.errors import InputError, UsageError
 
@@ -94,11 +94,12 @@ def read_json_capped(path: Path, *, limit: int = MAX_JSON_BYTES) -> Any:
     return parse_json_capped(raw, name=str(path), limit=limit)
 
 
-def parse_json_capped(raw: bytes, *, name: str, limit: int = MAX_JSON_BYTES) -> Any:
+def parse_json_capped(raw: bytes, *, name: str, limit: int = MAX_JSON_BYTES,
+                      object_pairs_hook: Callable[[list[tuple[str, Any]]], Any] | None = None) -> Any:
     if len(raw) > limit:
         raise InputError(name, f"{len(raw)} bytes is over the {limit}-byte limit for JSON files")
     try:
-        return json.loads(raw.decode("utf-8"))
+        return json.loads(raw.decode("utf-8"), object_pairs_hook=object_pairs_hook)
     except RecursionError:
         raise InputError(name, "not valid JSON (nested too deeply)") from None
     except ValueError as exc:  # bad UTF-8, bad JSON, an integer over Python's digit limit

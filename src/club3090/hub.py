@@ -2,6 +2,10 @@
 
 - The endpoint and token come from ``Settings`` and are passed explicitly (never the client's
   import-time ``ENDPOINT``); the token is sent as a header and never logged, printed or stored.
+- ``Settings.offline`` alone decides offline-ness. Offline, every call raises
+  ``errors.HubUnreachable`` before any request. Online, the client's import-time
+  ``HF_HUB_OFFLINE`` constant (which would refuse every request if the variable was set when
+  huggingface_hub was first imported) is lifted for the span of each call and then restored.
 - ``translate`` is the one place that maps huggingface_hub / transport exceptions to ``errors``.
 - Transport faults, truncated bodies and 5xx/429 answers are retried a bounded number of times,
   then reported as ``errors.HubUnreachable`` (the CLI exits 69): an outage is not a verdict.
@@ -13,10 +17,12 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Protocol, Sequence
 
 from club3090.errors import (EntryNotFound, GatedRepo, HubError, HubUnreachable, InputError,
                              RepoNotFound, RevisionNotFound)
@@ -82,6 +88,40 @@ def is_transport_failure(exc: BaseException) -> bool:
     return False
 
 
+class _OnlineOverride:
+    """Ref-counted lift of ``huggingface_hub.constants.HF_HUB_OFFLINE`` while online calls run.
+
+    huggingface_hub computes the constant once, at import, and its request hook refuses every
+    request while it is true. Parallel header reads share one lift; the last call out restores
+    the value it found, so code outside our calls still sees the library's own setting.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._depth = 0
+        self._saved = False
+
+    @contextmanager
+    def __call__(self) -> Iterator[None]:
+        from huggingface_hub import constants
+
+        with self._lock:
+            if self._depth == 0:
+                self._saved = constants.HF_HUB_OFFLINE
+                constants.HF_HUB_OFFLINE = False
+            self._depth += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._depth -= 1
+                if self._depth == 0:
+                    constants.HF_HUB_OFFLINE = self._saved
+
+
+_online = _OnlineOverride()
+
+
 def _status(exc: BaseException) -> int | None:
     response = getattr(exc, "response", None)
     code = getattr(response, "status_code", None)
@@ -141,6 +181,7 @@ class HubClient:
         # None -> the module defaults, read at construction so tests can shorten them
         self.endpoint = settings.endpoint.rstrip("/")
         self._token = settings.token or None
+        self.offline = settings.offline
         self.timeout = DEFAULT_TIMEOUT_S if timeout is None else timeout
         self.retries = DEFAULT_RETRIES if retries is None else retries
         self.backoff = DEFAULT_BACKOFF_S if backoff is None else backoff
@@ -165,10 +206,14 @@ class HubClient:
         return hf_hub_url(repo_id, filename, revision=revision, endpoint=self.endpoint)
 
     def _call(self, repo_id: str, fn: Callable[[], Any]) -> Any:
+        """Every request goes through here: the offline check, retries, error translation."""
+        if self.offline:
+            raise HubUnreachable(repo_id, "HF_HUB_OFFLINE is set: no Hub requests")
         attempt = 0
         while True:
             try:
-                return fn()
+                with _online():
+                    return fn()
             except Exception as exc:  # noqa: BLE001 - classified below, re-raised when unknown
                 if _retryable(exc) and attempt < self.retries:
                     self._sleep(self.backoff * (2 ** attempt))

@@ -54,7 +54,9 @@ class Settings:
         env = os.environ if env is None else env
         hf_home = resolve_hf_home(env, hf_home_flag)
         token = env.get("HF_TOKEN") or env.get("HUGGING_FACE_HUB_TOKEN") or _token_from_file(hf_home, env)
-        offline = env.get("HF_HUB_OFFLINE", "").strip().lower() in {"1", "true", "yes", "on"}
+        # the same rule as huggingface_hub: HF_HUB_OFFLINE, else TRANSFORMERS_OFFLINE
+        raw_offline = env.get("HF_HUB_OFFLINE") or env.get("TRANSFORMERS_OFFLINE") or ""
+        offline = raw_offline.strip().lower() in {"1", "true", "yes", "on"}
         return cls(hf_home=hf_home,
                    endpoint=(env.get("HF_ENDPOINT") or DEFAULT_ENDPOINT).rstrip("/"),
                    token=token, offline=offline,
