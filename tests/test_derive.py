@@ -408,6 +408,23 @@ def test_local_folder_malformed_header_names_the_file(tmp_path: Path, fake_hub: 
     assert "model.safetensors" in info.value.file
 
 
+def test_tensor_stored_in_two_shards_is_refused(tmp_path: Path, fake_hub: FakeHub) -> None:
+    folder = tmp_path / "m"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(_config("Qwen--Qwen3-0.6B")))
+    shards = {"model-00001-of-00002.safetensors": {"a": ("BF16", [8]), "w": ("BF16", [8])},
+              "model-00002-of-00002.safetensors": {"w": ("BF16", [8])}}
+    weight_map = {}
+    for name, table in shards.items():
+        f = safetensors_file(name, table)
+        (folder / name).write_bytes(f.prefix + bytes(f.size - len(f.prefix)))
+        weight_map.update({t: name for t in table})
+    (folder / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))
+    with pytest.raises(InputError) as info:
+        D.derive(str(folder), fake_hub.settings())
+    assert info.value.file == "model-00002-of-00002.safetensors"
+
+
 # ---------------------------------------------------------------------------------------------
 # Tier-1 (curated) hits resolve with no network
 

@@ -431,11 +431,22 @@ def _mtp_present(files: Sequence[str], headers: Mapping[str, SafetensorsHeader],
     return False
 
 
+def _check_unique_tensors(names: Sequence[str], headers: Mapping[str, SafetensorsHeader]) -> None:
+    """A tensor stored in two shards would be counted twice: refuse the weight set instead."""
+    owner: dict[str, str] = {}
+    for name in names:
+        for tensor in headers[name].tensors:
+            first = owner.setdefault(tensor, name)
+            if first != name:
+                raise InputError(name, f"tensor {tensor!r} is also stored in {first}")
+
+
 def build_spec(*, kind: str, ref: str, revision: str | None, commit: str | None, config: Mapping[str, Any],
                files: Mapping[str, RepoFile], weights: WeightSet, headers: Mapping[str, SafetensorsHeader],
                quant_files: Mapping[str, Any], size_provenance: str,
                local_path: Path | None = None) -> ModelSpec | Stop:
     arch = parse_config(config)
+    _check_unique_tensors(weights.files, headers)
     dtype_bytes: dict[str, int] = {}
     for name in weights.files:
         for dtype, n in headers[name].dtype_bytes.items():
