@@ -24,13 +24,19 @@ def _hermetic(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPath
     home = tmp_path_factory.mktemp("hf_home")
     monkeypatch.setenv("HF_HOME", str(home))
     monkeypatch.setenv("HF_HUB_CACHE", str(home / "hub"))
-    for name in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_HUB_OFFLINE", "HF_ENDPOINT", "HF_TOKEN_PATH",
-                 "MODEL_DIR", "XDG_CACHE_HOME", "CLUB3090_DEBUG"):
+    for name in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_ENDPOINT",
+                 "HF_TOKEN_PATH", "MODEL_DIR", "XDG_CACHE_HOME", "CLUB3090_DEBUG"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("HF_HUB_DISABLE_TELEMETRY", "1")
     monkeypatch.setenv("HF_HUB_DISABLE_XET", "1")
     monkeypatch.setenv("NO_COLOR", "1")
     monkeypatch.setenv("CLUB3090_NO_GPU_DETECT", "1")
+    # huggingface_hub reads HF_HUB_OFFLINE once, at its first import: a test that set the variable
+    # then would leave the process offline for helpers that call the client directly (our hub.py
+    # follows Settings.offline and needs no such reset).
+    from huggingface_hub import constants as hf_constants
+
+    monkeypatch.setattr(hf_constants, "HF_HUB_OFFLINE", False)
 
     real_connect = socket.socket.connect
 
@@ -41,6 +47,14 @@ def _hermetic(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPath
         return real_connect(self, address)
 
     monkeypatch.setattr(socket.socket, "connect", guarded_connect)
+
+    # [E] boot: tests inject a fake docker runner; the real one must never run here
+    import club3090.boot
+
+    def no_docker(argv: object, timeout: float) -> object:
+        raise AssertionError(f"a test tried to run real docker: {argv!r}")
+
+    monkeypatch.setattr(club3090.boot, "subprocess_runner", no_docker)
 
 
 pytest_plugins = ["tests.fakehub"]  # the loopback fake Hub: fixture `fake_hub` (tests/fakehub.py)

@@ -3,6 +3,8 @@
 Layout (SYSTEM.md section 12), under a captures root (by default ``./.pull-captures``)::
 
     <root>/<sanitized-slug>/<UTC %Y%m%dT%H%M%SZ>[-N]/pt1-gate.json
+                                                    [pt2-download.json pt3-boot.json
+                                                     pt4-smoke.json pt5-override-capture.json]
                                                     manifest.json
     <root>/.last            one line: the newest bundle, relative to <root>
 
@@ -394,6 +396,82 @@ def write_gate_bundle(root: Path, *, slug: str, gate: Mapping[str, Any],
     root = Path(root)
     bundle = _fresh_dir(root / sanitize_slug(slug), utc_ts)
     atomic_write_text(bundle / POINT_FILES["gate"], dump_json(point), overwrite=False)
+    atomic_write_text(bundle / MANIFEST_FILE, dump_json(manifest), overwrite=False)
+    atomic_write_text(root / LAST_FILE, bundle.relative_to(root).as_posix() + "\n")
+    return bundle
+
+
+POINT_KEYS: Mapping[str, tuple[str, ...]] = MappingProxyType({
+    "download": ("ok", "files", "bytes", "sha_verified", "failure"),
+    "boot": ("ok", "seconds", "failure"),
+    "smoke": ("smoke_capability_set", "results", "partial", "results_detail"),
+    "override_capture": ("predicted_b_breakdown", "actual", "predicted_vs_actual_delta_mib",
+                         "exit_error_summary"),
+})
+
+
+def write_e_bundle(root: Path, *, slug: str, gate: Mapping[str, Any], points: Mapping[str, Mapping[str, Any]],
+                   manifest_fields: Mapping[str, Any], outcome: str, now: datetime,
+                   home: str | os.PathLike[str] | None = None, user: str | None = None,
+                   host: str | None = None) -> Path:
+    """Write a schema-1 bundle for a run that entered Pull-Emit-Derived ``[E]`` and point
+    ``<root>/.last`` at it.
+
+    ``gate`` holds ``GATE_KEYS`` (pt1, schema 1, no abort); ``points`` maps ``download`` /
+    ``boot`` / ``smoke`` / ``override_capture`` to their keys (``POINT_KEYS`` are required, a
+    ``detail`` and other extras are kept); only the stages that ran are given. ``outcome`` is
+    ``ok``, ``partial`` or ``failed``. Same redaction, atomic writes and errors as
+    ``write_gate_bundle``.
+    """
+    unknown = sorted(set(gate) - set(GATE_KEYS))
+    if unknown:
+        raise ValueError(f"unknown gate keys for a bundle: {unknown}; allowed: {list(GATE_KEYS)}")
+    unknown = sorted(set(manifest_fields) - set(MANIFEST_KEYS) - {"club3090_commit"})
+    if unknown:
+        raise ValueError(f"unknown manifest keys for a bundle: {unknown}; allowed: {list(MANIFEST_KEYS)}")
+    for name, point in points.items():
+        if name not in POINT_KEYS:
+            raise ValueError(f"unknown capture point {name!r}; allowed: {list(POINT_KEYS)}")
+        missing = [k for k in POINT_KEYS[name] if k not in point]
+        if missing:
+            raise ValueError(f"capture point {name!r} lacks {missing}")
+    if outcome not in ("ok", "partial", "failed"):
+        raise ValueError(f"an [E] bundle's outcome is ok, partial or failed, not {outcome!r}")
+    if now.tzinfo is None or now.utcoffset() is None:
+        raise ValueError("now must be timezone-aware (inject datetime.now(timezone.utc))")
+    utc_ts = now.astimezone(timezone.utc).strftime(TS_FORMAT)
+
+    gate_point: dict[str, Any] = {name: None for name in GATE_KEYS}
+    gate_point.update(detail={}, notices=[])
+    gate_point.update(gate)
+    gate_point.update(schema=1, point="gate", slug=slug)
+    files: dict[str, dict[str, Any]] = {"gate": gate_point}
+    for name in POINT_KEYS:  # fixed order
+        if name in points:
+            body = dict(points[name])
+            body.update(point=name)
+            if name == "override_capture":
+                body["calibration_signal_not_validated"] = True
+            files[name] = body
+
+    manifest: dict[str, Any] = {name: None for name in MANIFEST_KEYS}
+    manifest.update(model=slug, model_id=slug)
+    manifest.update(manifest_fields)
+    manifest.update(schema=1, slug=slug, utc_ts=utc_ts, outcome=outcome, failure_class=None,
+                    capture_points=list(files))
+    manifest.setdefault("club3090_commit", None)
+    if not manifest["club3090_commit"]:
+        manifest["club3090_commit"] = club3090_commit()
+
+    redactor = Redactor(home=home, user=user, host=host)
+    files = {name: redactor.value(to_jsonable(body)) for name, body in files.items()}
+    manifest = redactor.value(to_jsonable(manifest))
+    manifest["submission_fingerprint"] = submission_fingerprint(manifest)
+
+    root = Path(root)
+    bundle = _fresh_dir(root / sanitize_slug(slug), utc_ts)
+    for name, body in files.items():
+        atomic_write_text(bundle / POINT_FILES[name], dump_json(body), overwrite=False)
     atomic_write_text(bundle / MANIFEST_FILE, dump_json(manifest), overwrite=False)
     atomic_write_text(root / LAST_FILE, bundle.relative_to(root).as_posix() + "\n")
     return bundle

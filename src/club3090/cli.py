@@ -17,7 +17,6 @@ import importlib
 import json
 import os
 import sys
-from pathlib import Path
 from typing import Callable, NoReturn, Sequence
 
 from club3090 import __version__

@@ -13,14 +13,20 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from decimal import Decimal
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Callable
 
-from club3090 import gates
+from club3090 import capture, gates
+from club3090.compose import derived_compose
+from club3090.download import pull_dir
+from club3090.fsutil import write_output_text
 from club3090.gates import (BYPASS_EXPERIMENTAL_ARCH, C0Result, HardwareFacts, Terminal)
+from club3090.memory import ServeShape, UnpriceableModel
 from club3090.outcome import STRATUM_NAMES, Reason, Stop, Stratum, bypassed
+from club3090.serving import profile_shape
 
 if TYPE_CHECKING:  # pragma: no cover
     from club3090.catalog.model import Catalog, Engine, Profile
+    from club3090.emit import EStages
     from club3090.settings import Settings
     from club3090.spec import ModelSpec
 
@@ -28,6 +34,8 @@ EXIT_OK, EXIT_STOP, EXIT_NEEDS_FLAG = 0, 2, 3
 DEFAULT_KV_FORMAT = "fp8_e5m2"
 DEFAULT_MAX_CTX = 131072
 DEFAULT_MEM_UTIL = 0.95
+DEFAULT_MAX_NUM_SEQS = 1
+DEFAULT_TP = 1
 
 # Our wording of the upstream design's boot-fit caveat (SYSTEM.md section 9).
 CAVEAT = ("This verdict is about start-up only: the model is predicted to load and serve at the "
@@ -86,6 +94,7 @@ class PullResult:
     hardware: HardwareFacts | None = None
     bundle: Path | None = None
     suggestions: tuple[str, ...] = ()
+    e: Any = None                            # emit.EReport when Pull-Emit-Derived [E] ran or was skipped
 
     @property
     def stratum_name(self) -> str:
@@ -126,6 +135,11 @@ class PullResult:
             "caveat": self.caveat,
             "hardware": _hardware_json(self.hardware),
             "bundle": str(self.bundle) if self.bundle is not None else None,
+            "e": self.e.to_json() if self.e is not None else None,
+            "download_ok": self.e.download_ok if self.e is not None else None,
+            "boot_ok": self.e.boot_ok if self.e is not None else None,
+            "smoke": (dict(self.e.smoke.results) if self.e is not None and self.e.smoke is not None else None),
+            "capture_paths": ([str(self.e.bundle)] if self.e is not None and self.e.bundle is not None else []),
         }
 
 
@@ -179,6 +193,7 @@ class _Run:
     spec: Any = None
     profile: Any = None
     engine: Any = None
+    trust_remote_code: bool = False          # [C0] needed the ack and --trust-remote-code gave it
 
 
 def evaluate(request: PullRequest, *, catalog: "Catalog", settings: "Settings",
@@ -189,19 +204,29 @@ def evaluate(request: PullRequest, *, catalog: "Catalog", settings: "Settings",
              clock: Callable[[], datetime] | None = None,
              captures_root: Path | None = None,
              predict: Callable[..., Any] | None = None,
-             gpu_set: Any = None) -> PullResult:
+             gpu_set: Any = None, stages: "EStages | None" = None) -> PullResult:
     """Run the gate for one request and return the decision as a value.
 
     Tool failures (Hub unreachable, an invalid catalog) propagate as exceptions; every verdict,
     including every refusal, is a PullResult. On every hard stop a redacted gate bundle is
     written under ``captures_root`` when one is given.
+
+    ``stages`` turns on Pull-Emit-Derived ``[E]`` (SYSTEM.md section 12) for a non-curated repo
+    whose Path-B terminal is satisfied (the CLI always passes them; ``None``, the library default,
+    only writes the derived compose when ``--out`` is given). ``[E]`` never changes ``ok``, the
+    stratum or the terminal; a failed ``[E]`` makes the exit code 2 and its bundle replaces the
+    gate-only one.
     """
     run = _Run(request=request, slug=request.source)
+    clock = clock or _utcnow
     result = _evaluate(run, catalog=catalog, settings=settings, derive=derive, detect=detect,
                        free_bytes=free_bytes, dry_run_compose=dry_run_compose, predict=predict,
-                       gpu_set=gpu_set)
-    if captures_root is not None and result.exit_code == EXIT_STOP:
-        bundle = _write_bundle(result, run, captures_root, clock or _utcnow, catalog)
+                       gpu_set=gpu_set, e_enabled=stages is not None)
+    if stages is not None and _e_entry(result, run):
+        result = _run_e(result, run, catalog=catalog, settings=settings, stages=stages,
+                        captures_root=captures_root, clock=clock)
+    if captures_root is not None and result.exit_code == EXIT_STOP and (result.e is None or not result.e.ran):
+        bundle = _write_bundle(result, run, captures_root, clock, catalog)
         result = replace(result, bundle=bundle, notices=tuple(dict.fromkeys(run.notices)))
     return result
 
@@ -227,7 +252,7 @@ def _stop(run: _Run, stop: Stop) -> PullResult:
 
 
 def _evaluate(run: _Run, *, catalog: "Catalog", settings: "Settings", derive, detect, free_bytes,
-              dry_run_compose, predict, gpu_set) -> PullResult:
+              dry_run_compose, predict, gpu_set, e_enabled: bool = False) -> PullResult:
     request = run.request
     # Stratum 1: derivation (a Hub outage raises; it is not a verdict)
     derive = derive or _default_derive
@@ -312,21 +337,19 @@ def _evaluate(run: _Run, *, catalog: "Catalog", settings: "Settings", derive, de
 
     # [B]: the fit on the GPUs in use
     predict = predict or _default_predict
-    shape_args = _shape(run, profile, engine, catalog, arch, path_a=run.path == "A")
+    shape = _shape(run, profile, catalog, arch, path_a=run.path == "A")
     weights = variant.size_bytes if variant is not None and variant.size_bytes else spec.weights_bytes
-    selected = hw.selected_memory(profile.tp)
+    selected = hw.selected_memory(shape.tp)
     try:
-        fit = predict(arch, weights_bytes=int(weights), gpu_memory_bytes=selected,
-                      shape=_serve_shape(**shape_args), confidence=run.confidence)
-    except Exception as exc:  # noqa: BLE001 - only the fit engine's refusal is a verdict
-        if not _is_unpriceable(exc):
-            raise
+        fit = predict(arch, weights_bytes=int(weights), gpu_memory_bytes=selected, shape=shape,
+                      confidence=run.confidence)
+    except UnpriceableModel as exc:  # only the fit engine's refusal is a verdict
         return _stop(run, Stop(Stratum.ELIGIBILITY, Reason.NO_FIT_MODEL,
                                detail={"message": f"the fit engine cannot price this model: {exc}"}))
     run.fit = fit
     run.raw_verdict = fit.raw_verdict
     if fit.raw_verdict == "wont-fit":
-        run.suggestions.extend(_closest_fit(run, fit, predict, arch, int(weights), shape_args, catalog))
+        run.suggestions.extend(_closest_fit(run, fit, predict, arch, int(weights), shape, catalog))
 
     # [C1]
     c1 = gates.c1_terminal(run.confidence, fit.raw_verdict, request.given)
@@ -343,16 +366,19 @@ def _evaluate(run: _Run, *, catalog: "Catalog", settings: "Settings", derive, de
                            "calibration signal, not a validated fit")
     detail = f"[C1] {run.confidence} x {fit.raw_verdict} -> {c1.terminal.value} ({c1.note})"
 
+    run.trust_remote_code = request.trust_remote_code and any(
+        f.state is gates.C0State.NEEDS_TRC_ACK for f in findings)
     if run.path == "B":
         if curated is None and not request.dry_run:
-            if request.out is not None:
-                written = _derived_emit(run, settings, catalog, findings)
-                if written is not None:
-                    return _finish(run, stratum=Stratum.DECIDED, ok=True, reason=None, detail=detail,
-                                   out=written[0], compose_text=written[1], emitted=True, caveat=True)
-            else:
-                run.notices.append("add --out FILE to write a patchless compose for this repo; pull does not "
-                                   "download or boot non-curated repos yet")
+            if not e_enabled:
+                if request.out is not None:
+                    written = _derived_emit(run, settings, catalog)
+                    if written is not None:
+                        return _finish(run, stratum=Stratum.DECIDED, ok=True, reason=None, detail=detail,
+                                       out=written[0], compose_text=written[1], emitted=True, caveat=True)
+                else:
+                    run.notices.append("add --out FILE to write a patchless compose for this repo; this call "
+                                       "does not download or boot it")
         elif curated is not None and request.out is None and not request.dry_run:
             run.notices.append(f"curated repo: add --out FILE to write its compose ({profile.key})")
         return _finish(run, stratum=Stratum.DECIDED, ok=True, reason=None, detail=detail, caveat=True)
@@ -369,17 +395,17 @@ def _evaluate(run: _Run, *, catalog: "Catalog", settings: "Settings", derive, de
         outcome = dry_run_compose(profile.key, catalog)
     else:
         outcome = _default_dry_run(profile.key, catalog, out_name=str(out) if out is not None else None)
-    refusal = _refusal_token(outcome)
-    if refusal is not None:
-        return _stop(run, Stop(Stratum.COMPOSE_DRY_RUN, Reason.D_REFUSED, sub_reason=refusal,
-                               detail={"message": _refusal_message(outcome, refusal)}))
-    text = _compose_text(outcome)
-    run.notices.extend(str(n) for n in (getattr(outcome, "notices", None) or ())
-                       if "--project-directory" not in str(n))
+    if outcome.refusal is not None:
+        why = f": {outcome.detail}" if outcome.detail else ""
+        return _stop(run, Stop(Stratum.COMPOSE_DRY_RUN, Reason.D_REFUSED, sub_reason=outcome.refusal,
+                               detail={"message": f"the compose generator refused ({outcome.refusal}){why}"}))
+    if not outcome.text:
+        raise RuntimeError("the compose dry-run returned neither text nor a refusal")
+    text = outcome.text
+    run.notices.extend(n for n in outcome.notices if "--project-directory" not in n)
     if out is None:  # explicit path="A" without --out: decided, nothing to write
         return _finish(run, stratum=Stratum.DECIDED, ok=True, reason=None, detail=detail,
                        compose_text=text, caveat=True)
-    from club3090.fsutil import write_output_text
     write_output_text(out, text, force=request.force)
     project_dir = f"<club-3090 checkout>/{posixpath.dirname(profile.compose_path)}"
     run.notices.append(f"compose written; its relative mounts resolve from the shipped compose's folder, "
@@ -388,109 +414,109 @@ def _evaluate(run: _Run, *, catalog: "Catalog", settings: "Settings", derive, de
                    compose_text=text, emitted=True, caveat=True)
 
 
-def _derived_emit(run: _Run, settings: "Settings", catalog: "Catalog",
-                  findings: tuple[C0Result, ...]) -> tuple[Path, str] | None:
-    """Path B, non-curated, satisfied: write the patchless derived compose to --out.
-
-    This never changes the gate result; a refusal becomes a notice. The weights are not
-    downloaded here: the notice says where the compose expects them.
-    """
-    try:
-        from club3090.compose import derived_compose
-    except ImportError:  # pragma: no cover - the generator ships with the package
-        return None
+def _derived_emit(run: _Run, settings: "Settings", catalog: "Catalog") -> tuple[Path, str] | None:
+    """Path B, non-curated, satisfied, without [E] stages (library callers): write the patchless
+    derived compose to --out. A refusal becomes a notice; nothing is downloaded."""
     request, spec, hw = run.request, run.spec, run.hardware
     if hw is None or not hw.count:
         run.notices.append("gpu-topology-undetermined: no compose written")
         return None
     out = Path(request.out)
     hf_home = Path(settings.hf_home).expanduser().absolute()
-    snapshot = hf_home / "club3090" / "pulls" / spec.ref
-    trc_acked = any(f.state is gates.C0State.NEEDS_TRC_ACK for f in findings)
+    snapshot = pull_dir(hf_home, spec.ref)
     outcome = derived_compose(spec, run.profile.key, catalog, snapshot_dir=snapshot, hf_home=hf_home,
-                              max_model_len=getattr(run.fit, "max_model_len", None),
-                              trust_remote_code=trc_acked and request.trust_remote_code,
+                              max_model_len=run.fit.max_model_len, trust_remote_code=run.trust_remote_code,
                               gpu_indices=tuple(range(hw.count)), out_name=str(out))
-    if not getattr(outcome, "ok", False) or not getattr(outcome, "text", None):
+    if outcome.refusal is not None or not outcome.text:
         run.notices.append(f"no compose written: {outcome.refusal}"
                            + (f" ({outcome.detail})" if outcome.detail else ""))
         return None
-    from club3090.fsutil import write_output_text
     write_output_text(out, outcome.text, force=request.force)
-    run.notices.extend(str(n) for n in getattr(outcome, "notices", ()) or ())
-    run.notices.append(f"derived compose written; it serves the weights from {snapshot}, which pull does "
-                       "not download yet: fetch the repo there first")
+    run.notices.extend(outcome.notices)
+    run.notices.append(f"derived compose written; it serves the weights from {snapshot}; this call does not "
+                       "download them (the CLI's [E] stages do)")
     return out, outcome.text
+
+
+# --------------------------------------------------------------------------------------------
+# Pull-Emit-Derived [E]
+# --------------------------------------------------------------------------------------------
+
+def _e_entry(result: PullResult, run: _Run) -> bool:
+    """SYSTEM.md section 12's entry: non-curated, no --dry-run, Path B, terminal satisfied."""
+    return (result.ok and result.path == "B" and result.stratum == Stratum.DECIDED and result.fit is not None
+            and run.spec is not None and run.spec.curated is None and not run.request.dry_run)
+
+
+def _run_e(result: PullResult, run: _Run, *, catalog: "Catalog", settings: "Settings", stages: "EStages",
+           captures_root: Path | None, clock: Callable[[], datetime]) -> PullResult:
+    from club3090 import emit
+
+    gate, manifest = _bundle_fields(result, run)
+    gate.pop("abort_reason", None)
+    report = emit.run(spec=run.spec, profile=run.profile, catalog=catalog, settings=settings,
+                      hardware=run.hardware, fit=run.fit, terminal=run.terminal,
+                      trust_remote_code=run.trust_remote_code, out=run.request.out, force=run.request.force,
+                      stages=stages, gate=gate, manifest_fields=manifest, captures_root=captures_root, now=clock)
+    notices = tuple(dict.fromkeys((*result.notices, *report.notices)))
+    if not report.ran:
+        return replace(result, e=report, notices=notices)
+    return replace(result, e=report, notices=notices, exit_code=EXIT_OK if report.ok else EXIT_STOP,
+                   out=run.request.out if report.wrote_out else None, compose_text=report.compose_text,
+                   emitted=report.compose_text is not None)
 
 
 # --------------------------------------------------------------------------------------------
 # Fit helpers
 # --------------------------------------------------------------------------------------------
 
-def _shape(run: _Run, profile: "Profile", engine: "Engine", catalog: "Catalog", arch: Any, *,
-           path_a: bool) -> dict[str, Any]:
-    """ServeShape arguments from the profile (Path B: shape only, no drafter)."""
-    max_ctx = profile.max_ctx or arch.max_position_embeddings or DEFAULT_MAX_CTX
+def _shape(run: _Run, profile: "Profile", catalog: "Catalog", arch: Any, *, path_a: bool) -> ServeShape:
+    """The ServeShape the gate prices: ``serving.profile_shape`` (the one owner of that rule, so
+    ``pull`` and ``kv-calc --profile`` agree), the drafter on Path A only, SYSTEM.md section 9's
+    defaults where the profile leaves a value unset, and on Path B the context capped at the
+    model's own maximum."""
     model_max = arch.max_position_embeddings
+    max_ctx = profile.max_ctx or model_max or DEFAULT_MAX_CTX
     if not path_a and run.spec.curated is None and model_max and max_ctx > model_max:
         run.notices.append(f"{profile.key} asks for {max_ctx} tokens of context but the model supports "
                            f"{model_max}; priced at {model_max}")
         max_ctx = model_max
-    args: dict[str, Any] = dict(tp=int(profile.tp or 1), pp=int(profile.pp or 1),
-                                mem_util=profile.mem_util if profile.mem_util is not None else DEFAULT_MEM_UTIL,
-                                max_model_len=int(max_ctx), max_num_seqs=int(profile.max_num_seqs or 1),
-                                kv_cache_dtype=profile.kv_format or DEFAULT_KV_FORMAT,
-                                vllm_version=engine.vllm_version)
-    if path_a and profile.drafter:
-        drafter = catalog.drafters.get(profile.drafter)
-        if drafter is not None:
-            args["num_speculative_tokens"] = int(drafter.n_default)
-            if drafter.vram_footprint_bytes:
-                args["extra_weights_bytes"] = int(drafter.vram_footprint_bytes)
-    return args
+    hw = run.hardware
+    return profile_shape(
+        profile, catalog, drafter=path_a,
+        tp=DEFAULT_TP if profile.tp is None else None,
+        mem_util=DEFAULT_MEM_UTIL if profile.mem_util is None else None,
+        max_model_len=max_ctx if max_ctx != profile.max_ctx else None,
+        max_num_seqs=DEFAULT_MAX_NUM_SEQS if profile.max_num_seqs is None else None,
+        kv_cache_dtype=DEFAULT_KV_FORMAT if not profile.kv_format else None,
+        device_name=hw.names[0] if hw is not None and hw.names else None)
 
 
-def _serve_shape(**kwargs: Any) -> Any:
-    from club3090.memory import ServeShape
-    return ServeShape(**kwargs)
-
-
-def _is_unpriceable(exc: BaseException) -> bool:
-    try:
-        from club3090.memory import UnpriceableModel
-    except ImportError:  # pragma: no cover
-        return False
-    return isinstance(exc, UnpriceableModel)
-
-
-def _closest_fit(run: _Run, fit: Any, predict, arch: Any, weights: int, shape_args: dict[str, Any],
+def _closest_fit(run: _Run, fit: Any, predict, arch: Any, weights: int, shape: ServeShape,
                  catalog: "Catalog") -> list[str]:
     """On wont-fit: the largest context that fits, and whether another KV format or TP would."""
     out: list[str] = []
-    fitted = getattr(fit, "max_model_len_fit", None)
+    fitted = fit.max_model_len_fit
     if fitted:
         out.append(f"largest context that fits this rig: {fitted} tokens (MAX_MODEL_LEN={fitted})")
     elif fitted == 0:
         out.append("no context length fits: weights and runtime overheads leave no room for the KV cache")
     hw = run.hardware
-    profile, engine = run.profile, run.engine
+    engine = run.engine
     if hw is None or hw.sm is None:
         return out
 
     def try_shape(memory: tuple[int, ...] | None = None, **changes: Any) -> Any:
-        args = {**shape_args, **changes}
+        alt = replace(shape, **changes)
         try:
-            return predict(arch, weights_bytes=weights,
-                           gpu_memory_bytes=memory or hw.selected_memory(args["tp"]),
-                           shape=_serve_shape(**args), confidence=run.confidence)
-        except Exception as exc:  # noqa: BLE001
-            if _is_unpriceable(exc):
-                return None
-            raise
+            return predict(arch, weights_bytes=weights, gpu_memory_bytes=memory or hw.selected_memory(alt.tp),
+                           shape=alt, confidence=run.confidence)
+        except UnpriceableModel:
+            return None
 
     for kv_id in engine.supported_kv_formats:
         kv = catalog.kv_formats.get(kv_id)
-        if kv_id == shape_args["kv_cache_dtype"] or kv is None or not kv.emittable or "vllm" not in kv.engines:
+        if kv_id == shape.kv_cache_dtype or kv is None or not kv.emittable or "vllm" not in kv.engines:
             continue
         if kv.min_sm is not None and hw.sm < kv.min_sm:
             continue
@@ -501,12 +527,12 @@ def _closest_fit(run: _Run, fit: Any, predict, arch: Any, weights: int, shape_ar
         alt = try_shape(kv_cache_dtype=kv_id)
         if alt is not None and alt.raw_verdict != "wont-fit":
             out.append(f"KV format {kv_id} would fit ({alt.raw_verdict}, "
-                       f"{getattr(alt, 'kv_cache_tokens', '?')} KV tokens); choose a profile with it")
+                       f"{alt.kv_cache_tokens} KV tokens); choose a profile with it")
             break
     row = gates.find_arch_row(catalog, curated_model=run.spec.curated.model_id if run.spec.curated else None,
                               architecture=arch.architecture)
     divisors = row.tp_divisors if row is not None and row.tp_divisors else (1, 2, 4, 8)
-    for tp in sorted(d for d in divisors if d > shape_args["tp"]):
+    for tp in sorted(d for d in divisors if d > shape.tp):
         if gates.tp_geometry_problem(tp, arch.num_attention_heads, arch.num_key_value_heads):
             continue
         more = tp > hw.count
@@ -517,42 +543,6 @@ def _closest_fit(run: _Run, fit: Any, predict, arch: Any, weights: int, shape_ar
             out.append(f"tp={tp} would fit on {where} ({alt.raw_verdict}); choose a tp={tp} profile")
             break
     return out
-
-
-# --------------------------------------------------------------------------------------------
-# Compose dry-run adapters
-# --------------------------------------------------------------------------------------------
-
-_REFUSAL_TOKENS = ("pin-mismatch", "tp-or-kv", "trc", "foundational-drift", "degraded-drift", "scope", "other")
-
-
-def _refusal_token(outcome: Any) -> str | None:
-    token = getattr(outcome, "refusal", None)
-    if token is None and isinstance(outcome, Mapping):
-        token = outcome.get("refusal")
-    if token is None:
-        return None
-    token = str(getattr(token, "value", token))
-    return token if token in _REFUSAL_TOKENS else "other"
-
-
-def _refusal_message(outcome: Any, token: str) -> str:
-    for name in ("detail", "message", "reason_detail"):
-        value = getattr(outcome, name, None)
-        if value:
-            return f"the compose generator refused ({token}): {value}"
-    return f"the compose generator refused ({token})"
-
-
-def _compose_text(outcome: Any) -> str:
-    if isinstance(outcome, str):
-        return outcome
-    text = getattr(outcome, "text", None)
-    if text is None and isinstance(outcome, Mapping):
-        text = outcome.get("text")
-    if not text:
-        raise RuntimeError("the compose dry-run returned neither text nor a refusal")
-    return str(text)
 
 
 # --------------------------------------------------------------------------------------------
@@ -602,15 +592,11 @@ def _curated_variant(catalog: "Catalog", curated: Any) -> Any:
 # Capture bundle on hard stops
 # --------------------------------------------------------------------------------------------
 
-def _write_bundle(result: PullResult, run: _Run, root: Path, clock: Callable[[], datetime],
-                  catalog: "Catalog") -> Path | None:
-    try:
-        from club3090 import capture
-    except ImportError:  # pragma: no cover - capture lands separately
-        return None
+def _bundle_fields(result: PullResult, run: _Run) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The gate point and the manifest fields a bundle records for this result."""
     profile, engine, spec = run.profile, run.engine, run.spec
     hw = result.hardware
-    fit_json = result.fit.to_json() if result.fit is not None and hasattr(result.fit, "to_json") else None
+    fit_json = result.fit.to_json() if result.fit is not None else None
     gate = {
         "abort_reason": result.reason,
         "detail": {"message": result.detail},
@@ -626,9 +612,9 @@ def _write_bundle(result: PullResult, run: _Run, root: Path, clock: Callable[[],
         "hardware_sm": str(hw.sm) if hw is not None and hw.sm is not None else None,
         "predicted_b_breakdown": fit_json,
     }
-    curated = getattr(spec, "curated", None)
-    arch = getattr(spec, "arch", None)
-    quant = getattr(spec, "quantization", None)
+    curated = spec.curated if spec is not None else None
+    arch = spec.arch if spec is not None else None
+    quant = spec.quantization if spec is not None else None
     past_c0 = result.stratum == Stratum.DECIDED or result.stratum > Stratum.ENGINE_SUPPORT
     in_use = (list(zip(hw.names, hw.selected_memory(profile.tp if profile is not None else 1)))
               if hw is not None and len(hw.names) == len(hw.memory_bytes) else [])
@@ -636,14 +622,20 @@ def _write_bundle(result: PullResult, run: _Run, root: Path, clock: Callable[[],
         "model": curated.model_id if curated else result.slug,
         "model_id": result.slug,
         "quant_label": (curated.variant_id if curated else
-                        (f"{quant.method}-{quant.bits}" if quant else getattr(spec, "compute_dtype", None))),
-        "arch_family": getattr(arch, "architecture", None) or None,
+                        (f"{quant.method}-{quant.bits}" if quant else (spec.compute_dtype if spec else None))),
+        "arch_family": (arch.architecture if arch is not None else None) or None,
         "engine_pin": engine.pin if engine is not None and past_c0 else None,
         "engine_version": engine.vllm_version if engine is not None and past_c0 else None,
         "kv_format": profile.kv_format if profile is not None and past_c0 else None,
         "selected_ctx": profile.max_ctx if profile is not None and past_c0 else None,
         **(capture.topology_fields(in_use) if past_c0 else {}),
     }
+    return gate, manifest
+
+
+def _write_bundle(result: PullResult, run: _Run, root: Path, clock: Callable[[], datetime],
+                  catalog: "Catalog") -> Path | None:
+    gate, manifest = _bundle_fields(result, run)
     try:
         return capture.write_gate_bundle(root, slug=result.slug, gate=gate, manifest_fields=manifest,
                                          now=clock())

@@ -1,7 +1,8 @@
-"""`club3090 pull SLUG|DIR --profile-like KEY`: the gate, its verdict, and (Path A) the compose.
+"""`club3090 pull SLUG|DIR --profile-like KEY`: the gate, its verdict, and (Path A) the compose;
+for an accepted non-curated repo, Pull-Emit-Derived ``[E]``: compose, download, boot, smoke.
 
-Exit codes (SYSTEM.md section 10): 0 ok; 2 a stratum 1-6 stop or hard-block; 3 a terminal that
-needs ``--yes`` / ``--force-download``; 64 usage. Tool failures go through ``club3090.cli``'s
+Exit codes (SYSTEM.md sections 10, 12): 0 ok; 2 a stratum 1-6 stop, hard-block, or a failed
+``[E]`` stage; 3 a terminal that needs ``--yes`` / ``--force-download``; 64 usage. Tool failures go through ``club3090.cli``'s
 error table (69 Hub unreachable, 70 internal error, 78 invalid catalog).
 """
 
@@ -38,10 +39,13 @@ def parse_sm(text: str) -> Decimal:
 
 def add_parser(sub: Any) -> None:
     p = sub.add_parser(
-        "pull", help="gate a model for this rig: fit verdict, and a compose for curated repos",
+        "pull", help="gate a model for this rig: fit verdict, a compose, and for other repos download + boot",
         description="Run the pull gate for one Hugging Face repo (or local folder): derive its facts, "
                     "check the --profile-like runtime, engine support, disk and the fit, then map the "
-                    "verdict to a terminal. A curated repo with --out gets its compose written.")
+                    "verdict to a terminal. A curated repo with --out gets its compose written. Any other "
+                    "repo whose verdict is accepted gets a patchless compose, its files downloaded and "
+                    "SHA-256-checked into HF_HOME/club3090/pulls/, and a boot + smoke test in Docker "
+                    "(--no-boot: compose and download only).")
     p.add_argument("source", nargs="?", metavar="SLUG|DIR", help="Hugging Face repo id or a local model folder")
     p.add_argument("--profile-like", metavar="KEY", help="registry profile giving the runtime shape (required)")
     p.add_argument("--dry-run", action="store_true", help="evaluate only (Path B): never write, download or boot")
@@ -57,6 +61,8 @@ def add_parser(sub: Any) -> None:
                         "$XDG_CACHE_HOME/huggingface, ~/.cache/huggingface)")
     p.add_argument("--out", type=Path, metavar="FILE", help="write the compose here (selects Path A for a curated repo)")
     p.add_argument("--force", action="store_true", help="overwrite an existing --out file")
+    p.add_argument("--no-boot", action="store_true",
+                   help="non-curated repos: write the compose and download, but do not start Docker")
     p.add_argument("--hardware", type=parse_sm, metavar="SM", help="override the compute capability, e.g. 8.6")
     p.add_argument("--gpus", metavar="SPEC",
                    help="override the GPU topology: 2x3090, 4xH100-80GB, 2x24GiB, or 'MiB:NAME,...'")
@@ -99,7 +105,7 @@ def run(args: argparse.Namespace, settings: Any) -> int:
         trust_remote_code=args.trust_remote_code, out=args.out, force=args.force,
         hardware_sm=args.hardware, gpus=args.gpus)
     result = evaluate(request, catalog=catalog, settings=settings, gpu_set=gpu_set,
-                      captures_root=Path.cwd() / CAPTURES_DIR)
+                      captures_root=Path.cwd() / CAPTURES_DIR, stages=_e_stages(args))
     if args.json:
         payload = result.to_json()
         if args.recommend:
@@ -108,6 +114,17 @@ def run(args: argparse.Namespace, settings: Any) -> int:
     else:
         print(render(result, recommend=args.recommend))
     return result.exit_code
+
+
+def _e_stages(args: argparse.Namespace) -> Any:
+    """The real [E] seams (the Hub, docker, loopback HTTP); progress goes to stderr. A seam for tests."""
+    if args.dry_run:
+        return None
+    from club3090.emit import EStages
+
+    def progress(message: str) -> None:
+        print(message, file=sys.stderr, flush=True)
+    return EStages(progress=progress, no_boot=args.no_boot)
 
 
 # --------------------------------------------------------------------------------------------
@@ -148,6 +165,37 @@ def fit_lines(fit: Any) -> list[str]:
         facts.append(f"error band ±{_gib(band)}")
     if facts:
         lines.append("[pull] fit: " + ", ".join(facts))
+    return lines
+
+
+def e_lines(e: Any) -> list[str]:
+    """What Pull-Emit-Derived [E] did, stage by stage, and the failing stage's token."""
+    if e is None or not e.ran:
+        return []
+    lines = []
+    if e.compose_path is not None:
+        lines.append(f"[pull] e: compose {e.compose_path} (max-model-len {e.max_model_len})")
+    dl = e.download
+    if dl is not None and dl.ok:
+        lines.append(f"[pull] e: downloaded {len(dl.files)} files ({_gib(dl.bytes)}) to {dl.dest}"
+                     + (", sha256 verified" if dl.sha_verified else ""))
+    if e.boot is not None and e.boot.ok:
+        lines.append(f"[pull] e: booted in {e.boot.seconds:.0f}s")
+    if e.smoke is not None:
+        lines.append("[pull] e: smoke " + " ".join(f"{c}={v}" for c, v in e.smoke.results.items())
+                     + (" (partial)" if e.smoke.partial else ""))
+    if e.boot_skipped:
+        lines.append(f"[pull] e: boot and smoke skipped ({e.boot_skipped})")
+    if not e.ok:
+        lines.append(f"[pull] e-stage={e.stage} failure={e.failure}")
+        if e.detail:
+            lines.append(f"[pull] e-detail: {e.detail}")
+        if e.boot is not None and e.boot.log_excerpt:
+            tail = [ln for ln in e.boot.log_excerpt.splitlines() if ln.strip()][-5:]
+            lines.extend(f"[pull] e-log: {ln}" for ln in tail)
+    if e.bundle is not None:
+        lines.append(f"[pull] capture bundle: {e.bundle} (outcome {e.outcome})")
+        lines.append("[pull] to report it: club3090 pull --submit-last (shows the payload and asks first)")
     return lines
 
 
@@ -195,6 +243,7 @@ def render(result: Any, *, recommend: bool = False) -> str:
                      + f" ({hw.memory_source}), SM {hw.sm} ({hw.sm_source})")
     lines.extend(f"note: {n}" for n in result.notices)
     lines.extend(f"closest fit: {s}" for s in result.suggestions)
+    lines.extend(e_lines(result.e))
     if result.out is not None:
         lines.append(f"[pull] wrote {result.out}")
     if result.caveat:

@@ -1,0 +1,412 @@
+"""Pull-Emit-Derived [E]: emit, download (fake Hub), boot (fake docker), smoke (loopback fake
+OpenAI server), bundles. Real docker never runs (tests/conftest.py makes it an error)."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from datetime import datetime, timezone
+from decimal import Decimal
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any, Iterator
+from urllib.parse import urlsplit, urlunsplit
+
+import pytest
+
+from club3090 import boot, cli, download
+from club3090 import pull as pull_mod
+from club3090.catalog import load_catalog
+from club3090.emit import EStages
+from club3090.hardware import DetectedGpus
+from club3090.pull import PullRequest, evaluate
+from club3090.spec import RepoFile
+from tests.fakehub import FakeHub
+
+REPO = "club3090-tests/tiny-qwen"
+SLUG = "club3090-tests-tiny-qwen"
+TENSORS = {"model.embed_tokens.weight": ("BF16", [256, 64]), "lm_head.weight": ("BF16", [256, 64]),
+           "model.norm.weight": ("BF16", [64])}
+PLANTED = "hf_" + "a1B2c3D4e5" * 4
+
+
+@pytest.fixture(scope="module")
+def catalog():
+    return load_catalog()
+
+
+@pytest.fixture
+def hub(fake_hub: FakeHub) -> FakeHub:
+    fake_hub.add_fixture("Qwen--Qwen2.5-0.5B", repo_id=REPO, tensors=TENSORS, shards=2)
+    return fake_hub
+
+
+# --------------------------------------------------------------------------------------------
+# a loopback OpenAI-compatible server and a fake docker
+# --------------------------------------------------------------------------------------------
+
+class _OpenAI(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    mode: dict[str, Any] = {}
+
+    def log_message(self, *_a: Any) -> None:
+        return
+
+    def _send(self, status: int, body: bytes, ctype: str = "application/json") -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_GET(self) -> None:
+        self.server.log.append(("GET", self.path, None))  # type: ignore[attr-defined]
+        if self.path == "/v1/models" and self.mode.get("ready", True):
+            self._send(200, json.dumps({"object": "list", "data": [{"id": SLUG}]}).encode())
+        else:
+            self._send(503, b'{"error": "loading"}')
+
+    def do_POST(self) -> None:
+        body = json.loads(self.rfile.read(int(self.headers["content-length"])))
+        self.server.log.append(("POST", self.path, body))  # type: ignore[attr-defined]
+        if self.path != "/v1/chat/completions":
+            return self._send(404, b"{}")
+        if body.get("stream"):
+            chunk = {"object": "chat.completion.chunk", "choices": [{"index": 0, "delta": {"content": "pong"}}]}
+            text = f"data: {json.dumps(chunk)}\n\n"
+            if not self.mode.get("broken_stream"):
+                text += "data: [DONE]\n\n"
+            return self._send(200, text.encode(), "text/event-stream")
+        reply = {"object": "chat.completion", "choices": [{"index": 0, "message": {"role": "assistant",
+                                                                                     "content": "pong"}}]}
+        self._send(200, json.dumps(reply).encode())
+
+
+@pytest.fixture
+def openai() -> Iterator[ThreadingHTTPServer]:
+    _OpenAI.mode = {}
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _OpenAI)
+    server.log = []  # type: ignore[attr-defined]
+    worker = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    worker.start()
+    try:
+        yield server
+    finally:
+        server.shutdown()
+        server.server_close()
+        worker.join(timeout=5)
+
+
+def _http_to(server: ThreadingHTTPServer):
+    """The real urllib client, with the container's 127.0.0.1:<profile port> re-pointed at the test server."""
+    port = server.server_address[1]
+
+    def http(method: str, url: str, body: Any, timeout: float) -> boot.HttpResponse:
+        parts = urlsplit(url)
+        return boot.urllib_http(method, urlunsplit(parts._replace(netloc=f"127.0.0.1:{port}")), body, timeout)
+    return http
+
+
+class FakeDocker:
+    def __init__(self, *, up_rc: int = 0, logs: str = "INFO vLLM ready\n") -> None:
+        self.calls: list[list[str]] = []
+        self.up_rc, self.log_text = up_rc, logs
+
+    def __call__(self, argv: Any, timeout: float) -> boot.RunResult:
+        argv = list(argv)
+        self.calls.append(argv)
+        if argv[-2:] == ["up", "-d"]:
+            return boot.RunResult(self.up_rc, "", "" if self.up_rc == 0 else "Error response from daemon: boom")
+        if "logs" in argv:
+            return boot.RunResult(0, self.log_text, "")
+        return boot.RunResult(0, "", "")
+
+    def verbs(self) -> list[str]:
+        return [next(a for a in call[6:] if not a.startswith("-")) for call in self.calls]
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+    def sleep(self, seconds: float) -> None:
+        self.t += seconds
+
+
+def _stages(**kw: Any) -> EStages:
+    clock = kw.pop("clock", None) or Clock()
+    return EStages(clock=clock, sleep=clock.sleep, which=lambda _n: "/usr/bin/docker", **kw)
+
+
+def _pull(catalog, hub: FakeHub, tmp_path: Path, stages: EStages | None, *, profile: str = "vllm/minimal",
+          gpus: str | None = "1x3090", **req: Any):
+    request = PullRequest(REPO, profile, gpus=gpus, **{"yes": True, **req})
+    return evaluate(request, catalog=catalog, settings=hub.settings(hf_home=tmp_path / "hf"),
+                    detect=lambda: DetectedGpus((), "none"), free_bytes=lambda _p: 10**15,
+                    captures_root=tmp_path / ".pull-captures", stages=stages,
+                    clock=lambda: datetime(2026, 1, 2, 3, 4, 5, tzinfo=timezone.utc))
+
+
+def _bundle(result) -> dict[str, dict]:
+    folder = result.e.bundle
+    return {p.name: json.loads(p.read_text(encoding="utf-8")) for p in sorted(folder.iterdir())}
+
+
+def _dest(tmp_path: Path) -> Path:
+    return tmp_path / "hf" / "club3090" / "pulls" / SLUG
+
+
+# --------------------------------------------------------------------------------------------
+# download
+# --------------------------------------------------------------------------------------------
+
+def test_download_verifies_hashes_into_the_pulls_folder(catalog, hub, tmp_path):
+    r = _pull(catalog, hub, tmp_path, _stages(no_boot=True))
+    assert (r.ok, r.exit_code, r.terminal) == (True, 0, "confirm→proceed")
+    dest = _dest(tmp_path)
+    dl = r.e.download
+    assert dl.ok and dl.sha_verified and dl.dest == dest
+    repo = hub.repos[REPO]
+    for name in ("model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"):
+        assert (dest / name).read_bytes()[:8] == repo.files[name].prefix[:8]
+        assert download._sha256(dest / name) == repo.files[name].sha256
+    assert (dest / "config.json").is_file() and (dest / "model.safetensors.index.json").is_file()
+    assert {"config.json", "model.safetensors.index.json", "model-00001-of-00002.safetensors"} <= set(dl.files)
+    assert not (dest / ".incomplete").exists()                       # staging removed
+    assert not any((dest.parent / ".locks").iterdir())                # lock released
+    assert hub.requests("GET", "/cdn/")                                # LFS through the CDN redirect
+    # the compose mounts that folder read-only, at the fit's context
+    text = r.e.compose_path.read_text(encoding="utf-8")
+    assert r.e.compose_path == dest.parent / f"{SLUG}.compose.yml" and str(dest) in text
+    assert "--max-model-len" in text and r.e.boot_skipped == "--no-boot" and r.e.outcome == "partial"
+    files = _bundle(r)
+    assert set(files) == {"pt1-gate.json", "pt2-download.json", "manifest.json"}
+    assert files["pt2-download.json"]["sha_verified"] is True and files["pt2-download.json"]["failure"] is None
+    manifest = files["manifest.json"]
+    assert manifest["schema"] == 1 and manifest["capture_points"] == ["gate", "download"]
+    assert manifest["kv_calc_version"].startswith("club3090-memory+") and manifest["outcome"] == "partial"
+    assert files["pt1-gate.json"]["schema"] == 1 and "is_gate_only" not in files["pt1-gate.json"]
+
+
+def test_each_file_is_staged_then_moved(catalog, hub, tmp_path):
+    real = download.hub_fetcher(hub.settings(hf_home=tmp_path / "hf"))
+    seen: list[tuple[str, bool, bool]] = []
+
+    def fetch(repo_id: str, filename: str, staging: Path) -> Path:
+        path = real(repo_id, filename, staging)
+        seen.append((filename, path.parent.name == ".incomplete" or ".incomplete" in path.parts,
+                     (staging.parent / filename).exists()))
+        return path
+    r = _pull(catalog, hub, tmp_path, _stages(no_boot=True, fetch=fetch))
+    assert r.e.download.ok and seen
+    assert all(staged and not final_yet for _n, staged, final_yet in seen)
+
+
+def test_a_corrupted_file_is_a_sha_mismatch_and_never_lands(catalog, hub, tmp_path):
+    shard = hub.repos[REPO].files["model-00002-of-00002.safetensors"]
+    shard._sha256 = "0" * 64                     # the Hub's LFS sha256 no longer matches the bytes
+    r = _pull(catalog, hub, tmp_path, _stages(no_boot=True))
+    assert r.ok and r.exit_code == 2 and r.terminal == "confirm→proceed"   # [E] never changes the gate
+    assert (r.e.stage, r.e.failure, r.e.download.failed_file) == ("download", "sha-mismatch", shard.name)
+    dest = _dest(tmp_path)
+    assert not (dest / shard.name).exists() and not (dest / ".incomplete").exists()
+    assert r.e.boot is None and r.e.smoke is None
+    files = _bundle(r)
+    assert files["pt2-download.json"]["failure"] == "sha-mismatch" and files["manifest.json"]["outcome"] == "failed"
+
+
+def test_missing_lfs_hash_is_no_etag_before_any_download(catalog, hub, tmp_path):
+    hub.repos[REPO].files["model-00001-of-00002.safetensors"].lfs = False
+    r = _pull(catalog, hub, tmp_path, _stages(no_boot=True))
+    assert (r.exit_code, r.e.stage, r.e.failure) == (2, "download", "no-etag")
+    whole = [q for q in hub.requests("GET") if "range" not in q.headers
+             and (q.path.startswith("/cdn/") or q.path.endswith(".safetensors"))]
+    assert not whole and not _dest(tmp_path).exists()        # only the gate's header reads happened
+
+
+def test_a_live_lock_is_in_progress_and_a_dead_one_is_reclaimed(catalog, hub, tmp_path):
+    lock = _dest(tmp_path).parent / ".locks" / f"{SLUG}.lock"
+    lock.mkdir(parents=True)
+    (lock / "pid").write_text(f"{os.getpid()}\n")
+    r = _pull(catalog, hub, tmp_path, _stages(no_boot=True))
+    assert (r.exit_code, r.e.stage, r.e.failure) == (2, "download", "in-progress")
+    assert lock.exists()                                   # someone else's lock is left alone
+    (lock / "pid").write_text("999999999\n")               # no such process: stale
+    r = _pull(catalog, hub, tmp_path, _stages(no_boot=True))
+    assert r.e.download.ok and not lock.exists()
+
+
+def test_a_lock_without_pid_file_is_reclaimed_after_the_grace(tmp_path):
+    path = tmp_path / "x.lock"
+    path.mkdir()
+    now = path.stat().st_mtime
+    assert not download.SlugLock(path, clock=lambda: now + 1).acquire()
+    lock = download.SlugLock(path, clock=lambda: now + download.LOCK_GRACE_S + 1)
+    assert lock.acquire() and (path / "pid").read_text().strip() == str(os.getpid())
+    lock.release()
+    assert not path.exists()
+
+
+def test_size_mismatch_on_a_metadata_file(tmp_path):
+    def fetch(_repo: str, name: str, staging: Path) -> Path:
+        (staging / name).write_bytes(b"abc")
+        return staging / name
+    report = download.download("o/m", (RepoFile("config.json", 10),), tmp_path / "m", fetch=fetch)
+    assert (report.ok, report.failure) == (False, "fallback-failed") and not (tmp_path / "m" / "config.json").exists()
+
+
+def test_gated_download_is_gated_401(catalog, hub, tmp_path):
+    real = download.hub_fetcher(hub.settings(hf_home=tmp_path / "hf"))
+
+    def fetch(repo_id: str, filename: str, staging: Path) -> Path:
+        hub.repos[REPO].gated = True           # access revoked between the gate and the download
+        return real(repo_id, filename, staging)
+    r = _pull(catalog, hub, tmp_path, _stages(no_boot=True, fetch=fetch))
+    assert (r.e.stage, r.e.failure) == ("download", "gated-401")
+
+
+# --------------------------------------------------------------------------------------------
+# boot and smoke
+# --------------------------------------------------------------------------------------------
+
+def test_boot_and_smoke_green(catalog, hub, tmp_path, openai):
+    docker = FakeDocker()
+    r = _pull(catalog, hub, tmp_path, _stages(runner=docker, http=_http_to(openai)))
+    assert (r.ok, r.exit_code, r.e.ok, r.e.boot_ok, r.e.download_ok) == (True, 0, True, True, True)
+    assert docker.verbs() == ["up", "down"]                      # teardown always, after capture
+    up = docker.calls[0]
+    assert up[:4] == ["docker", "compose", "--project-directory", str(r.e.compose_path.parent)]
+    assert up[4:6] == ["-f", str(r.e.compose_path)]
+    assert r.e.smoke.results["plain-chat"] == "green" and r.e.smoke.results["streaming"] == "green"
+    assert r.e.smoke.results["tool-call"] == "unsmoked" and r.e.smoke.partial
+    posts = [body for method, _p, body in openai.log if method == "POST"]
+    assert [b.get("stream", False) for b in posts] == [False, True]
+    assert all(b["messages"] == [{"role": "user", "content": "ping"}] and b["max_tokens"] == 8 and
+               b["model"] == SLUG for b in posts)
+    files = _bundle(r)
+    assert files["pt3-boot.json"]["ok"] is True and "failure_log_excerpt" not in files["pt3-boot.json"]
+    assert files["pt4-smoke.json"]["results"]["streaming"] == "green" and files["pt4-smoke.json"]["partial"] is True
+    assert files["manifest.json"]["smoke_capability_set"] == ["plain-chat", "streaming"]
+    assert files["manifest.json"]["capture_points"] == ["gate", "download", "boot", "smoke"]
+    assert "pt5-override-capture.json" not in files
+    data = json.loads(json.dumps(r.to_json(), default=str))
+    assert data["download_ok"] is True and data["boot_ok"] is True and data["smoke"]["plain-chat"] == "green"
+    assert data["capture_paths"] == [str(r.e.bundle)]
+
+
+def test_boot_timeout_keeps_logs_redacted_and_tears_down(catalog, hub, tmp_path, openai):
+    _OpenAI.mode["ready"] = False
+    home = str(Path.home())
+    log = ("x" * 200 + "\n") * 600 + (f"HF_TOKEN={PLANTED} loading {home}/models\n"
+                                      "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n")
+    docker = FakeDocker(logs=log)
+    clock = Clock()
+    r = _pull(catalog, hub, tmp_path, _stages(runner=docker, http=_http_to(openai), clock=clock))
+    assert (r.ok, r.exit_code, r.e.stage, r.e.failure) == (True, 2, "boot", "boot-timeout")
+    assert clock.t == 600                                 # polled every 3 s up to the 600 s deadline
+    gets = [p for m, p, _b in openai.log if m == "GET"]
+    assert gets and set(gets) == {"/v1/models"} and len(gets) == 201
+    assert docker.verbs() == ["up", "logs", "down"]
+    assert "--tail=400" in docker.calls[1] and "--no-color" in docker.calls[1]
+    assert len(r.e.boot.log_excerpt.encode()) <= 64 * 1024
+    assert r.e.smoke is None
+    files = _bundle(r)
+    pt3 = files["pt3-boot.json"]
+    assert pt3["ok"] is False and pt3["actual"] == {"attempted_alloc_mib": 2048.0, "gpu_worker_reported_mib": None}
+    blob = json.dumps(files)
+    assert PLANTED not in blob and "<REDACTED>" in pt3["failure_log_excerpt"]
+    assert home not in pt3["failure_log_excerpt"] and "~/models" in pt3["failure_log_excerpt"]
+    assert files["manifest.json"]["outcome"] == "failed"
+
+
+def test_compose_up_failure(catalog, hub, tmp_path, openai):
+    docker = FakeDocker(up_rc=1)
+    r = _pull(catalog, hub, tmp_path, _stages(runner=docker, http=_http_to(openai)))
+    assert (r.exit_code, r.e.stage, r.e.failure) == (2, "boot", "compose-up-failed")
+    assert docker.verbs() == ["up", "logs", "down"] and not openai.log
+
+
+def test_smoke_red_when_streaming_is_broken(catalog, hub, tmp_path, openai, capsys):
+    _OpenAI.mode["broken_stream"] = True
+    r = _pull(catalog, hub, tmp_path, _stages(runner=FakeDocker(), http=_http_to(openai)))
+    assert (r.ok, r.exit_code, r.e.stage, r.e.failure) == (True, 2, "smoke", "floor-red")
+    assert r.e.smoke.results == {**r.e.smoke.results, "plain-chat": "green", "streaming": "red"}
+    assert "[DONE]" in r.e.detail
+    from club3090.commands.pull import render
+    assert "[pull] e-stage=smoke failure=floor-red" in render(r).splitlines()
+
+
+def test_no_docker_on_path_skips_boot_cleanly(catalog, hub, tmp_path):
+    stages = EStages(which=lambda _n: None)
+    r = _pull(catalog, hub, tmp_path, stages)
+    assert (r.exit_code, r.e.ok, r.e.boot_skipped, r.e.boot) == (0, True, "docker-not-on-path", None)
+    assert any("boot and smoke skipped (docker-not-on-path)" in n for n in r.notices)
+
+
+def test_no_gpu_topology_skips_e(catalog, hub, tmp_path):
+    r = _pull(catalog, hub, tmp_path, _stages(no_boot=True), gpus=None, hardware_sm=Decimal("8.6"))
+    assert r.ok and r.exit_code == 0 and r.e is not None and not r.e.ran
+    assert any(n.startswith("gpu-topology-undetermined") for n in r.notices)
+    assert not _dest(tmp_path).exists()
+
+
+def test_emit_refusal_is_recorded(catalog, hub, tmp_path):
+    r = _pull(catalog, hub, tmp_path, _stages(no_boot=True), profile="vllm/dual", gpus="2x3090")
+    assert (r.ok, r.exit_code, r.e.stage, r.e.failure) == (True, 2, "emit", "derived-runtime-unsupported:drafter")
+    assert r.e.download is None and not _dest(tmp_path).exists()
+    assert _bundle(r)["manifest.json"]["capture_points"] == ["gate"]
+
+
+def test_dry_run_never_enters_e(catalog, hub, tmp_path):
+    r = _pull(catalog, hub, tmp_path, _stages(no_boot=True), dry_run=True)
+    assert r.ok and r.e is None and not (tmp_path / "hf" / "club3090").exists()
+
+
+def test_override_path_writes_pt5_and_uses_the_fitted_context(catalog, hub, tmp_path, openai):
+    docker = FakeDocker(logs="Memory profiling: peak torch memory 812.5 MiB\nAvailable KV cache memory: 0.10 GiB\n")
+    r = _pull(catalog, hub, tmp_path, _stages(runner=docker, http=_http_to(openai)), gpus="1x512MiB",
+              hardware_sm=Decimal("8.6"), force_download=True)
+    assert r.terminal == "override-accepted" and r.raw_verdict == "wont-fit", r.reason
+    assert r.e.ran and r.e.ok, (r.e.stage, r.e.detail)
+    files = _bundle(r)
+    pt5 = files["pt5-override-capture.json"]
+    assert pt5["calibration_signal_not_validated"] is True and pt5["point"] == "override_capture"
+    assert pt5["actual"] == {"boot_peak_mib": 812.5, "gpu_worker_reported_mib": 812.5}
+    assert isinstance(pt5["predicted_vs_actual_delta_mib"], float) and pt5["exit_error_summary"] is None
+    assert pt5["predicted_b_breakdown"]["raw_verdict"] == "wont-fit"
+    assert "override_capture" in files["manifest.json"]["capture_points"]
+    fitted = r.fit.max_model_len_fit
+    expected = fitted if 0 < fitted < r.fit.max_model_len else r.fit.max_model_len
+    assert r.e.max_model_len == expected and str(expected) in r.e.compose_text
+
+
+# --------------------------------------------------------------------------------------------
+# the CLI
+# --------------------------------------------------------------------------------------------
+
+def test_cli_no_boot_downloads_and_reports(hub, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HF_ENDPOINT", hub.url)
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    monkeypatch.setattr(pull_mod, "_default_free_bytes", lambda _p: 10**15)
+    argv = ["pull", REPO, "--profile-like", "vllm/minimal", "--gpus", "1x3090", "--yes", "--no-boot"]
+    assert cli.main(argv) == 0
+    captured = capsys.readouterr()
+    assert "[pull] e: downloaded" in captured.out and "sha256 verified" in captured.out
+    assert "[pull] download 1/" in captured.err                      # progress on stderr
+    assert "[pull] capture bundle: " in captured.out
+    hub.repos[REPO].files["model-00001-of-00002.safetensors"]._sha256 = "f" * 64
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf2"))
+    assert cli.main([*argv, "--json"]) == 2
+    data = json.loads(capsys.readouterr().out)
+    assert data["ok"] is True and data["exit_code"] == 2 and data["e"]["failure"] == "sha-mismatch"
+
+
+def test_no_boot_flag_is_in_help():
+    parser = cli.build_parser()
+    text = parser._subparsers._group_actions[0].choices["pull"].format_help()  # noqa: SLF001
+    assert "--no-boot" in text
