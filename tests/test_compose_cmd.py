@@ -13,20 +13,7 @@ from club3090.compose import REFUSAL_TOKENS
 from club3090.launch import interpolate_tree
 
 
-def _sibling(name: str):
-    import importlib.util
-    from pathlib import Path
-
-    path = Path(__file__).with_name(f"{name}.py")
-    spec = importlib.util.spec_from_file_location(f"_club3090_{name}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-_tc = _sibling("test_compose")
-EMITTING, GENESIS, SEED_PROFILES, DROPPED, validate_compose = (
-    _tc.EMITTING, _tc.GENESIS, _tc.SEED_PROFILES, _tc.DROPPED, _tc.validate_compose)
+from tests.test_compose import DROPPED, EMITTING, GENESIS, SEED_PROFILES, validate_compose
 
 
 @pytest.mark.parametrize("key", SEED_PROFILES)
@@ -70,9 +57,6 @@ def test_existing_out_needs_force(tmp_path, capsys):
 
 def test_unknown_profile_is_usage(capsys):
     assert main(["compose", "--profile", "vllm/nope"]) == 64
-    with pytest.raises(SystemExit) as exc:
-        main(["compose"])
-    assert exc.value.code == 64
 
 
 def test_json_summary(tmp_path, capsys):
@@ -127,3 +111,25 @@ def test_formats(fmt, capsys):
         assert data["vllm_serve"]["argv"][2:] == [("8020" if a == "8000" else a) for a in cmd]
     else:
         assert "vllm serve" in text and "--trust-remote-code" not in text
+
+
+def test_tuple_form_lists_candidates_with_exit_4(capsys):
+    assert main(["compose", "--model", "qwen3.6-27b", "--tp", "2", "--json"]) == 4
+    doc = json.loads(capsys.readouterr().out)
+    rows = {r["profile"]: r for r in doc["candidates"]}
+    assert doc["exit_code"] == 4 and doc["query"] == {"model": "qwen3.6-27b", "tp": 2}
+    assert rows["vllm/dual"]["emittable"] is True
+    assert rows["vllm/dual-turbo"]["not_emittable_reason"] == "genesis-equipped"
+    assert rows["vllm/dual-dflash"]["not_emittable_reason"] == "d-refused:pin-mismatch"
+    assert "vllm/minimal" not in rows  # tp 1
+
+
+def test_tuple_form_writes_nothing(tmp_path, capsys):
+    out = tmp_path / "c.yml"
+    assert main(["compose", "--kv", "fp8_e5m2", "--out", str(out)]) == 4
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("argv", [["compose"], ["compose", "--profile", "vllm/minimal", "--tp", "2"]])
+def test_profile_or_tuple_is_required_and_exclusive(argv, capsys):
+    assert main(argv) == 64

@@ -1,6 +1,7 @@
 """`club3090 compose --profile KEY`: replay a curated profile's shipped compose (SYSTEM.md section 11).
 
 Exit codes: 0 emitted, 2 refused (stratum-6 token), 3 degraded without --accept-degraded,
+4 candidates listed (the tuple form: --model/--engine/--kv/--tp instead of --profile),
 64 usage (unknown profile, existing --out without --force).
 """
 
@@ -13,6 +14,8 @@ from pathlib import Path
 from club3090.errors import UsageError
 
 FORMAT_CHOICES = ("compose", "vllm-serve", "json")
+EXIT_LISTED = 4
+TUPLE_FLAGS = ("model", "engine", "kv", "tp")
 
 
 def add_parser(sub) -> None:
@@ -20,7 +23,13 @@ def add_parser(sub) -> None:
         "compose", help="emit the compose file of a curated profile (reproduce and flag, never repair)",
         description="Replay a curated profile's shipped docker compose service: only the param slots "
                     "change, --trust-remote-code is never emitted, load-bearing patches are wired.")
-    p.add_argument("--profile", required=True, metavar="KEY", help="registry key, e.g. vllm/minimal")
+    p.add_argument("--profile", metavar="KEY", help="registry key, e.g. vllm/minimal")
+    tuple_form = p.add_argument_group(
+        "tuple form", "instead of --profile: list the profiles matching these values (exit 4), emit nothing")
+    tuple_form.add_argument("--model", metavar="ID", help="curated model id, e.g. qwen3.6-27b")
+    tuple_form.add_argument("--engine", metavar="ID", help="engine id, e.g. vllm-stable")
+    tuple_form.add_argument("--kv", metavar="FORMAT", help="KV format, e.g. fp8_e5m2")
+    tuple_form.add_argument("--tp", type=int, metavar="N", help="tensor-parallel size")
     p.add_argument("--out", type=Path, metavar="FILE",
                    help="write here (atomically) instead of printing to stdout")
     p.add_argument("--force", action="store_true", help="overwrite an existing --out file")
@@ -39,6 +48,13 @@ def run(args, settings) -> int:
     from club3090.fsutil import check_output_path, write_output_text
 
     catalog = load_catalog()
+    given = {name: getattr(args, name) for name in TUPLE_FLAGS if getattr(args, name) is not None}
+    if args.profile is None:
+        if not given:
+            raise UsageError("give --profile KEY, or --model/--engine/--kv/--tp to list candidates")
+        return _list_candidates(catalog, given, as_json=args.json)
+    if given:
+        raise UsageError("--profile and the tuple form (--model/--engine/--kv/--tp) are exclusive")
     if args.profile not in catalog.profiles:
         raise UsageError(f"unknown profile {args.profile!r} (see `club3090 profiles`)")
     out: Path | None = args.out
@@ -69,3 +85,29 @@ def run(args, settings) -> int:
             payload["text"] = outcome.text
         print(json.dumps(payload, ensure_ascii=False))
     return outcome.exit_code
+
+
+def _list_candidates(catalog, given: dict, *, as_json: bool) -> int:
+    """The tuple form only lists: choosing a profile stays the user's decision."""
+    from club3090.compose import dry_run
+
+    fields = {"model": "model", "engine": "engine", "kv": "kv_format", "tp": "tp"}
+    rows = []
+    for key, profile in sorted(catalog.profiles.items()):
+        if all(getattr(profile, fields[name]) == value for name, value in given.items()):
+            ok, why = catalog.emittable(key)
+            if ok:
+                outcome = dry_run(key, catalog)
+                ok, why = outcome.ok, (None if outcome.ok else outcome.token)
+            rows.append({"profile": key, "emittable": ok, "not_emittable_reason": why})
+    if as_json:
+        print(json.dumps({"ok": False, "exit_code": EXIT_LISTED, "query": given, "candidates": rows},
+                         ensure_ascii=False))
+    else:
+        for row in rows:
+            note = "" if row["emittable"] else f"   (not emittable: {row['not_emittable_reason']})"
+            print(f"{row['profile']}{note}")
+        if not rows:
+            print("[compose] no profile matches", file=sys.stderr)
+        print("[compose] listing only: pick one and run `club3090 compose --profile KEY`", file=sys.stderr)
+    return EXIT_LISTED
