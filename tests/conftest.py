@@ -57,4 +57,5 @@ def _hermetic(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPath
     monkeypatch.setattr(club3090.boot, "subprocess_runner", no_docker)
 
 
-pytest_plugins = ["tests.fakehub"]  # the loopback fake Hub: fixture `fake_hub` (tests/fakehub.py)
+# the loopback fakes: the Hub (fixture `fake_hub`) and an OpenAI-compatible server (fixture `fake_openai`)
+pytest_plugins = ["tests.fakehub", "tests.fakeopenai"]

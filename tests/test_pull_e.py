@@ -8,7 +8,7 @@ import os
 import threading
 from datetime import datetime, timezone
 from decimal import Decimal
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, Iterator
 from urllib.parse import urlsplit, urlunsplit
@@ -22,6 +22,7 @@ from club3090.emit import EStages
 from club3090.hardware import DetectedGpus
 from club3090.pull import PullRequest, evaluate
 from club3090.spec import RepoFile
+from tests import fakeopenai
 from tests.fakehub import FakeHub
 
 REPO = "club3090-tests/tiny-qwen"
@@ -46,48 +47,11 @@ def hub(fake_hub: FakeHub) -> FakeHub:
 # a loopback OpenAI-compatible server and a fake docker
 # --------------------------------------------------------------------------------------------
 
-class _OpenAI(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    mode: dict[str, Any] = {}
-
-    def log_message(self, *_a: Any) -> None:
-        return
-
-    def _send(self, status: int, body: bytes, ctype: str = "application/json") -> None:
-        self.send_response(status)
-        self.send_header("Content-Type", ctype)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def do_GET(self) -> None:
-        self.server.log.append(("GET", self.path, None))  # type: ignore[attr-defined]
-        if self.path == "/v1/models" and self.mode.get("ready", True):
-            self._send(200, json.dumps({"object": "list", "data": [{"id": SLUG}]}).encode())
-        else:
-            self._send(503, b'{"error": "loading"}')
-
-    def do_POST(self) -> None:
-        body = json.loads(self.rfile.read(int(self.headers["content-length"])))
-        self.server.log.append(("POST", self.path, body))  # type: ignore[attr-defined]
-        if self.path != "/v1/chat/completions":
-            return self._send(404, b"{}")
-        if body.get("stream"):
-            chunk = {"object": "chat.completion.chunk", "choices": [{"index": 0, "delta": {"content": "pong"}}]}
-            text = f"data: {json.dumps(chunk)}\n\n"
-            if not self.mode.get("broken_stream"):
-                text += "data: [DONE]\n\n"
-            return self._send(200, text.encode(), "text/event-stream")
-        reply = {"object": "chat.completion", "choices": [{"index": 0, "message": {"role": "assistant",
-                                                                                     "content": "pong"}}]}
-        self._send(200, json.dumps(reply).encode())
-
-
 @pytest.fixture
 def openai() -> Iterator[ThreadingHTTPServer]:
-    _OpenAI.mode = {}
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _OpenAI)
-    server.log = []  # type: ignore[attr-defined]
+    """The shared fake (tests/fakeopenai.py), serving the derived compose's model name."""
+    server = fakeopenai.start()
+    server.mode["model"] = SLUG  # type: ignore[attr-defined]
     worker = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     worker.start()
     try:
@@ -299,7 +263,7 @@ def test_boot_and_smoke_green(catalog, hub, tmp_path, openai):
 
 
 def test_boot_timeout_keeps_logs_redacted_and_tears_down(catalog, hub, tmp_path, openai):
-    _OpenAI.mode["ready"] = False
+    openai.mode["ready"] = False
     home = str(Path.home())
     log = ("x" * 200 + "\n") * 600 + (f"HF_TOKEN={PLANTED} loading {home}/models\n"
                                       "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n")
@@ -331,7 +295,7 @@ def test_compose_up_failure(catalog, hub, tmp_path, openai):
 
 
 def test_smoke_red_when_streaming_is_broken(catalog, hub, tmp_path, openai, capsys):
-    _OpenAI.mode["broken_stream"] = True
+    openai.mode["broken_stream"] = True
     r = _pull(catalog, hub, tmp_path, _stages(runner=FakeDocker(), http=_http_to(openai)))
     assert (r.ok, r.exit_code, r.e.stage, r.e.failure) == (True, 2, "smoke", "floor-red")
     assert r.e.smoke.results == {**r.e.smoke.results, "plain-chat": "green", "streaming": "red"}

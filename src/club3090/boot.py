@@ -1,8 +1,8 @@
 """[E] boot and smoke: start a derived compose, wait for vLLM, probe it, tear it down (SYSTEM.md section 12).
 
 Every side effect is a seam: the docker runner (argv, timeout) -> ``RunResult``, the HTTP client,
-the clock and sleep. Tests pass fakes; nothing here runs at import. HTTP is the standard
-library's ``urllib`` (a loopback call to the container; no proxy), so ``--help`` never loads it.
+the clock and sleep. Tests pass fakes; nothing here runs at import. HTTP is
+``club3090.openai_client`` (stdlib ``urllib``, a loopback call to the container; no proxy).
 
 - Boot: ``docker compose --project-directory D -f F up -d``, then ``GET {endpoint}/v1/models``
   every ``POLL_INTERVAL_S`` (``REQUEST_TIMEOUT_S`` per request) until a 200 or ``BOOT_DEADLINE_S``.
@@ -22,6 +22,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
+
+# the wire is club3090.openai_client's (one owner); Http, HttpResponse and urllib_http are re-exported for [E]
+from club3090.openai_client import Http, HttpResponse, parse_sse_body, urllib_http
 
 BOOT_DEADLINE_S = 600.0
 POLL_INTERVAL_S = 3.0
@@ -63,38 +66,6 @@ def subprocess_runner(argv: Sequence[str], timeout: float) -> RunResult:
     except OSError as exc:
         return RunResult(127, "", str(exc))
     return RunResult(done.returncode, done.stdout or "", done.stderr or "")
-
-
-# --------------------------------------------------------------------------------------------
-# HTTP (stdlib)
-# --------------------------------------------------------------------------------------------
-
-@dataclass(frozen=True, slots=True)
-class HttpResponse:
-    status: int
-    body: bytes = b""
-    error: str | None = None      # transport failure (refused, timeout, reset)
-
-
-Http = Callable[[str, str, Any, float], HttpResponse]   # (method, url, json body or None, timeout)
-
-
-def urllib_http(method: str, url: str, body: Any, timeout: float) -> HttpResponse:
-    import urllib.error
-    import urllib.request
-
-    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-    data = json.dumps(body).encode("utf-8") if body is not None else None
-    request = urllib.request.Request(url, data=data, method=method,
-                                     headers={"content-type": "application/json"} if data else {})
-    try:
-        with opener.open(request, timeout=timeout) as resp:
-            return HttpResponse(resp.status, resp.read(8 * 1024 * 1024))
-    except urllib.error.HTTPError as exc:
-        return HttpResponse(exc.code, exc.read(64 * 1024) if exc.fp is not None else b"")
-    except (urllib.error.URLError, OSError, ValueError) as exc:
-        reason = getattr(exc, "reason", exc)
-        return HttpResponse(0, b"", f"{type(exc).__name__}: {reason}")
 
 
 # --------------------------------------------------------------------------------------------
@@ -258,23 +229,12 @@ def _plain_ok(resp: HttpResponse) -> str | None:
 def _stream_ok(resp: HttpResponse) -> str | None:
     if resp.status != 200:
         return resp.error or f"HTTP {resp.status}: {resp.body[:200].decode('utf-8', 'replace')}"
-    chunks, done = 0, False
-    for line in resp.body.decode("utf-8", "replace").splitlines():
-        if not line.startswith("data:"):
-            continue
-        payload = line[5:].strip()
-        if payload == "[DONE]":
-            done = True
-            continue
-        try:
-            data = json.loads(payload)
-            if data["choices"] is not None:
-                chunks += 1
-        except (ValueError, KeyError, TypeError):
-            return "a stream chunk is not an OpenAI chat completion chunk"
-    if not chunks:
+    sse = parse_sse_body(resp.body)
+    if sse.malformed is not None:
+        return "a stream chunk is not an OpenAI chat completion chunk"
+    if not sse.chunks:
         return "no stream chunks"
-    if not done:
+    if not sse.done:
         return "the stream did not end with [DONE]"
     return None
 

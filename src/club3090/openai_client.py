@@ -1,0 +1,361 @@
+"""A stdlib client for an OpenAI-compatible server (vLLM): the one owner of that wire.
+
+Users: ``boot`` ([E] ``/v1/models`` poll and smoke) and the validation tools
+(``club3090.validate``: verify, bench, soak). The transport is one injectable function,
+``Http`` = ``(method, url, json_body | None, timeout, *, headers=None, on_line=None) ->
+HttpResponse``; a transport failure (refused, reset, timeout) is ``status=0`` with ``error``
+set, never an exception. ``on_line`` receives each raw line of the body as it arrives (SSE), so
+the caller can time the first token with its own clock; whatever it raises propagates.
+
+The HTTP client is ``urllib`` with proxies disabled, imported inside the call, so importing
+this module (and ``club3090 --help``) stays cheap. The API key travels only in the
+``Authorization`` header and is scrubbed from every error string this module returns.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Protocol
+from urllib.parse import urlsplit, urlunsplit
+
+MAX_BODY_BYTES = 8 * 1024 * 1024
+MAX_ERROR_BYTES = 64 * 1024
+MAX_LINE_BYTES = 1024 * 1024
+REDACTED = "<REDACTED>"
+
+
+@dataclass(frozen=True, slots=True)
+class HttpResponse:
+    status: int
+    body: bytes = b""
+    error: str | None = None      # transport failure (refused, timeout, reset)
+
+
+LineSink = Callable[[bytes], None]
+
+
+class Http(Protocol):
+    def __call__(self, method: str, url: str, body: Any, timeout: float, *,
+                 headers: Mapping[str, str] | None = None, on_line: LineSink | None = None) -> HttpResponse: ...
+
+
+def urllib_http(method: str, url: str, body: Any, timeout: float, *, headers: Mapping[str, str] | None = None,
+                on_line: LineSink | None = None) -> HttpResponse:
+    """The real transport. ``timeout`` is urllib's per-socket-operation timeout; callers that need a
+    total deadline check their clock in ``on_line``. Bodies are capped at ``MAX_BODY_BYTES``."""
+    import urllib.error
+    import urllib.request
+
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    data = json.dumps(body).encode("utf-8") if body is not None else None
+    sent = {"content-type": "application/json"} if data else {}
+    sent.update(headers or {})
+    request = urllib.request.Request(url, data=data, method=method, headers=sent)
+    try:
+        with opener.open(request, timeout=timeout) as resp:
+            if on_line is None:
+                return HttpResponse(resp.status, resp.read(MAX_BODY_BYTES))
+            lines: list[bytes] = []
+            size = 0
+            while size < MAX_BODY_BYTES:
+                line = resp.readline(MAX_LINE_BYTES)
+                if not line:
+                    break
+                lines.append(line)
+                size += len(line)
+                on_line(line)
+            return HttpResponse(resp.status, b"".join(lines))
+    except urllib.error.HTTPError as exc:
+        return HttpResponse(exc.code, exc.read(MAX_ERROR_BYTES) if exc.fp is not None else b"")
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        reason = getattr(exc, "reason", exc)
+        return HttpResponse(0, b"", f"{type(exc).__name__}: {reason}")
+
+
+# --------------------------------------------------------------------------------------------
+# SSE (chat.completion.chunk streams)
+# --------------------------------------------------------------------------------------------
+
+@dataclass(slots=True)
+class ToolCall:
+    name: str
+    arguments: str            # raw JSON text as the server sent it (may be malformed)
+    id: str | None = None
+
+    def parsed_arguments(self) -> Any:
+        """The arguments as JSON, or None when they do not parse."""
+        try:
+            return json.loads(self.arguments) if self.arguments.strip() else {}
+        except ValueError:
+            return None
+
+
+@dataclass(slots=True)
+class SseParser:
+    """Feeds raw SSE lines; accumulates what a chat stream carried.
+
+    ``chunks`` counts data events whose ``choices`` is present and not null; ``token_chunks``
+    those carrying content, reasoning or tool-call text (a token count of last resort: with
+    speculative decoding one chunk can hold several tokens). ``malformed`` is the first payload
+    that is not a chat chunk (``{"error": ...}`` events included); ``after_done`` marks data after
+    ``[DONE]``.
+    """
+    chunks: int = 0
+    token_chunks: int = 0
+    done: bool = False
+    malformed: str | None = None
+    after_done: bool = False
+    content: list[str] = field(default_factory=list)
+    reasoning: list[str] = field(default_factory=list)
+    tools: dict[int, ToolCall] = field(default_factory=dict)
+    finish_reason: str | None = None
+    usage: Mapping[str, Any] | None = None
+    ids: set[str] = field(default_factory=set)
+
+    def feed(self, raw: bytes | str) -> bool:
+        """Consume one line; True when it carried generated text (the first one is TTFT)."""
+        line = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
+        line = line.strip()
+        if not line.startswith("data:"):
+            return False            # blank separators, ": keep-alive" comments, event: lines
+        payload = line[5:].strip()
+        if payload == "[DONE]":
+            self.done = True
+            return False
+        if self.done:
+            self.after_done = True
+        try:
+            data = json.loads(payload)
+            choices = data["choices"]
+        except (ValueError, KeyError, TypeError):
+            if self.malformed is None:
+                self.malformed = payload[:200]
+            return False
+        if isinstance(data.get("usage"), Mapping):
+            self.usage = data["usage"]
+        if isinstance(data.get("id"), str):
+            self.ids.add(data["id"])
+        if choices is None:
+            return False
+        self.chunks += 1
+        produced = False
+        for choice in choices if isinstance(choices, list) else ():
+            if not isinstance(choice, Mapping):
+                continue
+            if choice.get("finish_reason"):
+                self.finish_reason = str(choice["finish_reason"])
+            delta = choice.get("delta")
+            if not isinstance(delta, Mapping):
+                continue
+            for key, sink in (("content", self.content), ("reasoning_content", self.reasoning),
+                              ("reasoning", self.reasoning)):
+                text = delta.get(key)
+                if isinstance(text, str) and text:
+                    sink.append(text)
+                    produced = True
+            for call in delta.get("tool_calls") or ():
+                if isinstance(call, Mapping) and self._tool_delta(call):
+                    produced = True
+        if produced:
+            self.token_chunks += 1
+        return produced
+
+    def _tool_delta(self, call: Mapping[str, Any]) -> bool:
+        index = call.get("index", len(self.tools))
+        index = index if isinstance(index, int) else len(self.tools)
+        slot = self.tools.setdefault(index, ToolCall("", ""))
+        if isinstance(call.get("id"), str):
+            slot.id = call["id"]
+        fn = call.get("function")
+        if not isinstance(fn, Mapping):
+            return False
+        if isinstance(fn.get("name"), str):
+            slot.name += fn["name"]
+        if isinstance(fn.get("arguments"), str):
+            slot.arguments += fn["arguments"]
+        return bool(fn.get("name") or fn.get("arguments"))
+
+
+def parse_sse_body(body: bytes) -> SseParser:
+    parser = SseParser()
+    for line in body.decode("utf-8", "replace").splitlines():
+        parser.feed(line)
+    return parser
+
+
+# --------------------------------------------------------------------------------------------
+# the client
+# --------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class ChatResult:
+    """One chat completion, plain or streamed. ``error`` None = a well-formed answer (possibly empty)."""
+    status: int                               # 0 = transport failure
+    error: str | None = None
+    content: str = ""
+    reasoning: str = ""
+    tool_calls: tuple[ToolCall, ...] = ()
+    finish_reason: str | None = None
+    completion_tokens: int | None = None
+    prompt_tokens: int | None = None
+    tokens_source: str = "none"               # "usage" | "chunks" | "none"
+    wall_s: float = 0.0
+    ttft_s: float | None = None               # streaming only: first content/reasoning/tool text
+    chunks: int = 0
+    done: bool = False                        # streaming: ended with [DONE]
+    stream_problem: str | None = None         # streaming: malformed chunk, data after [DONE], no [DONE]
+
+    @property
+    def unreachable(self) -> bool:
+        return self.status == 0
+
+    @property
+    def empty(self) -> bool:
+        return self.error is None and not self.content.strip() and not self.reasoning.strip() and not self.tool_calls
+
+
+@dataclass(frozen=True, slots=True)
+class ModelsResult:
+    status: int
+    ids: tuple[str, ...] = ()
+    error: str | None = None
+
+    @property
+    def unreachable(self) -> bool:
+        return self.status == 0
+
+
+class _Deadline(Exception):
+    pass
+
+
+def api_base(url: str) -> str:
+    """``http://host:8020``, ``http://host:8020/``, ``http://host:8020/v1`` -> ``http://host:8020/v1``."""
+    parts = urlsplit(url.strip())
+    path = parts.path.rstrip("/")
+    if not path.endswith("/v1"):
+        path += "/v1"
+    return urlunsplit(parts._replace(path=path, query="", fragment=""))
+
+
+class OpenAIClient:
+    """``models()`` and ``chat(body, stream=...)`` against ``{base}/models`` and ``{base}/chat/completions``."""
+
+    def __init__(self, url: str, *, api_key: str | None = None, timeout: float = 600.0, http: Http = urllib_http,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.base = api_base(url)
+        self._key = api_key or None
+        self.timeout, self.http, self.clock = timeout, http, clock
+
+    def __repr__(self) -> str:  # never the key
+        return f"OpenAIClient({self.base!r})"
+
+    def scrub(self, text: str | None) -> str | None:
+        if text is None or not self._key:
+            return text
+        return text.replace(self._key, REDACTED)
+
+    def _headers(self) -> dict[str, str] | None:
+        return {"authorization": f"Bearer {self._key}"} if self._key else None
+
+    def _status_error(self, resp: HttpResponse) -> str:
+        if resp.error:
+            return self.scrub(resp.error) or ""
+        text = resp.body[:300].decode("utf-8", "replace").strip()
+        return self.scrub(f"HTTP {resp.status}" + (f": {text}" if text else "")) or ""
+
+    def models(self, *, timeout: float | None = None) -> ModelsResult:
+        resp = self.http("GET", f"{self.base}/models", None, timeout or self.timeout, headers=self._headers())
+        if resp.status != 200:
+            return ModelsResult(resp.status, (), self._status_error(resp))
+        try:
+            data = json.loads(resp.body.decode("utf-8"))
+            ids = tuple(str(m["id"]) for m in data["data"] if isinstance(m, Mapping) and "id" in m)
+        except (ValueError, KeyError, TypeError):
+            return ModelsResult(resp.status, (), "not an OpenAI model list")
+        return ModelsResult(resp.status, ids)
+
+    def chat(self, body: Mapping[str, Any], *, stream: bool = False, timeout: float | None = None) -> ChatResult:
+        limit = self.timeout if timeout is None else timeout
+        url = f"{self.base}/chat/completions"
+        if stream:
+            return self._stream(url, body, limit)
+        t0 = self.clock()
+        resp = self.http("POST", url, dict(body), limit, headers=self._headers())
+        wall = self.clock() - t0
+        if resp.status != 200:
+            return ChatResult(resp.status, self._status_error(resp), wall_s=wall)
+        try:
+            data = json.loads(resp.body.decode("utf-8"))
+            choice = data["choices"][0]
+            message = choice["message"]
+        except (ValueError, KeyError, IndexError, TypeError):
+            return ChatResult(resp.status, "not an OpenAI chat completion", wall_s=wall)
+        calls = []
+        for call in message.get("tool_calls") or ():
+            fn = call.get("function") if isinstance(call, Mapping) else None
+            if isinstance(fn, Mapping):
+                args = fn.get("arguments")
+                calls.append(ToolCall(str(fn.get("name") or ""),
+                                      args if isinstance(args, str) else json.dumps(args), call.get("id")))
+        usage = data.get("usage") if isinstance(data.get("usage"), Mapping) else {}
+        completion = _int(usage.get("completion_tokens"))
+        reasoning = message.get("reasoning_content") or message.get("reasoning") or ""
+        return ChatResult(resp.status, None, _text(message.get("content")), _text(reasoning), tuple(calls),
+                          choice.get("finish_reason"), completion, _int(usage.get("prompt_tokens")),
+                          "usage" if completion is not None else "none", wall)
+
+    def _stream(self, url: str, body: Mapping[str, Any], limit: float) -> ChatResult:
+        sent = {**body, "stream": True, "stream_options": {"include_usage": True}}
+        parser = SseParser()
+        t0 = self.clock()
+        first: list[float] = []
+
+        def on_line(line: bytes) -> None:
+            now = self.clock()
+            if parser.feed(line) and not first:
+                first.append(now - t0)
+            if now - t0 > limit:
+                raise _Deadline()
+
+        try:
+            resp = self.http("POST", url, sent, limit, headers=self._headers(), on_line=on_line)
+        except _Deadline:
+            return ChatResult(200, f"timed out: no end of stream after {limit:.0f}s", wall_s=self.clock() - t0,
+                              ttft_s=first[0] if first else None, chunks=parser.chunks)
+        wall = self.clock() - t0
+        if resp.status != 200:
+            return ChatResult(resp.status, self._status_error(resp), wall_s=wall)
+        if not parser.chunks and not parser.done and resp.body:
+            parser = parse_sse_body(resp.body)   # a transport that ignored on_line: no TTFT then
+        usage = parser.usage or {}
+        completion = _int(usage.get("completion_tokens"))
+        if completion is not None:
+            tokens, source = completion, "usage"
+        else:
+            tokens, source = parser.token_chunks, "chunks"
+        problem = None
+        if parser.malformed is not None:
+            problem = f"a stream event is not a chat completion chunk: {parser.malformed[:120]}"
+        elif parser.after_done:
+            problem = "data after [DONE]"
+        elif not parser.done:
+            problem = "the stream did not end with [DONE]"
+        return ChatResult(resp.status, self.scrub(problem), "".join(parser.content), "".join(parser.reasoning),
+                          tuple(parser.tools[i] for i in sorted(parser.tools)), parser.finish_reason, tokens,
+                          _int(usage.get("prompt_tokens")), source, wall, first[0] if first else None,
+                          parser.chunks, parser.done, self.scrub(problem))
+
+
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else ""
+
+
+__all__ = ["ChatResult", "Http", "HttpResponse", "ModelsResult", "OpenAIClient", "SseParser", "ToolCall", "api_base",
+           "parse_sse_body", "urllib_http"]

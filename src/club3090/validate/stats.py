@@ -1,0 +1,22 @@
+"""Small summary statistics for bench and soak (pure)."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from typing import Sequence
+
+
+def summary(values: Sequence[float]) -> dict[str, float | int | None]:
+    """n, mean, sample std, CV (std / mean, a fraction), min, max; None where undefined."""
+    n = len(values)
+    if not n:
+        return {"n": 0, "mean": None, "std": None, "cv": None, "min": None, "max": None}
+    mean = statistics.fmean(values)
+    std = statistics.stdev(values) if n > 1 else 0.0
+    cv = std / mean if mean and math.isfinite(mean) else None
+    return {"n": n, "mean": mean, "std": std, "cv": cv, "min": min(values), "max": max(values)}
+
+
+def median(values: Sequence[float]) -> float | None:
+    return statistics.median(values) if values else None
