@@ -56,7 +56,7 @@ from urllib.parse import unquote, urlsplit
 
 import pytest
 
-from club3090.safetensors_header import build as build_safetensors_header
+from tests.safetensors_fixtures import build as build_safetensors_header
 
 FIXTURES = Path(os.environ.get("CLUB3090_HUB_FIXTURES", "/work/shared/fixtures/hub"))
 CHUNK = 64 * 1024
@@ -679,8 +679,13 @@ class FakeHub:
 @pytest.fixture
 def fake_hub() -> Iterator[FakeHub]:
     """A started fake Hub on 127.0.0.1 (API) / localhost (CDN); stopped after the test."""
+    from huggingface_hub.utils import close_session
+
     hub = FakeHub().start()
     try:
         yield hub
     finally:
         hub.stop()
+        # the client's shared session keeps connections alive; a later server on the same port
+        # would otherwise be answered by this one's lingering handler threads
+        close_session()

@@ -5,13 +5,12 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
-import pytest
+from tests.shared import shared_path
 
 ROOT = Path(__file__).resolve().parents[1]
-CASES = ROOT.parent / "shared" / "calibration" / "vllm_startup_cases.json"
+CASES = shared_path("calibration", "vllm_startup_cases.json")
 
 
-@pytest.mark.skipif(not CASES.exists(), reason="shared calibration set not present")
 def test_startup_cases_within_targets():
     spec = importlib.util.spec_from_file_location("accuracy", ROOT / "benchmarks" / "accuracy.py")
     module = importlib.util.module_from_spec(spec)

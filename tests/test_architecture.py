@@ -4,22 +4,20 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from pathlib import Path
 
 import pytest
 
 from club3090.architecture import DIMENSION_CAPS, parse_config
+from tests.shared import shared_path
 
-HUB = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "hub"
-FIXTURES = sorted(p.parent.name for p in HUB.glob("*/config.json")) if HUB.exists() else []
-needs_fixtures = pytest.mark.skipif(not FIXTURES, reason="shared fixtures not present")
+HUB = shared_path("fixtures", "hub")
+FIXTURES = sorted(p.parent.name for p in HUB.glob("*/config.json"))
 
 
 def load(name: str):
     return parse_config(json.loads((HUB / name / "config.json").read_text()))
 
 
-@needs_fixtures
 @pytest.mark.parametrize("name", FIXTURES)
 def test_every_fixture_parses_without_raising(name):
     arch = load(name)
@@ -29,7 +27,6 @@ def test_every_fixture_parses_without_raising(name):
         assert arch.unpriceable_reason is None, arch.unpriceable_reason
 
 
-@needs_fixtures
 @pytest.mark.parametrize("name, kinds", [
     ("Qwen--Qwen2.5-7B", {"full": 28}),                    # use_sliding_window: false
     ("mistralai--Mistral-7B-v0.1", {"sliding": 32}),
@@ -49,7 +46,6 @@ def test_layer_kinds(name, kinds):
     assert dict(Counter(layer.kind for layer in load(name).layers)) == kinds
 
 
-@needs_fixtures
 def test_moe_keys_of_every_family():
     mixtral = load("mistralai--Mixtral-8x7B-Instruct-v0.1")
     assert (mixtral.num_experts, mixtral.num_experts_per_tok, mixtral.moe_intermediate_size) == (8, 2, 14336)
@@ -66,7 +62,6 @@ def test_moe_keys_of_every_family():
     assert load("Qwen--Qwen2.5-7B").num_experts == 0
 
 
-@needs_fixtures
 def test_multimodal_text_config_and_mtp():
     q = load("Qwen--Qwen3.6-35B-A3B")
     assert q.has_vision and q.hidden_size == 2048 and q.vocab_size == 248320 and q.mtp_layers == 1
@@ -76,7 +71,6 @@ def test_multimodal_text_config_and_mtp():
     assert g3.derived_max_model_len == 131072   # vLLM does not scale gemma3's linear RoPE
 
 
-@needs_fixtures
 def test_mla_and_geometry_details():
     d = load("deepseek-ai--DeepSeek-V2-Lite")
     assert (d.kv_lora_rank, d.qk_rope_head_dim, d.layers[0].head_dim, d.layers[0].num_kv_heads) == (512, 64, 576, 1)
@@ -91,7 +85,6 @@ def test_mla_and_geometry_details():
     assert (m.mamba_num_heads, m.mamba_head_dim, m.ssm_state_size, m.n_groups, m.mamba_intermediate) == (256, 64, 256, 8, 16384)
 
 
-@needs_fixtures
 def test_odd_key_names():
     gpt2 = load("openai-community--gpt2-large")
     assert (gpt2.num_hidden_layers, gpt2.hidden_size, gpt2.num_attention_heads, gpt2.num_key_value_heads,

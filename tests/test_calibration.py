@@ -25,10 +25,11 @@ def score(name: str, set_: str, *, upstream_ok: bool = True, strict_ok: bool = T
     return AnchorScore(name, set_, "-", None, None, None, None, None, None, upstream_ok, "", strict_ok, "")
 
 
-def test_anchor_set_from_id(catalog):
+def test_anchor_set_is_the_recorded_field(catalog):
     anchor = catalog.anchors[0]
-    assert anchor_set(replace(anchor, id="vllm/x:kvcalc-current-8of8:3")) == "kvcalc-current-8of8"
-    assert anchor_set(replace(anchor, id="vllm/x")) == ""
+    assert anchor_set(replace(anchor, id="vllm/x", set="kvcalc-current-8of8")) == "kvcalc-current-8of8"
+    # the id is a label, not parsed
+    assert anchor_set(replace(anchor, id="vllm/x:other-set:3", set="calibration_seed")) == "calibration_seed"
 
 
 def test_upstream_sets_all_scored_and_passing(report):

@@ -160,9 +160,11 @@ def test_redact_literal_secrets_and_secret_keys():
     assert out == {"HF_TOKEN": "<REDACTED>", "nested": ["<REDACTED> here"]}
 
 
-def test_redact_reads_env_token_by_default(monkeypatch):
+def test_redact_hides_the_secrets_it_is_given_and_reads_no_environment(monkeypatch):
     monkeypatch.setenv("HF_TOKEN", "tok-not-hf-shaped-1234")
-    assert redact("x tok-not-hf-shaped-1234 y", **IDENTITY) == "x <REDACTED> y"
+    assert redact("x tok-not-hf-shaped-1234 y", **IDENTITY) == "x tok-not-hf-shaped-1234 y"
+    assert redact("x tok-not-hf-shaped-1234 y", **{**IDENTITY, "secrets": ("tok-not-hf-shaped-1234",)}) \
+        == "x <REDACTED> y"
 
 
 def test_redact_keeps_schema_keys_but_scrubs_other_keys():
@@ -472,3 +474,19 @@ def test_club3090_commit_is_hex_or_version():
 
 def test_club3090_commit_outside_a_source_tree(tmp_path):
     assert capture._git_head(tmp_path / "site-packages" / "club3090") is None
+
+
+def test_a_token_from_the_token_file_is_redacted_from_bundles(tmp_path):
+    from club3090.settings import Settings
+
+    token = "tok-from-a-file-not-hf-shaped-42"
+    (tmp_path / "tokfile").write_text(token + "\n", encoding="utf-8")
+    settings = Settings.from_env({"HF_HOME": str(tmp_path / "hf"), "HF_TOKEN_PATH": str(tmp_path / "tokfile")})
+    assert token in settings.redaction_secrets
+    bundle = write_gate_bundle(tmp_path / "caps", slug=f"org/{token}",
+                               gate={"abort_reason": "repo-not-found", "detail": {"message": f"x {token} y"}},
+                               manifest_fields={}, now=datetime(2026, 1, 1, tzinfo=timezone.utc),
+                               secrets=settings.redaction_secrets, **IDENTITY)
+    written = [p for p in (tmp_path / "caps").rglob("*") if p.is_file()]
+    assert written and all(token not in p.read_text(encoding="utf-8") for p in written)
+    assert token not in str(bundle)

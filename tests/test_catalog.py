@@ -427,3 +427,110 @@ def test_upstream_kvcalc_rows_all_present_and_self_describing(cat):
     assert world.weights_variant is None and world.note and world.vllm_version == "0.25.1"
     renamed = next(a for a in cat.anchors if a.id == "vllm/gemma-int8-mtp:kvcalc-22of22-historical:2")
     assert renamed.max_num_seqs == 1          # the 262K run's own sequences, not the profile's 4
+
+
+# ----------------------------------------------------------------------------- duplicates, SM, arches, KV
+
+def test_duplicate_keys_are_a_problem_each(tmp_path):
+    """Bug 10: PyYAML keeps the last of a duplicated key; the loader reports every duplicate."""
+    root = _copy(tmp_path)
+    text = (root / "profiles.yaml").read_text()
+    lines = text.splitlines(keepends=True)
+    starts = [i for i, line in enumerate(lines) if line.startswith("  ") and not line.startswith("   ")]
+    first, second, third = starts[:3]
+    block_a, block_b = "".join(lines[first:second]), "".join(lines[second:third])
+    (root / "profiles.yaml").write_text(text + block_a + block_b)
+    with pytest.raises(CatalogError) as exc:
+        load_catalog(root)
+    dupes = [p for p in exc.value.problems if p.file == "profiles.yaml" and "duplicate" in p.message]
+    assert len(dupes) == 2 and len(exc.value.problems) == 2
+
+
+def test_duplicate_nested_key_is_a_problem(tmp_path):
+    root = _copy(tmp_path)
+    _edit(root, "gpus.yaml", lambda d: d)       # round-trip keeps the data valid
+    text = (root / "gpus.yaml").read_text().replace("    nvlink:", "    nvlink: false\n    nvlink:", 1)
+    (root / "gpus.yaml").write_text(text)
+    with pytest.raises(CatalogError) as exc:
+        load_catalog(root)
+    assert [p.file for p in exc.value.problems] == ["gpus.yaml"]
+
+
+@pytest.mark.parametrize("value", ["8.65", 8.65, "x", "0.5"])
+def test_sm_with_two_decimals_is_rejected_not_rounded(tmp_path, value):
+    root = _copy(tmp_path)
+    _edit(root, "gpus.yaml", lambda d: d["gpus"]["rtx-3090"].update(sm=value))
+    assert ("gpus.yaml", "gpus['rtx-3090'].sm") in _problems(root)
+
+
+def test_sm_forms_share_one_parser():
+    from club3090.gpus import parse_sm
+
+    assert [parse_sm(v) for v in ("8.6", "sm_86", "sm86", "86", 9, 8.6, "12.0")] == \
+        [Decimal("8.6")] * 4 + [Decimal("9.0"), Decimal("8.6"), Decimal("12.0")]
+
+
+def test_every_model_architecture_is_its_config_architecture(cat):
+    for mid, m in cat.models.items():
+        assert m.hf_config["architectures"][0] == m.architecture, mid
+
+
+def test_models_resolve_to_arch_rows_or_fail_closed(cat):
+    """Bug 11: every curated model resolves to an arch row (model_slugs, name or alias), except the
+    two no upstream row covers; those have no replayable profile and the gate says no-arch-row."""
+    from club3090 import gates
+
+    missing = {mid for mid in cat.models if cat.arch_row_for_model(mid) is None}
+    assert missing == {"diffusiongemma-26b-a4b", "qwen3.6-40b-deckard"}
+    for key, p in cat.profiles.items():
+        if p.model in missing:
+            assert not cat.emittable(key)[0], key
+    assert gates.find_arch_row(cat, curated_model="diffusiongemma-26b-a4b",
+                               architecture=cat.models["diffusiongemma-26b-a4b"].architecture) is None
+
+
+def test_replayable_profile_without_arch_row_is_a_problem(tmp_path):
+    root = _copy(tmp_path)
+
+    def drop_slug(d):
+        for row in d["arches"].values():
+            row["model_slugs"] = [s for s in row["model_slugs"] if s != "qwen3.6-35b-a3b"]
+        d["arches"].pop("Qwen3_5MoeForConditionalGeneration")
+        for row in d["arches"].values():
+            row["required_patches"] = row.get("required_patches") or []
+
+    _edit(root, "arches.yaml", drop_slug)
+    assert ("models.yaml", "models['qwen3.6-35b-a3b'].architecture") in _problems(root)
+
+
+def test_kv_formats_priced_by_the_one_table(cat):
+    """kvformats.py is the only table of KV sizes: every catalog format is priced there; K 8-bit +
+    V 4-bit formats average 0.75 B/element (VLLM_MEMORY.md §5.2)."""
+    from fractions import Fraction
+
+    from club3090.kvformats import kv_format
+
+    for kid in cat.kv_formats:
+        assert kv_format(kid) is not None, kid
+    for kid in ("k8v4", "turboquant_k8v4"):
+        k, v = kv_format(kid).element_bytes(2)
+        assert (k + v) / 2 == Fraction(3, 4)
+
+
+def test_turboquant_formats_are_never_emitted(cat):
+    """SYSTEM.md section 5: a turboquant* KV format makes a profile Genesis-equipped."""
+    assert {k for k, kv in cat.kv_formats.items() if not kv.emittable} == \
+        {k for k in cat.kv_formats if k.startswith("turboquant")}
+    for key, p in cat.profiles.items():
+        if p.kv_format.startswith("turboquant"):
+            assert cat.emittable(key) == (False, "genesis-equipped")
+
+
+def test_kv_sm_window_is_catalog_data(cat):
+    assert cat.kv_sm_window("nvfp4") == (Decimal("10.0"), Decimal("10.3"))
+    assert cat.kv_sm_window("bf16") == (Decimal("8.0"), None)
+    assert cat.kv_sm_window("no-such-format") == (None, None)
+
+
+def test_anchor_set_is_recorded(cat):
+    assert {a.set for a in cat.anchors} >= {"kvcalc-22of22-historical", "kvcalc-current-8of8"}

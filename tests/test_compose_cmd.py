@@ -133,3 +133,10 @@ def test_tuple_form_writes_nothing(tmp_path, capsys):
 @pytest.mark.parametrize("argv", [["compose"], ["compose", "--profile", "vllm/minimal", "--tp", "2"]])
 def test_profile_or_tuple_is_required_and_exclusive(argv, capsys):
     assert main(argv) == 64
+
+
+@pytest.mark.parametrize("tp", ["0", "-1", "x"])
+def test_tuple_form_tp_must_be_positive(tp, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["compose", "--model", "qwen3.6-27b", "--tp", tp])
+    assert exc.value.code == 64

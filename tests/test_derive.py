@@ -13,8 +13,9 @@ import pytest
 from club3090 import derive as D
 from club3090 import hub as H
 from club3090.errors import HubUnreachable, InputError
+from club3090.architecture import parse_config
 from club3090.outcome import Reason, Stop, Stratum
-from club3090.spec import ModelSpec
+from club3090.spec import ModelSpec, RepoFile
 from tests.fakehub import FIXTURES, FakeHub, header_sum, safetensors_file, synth_table, table_from_index
 
 
@@ -215,7 +216,7 @@ def test_quantized_modelopt_nvfp4_with_kv_scheme(fake_hub: FakeHub) -> None:
 
 def test_repo_not_found(fake_hub: FakeHub) -> None:
     stop = _stop(D.derive("nobody/nothing-here", fake_hub.settings()), Reason.REPO_NOT_FOUND)
-    assert stop.detail["detail"] == "not-found" and "HF_TOKEN" in stop.detail["message"]
+    assert stop.sub_reason == "not-found" and "HF_TOKEN" in stop.detail["message"]
 
 
 def test_private_repo_without_token_is_not_found(fake_hub: FakeHub) -> None:
@@ -228,7 +229,7 @@ def test_private_repo_without_token_is_not_found(fake_hub: FakeHub) -> None:
 def test_revision_not_found(fake_hub: FakeHub) -> None:
     fake_hub.add_fixture("google--gemma-2b-it")
     stop = _stop(D.derive("google/gemma-2b-it@no-such-branch", fake_hub.settings()), Reason.REPO_NOT_FOUND)
-    assert stop.detail["detail"] == "revision-not-found"
+    assert stop.sub_reason == "revision-not-found"
 
 
 def test_revision_is_resolved(fake_hub: FakeHub) -> None:
@@ -241,7 +242,7 @@ def test_revision_is_resolved(fake_hub: FakeHub) -> None:
 def test_gated_without_token(fake_hub: FakeHub) -> None:
     fake_hub.add_fixture("meta-llama--Llama-3.1-8B", gated=True)
     stop = _stop(D.derive("meta-llama/Llama-3.1-8B", fake_hub.settings()), Reason.GATED_NO_TOKEN)
-    assert stop.token == "gated-no-token"
+    assert (stop.sub_reason, D.stop_to_json(stop)["reason"]) == ("gated", "gated-no-token")
 
 
 def test_gated_with_a_token_not_granted_is_not_found(fake_hub: FakeHub) -> None:
@@ -256,7 +257,7 @@ def test_gguf_only_repo(fake_hub: FakeHub) -> None:
         "README.md": b"# gguf\n", "llama-2-7b.Q4_K_M.gguf": b"GGUF" + bytes(60),
         "llama-2-7b.Q8_0.gguf": b"GGUF" + bytes(60)})
     stop = _stop(D.derive("TheBloke/Llama-2-7B-GGUF", fake_hub.settings()), Reason.UNSUPPORTED_FORMAT)
-    assert stop.detail["detail"] == "gguf-only"
+    assert stop.sub_reason == "gguf-only"
     assert stop.detail["gguf_files"] == ["llama-2-7b.Q4_K_M.gguf", "llama-2-7b.Q8_0.gguf"]
     assert "llama.cpp" in stop.detail["hint"]
 
@@ -265,20 +266,20 @@ def test_gguf_with_config_but_no_safetensors(fake_hub: FakeHub) -> None:
     fake_hub.add_fixture("Qwen--Qwen3-0.6B", tensors={"x": ("BF16", [4])},
                          extra_files={"qwen3-0.6b-q8_0.gguf": b"GGUF0000"}, drop_files=("model.safetensors",))
     stop = _stop(D.derive("Qwen/Qwen3-0.6B", fake_hub.settings()), Reason.UNSUPPORTED_FORMAT)
-    assert stop.detail["detail"] == "gguf-only" and stop.detail["gguf_files"] == ["qwen3-0.6b-q8_0.gguf"]
+    assert stop.sub_reason == "gguf-only" and stop.detail["gguf_files"] == ["qwen3-0.6b-q8_0.gguf"]
 
 
 def test_missing_config_json(fake_hub: FakeHub) -> None:
     fake_hub.add_fixture("Qwen--Qwen3-0.6B", tensors={"x": ("BF16", [4])}, drop_files=("config.json",))
     stop = _stop(D.derive("Qwen/Qwen3-0.6B", fake_hub.settings()), Reason.UNSUPPORTED_FORMAT)
-    assert stop.detail["detail"] == "no-config-json"
+    assert stop.sub_reason == "no-config-json"
 
 
 def test_adapter_only_repo_is_unsupported(fake_hub: FakeHub) -> None:
     fake_hub.add_fixture("Qwen--Qwen3-0.6B", tensors={"x": ("BF16", [4])}, drop_files=("model.safetensors",),
                          extra_files={"adapter_model.safetensors": safetensors_file("a", {"x": ("BF16", [4])})})
     stop = _stop(D.derive("Qwen/Qwen3-0.6B", fake_hub.settings()), Reason.UNSUPPORTED_FORMAT)
-    assert stop.detail["detail"] == "no-safetensors"
+    assert stop.sub_reason == "no-safetensors"
 
 
 def test_ambiguous_two_files_without_index(fake_hub: FakeHub) -> None:
@@ -307,7 +308,7 @@ def test_malformed_config_is_quant_dtype_unknown(fake_hub: FakeHub) -> None:
     fake_hub.add_fixture("Qwen--Qwen3-0.6B", tensors={"x": ("BF16", [4])},
                          extra_files={"config.json": b'{"architectures": ["Qwen3ForCausalLM"], '})
     stop = _stop(D.derive("Qwen/Qwen3-0.6B", fake_hub.settings()), Reason.QUANT_DTYPE_UNKNOWN)
-    assert stop.detail["detail"] == "malformed-config" and "config.json" in stop.detail["message"]
+    assert stop.sub_reason == "malformed-config" and "config.json" in stop.detail["message"]
 
 
 def test_known_quant_method_without_bits(fake_hub: FakeHub) -> None:
@@ -316,7 +317,7 @@ def test_known_quant_method_without_bits(fake_hub: FakeHub) -> None:
     fake_hub.add_fixture("Qwen--Qwen3-0.6B", tensors={"x": ("I32", [4])},
                          extra_files={"config.json": json.dumps(config).encode()})
     stop = _stop(D.derive("Qwen/Qwen3-0.6B", fake_hub.settings()), Reason.QUANT_DTYPE_UNKNOWN)
-    assert stop.detail["detail"] == "unknown-bits"
+    assert stop.sub_reason == "unknown-bits"
 
 
 def test_no_dtype_anywhere(fake_hub: FakeHub) -> None:
@@ -324,7 +325,7 @@ def test_no_dtype_anywhere(fake_hub: FakeHub) -> None:
     fake_hub.add_fixture("Qwen--Qwen3-0.6B", tensors={"x": ("I32", [4])},
                          extra_files={"config.json": json.dumps(config).encode()})
     stop = _stop(D.derive("Qwen/Qwen3-0.6B", fake_hub.settings()), Reason.QUANT_DTYPE_UNKNOWN)
-    assert stop.detail["detail"] == "no-dtype"
+    assert stop.sub_reason == "no-dtype"
 
 
 def test_dtype_from_header_when_config_has_none(fake_hub: FakeHub) -> None:
@@ -390,7 +391,7 @@ def test_local_folder_stops(tmp_path: Path, fake_hub: FakeHub) -> None:
     _stop(D.derive(str(tmp_path / "missing"), settings), Reason.REPO_NOT_FOUND)
     (tmp_path / "empty").mkdir()
     assert _stop(D.derive(str(tmp_path / "empty"), settings),
-                 Reason.UNSUPPORTED_FORMAT).detail["detail"] == "no-config-json"
+                 Reason.UNSUPPORTED_FORMAT).sub_reason == "no-config-json"
     bad = tmp_path / "bad"
     bad.mkdir()
     (bad / "config.json").write_text("{nope")
@@ -457,12 +458,12 @@ def test_curated_hit_needs_no_network(fake_hub: FakeHub) -> None:
 def test_curated_gguf_variant_is_unsupported(fake_hub: FakeHub) -> None:
     stop = _stop(D.derive("Acme/Model-AWQ", fake_hub.settings(), _catalog(fmt="gguf", kind="gguf")),
                  Reason.UNSUPPORTED_FORMAT)
-    assert stop.detail["detail"] == "gguf-only"
+    assert stop.sub_reason == "gguf-only"
 
 
 def test_non_curated_falls_through_to_the_hub(fake_hub: FakeHub) -> None:
-    _stop(D.derive("acme/other", fake_hub.settings(), _catalog()), Reason.REPO_NOT_FOUND)
-    assert fake_hub.requests(path_contains="/api/models/acme/other")
+    stop = _stop(D.derive("acme/other", fake_hub.settings(), _catalog()), Reason.REPO_NOT_FOUND)
+    assert fake_hub.requests(path_contains="/api/models/acme/other"), (stop, fake_hub.log)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -487,7 +488,7 @@ class FakeSource:
         return self.config
 
     def read_headers(self, repo_id: str, files: Any, revision: str | None, progress: Any = None) -> Any:
-        from club3090.safetensors_header import parse_file_bytes
+        from tests.safetensors_fixtures import parse_file_bytes
 
         return {f.name: parse_file_bytes(self.file.prefix, file=f.name) for f in files}
 
@@ -526,7 +527,7 @@ def _quant_files(folder: str) -> dict[str, Any]:
 ])
 def test_quantization_of_fixture_configs(folder: str, method: str, bits: int, scheme: str | None,
                                          kv: str | None) -> None:
-    result = D.resolve_quantization(_config(folder), _quant_files(folder), {})
+    result = D.resolve_quantization(parse_config(_config(folder)), _quant_files(folder), {})
     assert not isinstance(result, Stop), result
     quant, _, provenance = result
     assert quant is not None
@@ -544,14 +545,14 @@ def test_quantization_of_fixture_configs(folder: str, method: str, bits: int, sc
     ({"quant_method": "modelopt", "quant_algo": "NVFP4"}, "modelopt", 4),
 ])
 def test_quantization_variants(qc: dict[str, Any], method: str, bits: int) -> None:
-    result = D.resolve_quantization({"torch_dtype": "bfloat16", "quantization_config": qc}, {}, {})
+    result = D.resolve_quantization(parse_config({"torch_dtype": "bfloat16", "quantization_config": qc}), {}, {})
     assert not isinstance(result, Stop)
     assert (result[0].method, result[0].bits) == (method, bits)
     assert result[1] == "bfloat16"
 
 
 def test_unknown_method_without_bits_falls_back_to_dtype() -> None:
-    result = D.resolve_quantization({"torch_dtype": "float16", "quantization_config": {"quant_method": "zzz"}}, {}, {})
+    result = D.resolve_quantization(parse_config({"torch_dtype": "float16", "quantization_config": {"quant_method": "zzz"}}), {}, {})
     assert not isinstance(result, Stop)
     assert result[0].method == "zzz" and result[0].bits is None and result[1] == "float16"
 
@@ -569,4 +570,76 @@ def test_weight_set_selection_rules() -> None:
     assert ws.files == ("model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors",
                         "model-nextn.safetensors")
     stop = D.select_weight_set(["model-00001-of-00002.safetensors", "model.safetensors.index.json"], lambda n: index)
-    assert isinstance(stop, Stop) and stop.detail["detail"] == "index-missing-shards"
+    assert isinstance(stop, Stop) and stop.sub_reason == "index-missing-shards"
+
+
+# ---------------------------------------------------------------------------------------------
+# a listed file the Hub does not serve: the sub-reason names its kind, the reason stays bare
+
+
+class _MissingSource(FakeSource):
+    def __init__(self, config: dict[str, Any], table: dict[str, tuple[str, list[int]]], missing: str) -> None:
+        super().__init__(config, table)
+        self.missing = missing
+
+    def fetch_json(self, repo_id: str, filename: str, revision: str | None) -> Any:
+        from club3090.errors import EntryNotFound
+
+        if filename == self.missing:
+            raise EntryNotFound(repo_id, "file not found", file=filename)
+        return self.config
+
+    def read_headers(self, repo_id: str, files: Any, revision: str | None, progress: Any = None) -> Any:
+        from club3090.errors import EntryNotFound
+
+        if any(f.name == self.missing for f in files):
+            raise EntryNotFound(repo_id, "file not found", file=self.missing)
+        return super().read_headers(repo_id, files, revision, progress)
+
+
+@pytest.mark.parametrize("missing,sub_reason", [
+    ("config.json", "no-config-json"),
+    ("quantize_config.json", "missing-quant-config"),
+    ("model.safetensors", "missing-shard"),
+])
+def test_a_listed_file_the_hub_does_not_serve_is_named(tmp_path: Path, missing: str, sub_reason: str) -> None:
+    from club3090.settings import Settings
+
+    source = _MissingSource(_config("Qwen--Qwen3-0.6B"), TINY, missing)
+    info = source.repo_info
+    source.repo_info = lambda repo_id, revision: H.RepoInfo(  # type: ignore[method-assign]
+        repo_id=repo_id, revision=revision, commit="c" * 40,
+        files=(*info(repo_id, revision).files, *((RepoFile(missing, 10),) if missing.endswith("config.json")
+                                                 and missing != "config.json" else ())))
+    stop = _stop(D.derive("any/repo", Settings(hf_home=tmp_path), client=source), Reason.UNSUPPORTED_FORMAT)
+    assert (stop.sub_reason, stop.detail["file"]) == (sub_reason, missing)
+    assert D.stop_to_json(stop)["reason"] == "unsupported-format"
+
+
+def test_a_missing_index_is_not_reported_as_a_missing_config(fake_hub: FakeHub) -> None:
+    from club3090.errors import EntryNotFound
+    from club3090.hub import HubClient
+
+    fake_hub.add_fixture("Qwen--Qwen3-0.6B", tensors=TINY, shards=2)
+    client = HubClient(fake_hub.settings())
+    real = client.fetch_json
+
+    def fetch_json(repo_id: str, filename: str, revision: str | None, **kw: Any) -> Any:
+        if filename == "model.safetensors.index.json":
+            raise EntryNotFound(repo_id, "file not found", file=filename)
+        return real(repo_id, filename, revision, **kw)
+
+    client.fetch_json = fetch_json  # type: ignore[method-assign]
+    stop = _stop(D.derive("Qwen/Qwen3-0.6B", fake_hub.settings(), client=client), Reason.UNSUPPORTED_FORMAT)
+    assert (stop.sub_reason, stop.detail["file"]) == ("missing-index", "model.safetensors.index.json")
+
+
+def test_derive_reads_dtype_auto_map_and_mtp_through_the_architecture(tmp_path: Path) -> None:
+    """One reader of config.json: what Architecture says is what the spec says."""
+    from club3090.settings import Settings
+
+    config = {**_config("Qwen--Qwen3-0.6B"), "auto_map": {"AutoModel": "m.M"}, "torch_dtype": "torch.float16"}
+    spec = _spec(D.derive("any/repo", Settings(hf_home=tmp_path), client=FakeSource(config, TINY)))
+    assert spec.requires_trust_remote_code is spec.arch.auto_map is True
+    assert spec.compute_dtype == "float16"
+    assert spec.has_mtp_head is False and spec.arch.mtp_layers == 0

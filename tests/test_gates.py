@@ -12,6 +12,7 @@ from club3090.catalog.model import (ArchRow, Catalog, Engine, EnginePin, Gpu, Kv
                                     ProfileRuntime)
 from club3090.gates import (BYPASS_EXPERIMENTAL_ARCH as EXP, BYPASS_TRUST_REMOTE_CODE as TRC,
                             C0Inputs, C0State, C0SubReason, Terminal)
+from club3090.gpus import GpuSet
 from club3090.outcome import Reason, Stratum, bypassed
 
 GIB = 2**30
@@ -48,9 +49,9 @@ def _row(arch="LlamaForCausalLM", trc="false", loads=True, tp=(1, 2, 4), slugs=(
                    status="verified", config_architectures=tuple(aliases), model_slugs=tuple(slugs))
 
 
-def _kv(kid, min_sm=None):
-    return KvFormat(id=kid, bytes_per_element=Decimal(1), scale_bytes_per_head=0,
-                    min_sm=Decimal(min_sm) if min_sm else None, vllm_arg=kid, engines=("vllm",))
+def _kv(kid, min_sm=None, max_sm=None):
+    return KvFormat(id=kid, min_sm=Decimal(min_sm) if min_sm else None, vllm_arg=kid, engines=("vllm",),
+                    max_sm=Decimal(max_sm) if max_sm else None)
 
 
 RTX3090 = Gpu(id="rtx-3090", display_name="RTX 3090", aliases=("3090",), memory_bytes=24 * GIB,
@@ -64,7 +65,7 @@ def _catalog(*, profiles=(), engines=None, rows=()):
                    drafters={}, gpus={"rtx-3090": RTX3090}, profiles={p.key: p for p in profiles},
                    arches={r.arch: r for r in rows}, patches={},
                    kv_formats={k.id: k for k in (_kv("fp8_e5m2"), _kv("fp8_e4m3", "8.6"), _kv("bf16", "8.0"),
-                                                  _kv("nvfp4", "10.0"))},
+                                                  _kv("nvfp4", "10.0", "10.3"))},
                    anchors=(), _arch_alias=MappingProxyType(alias))
 
 
@@ -226,15 +227,15 @@ class TestC0:
         assert not bypassed(res.stop(), frozenset({EXP, TRC}))
         assert gates.c0_engine_support(_inputs(p, cat, hw=_hw(sm="9.0")), cat).supported
 
-    def test_need_sm_terms(self):
-        cat = _catalog()
-        eng = cat.engines["vllm-x"]
-        assert gates.required_sm(_profile(), eng, cat) == Decimal("7.5")
-        assert gates.required_sm(_profile(kv="fp8_e4m3"), eng, cat) == Decimal("8.6")
-        assert gates.required_sm(_profile(required_sm="9.0"), eng, cat) == Decimal("9.0")
-        # fallback_sm replaces required_sm when declared
-        assert gates.required_sm(_profile(required_sm="9.0", fallback_sm="8.0"), eng, cat) == Decimal("8.0")
-        assert gates.required_sm(_profile(kv="nvfp4"), eng, cat) == Decimal("10.0")
+    @pytest.mark.parametrize("kw,need", [({}, "7.5"), ({"kv": "fp8_e4m3"}, "8.6"), ({"required_sm": "9.0"}, "9.0"),
+                                         # fallback_sm replaces required_sm when declared
+                                         ({"required_sm": "9.0", "fallback_sm": "8.0"}, "8.0"),
+                                         ({"kv": "nvfp4"}, "10.0")])
+    def test_need_sm_terms(self, kw, need):
+        p = _profile(**kw)
+        cat = _catalog(profiles=(p,))
+        assert gates.required_sm(p, cat.engines["vllm-x"], cat) == cat.need_sm(p.key) == Decimal(need)
+        assert cat.need_sm(p.key, "nvfp4") == max(Decimal(need), Decimal("10.0"))   # a run's KV format wins
 
     def test_hardware_undetermined(self):
         p = _profile()
@@ -284,12 +285,13 @@ class TestResolveHardware:
 
     def test_gpus_flag_overrides_detected(self):
         det = _det(("A", 80 * GIB, "9.0", "nvidia"))
-        gs = SimpleNamespace(count=2, memory_bytes=(24 * GIB, 24 * GIB), names=("3090", "3090"), sm=Decimal("8.6"))
+        gs = GpuSet(count=2, memory_bytes=(24 * GIB, 24 * GIB), names=("3090", "3090"), sm=Decimal("8.6"),
+                    gpu=None, gpus=(None, None))
         hw = gates.resolve_hardware(tp=1, detected=det, gpu_set=gs)
         assert hw.memory_source == "gpus-flag" and hw.sm == Decimal("8.6") and hw.count == 2
 
     def test_hardware_flag_wins_for_sm(self):
-        gs = SimpleNamespace(count=1, memory_bytes=(24 * GIB,), names=("x",), sm=Decimal("8.6"))
+        gs = GpuSet(count=1, memory_bytes=(24 * GIB,), names=("x",), sm=Decimal("8.6"), gpu=None, gpus=(None,))
         assert gates.resolve_hardware(tp=1, gpu_set=gs, hardware_sm=Decimal("9.0")).sm == Decimal("9.0")
 
     def test_non_nvidia_feeds_sm_only(self):
@@ -308,7 +310,9 @@ class TestDisk:
         assert res.required_bytes == 240 * GIB
 
     def test_margin_is_exact_integer(self):
-        assert gates.disk_required_bytes(5) == 6 and gates.disk_required_bytes(10**15 + 1) == 1_200_000_000_000_002
+        """disk.required_bytes owns the x1.2 margin; the gate applies it."""
+        assert gates.c2a_disk(footprint_bytes=5, free_bytes=6).required_bytes == 6
+        assert gates.c2a_disk(footprint_bytes=10**15 + 1, free_bytes=0).required_bytes == 1_200_000_000_000_002
         assert gates.c2a_disk(footprint_bytes=100, free_bytes=120).ok
         assert not gates.c2a_disk(footprint_bytes=100, free_bytes=119).ok
 
@@ -366,3 +370,27 @@ class TestC1:
             assert gates.c1_terminal(conf, verdict, frozenset({needs})).satisfied
             other = ({"--yes", "--force-download"} - {needs})
             assert not gates.c1_terminal(conf, verdict, frozenset(other | {EXP, TRC})).satisfied
+
+
+def test_unknown_vendor_is_not_nvidia():
+    """_is_nvidia fails closed: a GPU of unknown vendor never feeds the fit."""
+    det = _det(("Mystery", 24 * GIB, "8.6", None))
+    hw = gates.resolve_hardware(tp=1, detected=det)
+    assert hw.memory_bytes == () and hw.sm_source == "probe"
+
+
+def test_token_enums_have_one_definition():
+    from club3090.memory import VERDICTS
+    from club3090.spec import CONFIDENCES
+
+    assert gates.RAW_VERDICTS is VERDICTS and gates.CONFIDENCES is CONFIDENCES
+    assert {s.value for s in C0State} <= {r.value for r in Reason}
+    assert gates.LOCKED_TERMINALS == {t.value for t in Terminal}
+    assert set(gates.C1_TABLE) == {(c, v) for c in CONFIDENCES for v in VERDICTS}
+
+
+def test_stratum2_uses_the_catalog_scope_rule():
+    cat = _catalog(profiles=(_profile(), _profile("vllm/turbo", kv="turboquant_k8v4")))
+    stop = gates.stratum2_profile_like("vllm/turbo", cat, path="A", curated_model="m", curated_variant="v")
+    assert stop.reason is Reason.PROFILE_NOT_EMITTABLE
+    assert stop.detail["not_emittable_reason"] == cat.emittable("vllm/turbo")[1] == "genesis-equipped"

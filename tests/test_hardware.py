@@ -13,7 +13,6 @@ from club3090 import hardware
 from club3090.hardware import DetectedGpu, DetectedGpus, detect
 
 MIB = 2**20
-ENV = {}  # detection enabled: the conftest variable lives in os.environ, not in this mapping
 
 
 class FakeNvml:
@@ -87,18 +86,30 @@ H100 = ("NVIDIA H100 80GB HBM3", 81559 * MIB, (9, 0))
 
 def test_disabled_by_env_touches_nothing():
     nvml, run = FakeNvml([RTX3090]), FakeRun()
-    result = detect(nvml=nvml, run=run, env={"CLUB3090_NO_GPU_DETECT": "1"})
+    result = detect(nvml=nvml, run=run, enabled=False)
     assert result.count == 0 and result.source == "disabled"
     assert nvml.calls == [] and run.calls == []
 
 
 def test_conftest_disables_detection_by_default():
-    assert detect(nvml=FakeNvml([RTX3090]), run=FakeRun()).source == "disabled"
+    from club3090.settings import Settings
+
+    settings = Settings.from_env()
+    assert settings.gpu_detect is False
+    assert detect(enabled=settings.gpu_detect, nvml=FakeNvml([RTX3090]), run=FakeRun()).source == "disabled"
+
+
+@pytest.mark.parametrize("value,enabled", [("", True), ("0", True), ("1", False), ("yes", False)])
+def test_the_no_detect_switch_is_read_into_settings(tmp_path, value, enabled):
+    from club3090.settings import Settings
+
+    env = {"HF_HOME": str(tmp_path), "CLUB3090_NO_GPU_DETECT": value}
+    assert Settings.from_env(env).gpu_detect is enabled
 
 
 def test_nvml_two_3090s():
     nvml = FakeNvml([RTX3090, RTX3090])
-    result = detect(nvml=nvml, run=FakeRun(), env=ENV)
+    result = detect(nvml=nvml, run=FakeRun())
     assert result.source == "nvml" and result.count == 2
     assert result.gpus[0] == DetectedGpu(0, "NVIDIA GeForce RTX 3090", 24576 * MIB, Decimal("8.6"), "nvidia")
     assert result.min_sm() == Decimal("8.6")
@@ -108,7 +119,7 @@ def test_nvml_two_3090s():
 
 
 def test_nvml_mixed_3090_4090_minimum_over_selected_only():
-    result = detect(nvml=FakeNvml([RTX4090, RTX3090], name_bytes=True), run=FakeRun(), env=ENV)
+    result = detect(nvml=FakeNvml([RTX4090, RTX3090], name_bytes=True), run=FakeRun())
     assert [g.name for g in result.gpus] == ["NVIDIA GeForce RTX 4090", "NVIDIA GeForce RTX 3090"]
     assert result.min_sm() == Decimal("8.6")
     assert result.min_sm([0]) == Decimal("8.9")          # W14: only the GPUs the profile uses
@@ -119,14 +130,14 @@ def test_nvml_mixed_3090_4090_minimum_over_selected_only():
 
 
 def test_nvml_h100():
-    result = detect(nvml=FakeNvml([H100]), run=FakeRun(), env=ENV)
+    result = detect(nvml=FakeNvml([H100]), run=FakeRun())
     assert result.min_sm([0]) == Decimal("9.0")
     assert result.min_memory_bytes([0]) == 81559 * MIB
 
 
 def test_nvml_without_compute_capability_call_means_unknown_sm_and_shutdown():
     nvml = FakeNvml([RTX3090], cc_error=True)
-    result = detect(nvml=nvml, run=FakeRun(), env=ENV)
+    result = detect(nvml=nvml, run=FakeRun())
     assert result.gpus[0].sm is None and result.min_sm() is None
     assert result.min_memory_bytes() == 24576 * MIB
     assert nvml.calls == ["init", "shutdown"]
@@ -139,7 +150,7 @@ def test_nvml_failure_midway_still_shuts_down_and_falls_back():
 
     nvml = Broken([RTX3090])
     run = FakeRun({SMI_Q: (0, "0, NVIDIA GeForce RTX 3090, 24576, 8.6\n")})
-    result = detect(nvml=nvml, run=run, env=ENV)
+    result = detect(nvml=nvml, run=run)
     assert nvml.calls == ["init", "shutdown"]
     assert result.source == "nvidia-smi" and result.min_sm() == Decimal("8.6")
 
@@ -154,7 +165,7 @@ def test_nvml_hang_is_bounded():
             release.wait(5)
 
     try:
-        result = detect(nvml=Hanging([RTX3090]), run=FakeRun(), env=ENV, timeout_s=0.05)
+        result = detect(nvml=Hanging([RTX3090]), run=FakeRun(), timeout_s=0.05)
     finally:
         release.set()
     assert result.count == 0 and result.source == "none"
@@ -170,7 +181,7 @@ def test_nvml_hang_is_bounded():
 ])
 def test_nvidia_smi_fallback(text, expected_sms, expected_mib):
     run = FakeRun({SMI_Q: (0, text)})
-    result = detect(nvml=NO_NVML, run=run, env=ENV)
+    result = detect(nvml=NO_NVML, run=run)
     assert result.source == "nvidia-smi"
     assert [str(g.sm) for g in result.gpus] == expected_sms
     assert [g.memory_bytes // MIB for g in result.gpus] == expected_mib
@@ -179,21 +190,20 @@ def test_nvidia_smi_fallback(text, expected_sms, expected_mib):
 
 
 def test_nvidia_smi_name_with_commas_kept_whole():
-    result = detect(nvml=NO_NVML, run=FakeRun({SMI_Q: (0, "0, Weird, Name, 1024, 7.5\n")}), env=ENV)
+    result = detect(nvml=NO_NVML, run=FakeRun({SMI_Q: (0, "0, Weird, Name, 1024, 7.5\n")}))
     assert result.gpus[0].name == "Weird, Name"
 
 
 def test_nvidia_smi_old_driver_without_compute_cap():
     run = FakeRun({SMI_Q: (6, "Field \"compute_cap\" is not a valid field to query."),
                    SMI_Q_OLD: (0, "0, NVIDIA GeForce RTX 3090, 24576\n")})
-    result = detect(nvml=NO_NVML, run=run, env=ENV)
+    result = detect(nvml=NO_NVML, run=run)
     assert result.count == 1 and result.gpus[0].sm is None
     assert result.min_sm() is None and result.min_memory_bytes() == 24576 * MIB
 
 
 def test_nvidia_smi_compute_cap_not_available():
-    result = detect(nvml=NO_NVML, run=FakeRun({SMI_Q: (0, "0, NVIDIA GeForce RTX 3090, 24576, [N/A]\n")}),
-                    env=ENV)
+    result = detect(nvml=NO_NVML, run=FakeRun({SMI_Q: (0, "0, NVIDIA GeForce RTX 3090, 24576, [N/A]\n")}),)
     assert result.count == 1 and result.min_sm() is None
 
 
@@ -210,13 +220,13 @@ def test_nvidia_smi_compute_cap_not_available():
 ])
 def test_nvidia_smi_failures_give_an_empty_result(answer):
     run = FakeRun({SMI_Q: answer, SMI_Q_OLD: answer})
-    result = detect(nvml=NO_NVML, run=run, env=ENV)
+    result = detect(nvml=NO_NVML, run=run)
     assert result == DetectedGpus((), "none")
     assert result.min_sm() is None and result.min_memory_bytes() is None
 
 
 def test_missing_binaries_everywhere_give_an_empty_result():
-    result = detect(nvml=NO_NVML, run=FakeRun(), env=ENV, platform="linux")
+    result = detect(nvml=NO_NVML, run=FakeRun(), platform="linux")
     assert result.count == 0 and result.source == "none"
 
 
@@ -232,7 +242,7 @@ def test_missing_pynvml_falls_back(monkeypatch):
 
     monkeypatch.setattr(builtins, "__import__", no_pynvml)
     run = FakeRun({SMI_Q: (0, "0, NVIDIA GeForce RTX 3090, 24576, 8.6\n")})
-    assert detect(run=run, env=ENV).source == "nvidia-smi"
+    assert detect(run=run).source == "nvidia-smi"
 
 
 AMD_SMI_NEW = json.dumps([
@@ -256,7 +266,7 @@ ROCM_SMI = json.dumps({
      [25753026560 // MIB]),
 ])
 def test_amd_probe_feeds_the_sm_gate_only(answers, source, names, mib):
-    result = detect(nvml=NO_NVML, run=FakeRun(answers), env=ENV)
+    result = detect(nvml=NO_NVML, run=FakeRun(answers))
     assert result.source == source
     assert [g.name for g in result.gpus] == names
     assert [g.memory_bytes // MIB for g in result.gpus] == mib
@@ -268,11 +278,11 @@ def test_amd_probe_feeds_the_sm_gate_only(answers, source, names, mib):
 
 def test_apple_silicon_via_sysctl_only_on_darwin():
     run = FakeRun({"sysctl": (0, "Apple M2 Max\n")})
-    result = detect(nvml=NO_NVML, run=run, env=ENV, platform="darwin")
+    result = detect(nvml=NO_NVML, run=run, platform="darwin")
     assert result.source == "sysctl"
     assert result.gpus == (DetectedGpu(0, "Apple M2 Max", None, Decimal("8.0"), "apple"),)
     assert result.min_sm() == Decimal("8.0") and result.min_memory_bytes() is None
-    assert detect(nvml=NO_NVML, run=run, env=ENV, platform="linux").count == 0
+    assert detect(nvml=NO_NVML, run=run, platform="linux").count == 0
 
 
 def test_intel_mac_via_system_profiler():
@@ -280,14 +290,14 @@ def test_intel_mac_via_system_profiler():
                                                   {"sppci_model": "Intel UHD Graphics 630"}]})
     run = FakeRun({"sysctl": (0, "Intel(R) Core(TM) i9-9980HK CPU @ 2.40GHz\n"),
                    "system_profiler": (0, profiler)})
-    result = detect(nvml=NO_NVML, run=run, env=ENV, platform="darwin")
+    result = detect(nvml=NO_NVML, run=run, platform="darwin")
     assert result.source == "system_profiler" and result.count == 2
     assert all(g.vendor == "apple" for g in result.gpus)
 
 
 def test_nvidia_wins_over_amd():
     run = FakeRun({"amd-smi": (0, AMD_SMI_NEW)})
-    result = detect(nvml=FakeNvml([RTX3090]), run=run, env=ENV)
+    result = detect(nvml=FakeNvml([RTX3090]), run=run)
     assert result.source == "nvml" and run.calls == []
 
 

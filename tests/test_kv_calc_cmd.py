@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from club3090.cli import main
+from tests.shared import shared_path
 
-HUB = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "hub"
-pytestmark = pytest.mark.skipif(not HUB.exists(), reason="shared fixtures not present")
+HUB = shared_path("fixtures", "hub")
 QWEN_CONFIG = HUB / "Qwen--Qwen2.5-0.5B" / "config.json"
 
 JSON_KEYS = {"per_gpu", "kv_bytes_per_token", "block_size", "num_blocks", "kv_cache_tokens", "max_concurrency",
@@ -160,6 +160,7 @@ BAD_FLAGS = [
     ("--num-speculative-tokens", "-1"), ("--num-speculative-tokens", "two"),
     ("--kv-cache-dtype", "zzz"), ("--kv-cache-dtype", ""),
     ("--vllm-version", "banana"), ("--vllm-version", ""), ("--vllm-version", "latest"),
+    ("--dtype", "int3"), ("--dtype", "bfloat"), ("--dtype", ""),
 ]
 
 
@@ -194,6 +195,63 @@ def test_every_catalog_kv_format_is_accepted(capsys):
 
 
 @pytest.mark.parametrize("source", ["~nouser-club3090-test/x", "/nonexistent/club3090/model"])
-def test_missing_paths_are_usage_errors(source, capsys):
-    assert main(["kv-calc", source]) == 64
-    assert main(["kv-calc", source, "--json"]) == 64
+def test_missing_paths_are_stratum1_stops_like_inspect(source, capsys):
+    """The deriver's stop is a verdict (exit 2, its token), not a usage error; --json prints the
+    same object inspect does."""
+    assert main(["kv-calc", source]) == 2
+    capsys.readouterr()
+    assert main(["kv-calc", source, "--json"]) == 2
+    kv = json.loads(capsys.readouterr().out)
+    assert main(["inspect", source, "--json"]) == 2
+    assert json.loads(capsys.readouterr().out) == kv
+    assert kv["stratum"] == 1 and kv["reason"] == "repo-not-found"
+
+
+def _kv_json(capsys, *argv):
+    code = main(["kv-calc", *argv, "--json"])
+    return code, json.loads(capsys.readouterr().out)
+
+
+def test_model_with_profile_prices_model_at_profile_shape(capsys):
+    """Bug 2: MODEL names what is priced; --profile supplies only the serving shape."""
+    from club3090.catalog import load_catalog
+
+    catalog = load_catalog()
+    prof = catalog.profiles["vllm/minimal"]
+    other = next(mid for mid in catalog.models if mid != prof.model
+                 and catalog.models[mid].weights[catalog.models[mid].default_weight_variant].size_bytes)
+    _, own = _kv_json(capsys, "vllm/minimal")
+    _, alone = _kv_json(capsys, other, "--max-model-len", str(prof.max_ctx), "--tp", str(prof.tp))
+    _, paired = _kv_json(capsys, other, "--profile", "vllm/minimal")
+    assert paired["profile"] == "vllm/minimal" and paired["model"] == other
+    assert paired["architecture"] == alone["architecture"] != own["architecture"]
+    assert paired["per_gpu"]["weights_bytes"] == alone["per_gpu"]["weights_bytes"]
+    assert paired["per_gpu"]["weights_bytes"] != own["per_gpu"]["weights_bytes"]
+    assert paired["max_model_len"] == prof.max_ctx and paired["tp"] == prof.tp
+    assert paired["confidence"] == alone["confidence"] == "exact"
+
+
+def test_catalog_model_confidence_is_exact_like_derive(capsys):
+    """A catalog model is a curated hit: exact, whether or not an anchor names a profile."""
+    from club3090.catalog import load_catalog
+
+    catalog = load_catalog()
+    for key, p in catalog.profiles.items():
+        if catalog.engines[p.engine].type == "vllm" and not any(a.profile == key for a in catalog.anchors):
+            _, out = _kv_json(capsys, key)
+            assert out["confidence"] == "exact", key
+            break
+
+
+@pytest.mark.parametrize("dtype", ["auto", "bf16", "float16", "float32"])
+def test_known_dtypes_are_accepted(dtype, capsys):
+    assert main(["kv-calc", "vllm/minimal", "--dtype", dtype]) in (0, 2)
+
+
+def test_kv_cache_dtype_help_lists_every_priced_format(capsys):
+    from club3090.kvformats import KV_FORMATS
+
+    with pytest.raises(SystemExit):
+        main(["kv-calc", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert all(name in text for name in KV_FORMATS)

@@ -8,16 +8,15 @@ Every exact number below is derived in the comment next to it from the formulas 
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
 from club3090.architecture import parse_config
 from club3090.memory import (GiB, ServeShape, UnpriceableModel, capture_sizes, parse_version, predict,
                              resolve_defaults)
+from tests.shared import shared_path
 
-HUB = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "hub"
-pytestmark = pytest.mark.skipif(not HUB.exists(), reason="shared fixtures not present")
+HUB = shared_path("fixtures", "hub")
 
 
 def arch(name: str, **override):
@@ -172,7 +171,7 @@ def test_moe_kv_is_the_attention_only():
     ("turboquant_3bit_nc", -(-28 * 4 * 256 * 17 // 40)),  # 0.425 B/element: 12,185.6 rounded up
     ("turboquant_k8v4", 28 * 4 * (128 + 64)),            # K 1 B, V 0.5 B
     ("q8_0", 28 * 4 * 256 * 34 // 32), ("q4_0", 28 * 4 * 256 * 18 // 32), ("q5_0", 28 * 4 * 256 * 22 // 32),
-    ("k8v4", 28 * 4 * 128 * (34 + 18) // 32),
+    ("k8v4", 28 * 4 * (128 + 64)),                       # K 1 B, V 0.5 B (VLLM_MEMORY.md §5.2: 0.75)
 ])
 def test_kv_formats(fmt, per_token):
     assert run(arch(QWEN7), pool=GiB, max_model_len=8192, kv_cache_dtype=fmt).kv_bytes_per_token == per_token
@@ -320,3 +319,57 @@ def test_gemma4_single_global_kv_head_is_replicated_at_tp2():
     assert r.kv_bytes_per_token == 40 * 4_096 + 8 * 2_048
     # the upstream 12B boot log: 8.16 GiB available -> 384,019 tokens (2.93x at 131,072)
     assert abs(r.kv_cache_tokens - 384_019) / 384_019 < 0.002
+
+
+# --- PP stages without cache layers; Mamba-2 group replication (§5.6) --------------------------
+
+NEMOTRON_H = "nvidia--Nemotron-H-56B-Base-8K"
+
+
+@pytest.mark.parametrize("version", ["0.22.0", "0.19.0"])
+def test_pp_stage_without_cache_layers_never_limits(version):
+    """Bug 3: pattern M*---- at PP 2 puts only MLP layers on stage 1; it allocates no KV and must
+    not be the limiting rank (0 tokens on >= 0.20, min() of no groups on <= 0.19)."""
+    a = arch(NEMOTRON_H, hybrid_override_pattern="M*----", num_hidden_layers=6)
+    r = run(a, pool=4 * GiB, pp=2, max_model_len=4096, vllm_version=version)
+    assert r.per_gpu.rank == 0 and r.groups
+    assert r.kv_cache_tokens > 0 and r.raw_verdict != "wont-fit"
+    one = run(a, pool=4 * GiB, pp=1, max_model_len=4096, vllm_version=version)
+    assert r.bytes_per_block == one.bytes_per_block
+
+
+@pytest.mark.parametrize("n_groups,tp,expected", [(8, 1, 8), (8, 2, 8), (8, 8, 8), (1, 4, 4), (2, 2, 2)])
+def test_mamba_groups_follow_vllm_replication(n_groups, tp, expected):
+    from club3090.memory import mamba_groups
+
+    assert mamba_groups(n_groups, tp) == expected
+
+
+def test_mamba_groups_neither_dividing_nor_single_are_unpriceable():
+    from club3090.memory import mamba_groups
+
+    with pytest.raises(UnpriceableModel):
+        mamba_groups(8, 16)          # the old `groups + (tp - groups)` gave 16 instead of refusing
+    with pytest.raises(UnpriceableModel):
+        mamba_groups(6, 4)
+
+
+def test_mamba_state_at_tp_above_groups_uses_replicated_conv():
+    a = arch(NEMOTRON_H, n_groups=1, mamba_num_heads=256)
+    layer = next(l for l in a.layers if l.kind == "mamba2")
+    r2 = run(a, pool=8 * GiB, tp=2, max_model_len=4096)
+    conv = (layer.mamba_intermediate + 2 * 2 * layer.ssm_state_size) // 2 * (layer.conv_kernel - 1)
+    recurrent = layer.mamba_num_heads // 2 * layer.mamba_head_dim * layer.ssm_state_size
+    per_layer = (conv + recurrent) * 2
+    mamba_layers = sum(1 for l in a.layers if l.kind == "mamba2")
+    assert r2.state_bytes_per_request == per_layer * mamba_layers
+
+
+def test_tp_geometry_rule_is_shared_with_the_gate():
+    from club3090 import gates
+    from club3090.memory import tp_geometry_problem
+
+    assert gates.tp_geometry_problem is tp_geometry_problem
+    assert tp_geometry_problem(4, 32, 6) and not tp_geometry_problem(4, 32, 8) and not tp_geometry_problem(8, 32, 4)
+    with pytest.raises(UnpriceableModel):     # KV heads 6 at TP 4: neither split nor replicated
+        run(arch(QWEN7, num_key_value_heads=6, num_attention_heads=28), pool=GiB, tp=4, max_model_len=4096)

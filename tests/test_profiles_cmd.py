@@ -71,3 +71,16 @@ def test_human_table(capsys):
     out = capsys.readouterr().out
     assert "vllm/minimal" in out and "llamacpp/default" in out
     assert "67 profiles" in out
+
+
+def test_reason_wording_has_one_table(capsys):
+    """profiles --json and the rendered table read one table (catalog.model.NOT_EMITTABLE_TEXT)."""
+    from club3090.catalog.model import NOT_EMITTABLE_REASONS, NOT_EMITTABLE_TEXT
+
+    assert set(NOT_EMITTABLE_TEXT) == set(NOT_EMITTABLE_REASONS)
+    assert main(["profiles", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)["profiles"]
+    for row in rows:
+        reason = row["not_emittable_reason"]
+        assert (reason is None) == row["emittable"]
+        assert row["not_emittable_text"] == (NOT_EMITTABLE_TEXT[reason][0] if reason else None)

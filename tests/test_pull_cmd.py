@@ -146,8 +146,8 @@ def test_submit_last_asks_and_declines_on_eof(monkeypatch, capsys, tmp_path):
 
 
 def test_submit_last_without_bundles(capsys):
-    assert cli.main(["pull", "--submit-last"]) == 2
-    assert "nothing to submit" in capsys.readouterr().err
+    # no bundle to submit is a usage error, the same exit as --submit with a missing folder
+    assert cli.main(["pull", "--submit-last"]) == 64
 
 
 def test_submit_dir_must_exist(capsys, tmp_path):

@@ -374,3 +374,125 @@ def test_no_boot_flag_is_in_help():
     parser = cli.build_parser()
     text = parser._subparsers._group_actions[0].choices["pull"].format_help()  # noqa: SLF001
     assert "--no-boot" in text
+
+
+# --------------------------------------------------------------------------------------------
+# review regressions: trust-remote-code, where the compose goes, verification, offline
+# --------------------------------------------------------------------------------------------
+
+REMOTE = "club3090-tests/remote-code"
+
+
+def _remote_code_repo(hub: FakeHub) -> None:
+    from tests.fakehub import FIXTURES
+
+    config = json.loads((FIXTURES / "Qwen--Qwen2.5-0.5B" / "config.json").read_text(encoding="utf-8"))
+    config["auto_map"] = {"AutoModelForCausalLM": "modeling_x.M"}
+    hub.add_fixture("Qwen--Qwen2.5-0.5B", repo_id=REMOTE, tensors=TENSORS, shards=2,
+                    extra_files={"config.json": json.dumps(config).encode(), "modeling_x.py": b"class M: pass\n"})
+
+
+def _evaluate(catalog, hub: FakeHub, tmp_path: Path, source: str, stages: EStages | None, settings=None, **req):
+    request = PullRequest(source, "vllm/minimal", gpus="1x3090", **{"yes": True, **req})
+    return evaluate(request, catalog=catalog, settings=settings or hub.settings(hf_home=tmp_path / "hf"),
+                    detect=lambda: DetectedGpus((), "none"), free_bytes=lambda _p: 10**15,
+                    captures_root=tmp_path / ".pull-captures", stages=stages,
+                    clock=lambda: datetime(2026, 1, 2, 3, 4, 5, tzinfo=timezone.utc))
+
+
+@pytest.mark.parametrize("source,flag,emitted", [
+    (REMOTE, True, True),        # auto_map: the gate needed the ack and the flag gave it
+    (REPO, True, False),         # the flag alone never emits it: the gate did not ask for it
+])
+def test_e_emits_trust_remote_code_only_when_the_gate_permitted_it(catalog, hub, tmp_path, source, flag, emitted):
+    _remote_code_repo(hub)
+    r = _evaluate(catalog, hub, tmp_path, source, _stages(no_boot=True), trust_remote_code=flag)
+    assert r.exit_code == 0 and r.e.ok, (r.reason, r.e)
+    text = r.e.compose_path.read_text(encoding="utf-8")
+    assert ("--trust-remote-code" in text) is emitted
+    if emitted:  # the modelling code it will run was downloaded and checked
+        assert "modeling_x.py" in r.e.download.files
+
+
+def test_e_without_the_flag_stops_before_any_compose(catalog, hub, tmp_path):
+    _remote_code_repo(hub)
+    r = _evaluate(catalog, hub, tmp_path, REMOTE, _stages(no_boot=True))
+    assert (r.exit_code, int(r.stratum), r.reason) == (2, 3, "needs-trust-remote-code-ack")
+    assert r.e is None and not (tmp_path / "hf" / "club3090" / "pulls").exists()
+
+
+def _local_copy(hub: FakeHub, folder: Path) -> Path:
+    folder.mkdir(parents=True)
+    for f in hub.repos[REPO].files.values():
+        (folder / f.name).write_bytes(b"".join(f.chunks(0, f.size - 1)))
+    return folder
+
+
+def test_e_never_writes_next_to_a_users_folder(catalog, hub, tmp_path):
+    folder = _local_copy(hub, tmp_path / "user" / "mymodel")
+    mine = tmp_path / "user" / "mymodel.compose.yml"
+    mine.write_text("mine\n", encoding="utf-8")
+    r = _evaluate(catalog, hub, tmp_path, str(folder), _stages(no_boot=True))
+    assert r.e.ok and mine.read_text(encoding="utf-8") == "mine\n"
+    assert r.e.compose_path.parent == download.pulls_root(tmp_path / "hf")
+
+
+def test_library_emit_is_emit_run_and_mounts_the_local_folder(catalog, hub, tmp_path):
+    folder = _local_copy(hub, tmp_path / "user" / "mymodel")
+    out = tmp_path / "out.yml"
+    r = _evaluate(catalog, hub, tmp_path, str(folder), None, out=out)
+    assert r.ok and r.emitted and r.out == out and r.e is None
+    assert f"source: {folder.absolute()}" in out.read_text(encoding="utf-8")
+
+
+def test_out_is_checked_before_the_gate_runs(hub, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "exists.yml"
+    out.write_text("keep\n", encoding="utf-8")
+    code = cli.main(["pull", REPO, "--profile-like", "vllm/minimal", "--gpus", "1x3090", "--out", str(out)])
+    assert code == cli.EXIT_USAGE and hub.log == [] and out.read_text(encoding="utf-8") == "keep\n"
+    assert not (tmp_path / ".pull-captures").exists()
+
+
+def test_a_non_weight_file_is_checked_against_its_git_blob_id(catalog, hub, tmp_path, monkeypatch):
+    monkeypatch.setattr(download, "git_blob_id", lambda _path: "0" * 40)
+    r = _pull(catalog, hub, tmp_path, _stages(no_boot=True))
+    assert (r.exit_code, r.e.stage, r.e.failure) == (2, "download", download.SHA_MISMATCH)
+    assert not r.e.download.failed_file or not r.e.download.failed_file.endswith(".safetensors")
+
+
+def test_single_stream_reads_no_more_than_the_listed_size(hub, tmp_path):
+    staging = tmp_path / "staging"
+    staging.mkdir()
+    url = f"{hub.url}/{REPO}/resolve/main/tokenizer.json"
+    with pytest.raises(download._Failed) as err:
+        download._single_stream(hub.settings(hf_home=tmp_path / "hf"), url, "tokenizer.json", staging, 3, 5.0)
+    assert err.value.token == download.FALLBACK_FAILED
+
+
+def test_offline_the_hub_fetcher_requests_nothing(hub, tmp_path):
+    fetch = download.hub_fetcher(hub.settings(hf_home=tmp_path / "hf", offline=True))
+    with pytest.raises(download._Failed):
+        fetch(REPO, "config.json", tmp_path)
+    assert hub.log == []
+
+
+def test_offline_a_cached_repo_is_copied_from_the_cache_and_verified(catalog, hub, tmp_path):
+    from huggingface_hub import snapshot_download
+
+    settings = hub.settings(hf_home=tmp_path / "hf", offline=True)
+    snapshot_download(REPO, cache_dir=str(settings.hub_cache), endpoint=hub.url, token=False)
+    hub.clear_log()
+    r = _evaluate(catalog, hub, tmp_path, REPO, _stages(no_boot=True), settings=settings)
+    assert r.e.ok and r.e.download.ok and r.e.download.sha_verified, r.e
+    assert hub.log == []
+    assert (download.pull_dir(tmp_path / "hf", REPO) / "config.json").is_file()
+
+
+def test_kv_calc_version_covers_every_estimator_source():
+    from club3090 import emit
+
+    here = Path(emit.__file__).parent
+    assert set(emit.ESTIMATOR_SOURCES) >= {"architecture.py", "memory.py", "kvformats.py", "serving.py"}
+    assert all((here / name).is_file() for name in emit.ESTIMATOR_SOURCES)
+    assert "+" in emit.kv_calc_version()

@@ -81,3 +81,29 @@ def test_every_vllm_profile_has_a_shape(cat):
         if cat.engines[p.engine].type == "vllm":
             shape = profile_shape(p, cat)
             assert shape.tp == p.tp and shape.max_model_len == p.max_ctx, key
+
+
+def test_shipped_values_resolve_through_launch_interpolate(cat):
+    """launch.interpolate owns ${VAR:-d}: a shipped value resolves as Compose does with no env."""
+    from dataclasses import replace
+
+    from club3090.launch import interpolate
+
+    p = cat.profiles["vllm/minimal"]
+    service = dict(p.runtime.service)
+    service["command"] = ["--max-num-batched-tokens", "${A:-${B:-4096}}", "--max-model-len=${CTX}"]
+    q = replace(p, runtime=replace(p.runtime, service=service))
+    assert shipped_flag(q, "--max-num-batched-tokens") == interpolate("${A:-${B:-4096}}") == "4096"
+    assert shipped_flag(q, "--max-model-len") is None
+    assert profile_batched_tokens(q) == 4096
+
+
+def test_bad_shipped_batched_tokens_is_a_catalog_error(cat):
+    from dataclasses import replace
+
+    from club3090.errors import CatalogError
+
+    p = cat.profiles["vllm/minimal"]
+    service = dict(p.runtime.service, command=["--max-num-batched-tokens", "${X:-lots}"])
+    with pytest.raises(CatalogError):
+        profile_batched_tokens(replace(p, runtime=replace(p.runtime, service=service)))

@@ -181,9 +181,9 @@ def build_gpus(ref: Path) -> dict[str, Any]:
 # --------------------------------------------------------------------------- KV formats
 
 def build_kv_formats() -> dict[str, Any]:
-    def kv(bpe, vllm_arg, engines, min_sm=None, scale=0, emittable=True, max_sm=None, note=""):
-        row: dict[str, Any] = {"bytes_per_element": bpe, "scale_bytes_per_head": scale,
-                               "min_sm": min_sm, "vllm_arg": vllm_arg, "engines": engines,
+    # Storage sizes are not catalog data: club3090.kvformats prices every format listed here.
+    def kv(vllm_arg, engines, min_sm=None, emittable=True, max_sm=None, note=""):
+        row: dict[str, Any] = {"min_sm": min_sm, "vllm_arg": vllm_arg, "engines": engines,
                                "emittable": emittable}
         if max_sm is not None:
             row["max_sm"] = max_sm
@@ -193,28 +193,30 @@ def build_kv_formats() -> dict[str, Any]:
 
     v, l, both = ["vllm"], ["llama.cpp"], ["vllm", "llama.cpp"]
     formats = {
-        "auto": kv(None, None, v, note="KV stored in the model dtype; the flag is omitted."),
-        "bf16": kv("2", None, v, min_sm="8.0", note="Equals the model dtype on bf16 models; flag omitted."),
-        "fp16": kv("2", None, v, note="Equals the model dtype on fp16 models; flag omitted."),
-        "fp32": kv("4", None, v, note="Only as the model dtype of a float32 model; flag omitted."),
-        "fp8": kv("1", "fp8", v, min_sm="8.6", note="Same storage as fp8_e4m3."),
-        "fp8_e4m3": kv("1", "fp8", v, min_sm="8.6",
+        "auto": kv(None, v, note="KV stored in the model dtype; the flag is omitted."),
+        "bf16": kv(None, v, min_sm="8.0", note="Equals the model dtype on bf16 models; flag omitted."),
+        "fp16": kv(None, v, note="Equals the model dtype on fp16 models; flag omitted."),
+        "fp32": kv(None, v, note="Only as the model dtype of a float32 model; flag omitted."),
+        "fp8": kv("fp8", v, min_sm="8.6", note="Same storage as fp8_e4m3."),
+        "fp8_e4m3": kv("fp8", v, min_sm="8.6",
                        note="Floor 8.6 at the current upstream pins (it was 9.0 earlier)."),
-        "fp8_e5m2": kv("1", "fp8_e5m2", v),
-        "int8_per_token_head": kv("1", "int8_per_token_head", v, scale=8,
+        "fp8_e5m2": kv("fp8_e5m2", v),
+        "int8_per_token_head": kv("int8_per_token_head", v,
                                   note="Needs the per-token-head KV overlay on v0.22.0; the shipped "
                                        "composes pass int8_per_token_head (upstream's table said auto+PTH)."),
-        "fp8_per_token_head": kv("1", "fp8_per_token_head", v, min_sm="8.9", scale=8),
-        "nvfp4": kv("0.5625", "nvfp4", v, min_sm="10.0", max_sm="10.3",
+        "fp8_per_token_head": kv("fp8_per_token_head", v, min_sm="8.9"),
+        "nvfp4": kv("nvfp4", v, min_sm="10.0", max_sm="10.3",
                     note="4-bit values plus an 8-bit scale per 16 elements; datacenter Blackwell only."),
-        "turboquant_3bit_nc": kv("0.425", "turboquant_3bit_nc", v, min_sm="9.0", emittable=False,
+        "turboquant_3bit_nc": kv("turboquant_3bit_nc", v, min_sm="9.0", emittable=False,
                                  note="Genesis patch set only; never written into a generated compose."),
-        "turboquant_k8v4": kv("0.75", "turboquant_k8v4", v),
-        "q8_0": kv("1.0625", "q8_0", l),
-        "q5_0": kv("0.6875", "q5_0", l),
-        "q4_1": kv("0.625", "q4_1", l),
-        "q4_0": kv("0.5625", "q4_0", both),
-        "k8v4": kv("0.75", "k8v4", both),
+        # SYSTEM.md section 5: a turboquant* KV format makes a profile Genesis-equipped
+        "turboquant_k8v4": kv("turboquant_k8v4", v, emittable=False,
+                              note="Genesis patch set only; never written into a generated compose."),
+        "q8_0": kv("q8_0", l),
+        "q5_0": kv("q5_0", l),
+        "q4_1": kv("q4_1", l),
+        "q4_0": kv("q4_0", both),
+        "k8v4": kv("k8v4", both),
     }
     return {"schema_version": SCHEMA, "kv_formats": formats}
 
@@ -319,7 +321,8 @@ MODEL_ARCH = {
     "gemma-4-31b": "Gemma4ForConditionalGeneration",
     "gemma-4-26b-a4b": "Gemma4ForConditionalGeneration",
     "gemma-4-12b": "Gemma4ForConditionalGeneration",
-    "diffusiongemma-26b-a4b": "DiffusionGemmaForCausalLM",
+    # upstream profiles/models/diffusiongemma-26b-a4b.yml: "Arch class DiffusionGemmaForBlockDiffusion"
+    "diffusiongemma-26b-a4b": "DiffusionGemmaForBlockDiffusion",
     "qwen3.6-40b-deckard": "Qwen3_5ForCausalLM",
 }
 
@@ -899,6 +902,7 @@ def build_anchors(shared: Path, registry: dict[str, Any], models: dict[str, Any]
         kv = _first_token(row.get("kv_format"))
         entry: dict[str, Any] = {
             "id": base if seen[base] == 1 else f"{base}:{seen[base]}",
+            "set": kind,
             "profile": profile,
             "gpu": gpu,
             "gpu_count": count,

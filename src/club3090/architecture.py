@@ -36,7 +36,7 @@ STATE_KINDS = frozenset({"gdn", "mamba2", "linear"})
 
 # Sanity bounds, far above any released model (today: <= ~200 layers, 128 heads, hidden 32k,
 # vocab ~262k, 512 experts). A config over one is corrupt or hostile: it is unpriceable, and no
-# per-layer table is built for it (10**6 layers once cost a 41 s dry-run, 10**7 layers 1.4 GB).
+# per-layer table is built for it (the table is one record per layer: 10**7 layers is gigabytes).
 DIMENSION_CAPS: Mapping[str, int] = MappingProxyType({
     "num_hidden_layers": 10_000,
     "mtp_layers": 10_000,

@@ -104,9 +104,8 @@ class CalibrationReport:
 
 
 def anchor_set(anchor: Any) -> str:
-    """The anchor's source set, as the catalog converter encodes it in the id (profile:set[:n])."""
-    parts = str(anchor.id).split(":")
-    return parts[1] if len(parts) > 1 else ""
+    """The anchor's measurement set (``Anchor.set``)."""
+    return anchor.set
 
 
 def anchor_inputs(anchor: Any, catalog: Any) -> AnchorInputs:

@@ -33,15 +33,16 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from club3090 import __version__
 from club3090.errors import InputError
-from club3090.fsutil import atomic_write_text, read_json_capped
-from club3090.slug import sanitize_slug  # noqa: F401 - re-exported for submit and callers
+from club3090.fsutil import atomic_write_text, read_bytes_capped, read_json_capped
+from club3090.slug import sanitize_slug
 
-CAPTURES_DIRNAME = ".pull-captures"
+CAPTURES_DIRNAME = ".pull-captures"   # under the working directory; the CLI's default root
 LAST_FILE = ".last"
 MANIFEST_FILE = "manifest.json"
 TS_FORMAT = "%Y%m%dT%H%M%SZ"
 BUNDLE_JSON_LIMIT = 4 * 1024 * 1024   # pt3 log excerpts are <= 64 KiB; anything near this is junk
 SEP = "\x1f"
+LAST_FILE_LIMIT = 4096                 # one relative path
 
 POINT_FILES: Mapping[str, str] = MappingProxyType({
     "gate": "pt1-gate.json",
@@ -83,8 +84,6 @@ FINGERPRINT_FIELDS: tuple[str, ...] = (
 )
 
 
-# --- slugs ------------------------------------------------------------------------------------
-
 # --- redaction --------------------------------------------------------------------------------
 
 REDACTED = "<REDACTED>"
@@ -104,20 +103,18 @@ class Redactor:
     """Redaction rules bound to one machine's identity; ``redact`` builds one per call.
 
     ``None`` for ``home``/``user``/``host`` means "this machine's" (read at call time);
-    ``""`` switches that rule off. ``secrets`` are literal strings to hide (default: the
-    values of ``HF_TOKEN`` / ``HUGGING_FACE_HUB_TOKEN`` in the environment, if set).
+    ``""`` switches that rule off. ``secrets`` are literal strings to hide (the caller passes
+    ``Settings.redaction_secrets``: the token from the environment or the token file).
     """
 
     def __init__(self, *, home: str | os.PathLike[str] | None = None, user: str | None = None,
-                 host: str | None = None, secrets: Iterable[str] | None = None) -> None:
+                 host: str | None = None, secrets: Iterable[str] = ()) -> None:
         if home is None:
             home = _safe(lambda: str(Path.home()))
         if user is None:
             user = _safe(getpass.getuser)
         if host is None:
             host = _safe(socket.gethostname)
-        if secrets is None:
-            secrets = [os.environ.get(k, "") for k in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")]
         self._secrets = sorted({s for s in secrets if s and len(s) >= 8}, key=len, reverse=True)
         homes = set()
         if home:
@@ -172,7 +169,7 @@ class Redactor:
 
 
 def redact(obj: Any, *, home: str | os.PathLike[str] | None = None, user: str | None = None,
-           host: str | None = None, secrets: Iterable[str] | None = None) -> Any:
+           host: str | None = None, secrets: Iterable[str] = ()) -> Any:
     """Return a copy of a JSON-shaped value with every string redacted (SYSTEM.md section 12).
 
     home -> ``~``, ``/root`` -> ``~``, host -> ``<HOST>``, user -> ``<USER>`` (whole words
@@ -284,15 +281,13 @@ def kv_calc_version(predictor_id: str, estimator_sources: Sequence[Path],
         for path in sorted((Path(p) for p in calibration_files), key=lambda p: (p.name, str(p))):
             parts.append(path.name.encode("utf-8"))
             parts.append(_read_small(path))
-    except OSError:
+    except (OSError, InputError):
         return predictor_id
     return f"{predictor_id}+{hashlib.sha256(SEP.encode().join(parts)).hexdigest()[:12]}"
 
 
 def _read_small(path: Path, limit: int = 16 * 1024 * 1024) -> bytes:
-    if path.stat().st_size > limit:
-        raise OSError(f"{path}: larger than {limit} bytes")
-    return path.read_bytes()
+    return read_bytes_capped(path, limit=limit)
 
 
 def topology_fields(gpus: Sequence[tuple[str, int]]) -> dict[str, str | None]:
@@ -348,57 +343,25 @@ def _git_head(package_dir: Path) -> str | None:
 def write_gate_bundle(root: Path, *, slug: str, gate: Mapping[str, Any],
                       manifest_fields: Mapping[str, Any], now: datetime,
                       home: str | os.PathLike[str] | None = None, user: str | None = None,
-                      host: str | None = None) -> Path:
-    """Write a gate-only bundle for a hard stop and point ``<root>/.last`` at it.
+                      host: str | None = None, secrets: Iterable[str] = ()) -> Path:
+    """Write a gate-only bundle (schema 2) for a hard stop and point ``<root>/.last`` at it.
 
     ``root`` is the captures folder (``./.pull-captures`` by default, the caller decides).
     ``gate`` must hold ``abort_reason`` (the printed token, e.g.
     ``engine-support-unknown/no-arch-row`` or ``hard-block``) and may hold any of
     ``GATE_KEYS``; ``manifest_fields`` any of ``MANIFEST_KEYS`` plus ``club3090_commit``
-    (keys the gate never reached stay ``null``). ``now`` must be timezone-aware.
+    (keys the gate never reached stay ``null``). ``now`` must be timezone-aware; ``secrets``
+    are literal strings to redact (``Settings.redaction_secrets``).
     Returns the bundle folder. Raises ValueError/TypeError for caller mistakes and OSError
     for file-system failures; it never changes the gate decision, so callers should report
     an OSError as a notice, not abort.
     """
-    unknown = sorted(set(gate) - set(GATE_KEYS))
-    if unknown:
-        raise ValueError(f"unknown gate keys for a bundle: {unknown}; allowed: {list(GATE_KEYS)}")
-    unknown = sorted(set(manifest_fields) - set(MANIFEST_KEYS) - {"club3090_commit"})
-    if unknown:
-        raise ValueError(f"unknown manifest keys for a bundle: {unknown}; allowed: {list(MANIFEST_KEYS)}")
     abort_reason = to_jsonable(gate.get("abort_reason"))
     if not isinstance(abort_reason, str) or not abort_reason:
         raise ValueError("a gate bundle needs a non-empty abort_reason")
-    if now.tzinfo is None or now.utcoffset() is None:
-        raise ValueError("now must be timezone-aware (inject datetime.now(timezone.utc))")
-    utc_ts = now.astimezone(timezone.utc).strftime(TS_FORMAT)
-
-    point: dict[str, Any] = {name: None for name in GATE_KEYS}
-    point.update(detail={}, notices=[])
-    point.update(gate)
-    point.update(schema=2, point="gate", slug=slug, is_gate_only=True)
-
-    manifest: dict[str, Any] = {name: None for name in MANIFEST_KEYS}
-    manifest.update(model=slug, model_id=slug)
-    manifest.update(manifest_fields)
-    manifest.update(schema=2, slug=slug, utc_ts=utc_ts, outcome="hard-block", failure_class=None,
-                    capture_points=["gate"])
-    manifest.setdefault("club3090_commit", None)
-    if not manifest["club3090_commit"]:
-        manifest["club3090_commit"] = club3090_commit()
-
-    redactor = Redactor(home=home, user=user, host=host)
-    point = redactor.value(to_jsonable(point))
-    manifest = redactor.value(to_jsonable(manifest))
-    # fingerprint what is on disk, so the Loop can re-derive it from the redacted manifest
-    manifest["submission_fingerprint"] = submission_fingerprint(manifest)
-
-    root = Path(root)
-    bundle = _fresh_dir(root / sanitize_slug(slug), utc_ts)
-    atomic_write_text(bundle / POINT_FILES["gate"], dump_json(point), overwrite=False)
-    atomic_write_text(bundle / MANIFEST_FILE, dump_json(manifest), overwrite=False)
-    atomic_write_text(root / LAST_FILE, bundle.relative_to(root).as_posix() + "\n")
-    return bundle
+    return _write_bundle(root, schema=2, slug=slug, gate=gate, points={}, manifest_fields=manifest_fields,
+                         outcome="hard-block", now=now,
+                         redactor=Redactor(home=home, user=user, host=host, secrets=secrets))
 
 
 POINT_KEYS: Mapping[str, tuple[str, ...]] = MappingProxyType({
@@ -413,7 +376,7 @@ POINT_KEYS: Mapping[str, tuple[str, ...]] = MappingProxyType({
 def write_e_bundle(root: Path, *, slug: str, gate: Mapping[str, Any], points: Mapping[str, Mapping[str, Any]],
                    manifest_fields: Mapping[str, Any], outcome: str, now: datetime,
                    home: str | os.PathLike[str] | None = None, user: str | None = None,
-                   host: str | None = None) -> Path:
+                   host: str | None = None, secrets: Iterable[str] = ()) -> Path:
     """Write a schema-1 bundle for a run that entered Pull-Emit-Derived ``[E]`` and point
     ``<root>/.last`` at it.
 
@@ -423,12 +386,6 @@ def write_e_bundle(root: Path, *, slug: str, gate: Mapping[str, Any], points: Ma
     ``ok``, ``partial`` or ``failed``. Same redaction, atomic writes and errors as
     ``write_gate_bundle``.
     """
-    unknown = sorted(set(gate) - set(GATE_KEYS))
-    if unknown:
-        raise ValueError(f"unknown gate keys for a bundle: {unknown}; allowed: {list(GATE_KEYS)}")
-    unknown = sorted(set(manifest_fields) - set(MANIFEST_KEYS) - {"club3090_commit"})
-    if unknown:
-        raise ValueError(f"unknown manifest keys for a bundle: {unknown}; allowed: {list(MANIFEST_KEYS)}")
     for name, point in points.items():
         if name not in POINT_KEYS:
             raise ValueError(f"unknown capture point {name!r}; allowed: {list(POINT_KEYS)}")
@@ -437,6 +394,25 @@ def write_e_bundle(root: Path, *, slug: str, gate: Mapping[str, Any], points: Ma
             raise ValueError(f"capture point {name!r} lacks {missing}")
     if outcome not in ("ok", "partial", "failed"):
         raise ValueError(f"an [E] bundle's outcome is ok, partial or failed, not {outcome!r}")
+    return _write_bundle(root, schema=1, slug=slug, gate=gate, points=points, manifest_fields=manifest_fields,
+                         outcome=outcome, now=now,
+                         redactor=Redactor(home=home, user=user, host=host, secrets=secrets))
+
+
+def _write_bundle(root: Path, *, schema: int, slug: str, gate: Mapping[str, Any],
+                  points: Mapping[str, Mapping[str, Any]], manifest_fields: Mapping[str, Any],
+                  outcome: str, now: datetime, redactor: Redactor) -> Path:
+    """The one bundle writer: validate, fill, redact, fingerprint, write atomically, move ``.last``.
+
+    Schema 2 (gate-only) marks the gate point ``is_gate_only``; schema 1 flags pt5 as a
+    calibration signal that is not validated.
+    """
+    unknown = sorted(set(gate) - set(GATE_KEYS))
+    if unknown:
+        raise ValueError(f"unknown gate keys for a bundle: {unknown}; allowed: {list(GATE_KEYS)}")
+    unknown = sorted(set(manifest_fields) - set(MANIFEST_KEYS) - {"club3090_commit"})
+    if unknown:
+        raise ValueError(f"unknown manifest keys for a bundle: {unknown}; allowed: {list(MANIFEST_KEYS)}")
     if now.tzinfo is None or now.utcoffset() is None:
         raise ValueError("now must be timezone-aware (inject datetime.now(timezone.utc))")
     utc_ts = now.astimezone(timezone.utc).strftime(TS_FORMAT)
@@ -444,7 +420,9 @@ def write_e_bundle(root: Path, *, slug: str, gate: Mapping[str, Any], points: Ma
     gate_point: dict[str, Any] = {name: None for name in GATE_KEYS}
     gate_point.update(detail={}, notices=[])
     gate_point.update(gate)
-    gate_point.update(schema=1, point="gate", slug=slug)
+    gate_point.update(schema=schema, point="gate", slug=slug)
+    if schema == 2:
+        gate_point.update(is_gate_only=True)
     files: dict[str, dict[str, Any]] = {"gate": gate_point}
     for name in POINT_KEYS:  # fixed order
         if name in points:
@@ -457,19 +435,18 @@ def write_e_bundle(root: Path, *, slug: str, gate: Mapping[str, Any], points: Ma
     manifest: dict[str, Any] = {name: None for name in MANIFEST_KEYS}
     manifest.update(model=slug, model_id=slug)
     manifest.update(manifest_fields)
-    manifest.update(schema=1, slug=slug, utc_ts=utc_ts, outcome=outcome, failure_class=None,
+    manifest.update(schema=schema, slug=slug, utc_ts=utc_ts, outcome=outcome, failure_class=None,
                     capture_points=list(files))
-    manifest.setdefault("club3090_commit", None)
-    if not manifest["club3090_commit"]:
+    if not manifest.get("club3090_commit"):
         manifest["club3090_commit"] = club3090_commit()
 
-    redactor = Redactor(home=home, user=user, host=host)
     files = {name: redactor.value(to_jsonable(body)) for name, body in files.items()}
     manifest = redactor.value(to_jsonable(manifest))
+    # fingerprint what is on disk, so the Loop can re-derive it from the redacted manifest
     manifest["submission_fingerprint"] = submission_fingerprint(manifest)
 
     root = Path(root)
-    bundle = _fresh_dir(root / sanitize_slug(slug), utc_ts)
+    bundle = _fresh_dir(root / sanitize_slug(redactor.text(slug)), utc_ts)   # no secret in a folder name
     for name, body in files.items():
         atomic_write_text(bundle / POINT_FILES[name], dump_json(body), overwrite=False)
     atomic_write_text(bundle / MANIFEST_FILE, dump_json(manifest), overwrite=False)
@@ -567,8 +544,8 @@ def latest_bundle(root: Path) -> Path | None:
     """The bundle ``<root>/.last`` names, if it still exists inside ``root``; else None."""
     root = Path(root)
     try:
-        raw = (root / LAST_FILE).read_bytes()[:4096].decode("utf-8")
-    except (OSError, UnicodeDecodeError):
+        raw = read_bytes_capped(root / LAST_FILE, limit=LAST_FILE_LIMIT).decode("utf-8")
+    except (InputError, UnicodeDecodeError):
         return None
     line = raw.strip().splitlines()[0].strip() if raw.strip() else ""
     rel = PurePath(line)

@@ -20,7 +20,7 @@ import sys
 from typing import Callable, NoReturn, Sequence
 
 from club3090 import __version__
-from club3090.errors import (CatalogError, Club3090Error, GatedRepo, HardwareError, HubError,
+from club3090.errors import (CatalogError, Club3090Error, GatedRepo, HubError,
                              HubUnreachable, InputError, RepoNotFound, RevisionNotFound, UsageError)
 from club3090.settings import Settings
 
@@ -39,6 +39,9 @@ COMMANDS: tuple[tuple[str, str], ...] = (
     ("inspect", "club3090.commands.inspect"),
     ("compose", "club3090.commands.compose"),
     ("profiles", "club3090.commands.profiles"),
+    ("verify", "club3090.commands.verify"),
+    ("bench", "club3090.commands.bench"),
+    ("soak", "club3090.commands.soak"),
 )
 
 
@@ -58,7 +61,6 @@ ERRORS: tuple[tuple[type[BaseException], int, Callable[[BaseException], str]], .
     (CatalogError, EXIT_CONFIG, _catalog_message),
     (InputError, EXIT_DATAERR, lambda e: f"invalid input: {e}"),
     (UsageError, EXIT_USAGE, lambda e: f"club3090: error: {e}"),
-    (HardwareError, EXIT_UNAVAILABLE, lambda e: f"GPU detection failed: {e}"),
     (Club3090Error, EXIT_SOFTWARE, lambda e: f"error: {e}"),
     (KeyboardInterrupt, 130, lambda e: "interrupted"),
 )

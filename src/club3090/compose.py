@@ -12,7 +12,6 @@ Refusals are stable tokens (stratum 6 ``d-refused:<token>``; ``derived-runtime-u
 
 from __future__ import annotations
 
-import copy
 import json
 import posixpath
 import re
@@ -24,7 +23,8 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 from club3090 import __version__
 from club3090.errors import InputError, UsageError
 from club3090.slug import sanitize_slug
-from club3090.launch import (Launch, escape_dollars, has_control_chars, interpolate, render,
+from club3090.kvformats import canonical_dtype
+from club3090.launch import (Launch, escape_dollars, has_control_chars, interpolate, plain_data, render,
                              split_volume, volume_source, volume_target)
 from club3090.outcome import Reason, Stop, Stratum
 
@@ -42,15 +42,12 @@ FOUNDATIONAL_DRIFT = "foundational-drift"
 DEGRADED_DRIFT = "degraded-drift"
 REFUSAL_TOKENS = (PIN_MISMATCH, TP_OR_KV, TRC, FOUNDATIONAL_DRIFT, DEGRADED_DRIFT, SCOPE, OTHER)
 
-# derived_emittable clauses, in order (SYSTEM.md section 12).
+# derived_emittable refusals (SYSTEM.md section 12): "derived-runtime-unsupported:<clause>".
 DERIVED_PREFIX = "derived-runtime-unsupported"
-DERIVED_CLAUSES = ("engine-install-method", "overlay-feature", "kv", "drafter", "gpu-count",
-                   "unsupported-quant-for-derived")
 DERIVED_KV_FORMATS = ("bf16", "fp16", "fp8_e5m2", "fp8_e4m3")
 DERIVED_QUANT_METHODS = ("awq", "gptq", "compressed-tensors", "fp8")
 AUTOROUND_METHODS = ("auto-round", "autoround", "auto_round", "intel/auto-round")
-COMPUTE_DTYPES = {"bfloat16": "bfloat16", "bf16": "bfloat16", "float16": "float16",
-                  "fp16": "float16", "half": "float16"}
+DERIVED_COMPUTE_DTYPES = ("bfloat16", "float16")   # canonical names (kvformats.canonical_dtype)
 
 EXIT_EMITTED = 0
 EXIT_REFUSED = 2
@@ -164,18 +161,13 @@ def generate(profile_key: str, catalog: "Catalog", *, guard_runner: GuardRunner 
     if profile is None:
         return _refuse(profile_key, OTHER, f"unknown profile {profile_key!r}")
 
-    # 1 scope
-    engine = catalog.engines.get(profile.engine)
-    runtime = profile.runtime
-    if engine is None or engine.type != "vllm":
-        return _refuse(profile_key, SCOPE, f"engine {profile.engine!r} is not a vLLM engine")
-    if runtime is None:
-        return _refuse(profile_key, SCOPE, "no captured runtime template for this profile")
-    if runtime.genesis_equipped:
-        return _refuse(profile_key, SCOPE, f"Genesis-equipped ({runtime.genesis_evidence})")
+    # 1 scope (Catalog.emittable owns the rule)
+    emittable, why = catalog.emittable(profile_key)
+    if not emittable:
+        return _refuse(profile_key, SCOPE, why or "not emittable")
+    engine = catalog.engines[profile.engine]
+    runtime = profile.runtime           # emittable: captured, not Genesis-equipped
     kv = catalog.kv_formats.get(profile.kv_format)
-    if kv is not None and not kv.emittable:
-        return _refuse(profile_key, SCOPE, f"KV format {profile.kv_format} is never emitted")
 
     # 2 arch
     row = catalog.arch_row_for_model(profile.model)
@@ -395,7 +387,7 @@ def _spec_config(shipped: str, drafter: Any) -> str:
 def _replay_service(shipped: Mapping[str, Any], profile: "Profile", catalog: "Catalog",
                     insertion_points: Sequence[str], wired: Sequence["Patch"],
                     omitted: Sequence["Patch"], repo_prefix: str) -> dict[str, Any]:
-    service: dict[str, Any] = copy.deepcopy(_to_plain(shipped))
+    service: dict[str, Any] = plain_data(shipped)
     # ports <- default_port
     ports = service.get("ports")
     if isinstance(ports, list) and ports and isinstance(ports[0], str):
@@ -449,14 +441,6 @@ def _replay_service(shipped: Mapping[str, Any], profile: "Profile", catalog: "Ca
     if command is not None or args:
         service["command"] = args
     return service
-
-
-def _to_plain(value: Any) -> Any:
-    if isinstance(value, Mapping):
-        return {str(k): _to_plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_to_plain(v) for v in value]
-    return value
 
 
 def _set_host_port(entry: str, port: str) -> str:
@@ -611,7 +595,9 @@ def derived_compose(spec: "ModelSpec", profile_key: str, catalog: "Catalog", *, 
                                f"{len(gpu_indices)} GPU(s) visible, tp {tp} needs {tp}")
     selected = [int(g) for g in list(gpu_indices)[:tp]]
 
-    compute = COMPUTE_DTYPES.get((spec.compute_dtype or spec.arch.torch_dtype or "").lower())
+    compute = canonical_dtype(spec.compute_dtype or spec.arch.torch_dtype or "")
+    if compute not in DERIVED_COMPUTE_DTYPES:
+        compute = None
     quant_args: list[str] = []
     method = (spec.quantization.method.lower() if spec.quantization is not None else None)
     if method is not None:

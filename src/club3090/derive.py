@@ -93,6 +93,8 @@ def derive(source: str, settings: "Settings", catalog: Any = None, *, client: "H
                      f"{source!r} is neither an existing folder nor a Hugging Face repo id (org/name)")
 
     if settings.offline:
+        from club3090.hub import cached_snapshot
+
         folder = cached_snapshot(repo_id, revision, settings.hub_cache)
         if folder is None:
             raise HubUnreachable(repo_id, "HF_HUB_OFFLINE is set and the repo is not in the HF cache "
@@ -123,9 +125,12 @@ def _looks_like_path(source: str) -> bool:
     return source.startswith(("/", "./", "../", "~", ".\\")) or "\\" in source or source in (".", "..")
 
 
-def _stop(reason: Reason, detail: str, message: str, **extra: object) -> Stop:
-    return Stop(stratum=Stratum.DERIVER, reason=reason,
-                detail=MappingProxyType({"detail": detail, "message": message, **extra}))
+def _stop(reason: Reason, sub_reason: str, message: str, **extra: object) -> Stop:
+    """A stratum-1 stop. The public reason stays the seed's bare token (SYSTEM.md section 4);
+    ``sub_reason`` (``gguf-only``, ``not-found``, ...) says which case it was, ``detail`` keeps
+    the data (``message``, ``gguf_files``, ``file``, ...)."""
+    return Stop(stratum=Stratum.DERIVER, reason=reason, sub_reason=sub_reason,
+                detail=MappingProxyType({"message": message, **extra}))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -341,35 +346,24 @@ def _quant_from(qc: Mapping[str, Any], default_method: str | None) -> Quantizati
     return Quantization(method=method, bits=bits, kv_cache_scheme=_kv_scheme(qc), scheme=scheme)
 
 
-def _text_config(config: Mapping[str, Any]) -> Mapping[str, Any]:
-    for key in ("text_config", "llm_config", "language_config"):
-        inner = config.get(key)
-        if isinstance(inner, Mapping):
-            return inner
-    return {}
+def _torch_dtype(arch: Architecture) -> str | None:
+    """The checkpoint's compute dtype as a torch name (``bfloat16``), from ``Architecture``."""
+    if not arch.torch_dtype:
+        return None
+    name = arch.torch_dtype.removeprefix("torch.").lower()
+    return name if name in _TORCH_BITS else None
 
 
-def _torch_dtype(config: Mapping[str, Any]) -> str | None:
-    for cfg in (config, _text_config(config)):
-        for key in ("torch_dtype", "dtype"):
-            value = cfg.get(key)
-            if isinstance(value, str) and value:
-                name = value.removeprefix("torch.").lower()
-                if name in _TORCH_BITS:
-                    return name
-    return None
-
-
-def resolve_quantization(config: Mapping[str, Any], quant_files: Mapping[str, Any],
+def resolve_quantization(arch: Architecture, quant_files: Mapping[str, Any],
                          dtype_bytes: Mapping[str, int]) -> tuple[Quantization | None, str | None, dict[str, str]] | Stop:
-    """(quantization, compute dtype, provenance) or a ``quant-dtype-unknown`` stop."""
+    """(quantization, compute dtype, provenance) or a ``quant-dtype-unknown`` stop.
+
+    ``quantization_config`` and ``torch_dtype`` come from ``Architecture`` (which owns the
+    config.json reading, ``text_config`` wrappers included)."""
     provenance: dict[str, str] = {}
     candidates: list[tuple[Mapping[str, Any], str | None, str]] = []
-    for cfg in (config, _text_config(config)):
-        qc = cfg.get("quantization_config")
-        if isinstance(qc, Mapping) and qc:
-            candidates.append((qc, None, "config"))
-            break
+    if arch.quantization_config:
+        candidates.append((arch.quantization_config, None, "config"))
     if isinstance(quant_files.get("quantize_config.json"), Mapping):
         candidates.append((quant_files["quantize_config.json"], "gptq", "config"))
     if isinstance(quant_files.get("hf_quant_config.json"), Mapping):
@@ -388,7 +382,7 @@ def resolve_quantization(config: Mapping[str, Any], quant_files: Mapping[str, An
         return _stop(Reason.QUANT_DTYPE_UNKNOWN, "unknown-bits",
                      f"quantization method {quant.method!r} declares no weight bit width")
 
-    compute = _torch_dtype(config)
+    compute = _torch_dtype(arch)
     if compute is not None:
         provenance["compute_dtype"] = "config"
     else:
@@ -404,17 +398,6 @@ def resolve_quantization(config: Mapping[str, Any], quant_files: Mapping[str, An
 
 # ---------------------------------------------------------------------------------------------
 # assembling the spec
-
-
-def _mtp_declared(config: Mapping[str, Any], arch: Architecture) -> bool:
-    if arch.mtp_layers > 0:
-        return True
-    for cfg in (config, _text_config(config)):
-        for key in ("mtp_num_hidden_layers", "num_nextn_predict_layers"):
-            value = cfg.get(key)
-            if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-                return True
-    return False
 
 
 def _mtp_present(files: Sequence[str], headers: Mapping[str, SafetensorsHeader], layers: int) -> bool:
@@ -451,11 +434,11 @@ def build_spec(*, kind: str, ref: str, revision: str | None, commit: str | None,
     for name in weights.files:
         for dtype, n in headers[name].dtype_bytes.items():
             dtype_bytes[dtype] = dtype_bytes.get(dtype, 0) + n
-    resolved = resolve_quantization(config, quant_files, dtype_bytes)
+    resolved = resolve_quantization(arch, quant_files, dtype_bytes)
     if isinstance(resolved, Stop):
         return resolved
     quant, compute, provenance = resolved
-    trc = bool(config.get("auto_map")) or bool(_text_config(config).get("auto_map")) or bool(arch.auto_map)
+    trc = arch.auto_map
     names = download_set(files, weights, trust_remote_code=trc)
     download = tuple(files[n] for n in names)
     max_ctx = arch.max_position_embeddings
@@ -474,7 +457,7 @@ def build_spec(*, kind: str, ref: str, revision: str | None, commit: str | None,
         download_files=download,
         footprint_bytes=sum(f.size_bytes or 0 for f in download),
         quantization=quant, compute_dtype=compute, requires_trust_remote_code=trc,
-        has_mtp_head=_mtp_declared(config, arch) and _mtp_present(weights.files, headers, arch.num_hidden_layers),
+        has_mtp_head=arch.mtp_layers > 0 and _mtp_present(weights.files, headers, arch.num_hidden_layers),
         has_vision=bool(arch.has_vision), confidence="estimated-lower-bound", curated=None,
         local_path=local_path, gguf_files=weights.gguf_files,
         provenance=MappingProxyType(dict(sorted(provenance.items()))),
@@ -510,13 +493,22 @@ def read_local_header(path: Path, *, name: str | None = None) -> SafetensorsHead
     return parse_header(raw, file=label, file_size=size)
 
 
+def _cached_lfs_sha256(entry: Path) -> str | None:
+    """In the HF cache a file links to ``blobs/<etag>``; an LFS file's etag is its sha256."""
+    if not entry.is_symlink():
+        return None
+    name = entry.resolve().name
+    return name if re.fullmatch(r"[0-9a-f]{64}", name) else None
+
+
 def derive_folder(folder: Path, *, kind: str, ref: str, revision: str | None = None,
                   commit: str | None = None, progress: Progress | None = None) -> ModelSpec | Stop:
     folder = Path(folder)
     files: dict[str, RepoFile] = {}
     for entry in sorted(folder.iterdir()):
         if entry.is_file():  # follows the HF cache's symlinks into blobs/
-            files[entry.name] = RepoFile(name=entry.name, size_bytes=entry.stat().st_size)
+            files[entry.name] = RepoFile(name=entry.name, size_bytes=entry.stat().st_size,
+                                         sha256=_cached_lfs_sha256(entry) if kind == "cache" else None)
     where = f"{ref}: "
     if "config.json" not in files:
         gguf = sorted(n for n in files if n.lower().endswith(".gguf"))
@@ -546,17 +538,6 @@ def derive_folder(folder: Path, *, kind: str, ref: str, revision: str | None = N
                       size_provenance="filesystem", local_path=folder)
 
 
-def cached_snapshot(repo_id: str, revision: str | None, cache_dir: Path) -> Path | None:
-    """The snapshot folder of ``repo_id@revision`` in the HF cache, if config.json is cached."""
-    from huggingface_hub import try_to_load_from_cache
-
-    found = try_to_load_from_cache(repo_id, "config.json", cache_dir=str(cache_dir),
-                                   revision=revision or "main")
-    if isinstance(found, str):
-        return Path(found).parent
-    return None
-
-
 # ---------------------------------------------------------------------------------------------
 # the Hub
 
@@ -583,7 +564,7 @@ def derive_hub(client: "HubSource", repo_id: str, revision: str | None, *, has_t
         if isinstance(exc, GatedRepo):
             return _stop(Reason.GATED_NO_TOKEN, "gated", f"{repo_id} is gated; accept its terms and set HF_TOKEN")
         if isinstance(exc, EntryNotFound):
-            return _stop(Reason.UNSUPPORTED_FORMAT, "no-config-json", f"{where}no config.json")
+            return _missing_file(exc.file, where)
         return _stop(Reason.REPO_NOT_FOUND, "not-found", f"{repo_id}: repository not found{token_hint}")
 
     if "config.json" not in files:
@@ -613,14 +594,36 @@ def derive_hub(client: "HubSource", repo_id: str, revision: str | None, *, has_t
                       size_provenance="hub-api")
 
 
+# A file the listing named but the Hub did not serve: the sub-reason says which kind.
+MISSING_FILE_SUB_REASONS: Mapping[str, str] = MappingProxyType({
+    "config.json": "no-config-json",
+    **{name: "missing-quant-config" for name in QUANT_FILES},
+})
+
+
+def _missing_file(name: str | None, where: str) -> Stop:
+    """``unsupported-format`` for a listed file the Hub answered 404 for, naming the file."""
+    if name in MISSING_FILE_SUB_REASONS:
+        sub = MISSING_FILE_SUB_REASONS[name]
+    elif name is not None and name.endswith(".safetensors.index.json"):
+        sub = "missing-index"
+    elif name is not None and name.endswith(".safetensors"):
+        sub = "missing-shard"
+    else:
+        sub = "missing-file"
+    return _stop(Reason.UNSUPPORTED_FORMAT, sub, f"{where}{name or 'a listed file'} is listed but not served",
+                 file=name)
+
+
 # ---------------------------------------------------------------------------------------------
 # rendering helpers shared by commands
 
 
 def stop_to_json(stop: Stop) -> dict[str, Any]:
+    """``{"stratum": 1, "reason": <bare seed token>, "detail": <sub-reason>, "message": ..., ...}``."""
     detail = dict(stop.detail)
-    out: dict[str, Any] = {"stratum": int(stop.stratum), "reason": stop.token,
-                           "detail": detail.pop("detail", ""), "message": detail.pop("message", "")}
+    out: dict[str, Any] = {"stratum": int(stop.stratum), "reason": stop.reason.value,
+                           "detail": stop.sub_reason or "", "message": detail.pop("message", "")}
     out.update(detail)
     return out
 

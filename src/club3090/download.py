@@ -8,12 +8,17 @@ at import). The endpoint and token come from ``Settings`` and are passed explici
   once it passed its checks; a file that fails is deleted, so ``<dest>`` only ever holds checked
   files. The staging folder is removed at the end, success or not.
 - Every ``*.safetensors`` is SHA-256-checked against the Hub's LFS sha256 (``RepoFile.sha256``,
-  from ``siblings[].lfs.sha256``); no hash is a hard ``no-etag``. Other files get presence + size.
+  from ``siblings[].lfs.sha256``); no hash is a hard ``no-etag``. Other files (tokenizers, chat
+  templates, ``*.py`` run under ``--trust-remote-code``) get size + their content address (the
+  ETag: git blob id or LFS sha256), checked by the fetcher.
 - A per-slug lock (``<pulls>/.locks/<slug>.lock/pid``) refuses a second concurrent pull
   (``in-progress``); a lock whose pid is dead, or that has no pid file after ``LOCK_GRACE_S``, is
   reclaimed.
 - Ladder: (1) ``hf_hub_download`` (classic LFS; rung 2, Xet, is not wired: ``HF_HUB_DISABLE_XET``
-  decides as usual), (3) a resumable single-stream GET of the resolve URL; both failing is ``fallback-failed``.
+  decides as usual), (3) a single-stream GET of the resolve URL, capped at the listed size (no
+  resume: staging starts empty); both failing is ``fallback-failed``.
+- Offline (``Settings.offline``) the Hub fetcher requests nothing; a repo found in the HF cache is
+  copied out of its snapshot by ``folder_fetcher`` instead.
 
 Failures are values (``DownloadReport.failure`` is one of ``TOKENS``); nothing here raises for a
 download problem.
@@ -24,12 +29,14 @@ from __future__ import annotations
 import errno
 import hashlib
 import os
+import re
 import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
+from club3090.compose import MAX_SLUG
 from club3090.slug import sanitize_slug
 
 if TYPE_CHECKING:
@@ -48,9 +55,11 @@ PULLS_DIR = ("club3090", "pulls")
 STAGING = ".incomplete"
 LOCKS = ".locks"
 LOCK_GRACE_S = 10.0
-MAX_SLUG = 200                # as compose.MAX_SLUG: the folder the derived compose mounts
 HASH_CHUNK = 1 << 20
 TIMEOUT_S = 30.0
+
+_HEX40 = re.compile(r"[0-9a-f]{40}")
+_HEX64 = re.compile(r"[0-9a-f]{64}")
 
 Progress = Callable[[str], None]
 Fetch = Callable[[str, str, Path], Path]  # (repo_id, filename, staging dir) -> the staged file
@@ -152,41 +161,120 @@ class SlugLock:
 # --------------------------------------------------------------------------------------------
 
 def hub_fetcher(settings: "Settings", *, revision: str | None = None, timeout: float = TIMEOUT_S) -> Fetch:
-    """Rung 1 (``hf_hub_download`` into the staging folder) with rung 3 (a resumable single-stream
-    GET of the resolve URL) behind it. Gated/401 and disk-full errors are not retried."""
+    """Fetch one file from the Hub into the staging folder.
+
+    A HEAD first gives the file's size and ETag at ``revision`` (the commit the gate derived);
+    then rung 1 (``hf_hub_download``) with rung 3 (a single-stream GET of the resolve URL, capped
+    at that size) behind it. A non-weight file is checked against its ETag, the Hub's content
+    address: the git blob id (``sha1("blob <size>\\0" + bytes)``) of a plain file, the sha256 of
+    an LFS file; weights are checked by ``download`` against the LFS sha256 the gate saw. Hub
+    errors are mapped once, by ``hub.translate``: access refused -> ``gated-401``, no ETag ->
+    ``no-etag``. Offline (``Settings.offline``) nothing is requested.
+    """
+    from club3090 import hub
 
     def fetch(repo_id: str, filename: str, staging: Path) -> Path:
-        from huggingface_hub import errors as hf_errors
-        from huggingface_hub import hf_hub_download
+        if settings.offline:
+            raise _Failed(FALLBACK_FAILED, f"{filename}: HF_HUB_OFFLINE is set; nothing is fetched from the Hub",
+                          filename)
+        from huggingface_hub import get_hf_file_metadata, hf_hub_download, hf_hub_url
 
         token: bool | str = settings.token or False
+        url = hf_hub_url(repo_id, filename, revision=revision, endpoint=settings.endpoint)
         try:
-            path = hf_hub_download(repo_id, filename, revision=revision, endpoint=settings.endpoint,
-                                   token=token, local_dir=staging, cache_dir=settings.hub_cache,
-                                   library_name="club3090", etag_timeout=timeout)
-            return Path(path)
-        except hf_errors.GatedRepoError as exc:
-            raise _Failed(GATED_401, f"{filename}: gated ({type(exc).__name__})", filename) from None
-        except hf_errors.FileMetadataError as exc:
-            raise _Failed(NO_ETAG, f"{filename}: the Hub sent no ETag/commit ({exc})", filename) from None
+            with hub.online():
+                meta = get_hf_file_metadata(url, token=token, timeout=timeout, library_name="club3090",
+                                            endpoint=settings.endpoint)
+        except Exception as exc:  # noqa: BLE001 - classified, else a rung-1-style failure
+            raise _hub_failure(exc, repo_id, filename) or _Failed(
+                FALLBACK_FAILED, f"{filename}: {_one(exc)}", filename) from None
+        if not meta.etag or meta.size is None:
+            raise _Failed(NO_ETAG, f"{filename}: the Hub sent no ETag or size", filename)
+        try:
+            with hub.online():
+                staged = Path(hf_hub_download(repo_id, filename, revision=revision, endpoint=settings.endpoint,
+                                              token=token, local_dir=staging, cache_dir=settings.hub_cache,
+                                              library_name="club3090", etag_timeout=timeout))
+        except Exception as exc:  # noqa: BLE001 - anything not decisive falls back to rung 3
+            failed = _hub_failure(exc, repo_id, filename)
+            if failed is not None:
+                raise failed from None
+            try:
+                with hub.online():
+                    staged = _single_stream(settings, url, filename, staging, meta.size, timeout)
+            except _Failed:
+                raise
+            except Exception as fallback:  # noqa: BLE001
+                raise _Failed(FALLBACK_FAILED, f"{filename}: {_one(exc)}; fallback: {_one(fallback)}",
+                              filename) from None
+        if not _is_weights(filename):
+            _verify_content(staged, filename, meta.etag)
+        return staged
+
+    return fetch
+
+
+def folder_fetcher(folder: Path) -> Fetch:
+    """Copy files out of a local snapshot (the HF cache, offline) into the staging folder.
+
+    In the HF cache every file is a link to ``blobs/<etag>``, so a non-weight file is checked
+    against the name of its blob, as ``hub_fetcher`` checks it against the ETag."""
+    folder = Path(folder)
+
+    def fetch(_repo_id: str, filename: str, staging: Path) -> Path:
+        source = folder / filename
+        target = staging / filename
+        target.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            shutil.copyfile(source, target)
         except OSError as exc:
             if exc.errno == errno.ENOSPC:
                 raise _Failed(DISK, f"{filename}: {exc}", filename) from None
-            first = exc
-        except Exception as exc:  # noqa: BLE001 - any other rung-1 failure falls back
-            status = getattr(getattr(exc, "response", None), "status_code", None)
-            if status == 401:
-                raise _Failed(GATED_401, f"{filename}: HTTP 401", filename) from None
-            first = exc
-        try:
-            return _single_stream(settings, repo_id, filename, revision, staging, timeout)
-        except _Failed:
-            raise
-        except Exception as exc:  # noqa: BLE001
-            raise _Failed(FALLBACK_FAILED, f"{filename}: {_one(first)}; fallback: {_one(exc)}",
-                          filename) from None
+            raise _Failed(FALLBACK_FAILED, f"{filename}: {_one(exc)}", filename) from None
+        if not _is_weights(filename) and source.is_symlink():
+            _verify_content(target, filename, source.resolve().name)
+        return target
 
     return fetch
+
+
+def git_blob_id(path: Path) -> str:
+    """The git object id of a file's bytes: ``sha1(b"blob <size>\\0" + data)``."""
+    digest = hashlib.sha1(b"blob %d\0" % path.stat().st_size)
+    with open(path, "rb") as handle:
+        while chunk := handle.read(HASH_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _verify_content(path: Path, filename: str, etag: str) -> None:
+    """Raise ``sha-mismatch`` unless ``path`` hashes to ``etag`` (a git blob id or an LFS sha256)."""
+    etag = etag.strip().strip('"').removeprefix("W/").strip('"').lower()
+    if _HEX40.fullmatch(etag):
+        got = git_blob_id(path)
+    elif _HEX64.fullmatch(etag):
+        got = _sha256(path)
+    else:
+        raise _Failed(NO_ETAG, f"{filename}: ETag {etag[:80]!r} is not a content hash; cannot verify", filename)
+    if got != etag:
+        path.unlink(missing_ok=True)
+        raise _Failed(SHA_MISMATCH, f"{filename}: content hash {got}, the Hub says {etag}", filename)
+
+
+def _hub_failure(exc: BaseException, repo_id: str, filename: str) -> "_Failed | None":
+    """The decisive failures (no retry on rung 3); None lets the caller fall back."""
+    from club3090.errors import FileMetadataMissing, RepoNotFound
+    from club3090.hub import translate
+
+    if isinstance(exc, OSError) and exc.errno == errno.ENOSPC:
+        return _Failed(DISK, f"{filename}: {exc}", filename)
+    mapped = translate(exc, repo_id, has_token=False)   # gated comes back as GatedRepo either way
+    if isinstance(mapped, RepoNotFound):   # GatedRepo included: the gate saw this repo, so access was refused
+        return _Failed(GATED_401, f"{filename}: the Hub refused access ({mapped.detail or type(exc).__name__})",
+                       filename)
+    if isinstance(mapped, FileMetadataMissing):
+        return _Failed(NO_ETAG, f"{filename}: the Hub sent no ETag/commit ({mapped.detail})", filename)
+    return None
 
 
 def _one(exc: BaseException) -> str:
@@ -194,35 +282,32 @@ def _one(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}"[:300]
 
 
-def _single_stream(settings: "Settings", repo_id: str, filename: str, revision: str | None,
-                   staging: Path, timeout: float) -> Path:
-    """Rung 3: GET the resolve URL (redirects followed), resuming a partial file with Range."""
-    from huggingface_hub import hf_hub_url
+def _single_stream(settings: "Settings", url: str, filename: str, staging: Path, size: int,
+                   timeout: float) -> Path:
+    """Rung 3: GET the resolve URL (redirects followed) into the staging folder, reading at most
+    ``size + 1`` bytes; a longer body is refused rather than written."""
     from huggingface_hub.utils import build_hf_headers, get_session, hf_raise_for_status
 
-    url = hf_hub_url(repo_id, filename, revision=revision, endpoint=settings.endpoint)
     target = staging / filename
     target.parent.mkdir(parents=True, exist_ok=True)
-    partial = target.with_name(target.name + ".part")
-    have = partial.stat().st_size if partial.exists() else 0
-    extra = {"range": f"bytes={have}-"} if have else None
-    headers = build_hf_headers(token=settings.token or False, library_name="club3090", headers=extra)
+    headers = build_hf_headers(token=settings.token or False, library_name="club3090")
     with get_session().stream("GET", url, headers=headers, timeout=timeout, follow_redirects=True) as resp:
-        if resp.status_code == 401:
-            raise _Failed(GATED_401, f"{filename}: HTTP 401", filename)
         if resp.status_code >= 400:
             resp.read()
             hf_raise_for_status(resp)
-        mode = "ab" if have and resp.status_code == 206 else "wb"
+        got = 0
         try:
-            with open(partial, mode) as handle:
+            with open(target, "wb") as handle:
                 for chunk in resp.iter_bytes():
+                    got += len(chunk)
+                    if got > size:
+                        raise _Failed(FALLBACK_FAILED, f"{filename}: the body is longer than the "
+                                                       f"{size} bytes the Hub lists", filename)
                     handle.write(chunk)
         except OSError as exc:
             if exc.errno == errno.ENOSPC:
                 raise _Failed(DISK, f"{filename}: {exc}", filename) from None
             raise
-    os.replace(partial, target)
     return target
 
 
@@ -316,4 +401,5 @@ def download(repo_id: str, files: Sequence["RepoFile"], dest: Path, *, fetch: Fe
         lock.release()
 
 
-__all__ = ["DownloadReport", "SlugLock", "TOKENS", "download", "hub_fetcher", "pull_dir", "pulls_root"]
+__all__ = ["DownloadReport", "SlugLock", "TOKENS", "download", "folder_fetcher", "git_blob_id", "hub_fetcher",
+           "pull_dir", "pulls_root"]

@@ -29,10 +29,9 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from club3090 import boot as boot_mod
 from club3090 import capture, download
-from club3090.compose import MAX_SERVED_NAME, MAX_SLUG, derived_compose
+from club3090.compose import derived_compose
 from club3090.errors import Club3090Error
 from club3090.fsutil import atomic_write_text, write_output_text
-from club3090.slug import sanitize_slug
 
 if TYPE_CHECKING:
     from club3090.catalog.model import Catalog, Profile
@@ -60,6 +59,7 @@ class EStages:
     sleep: Callable[[float], None] = time.sleep
     progress: Callable[[str], None] | None = None       # the CLI prints to stderr
     no_boot: bool = False                               # --no-boot: download + compose only
+    emit_only: bool = False                             # library callers: write the compose, nothing else
     boot_deadline_s: float = boot_mod.BOOT_DEADLINE_S
     poll_interval_s: float = boot_mod.POLL_INTERVAL_S
 
@@ -128,15 +128,21 @@ class _State:
             self.stage, self.failure, self.detail = stage, token, detail
 
 
+# every source the fit engine's numbers depend on (SYSTEM.md section 12, kv_calc_version)
+ESTIMATOR_SOURCES = ("architecture.py", "memory.py", "kvformats.py", "serving.py")
+
+
 def kv_calc_version() -> str:
     """``club3090-memory+<12 hex>`` over the estimator sources and the calibration anchors."""
     here = Path(__file__).resolve().parent
-    return capture.kv_calc_version(PREDICTOR_ID, [here / "architecture.py", here / "memory.py", here / "serving.py"],
+    return capture.kv_calc_version(PREDICTOR_ID, [here / name for name in ESTIMATOR_SOURCES],
                                    [here / "catalog" / "data" / "anchors.yaml"])
 
 
-def served_name(spec: "ModelSpec") -> str:
-    return sanitize_slug(spec.ref, max_len=MAX_SLUG)[:MAX_SERVED_NAME]
+def served_name(outcome: Any) -> str:
+    """The ``--served-model-name`` the derived compose carries (compose owns the rule)."""
+    command = list(outcome.launch.service["command"])
+    return str(command[command.index("--served-model-name") + 1])
 
 
 def chosen_context(fit: Any) -> tuple[int, str | None]:
@@ -168,9 +174,12 @@ def run(*, spec: "ModelSpec", profile: "Profile", catalog: "Catalog", settings: 
         st.notices.append(ctx_note)
     hf_home = Path(settings.hf_home).expanduser().absolute()
     local = spec.source == "local" and spec.local_path is not None
-    snapshot = Path(spec.local_path).absolute() if local else download.pull_dir(hf_home, spec.ref)
-    compose_path = Path(out) if out is not None else snapshot.parent / f"{snapshot.name}.compose.yml"
+    pull_dir = download.pull_dir(hf_home, spec.ref)
+    snapshot = Path(spec.local_path).absolute() if local else pull_dir
+    # without --out the compose lives in our own pulls folder, never next to a user's folder
+    compose_path = Path(out) if out is not None else pull_dir.parent / f"{pull_dir.name}.compose.yml"
     text: str | None = None
+    served: str | None = None
     try:
         outcome = derived_compose(spec, profile.key, catalog, snapshot_dir=snapshot, hf_home=hf_home,
                                   max_model_len=ctx, trust_remote_code=trust_remote_code,
@@ -179,6 +188,7 @@ def run(*, spec: "ModelSpec", profile: "Profile", catalog: "Catalog", settings: 
             st.fail("emit", outcome.refusal or STAGE_ERROR, outcome.detail or "")
         else:
             text = outcome.text
+            served = served_name(outcome)
             st.notices.extend(outcome.notices)
             if out is not None:
                 write_output_text(compose_path, text, force=force)
@@ -192,11 +202,17 @@ def run(*, spec: "ModelSpec", profile: "Profile", catalog: "Catalog", settings: 
         st.fail("emit", STAGE_ERROR, f"{type(exc).__name__}: {exc}")
         text = None
 
+    if stages.emit_only:
+        return EReport(ran=True, stage=st.stage, failure=st.failure, detail=st.detail,
+                       compose_path=compose_path if text is not None else None, compose_text=text,
+                       wrote_out=text is not None and out is not None, max_model_len=ctx,
+                       boot_skipped="emit-only", notices=tuple(st.notices))
+
     # download
     dl = None
     if st.stage is None and not local:
         try:
-            fetch = stages.fetch or download.hub_fetcher(settings, revision=spec.commit or spec.revision)
+            fetch = stages.fetch or _fetcher(spec, settings)
             dl = download.download(spec.ref, spec.download_files, snapshot, fetch=fetch, progress=say)
         except Exception as exc:  # noqa: BLE001
             dl = download.DownloadReport(False, snapshot, failure=STAGE_ERROR, detail=f"{type(exc).__name__}: {exc}")
@@ -238,7 +254,7 @@ def run(*, spec: "ModelSpec", profile: "Profile", catalog: "Catalog", settings: 
                     log_for_actual = booted.log_excerpt or ""
                 else:
                     say(f"[pull] e: ready after {booted.seconds:.0f}s; smoke test")
-                    smoked = boot_mod.smoke(endpoint, served_name(spec), http=stages.http or boot_mod.urllib_http)
+                    smoked = boot_mod.smoke(endpoint, served or "", http=stages.http or boot_mod.urllib_http)
                     if not smoked.floor_green:
                         st.fail("smoke", boot_mod.FLOOR_RED,
                                 "; ".join(f"{c}: {smoked.detail[c]['error']}" for c in smoked.red))
@@ -252,7 +268,8 @@ def run(*, spec: "ModelSpec", profile: "Profile", catalog: "Catalog", settings: 
         if captures_root is not None:
             try:
                 bundle = _write(report, gate=gate, manifest_fields=manifest_fields, captures_root=captures_root,
-                                fit=fit, terminal=terminal, log=log_for_actual, slug=spec.ref, now=now)
+                                fit=fit, terminal=terminal, log=log_for_actual, slug=spec.ref, now=now,
+                                secrets=settings.redaction_secrets)
                 report = replace(report, bundle=bundle)
             except (OSError, ValueError, TypeError) as exc:
                 report = replace(report, notices=report.notices + (f"could not write the capture bundle: {exc}",))
@@ -267,8 +284,16 @@ def run(*, spec: "ModelSpec", profile: "Profile", catalog: "Catalog", settings: 
                 pass
 
 
+def _fetcher(spec: "ModelSpec", settings: "Settings") -> download.Fetch:
+    """The Hub, or (a repo found in the HF cache while offline) the cached snapshot."""
+    if spec.source == "cache" and spec.local_path is not None:
+        return download.folder_fetcher(Path(spec.local_path))
+    return download.hub_fetcher(settings, revision=spec.commit or spec.revision)
+
+
 def _write(report: EReport, *, gate: Mapping[str, Any], manifest_fields: Mapping[str, Any], captures_root: Path,
-           fit: Any, terminal: str | None, log: str, slug: str, now: Callable[[], datetime]) -> Path:
+           fit: Any, terminal: str | None, log: str, slug: str, now: Callable[[], datetime],
+           secrets: tuple[str, ...]) -> Path:
     points: dict[str, Mapping[str, Any]] = {}
     if report.download is not None:
         points["download"] = report.download.to_point()
@@ -282,7 +307,7 @@ def _write(report: EReport, *, gate: Mapping[str, Any], manifest_fields: Mapping
     manifest.update(kv_calc_version=kv_calc_version(), selected_ctx=report.max_model_len,
                     smoke_capability_set=list(report.smoke.capability_set) if report.smoke is not None else [])
     return capture.write_e_bundle(captures_root, slug=slug, gate=gate, points=points, manifest_fields=manifest,
-                                  outcome=report.outcome, now=now())
+                                  outcome=report.outcome, now=now(), secrets=secrets)
 
 
 def _override_point(report: EReport, fit: Any, log: str) -> dict[str, Any]:

@@ -6,12 +6,13 @@ Club3090Error
  │   ├─ RepoNotFound
  │   │   └─ GatedRepo
  │   ├─ RevisionNotFound
- │   ├─ EntryNotFound
+ │   ├─ EntryNotFound              file: the missing file, when known
+ │   ├─ FileMetadataMissing        a file's answer lacked its ETag / commit headers
  │   └─ HubUnreachable             network outage: not a verdict (exit 69)
  ├─ InputError(ValueError)         a file we were given is malformed or over a size cap (exit 65)
- ├─ CatalogError(ValueError)       problems: tuple[Problem, ...] (exit 78)
- ├─ HardwareError(OSError)         GPU detection failed in an unexpected way
- └─ StageError                     stage, token: an [E] stage failed; recorded, never raised out
+ └─ CatalogError(ValueError)       problems: tuple[Problem, ...] (exit 78)
+
+[E] stage failures are values (``emit.EReport``), never exceptions.
 """
 
 from __future__ import annotations
@@ -47,6 +48,12 @@ class RevisionNotFound(HubError):
 
 
 class EntryNotFound(HubError):
+    def __init__(self, repo_id: str, detail: str = "", *, file: str | None = None) -> None:
+        super().__init__(repo_id, detail)
+        self.file = file
+
+
+class FileMetadataMissing(HubError):
     pass
 
 
@@ -77,15 +84,3 @@ class CatalogError(Club3090Error, ValueError):
     def __init__(self, problems: tuple[Problem, ...] | list[Problem]) -> None:
         self.problems = tuple(problems)
         super().__init__(f"catalog invalid ({len(self.problems)} problems)")
-
-
-class HardwareError(Club3090Error, OSError):
-    pass
-
-
-class StageError(Club3090Error):
-    def __init__(self, stage: str, token: str, detail: str = "") -> None:
-        super().__init__(f"{stage}: {token}" + (f": {detail}" if detail else ""))
-        self.stage = stage
-        self.token = token
-        self.detail = detail

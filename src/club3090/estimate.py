@@ -1,9 +1,9 @@
 """kv-calc's pricing step (pure): a resolved :class:`sources.ModelSource`, the user's overrides and
 a GPU set -> :class:`memory.FitResult` and the context it was priced in.
 
-The serving shape is the source's profile (:func:`serving.profile_shape`, drafter included) with
-the overrides on top; without a profile, vLLM's defaults plus the overrides and the source's own
-drafter terms. GPUs default to the profile's reference card (else RTX 3090) x TP x PP.
+The serving shape is the source's profile (:func:`serving.profile_shape`) with the overrides on
+top, else vLLM's defaults plus the overrides; the drafter terms are the source's (``sources``
+decides whether the profile's drafter applies to MODEL). GPUs default to the profile's reference card (else RTX 3090) x TP x PP.
 
 ``estimate(source, overrides, catalog) -> Estimate | NoFit`` (``NoFit``: the model or shape cannot
 be priced, a verdict). Raises ``UsageError`` (weights unknown, fewer GPUs than TP x PP, a bad
@@ -95,15 +95,16 @@ def _estimate(source: "ModelSource", overrides: Overrides, catalog: Any) -> Esti
     o = overrides
     arch = source.arch if source.arch is not None else parse_config(source.config or {})
     prof = source.profile
+    # the drafter terms are the source's (sources decides whether the profile's drafter applies)
     shape = profile_shape(
-        prof, catalog if prof is not None else None, drafter=True,
+        prof, catalog if prof is not None else None, drafter=False,
         tp=o.tp, pp=o.pp, mem_util=o.mem_util, max_model_len=o.max_model_len, max_num_seqs=o.max_num_seqs,
         max_num_batched_tokens=o.max_num_batched_tokens, block_size=o.block_size,
         kv_cache_dtype=o.kv_cache_dtype, enforce_eager=True if o.enforce_eager else None,
         vllm_version=o.vllm_version, dtype=o.dtype,
         num_speculative_tokens=o.num_speculative_tokens if o.num_speculative_tokens is not None
-        else (None if prof is not None else source.num_spec),
-        extra_weights_bytes=None if prof is not None else source.extra_weights_bytes)
+        else source.num_spec,
+        extra_weights_bytes=source.extra_weights_bytes)
     world = shape.tp * shape.pp
     spec = o.gpus if o.gpus is not None else f"{world}x{prof.reference_gpu if prof is not None else DEFAULT_GPU}"
     gpus = parse_gpus(spec, catalog)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import tempfile
 from pathlib import Path
 from typing import Any, Callable
@@ -81,16 +82,42 @@ def write_output_text(path: Path, text: str, *, force: bool, flag: str = "--out"
     return target
 
 
-def read_json_capped(path: Path, *, limit: int = MAX_JSON_BYTES) -> Any:
-    """Parse a JSON file no larger than ``limit`` bytes; malformed or oversized -> InputError."""
+def read_bytes_capped(path: Path, *, limit: int) -> bytes:
+    """The bytes of a regular file no larger than ``limit``; anything else -> InputError.
+
+    The file is opened once and checked on the open descriptor: devices, FIFOs and sockets are
+    refused (their reported size is 0, and a read could be endless or block forever), and at
+    most ``limit + 1`` bytes are ever read.
+    """
     path = Path(path)
     try:
-        size = path.stat().st_size
-        if size > limit:
-            raise InputError(str(path), f"{size} bytes is over the {limit}-byte limit for JSON files")
-        raw = path.read_bytes()
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
     except OSError as exc:
         raise InputError(str(path), f"cannot read: {exc.strerror or exc}") from exc
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise InputError(str(path), "not a regular file")
+        if info.st_size > limit:
+            raise InputError(str(path), f"{info.st_size} bytes is over the {limit}-byte limit")
+        os.set_blocking(fd, True)
+        with os.fdopen(fd, "rb") as handle:
+            fd = -1
+            raw = handle.read(limit + 1)
+    except OSError as exc:
+        raise InputError(str(path), f"cannot read: {exc.strerror or exc}") from exc
+    finally:
+        if fd >= 0:
+            os.close(fd)
+    if len(raw) > limit:
+        raise InputError(str(path), f"over the {limit}-byte limit")
+    return raw
+
+
+def read_json_capped(path: Path, *, limit: int = MAX_JSON_BYTES) -> Any:
+    """Parse a JSON file no larger than ``limit`` bytes; malformed, oversized or not a regular
+    file -> InputError."""
+    raw = read_bytes_capped(path, limit=limit)
     return parse_json_capped(raw, name=str(path), limit=limit)
 
 

@@ -14,7 +14,13 @@ from enum import Enum
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
+from club3090.disk import required_bytes
+from club3090.gpus import NON_NVIDIA_SM
+from club3090.memory import GiB, VERDICTS, tp_geometry_problem
 from club3090.outcome import Reason, Stop, Stratum
+from club3090.spec import CONFIDENCES
+
+from club3090.catalog.model import NOT_EMITTABLE_TEXT
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from club3090.catalog.model import ArchRow, Catalog, Engine, Gpu, Profile
@@ -23,11 +29,11 @@ BYPASS_EXPERIMENTAL_ARCH = "--experimental-arch"
 BYPASS_TRUST_REMOTE_CODE = "--trust-remote-code"
 FLAG_YES = "--yes"
 FLAG_FORCE_DOWNLOAD = "--force-download"
+NVIDIA = "nvidia"
 
-DISK_MARGIN_NUM, DISK_MARGIN_DEN = 6, 5          # footprint x 1.2, in integers
+# Compatibility only: pull._closest_fit still reads this; the window is catalog data
+# (Catalog.kv_sm_window). Delete once pull.py calls Catalog.kv_sm_window.
 NVFP4_KV_SMS = (Decimal("10.0"), Decimal("10.3"))
-NON_NVIDIA_PROBE_SM = Decimal("8.0")
-GENESIS_KV_PREFIX = "turboquant"
 
 
 def _frozen(mapping: Mapping[str, Any] | None = None) -> Mapping[str, Any]:
@@ -37,17 +43,6 @@ def _frozen(mapping: Mapping[str, Any] | None = None) -> Mapping[str, Any]:
 # --------------------------------------------------------------------------------------------
 # Stratum 2: --profile-like validity
 # --------------------------------------------------------------------------------------------
-
-def profile_emittable(profile: "Profile", engine: "Engine | None") -> tuple[bool, str]:
-    """[D]'s scope rule: a vLLM engine, a captured runtime, and no Genesis equipment."""
-    if engine is None or engine.type != "vllm":
-        return False, f"engine {profile.engine!r} is not a vLLM engine"
-    if profile.runtime is None:
-        return False, "no captured compose runtime for this profile"
-    if profile.runtime.genesis_equipped or profile.kv_format.startswith(GENESIS_KV_PREFIX):
-        return False, "profile is Genesis-equipped (third-party patch set); outside the compose generator"
-    return True, ""
-
 
 def stratum2_profile_like(key: str, catalog: "Catalog", *, path: str,
                           curated_model: str | None = None,
@@ -69,10 +64,11 @@ def stratum2_profile_like(key: str, catalog: "Catalog", *, path: str,
                                                f" ({engine.type if engine else 'unknown'}); only vLLM "
                                                "profiles give a runtime shape the gate can price"}))
     if path == "A":
-        ok, why = profile_emittable(profile, engine)
+        ok, why = catalog.emittable(key)
         if not ok:
             return Stop(Stratum.PROFILE_LIKE, Reason.PROFILE_NOT_EMITTABLE,
-                        detail=_frozen({"profile_like": key, "message": why}))
+                        detail=_frozen({"profile_like": key, "not_emittable_reason": why,
+                                        "message": NOT_EMITTABLE_TEXT[why or ""][0]}))
         if curated_model is None:
             return Stop(Stratum.PROFILE_LIKE, Reason.PROFILE_MISMATCH,
                         detail=_frozen({"profile_like": key,
@@ -128,12 +124,12 @@ def resolve_hardware(*, tp: int, hardware_sm: Decimal | None = None, gpu_set: An
     """
     notices: list[str] = []
     tp = max(int(tp or 1), 1)
-    visible = tuple(getattr(detected, "gpus", None) or ())
+    visible = tuple(detected.gpus) if detected is not None else ()
     # Memory the fit may use: detected GPUs in index order, up to the first one that is not
     # NVIDIA or whose memory the driver did not report.
     fit_gpus: list[Any] = []
     for g in visible:
-        if not _is_nvidia(g) or getattr(g, "memory_bytes", None) is None:
+        if not _is_nvidia(g) or g.memory_bytes is None:
             break
         fit_gpus.append(g)
 
@@ -143,17 +139,17 @@ def resolve_hardware(*, tp: int, hardware_sm: Decimal | None = None, gpu_set: An
     memory_source = "none"
     if gpu_set is not None:
         memory = tuple(int(m) for m in gpu_set.memory_bytes)
-        names = tuple(str(n) for n in (getattr(gpu_set, "names", None) or ()))
-        cards = tuple(getattr(gpu_set, "gpus", None) or ())
+        names = tuple(str(n) for n in gpu_set.names)
+        cards = tuple(gpu_set.gpus)
         if cards and all(c is not None for c in cards):
-            sms = tuple(Decimal(str(c.sm)) for c in cards)
-        elif getattr(gpu_set, "sm", None) is not None:
-            sms = tuple(Decimal(str(gpu_set.sm)) for _ in memory)
+            sms = tuple(Decimal(c.sm) for c in cards)
+        elif gpu_set.sm is not None:
+            sms = tuple(Decimal(gpu_set.sm) for _ in memory)
         memory_source = "gpus-flag"
     elif fit_gpus:
         memory = tuple(int(g.memory_bytes) for g in fit_gpus)
         names = tuple(str(g.name) for g in fit_gpus)
-        sms = tuple(Decimal(str(g.sm)) for g in fit_gpus if g.sm is not None)
+        sms = tuple(Decimal(g.sm) for g in fit_gpus if g.sm is not None)
         memory_source = "detected"
     elif hardware_sm is not None and reference_gpu is not None and not visible:
         memory = tuple(int(reference_gpu.memory_bytes) for _ in range(tp))
@@ -168,11 +164,11 @@ def resolve_hardware(*, tp: int, hardware_sm: Decimal | None = None, gpu_set: An
     sm_source = "none"
     in_use = visible[:tp]
     if hardware_sm is not None:
-        sm, sm_source = Decimal(str(hardware_sm)), "hardware-flag"
+        sm, sm_source = Decimal(hardware_sm), "hardware-flag"
     elif gpu_set is not None and sms:
         sm, sm_source = min(sms[:tp]), "gpus-flag"
-    elif in_use and all(getattr(g, "sm", None) is not None or not _is_nvidia(g) for g in in_use):
-        caps = [Decimal(str(g.sm)) if _is_nvidia(g) else NON_NVIDIA_PROBE_SM for g in in_use]
+    elif in_use and all(g.sm is not None or not _is_nvidia(g) for g in in_use):
+        caps = [Decimal(g.sm) if _is_nvidia(g) else NON_NVIDIA_SM for g in in_use]
         sm = min(caps)
         sm_source = "detected" if all(_is_nvidia(g) for g in in_use) else "probe"
         if len(set(caps)) > 1:
@@ -180,18 +176,19 @@ def resolve_hardware(*, tp: int, hardware_sm: Decimal | None = None, gpu_set: An
                            f"({', '.join(str(c) for c in caps)}); the lowest SM gates the runtime")
     if any(not _is_nvidia(g) for g in in_use) and gpu_set is None:
         other = next(g for g in in_use if not _is_nvidia(g))
-        notices.append(f"non-NVIDIA GPU detected ({other.name}); SM {NON_NVIDIA_PROBE_SM} is assumed for "
+        notices.append(f"non-NVIDIA GPU detected ({other.name}); SM {NON_NVIDIA_SM} is assumed for "
                        "the SM gate only and its memory is not used for the fit")
     return HardwareFacts(sm=sm, sm_source=sm_source, memory_bytes=memory, memory_source=memory_source,
                          names=names, sms=sms, notices=tuple(notices))
 
 
 def _is_nvidia(gpu: Any) -> bool:
-    return str(getattr(gpu, "vendor", "nvidia") or "nvidia").lower() == "nvidia"
+    """Fail closed: only a GPU whose vendor says NVIDIA is one (an unknown vendor is not)."""
+    return str(gpu.vendor or "").lower() == NVIDIA
 
 
 def _gib(n: int) -> str:
-    return f"{n / 2**30:.2f}"
+    return f"{n / GiB:.2f}"
 
 
 # --------------------------------------------------------------------------------------------
@@ -199,11 +196,12 @@ def _gib(n: int) -> str:
 # --------------------------------------------------------------------------------------------
 
 class C0State(str, Enum):
-    """[C0]'s three top-level states; nothing else is ever emitted."""
+    """[C0]'s three top-level states; nothing else is ever emitted. The tokens are
+    ``outcome.Reason``'s (their one definition)."""
 
-    ENGINE_SUPPORTED = "engine-supported"
-    ENGINE_SUPPORT_UNKNOWN = "engine-support-unknown"
-    NEEDS_TRC_ACK = "needs-trust-remote-code-ack"
+    ENGINE_SUPPORTED = Reason.ENGINE_SUPPORTED.value
+    ENGINE_SUPPORT_UNKNOWN = Reason.ENGINE_SUPPORT_UNKNOWN.value
+    NEEDS_TRC_ACK = Reason.NEEDS_TRC_ACK.value
 
     def __str__(self) -> str:
         return self.value
@@ -289,12 +287,8 @@ def find_arch_row(catalog: "Catalog", *, curated_model: str | None, architecture
 
 def required_sm(profile: "Profile", engine: "Engine", catalog: "Catalog",
                 kv_format: str | None = None) -> Decimal:
-    """need_sm = max(engine min_sm, profile fallback_sm else required_sm else 0, KV-format floor)."""
-    kv = catalog.kv_formats.get(kv_format or profile.kv_format)
-    registry_term = (profile.fallback_sm if profile.fallback_sm is not None
-                     else profile.required_sm if profile.required_sm is not None else Decimal(0))
-    floor = kv.min_sm if kv is not None and kv.min_sm is not None else Decimal(0)
-    return max(Decimal(str(engine.min_sm or 0)), Decimal(str(registry_term)), Decimal(str(floor)))
+    """need_sm for a profile (``Catalog.need_sm`` owns the rule; ``engine`` is the profile's)."""
+    return catalog.need_sm(profile.key, kv_format)
 
 
 def c0_findings(inputs: C0Inputs, catalog: "Catalog") -> tuple[C0Result, ...]:
@@ -369,19 +363,16 @@ def c0_findings(inputs: C0Inputs, catalog: "Catalog") -> tuple[C0Result, ...]:
                               f"{why}; refusing to judge the runtime blind", arch_name,
                               Reason.HARDWARE_SM_UNDETERMINED, need))
         return tuple(found)
-    kv = catalog.kv_formats.get(kv_format)
-    if kv_format.startswith("nvfp4") and hw.sm not in NVFP4_KV_SMS:
-        found.append(incompatible(f"{kv_format} KV needs SM 10.0 or 10.3 (Blackwell datacenter); "
+    kv_floor, kv_ceiling = catalog.kv_sm_window(kv_format)
+    if kv_ceiling is not None and hw.sm > kv_ceiling:
+        found.append(incompatible(f"{kv_format} KV is only built for SM {kv_floor or 0} to {kv_ceiling}; "
                                   f"this rig is SM {hw.sm}"))
-        return tuple(found)
-    if kv is not None and kv.max_sm is not None and hw.sm > kv.max_sm:
-        found.append(incompatible(f"{kv_format} KV is only built up to SM {kv.max_sm}; this rig is SM {hw.sm}"))
         return tuple(found)
     if hw.sm < need:
         found.append(incompatible(
             f"SM {hw.sm} ({hw.sm_source}) is below the {need} this runtime needs "
             f"(engine {eng.min_sm}, profile {p.fallback_sm or p.required_sm or 0}, "
-            f"KV {kv_format} {kv.min_sm if kv is not None and kv.min_sm is not None else 0})"))
+            f"KV {kv_format} {kv_floor or 0})"))
         return tuple(found)
     if not hw.memory_bytes:
         found.append(C0Result(C0State.ENGINE_SUPPORT_UNKNOWN, None, frozenset(),
@@ -402,17 +393,6 @@ def c0_engine_support(inputs: C0Inputs, catalog: "Catalog") -> C0Result:
     return C0Result(C0State.ENGINE_SUPPORTED, arch=row.arch if row else inputs.architecture or None,
                     reason=Reason.ENGINE_SUPPORTED,
                     need_sm=required_sm(inputs.profile, inputs.engine, catalog, inputs.kv_format))
-
-
-def tp_geometry_problem(tp: int, heads: int | None, kv_heads: int | None) -> str | None:
-    """vLLM splits attention heads across TP ranks; KV heads are split or replicated (W2)."""
-    if tp <= 1:
-        return None
-    if heads and heads % tp:
-        return f"tp={tp} does not divide the {heads} attention heads"
-    if kv_heads and kv_heads % tp and tp % kv_heads:
-        return f"tp={tp} neither divides nor is a multiple of the {kv_heads} KV heads"
-    return None
 
 
 # --------------------------------------------------------------------------------------------
@@ -438,11 +418,6 @@ class DiskResult:
                                     "free_bytes": self.free_bytes}))
 
 
-def disk_required_bytes(footprint_bytes: int) -> int:
-    """footprint x 1.2, rounded up, in integer bytes."""
-    return -(-int(footprint_bytes) * DISK_MARGIN_NUM // DISK_MARGIN_DEN)
-
-
 def c2a_disk(*, footprint_bytes: int | None, free_bytes: int | None, local: bool = False,
              where: str = "") -> DiskResult:
     """Stratum 4. A local folder downloads nothing and passes; an unknown footprint or free
@@ -451,7 +426,7 @@ def c2a_disk(*, footprint_bytes: int | None, free_bytes: int | None, local: bool
         return DiskResult(True, 0, free_bytes, "local folder: nothing to download")
     if footprint_bytes is None:
         return DiskResult(False, None, free_bytes, "download size unknown; refusing to guess disk space")
-    required = disk_required_bytes(footprint_bytes)
+    required = required_bytes(int(footprint_bytes))
     at = f" at {where}" if where else ""
     if free_bytes is None:
         return DiskResult(False, required, None, f"cannot read free space{at}")
@@ -490,9 +465,8 @@ class Terminal(str, Enum):
         return self.value
 
 
-LOCKED_TERMINALS = frozenset({"proceed", "confirm→proceed", "hard-block", "override-accepted"})
-CONFIDENCES = ("exact", "derived", "estimated-lower-bound")
-RAW_VERDICTS = ("fits-clean", "fits-constrained", "wont-fit")
+LOCKED_TERMINALS = frozenset(t.value for t in Terminal)
+RAW_VERDICTS = VERDICTS            # memory owns the raw verdict tokens, spec the confidences
 
 
 @dataclass(frozen=True, slots=True)
@@ -562,7 +536,7 @@ __all__ = [
     "BYPASS_EXPERIMENTAL_ARCH", "BYPASS_TRUST_REMOTE_CODE", "C0Inputs", "C0Result", "C0State",
     "C0SubReason", "C0_STATES", "C1Cell", "C1Outcome", "C1_TABLE", "CONFIDENCES", "DiskResult",
     "FLAG_FORCE_DOWNLOAD", "FLAG_YES", "HardwareFacts", "LOCKED_TERMINALS", "RAW_VERDICTS", "Terminal",
-    "c0_engine_support", "c0_findings", "c1_terminal", "c2a_disk", "disk_required_bytes", "eligibility",
-    "find_arch_row", "given_flags", "profile_emittable", "required_sm", "resolve_hardware",
+    "c0_engine_support", "c0_findings", "c1_terminal", "c2a_disk", "eligibility",
+    "find_arch_row", "given_flags", "required_sm", "resolve_hardware",
     "stratum2_profile_like", "tp_geometry_problem",
 ]

@@ -17,7 +17,10 @@ from decimal import Decimal, InvalidOperation
 from club3090.catalog.model import Catalog, Gpu
 from club3090.errors import UsageError
 
-MAX_GPUS = 64
+MAX_GPUS = 64            # the one bound on a GPU count (--gpus, detection): more is a broken answer
+# SYSTEM.md section 6: a non-NVIDIA GPU (AMD / ROCm / Apple / Metal / MPS) is assumed SM 8.0 for
+# the SM gate only; its memory never feeds the fit. The one definition (gates, hardware).
+NON_NVIDIA_SM = Decimal("8.0")
 MAX_GPU_BYTES = 2 ** 40  # 1 TiB per GPU: SYSTEM.md's bound on a believable topology
 _UNITS = {"gib": 2 ** 30, "gb": 10 ** 9, "mib": 2 ** 20, "mb": 10 ** 6, "tib": 2 ** 40, "tb": 10 ** 12}
 _COUNT_RE = re.compile(r"^\s*(\d{1,9})\s*[x×*]\s*(\S.*?)\s*$", re.IGNORECASE | re.ASCII)
@@ -25,6 +28,32 @@ _SIZE_RE = re.compile(r"^\s*(\d{1,15}(?:\.\d{1,15})?)\s*(gib|gb|mib|mb|tib|tb)\s
 _MIB_NAME_RE = re.compile(r"^\s*(\d{1,9})\s*:\s*(\S.*?)\s*$", re.ASCII)
 
 FORMS = "COUNTxNAME (1x3090, 4xH100-80GB), COUNTxSIZE (2x24GiB, 1x80GB) or MiB:NAME,MiB:NAME"
+
+
+_SM_TEXT_RE = re.compile(r"^(\d{1,2})(?:\.(\d))?$", re.ASCII)
+
+
+def parse_sm(value: str | int | float) -> Decimal:
+    """A CUDA compute capability -> ``Decimal("8.6")``; the one SM parser (the catalog loader,
+    ``pull --hardware`` and GPU detection use it). Raises ``ValueError``.
+
+    Accepts ``8.6``, ``9``, ``sm_86``, ``sm86`` and ``86`` (two or more bare digits: the compact
+    major+minor form). The minor version is one digit: ``8.65`` is rejected, never rounded.
+    """
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+        raise ValueError(f"not a compute capability: {value!r}")
+    text = (repr(value) if isinstance(value, float) else str(value)).strip().lower()
+    compact = text.startswith("sm")
+    text = text.removeprefix("sm_").removeprefix("sm")
+    if text.isdigit() and (compact or len(text) >= 2) and not isinstance(value, int):
+        text = f"{text[:-1]}.{text[-1]}"
+    match = _SM_TEXT_RE.match(text)
+    if not match:
+        raise ValueError(f"not a compute capability: {value!r} (e.g. 8.6 or sm_86)")
+    sm = Decimal(f"{match.group(1)}.{match.group(2) or 0}")
+    if sm < 1:
+        raise ValueError(f"not a compute capability: {value!r} (e.g. 8.6 or sm_86)")
+    return sm
 
 
 @dataclass(frozen=True, slots=True)

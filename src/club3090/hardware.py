@@ -22,12 +22,13 @@ from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
+from club3090.settings import NO_GPU_DETECT_ENV
+
 NVIDIA = "nvidia"
 AMD = "amd"
 APPLE = "apple"
 
 NON_NVIDIA_SM = Decimal("8.0")   # SYSTEM.md section 6: AMD / ROCm / Apple / Metal / MPS -> 8.0
-DISABLE_ENV = "CLUB3090_NO_GPU_DETECT"
 
 PROBE_TIMEOUT_S = 10.0           # per external command and for the whole NVML session
 MAX_OUTPUT_BYTES = 1024 * 1024   # more than this from a probe is garbage, not a GPU list
@@ -77,7 +78,7 @@ class DetectedGpus:
         return chosen or None
 
     def min_sm(self, indices: Iterable[int] | None = None) -> Decimal | None:
-        """Minimum compute capability of the selected GPUs (W14: only the GPUs in use).
+        """Minimum compute capability of the selected GPUs (only the GPUs in use gate the SM).
 
         None when a selected index is missing, nothing is selected, or any selected GPU's SM is
         unknown. Non-NVIDIA GPUs report 8.0 here by design (SM gate only).
@@ -102,14 +103,15 @@ class DetectedGpus:
 NO_GPUS = DetectedGpus((), "none")
 
 
-def detect(*, nvml: Any = None, run: Runner = subprocess.run, env: Mapping[str, str] = os.environ,
+def detect(*, enabled: bool = True, nvml: Any = None, run: Runner = subprocess.run,
            platform: str = sys.platform, timeout_s: float = PROBE_TIMEOUT_S) -> DetectedGpus:
     """Detect the visible GPUs. Never raises; an empty ``DetectedGpus`` means "no source".
 
-    ``nvml`` is a pynvml-like module (default: ``import pynvml`` from nvidia-ml-py); ``run`` is
-    a ``subprocess.run`` stand-in; ``CLUB3090_NO_GPU_DETECT=1`` in ``env`` disables detection.
+    ``enabled=False`` (``Settings.gpu_detect``, off under ``CLUB3090_NO_GPU_DETECT``) probes
+    nothing; ``nvml`` is a pynvml-like module (default: ``import pynvml`` from nvidia-ml-py);
+    ``run`` is a ``subprocess.run`` stand-in.
     """
-    if env.get(DISABLE_ENV, "").strip() not in ("", "0"):
+    if not enabled:
         return DetectedGpus((), "disabled")
     probes: list[tuple[str, Callable[[], tuple[DetectedGpu, ...]]]] = [
         ("nvml", lambda: _probe_nvml(nvml, timeout_s)),
@@ -166,6 +168,34 @@ def _read_nvml(nvml: Any) -> tuple[DetectedGpu, ...]:
             nvml.nvmlShutdown()
         except Exception:
             pass
+
+
+def memory_used_bytes(*, nvml: Any = None, env: Mapping[str, str] = os.environ,
+                      timeout_s: float = PROBE_TIMEOUT_S) -> tuple[int, ...] | None:
+    """Memory in use on each NVIDIA GPU (NVML, by device index), for soak sampling; None when
+    NVML is unavailable, detection is disabled (``CLUB3090_NO_GPU_DETECT``) or the read fails."""
+    if env.get(NO_GPU_DETECT_ENV, "").strip() not in ("", "0"):
+        return None
+    if nvml is None:
+        try:
+            import pynvml as nvml  # nvidia-ml-py; imported here so importing us never loads it
+        except Exception:
+            return None
+
+    def read() -> tuple[int, ...]:
+        nvml.nvmlInit()
+        try:
+            count = int(nvml.nvmlDeviceGetCount())
+            if not 0 < count <= MAX_GPUS:
+                return ()
+            return tuple(int(nvml.nvmlDeviceGetMemoryInfo(nvml.nvmlDeviceGetHandleByIndex(i)).used)
+                         for i in range(count))
+        finally:
+            try:
+                nvml.nvmlShutdown()
+            except Exception:
+                pass
+    return _bounded(read, timeout_s) or None  # type: ignore[arg-type]
 
 
 NVIDIA_SMI_QUERY = ("nvidia-smi", "--query-gpu=index,name,memory.total,compute_cap",

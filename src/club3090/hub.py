@@ -22,10 +22,11 @@ import time
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Protocol, Sequence
 
-from club3090.errors import (EntryNotFound, GatedRepo, HubError, HubUnreachable, InputError,
-                             RepoNotFound, RevisionNotFound)
+from club3090.errors import (EntryNotFound, FileMetadataMissing, GatedRepo, HubError, HubUnreachable,
+                             InputError, RepoNotFound, RevisionNotFound)
 from club3090.fsutil import MAX_JSON_BYTES, parse_json_capped
 from club3090.safetensors_header import PREFIX_BYTES, SafetensorsHeader, header_length, parse_header
 from club3090.spec import RepoFile
@@ -119,7 +120,8 @@ class _OnlineOverride:
                     constants.HF_HUB_OFFLINE = self._saved
 
 
-_online = _OnlineOverride()
+online = _OnlineOverride()
+"""Wrap every online huggingface_hub call (here and in ``download``) in ``with online():``."""
 
 
 def _status(exc: BaseException) -> int | None:
@@ -162,6 +164,8 @@ def translate(exc: BaseException, repo_id: str, has_token: bool) -> HubError | N
         return RevisionNotFound(repo_id, "revision not found")
     if isinstance(exc, hf_errors.RemoteEntryNotFoundError):
         return EntryNotFound(repo_id, "file not found")
+    if isinstance(exc, hf_errors.FileMetadataError):  # no ETag / X-Repo-Commit on a file's answer
+        return FileMetadataMissing(repo_id, _describe(exc))
     if isinstance(exc, hf_errors.HfHubHTTPError):
         status = _status(exc)
         if status is not None and (status >= 500 or status == 429):
@@ -212,7 +216,7 @@ class HubClient:
         attempt = 0
         while True:
             try:
-                with _online():
+                with online():
                     return fn()
             except Exception as exc:  # noqa: BLE001 - classified below, re-raised when unknown
                 if _retryable(exc) and attempt < self.retries:
@@ -285,7 +289,7 @@ class HubClient:
                    *, limit: int = MAX_JSON_BYTES) -> Any:
         """Fetch and parse a JSON file of the repo (capped at ``limit`` bytes; over -> InputError)."""
         url = self._url(repo_id, filename, revision)
-        raw = self._call(repo_id, lambda: self._get_whole(url, limit + 1))
+        raw = _naming(filename, lambda: self._call(repo_id, lambda: self._get_whole(url, limit + 1)))
         return parse_json_capped(raw, name=f"{repo_id}/{filename}", limit=limit)
 
     def _get_whole(self, url: str, limit: int) -> bytes:
@@ -323,13 +327,34 @@ class HubClient:
                     raise InputError(name, f"truncated: got {len(raw)} of {n} header bytes")
             return parse_header(raw, file=name, file_size=size)
 
-        return self._call(repo_id, attempt)
+        return _naming(file.name, lambda: self._call(repo_id, attempt))
 
     def read_headers(self, repo_id: str, files: Sequence[RepoFile], revision: str | None,
                      progress: Progress | None = None) -> dict[str, SafetensorsHeader]:
         """Read every file's header in parallel; the first failure cancels the rest and is raised."""
         return read_all(lambda f: self.read_header(repo_id, f, revision), files, progress,
                         max_workers=self.max_workers)
+
+
+def _naming(filename: str, call: Callable[[], Any]) -> Any:
+    """Run ``call``; a missing file comes out as ``EntryNotFound`` naming ``filename``."""
+    try:
+        return call()
+    except EntryNotFound as exc:
+        if exc.file is not None:
+            raise
+        raise EntryNotFound(exc.repo_id, exc.detail, file=filename) from None
+
+
+def cached_snapshot(repo_id: str, revision: str | None, cache_dir: Path) -> Path | None:
+    """The snapshot folder of ``repo_id@revision`` in the HF cache, if its config.json is cached."""
+    from huggingface_hub import try_to_load_from_cache
+
+    found = try_to_load_from_cache(repo_id, "config.json", cache_dir=str(cache_dir),
+                                   revision=revision or "main")
+    if isinstance(found, str):
+        return Path(found).parent
+    return None
 
 
 def read_all(read: Callable[[RepoFile], SafetensorsHeader], files: Iterable[RepoFile],

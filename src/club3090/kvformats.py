@@ -1,5 +1,10 @@
 """KV-cache element formats (VLLM_MEMORY.md §5.2): bytes per stored K / V element and per-head scales.
 
+The one table of KV storage sizes: the catalog's ``kv_formats.yaml`` names formats (SM window,
+``--kv-cache-dtype`` value, emittability) and every id there must be priced here
+(``tests/test_catalog.py``). Also the one owner of the torch dtype aliases (:data:`DTYPE_ALIASES`,
+:func:`canonical_dtype`), which ``compose`` and ``derive`` use too.
+
 Sizes are exact fractions so that a page (block_size tokens of one layer) is computed exactly and
 rounded once. ``None`` element sizes mean "the model's dtype" (``auto``).
 """
@@ -9,7 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from fractions import Fraction
 
-__all__ = ["KvFormat", "KV_FORMATS", "kv_format", "dtype_bytes", "canonical_dtype"]
+__all__ = ["KvFormat", "KV_FORMATS", "kv_format", "dtype_bytes", "canonical_dtype", "DTYPE_ALIASES",
+           "MODEL_DTYPES"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,21 +76,26 @@ KV_FORMATS: dict[str, KvFormat] = {
         KvFormat("q5_0", _f(22, 32), _f(22, 32), engine="llama.cpp"),
         KvFormat("q5_1", _f(24, 32), _f(24, 32), engine="llama.cpp"),
         KvFormat("iq4_nl", _f(18, 32), _f(18, 32), engine="llama.cpp"),
-        KvFormat("k8v4", _f(34, 32), _f(18, 32), engine="llama.cpp"),   # -ctk q8_0 -ctv q4_0
+        # K 8-bit, V 4-bit: 0.75 B/element on average (VLLM_MEMORY.md §5.2, club-3090's estimator),
+        # the same slots as turboquant_k8v4; served by vLLM nightlies and llama.cpp
+        KvFormat("k8v4", _ONE, _f(1, 2), engine="both"),
     )
 }
 
-_DTYPE_ALIASES = {
+DTYPE_ALIASES = {
     "bfloat16": "bfloat16", "bf16": "bfloat16", "torch.bfloat16": "bfloat16",
     "float16": "float16", "fp16": "float16", "half": "float16", "torch.float16": "float16",
     "float32": "float32", "fp32": "float32", "float": "float32", "torch.float32": "float32",
 }
 
 
+MODEL_DTYPES = ("auto", "bfloat16", "float16", "float32")   # kv-calc --dtype: "auto" + canonical names
+
+
 def canonical_dtype(name: str | None) -> str | None:
     if name is None:
         return None
-    return _DTYPE_ALIASES.get(str(name).strip().lower())
+    return DTYPE_ALIASES.get(str(name).strip().lower())
 
 
 def dtype_bytes(name: str | None) -> int:

@@ -39,6 +39,9 @@ def escape_dollars(text: str) -> str:
 def interpolate(text: str, env: Mapping[str, str] | None = None) -> str:
     """Resolve Compose interpolation the way ``docker compose`` does for ``env``.
 
+    The one owner of ``${VAR:-default}`` resolution: ``compose`` and ``serving`` (a shipped
+    flag's value, resolved with an empty environment) call it.
+
     Supports ``$$``, ``$NAME``, ``${NAME}``, ``${NAME:-d}``, ``${NAME-d}``, ``${NAME:+a}``,
     ``${NAME+a}``, ``${NAME:?e}`` / ``${NAME?e}`` (unset -> error), nested defaults. A ``$``
     followed by anything else (``"$@"`` in an entrypoint script) is kept, as Compose keeps it.
@@ -125,12 +128,13 @@ def interpolate_tree(value: Any, env: Mapping[str, str] | None = None) -> Any:
     return value
 
 
-def _plain(value: Any) -> Any:
-    """Deep copy into plain dicts/lists (MappingProxy, tuples) so yaml.safe_dump accepts it."""
+def plain_data(value: Any) -> Any:
+    """Deep copy into plain dicts/lists (MappingProxy, tuples) so yaml.safe_dump accepts it.
+    The one deep-copy-to-plain-data helper (``compose`` uses it too)."""
     if isinstance(value, Mapping):
-        return {str(k): _plain(v) for k, v in value.items()}
+        return {str(k): plain_data(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
+        return [plain_data(v) for v in value]
     return value
 
 
@@ -147,16 +151,16 @@ class Launch:
 
     # ---- Compose -------------------------------------------------------------------------
     def compose_document(self) -> dict[str, Any]:
-        doc: dict[str, Any] = {"services": {self.service_name: _plain(self.service)}}
+        doc: dict[str, Any] = {"services": {self.service_name: plain_data(self.service)}}
         for key, value in self.top_level.items():
             if key not in ("services", "version"):
-                doc[key] = _plain(value)
+                doc[key] = plain_data(value)
         return doc
 
     # ---- vllm serve ----------------------------------------------------------------------
     def resolved_service(self) -> dict[str, Any]:
         """The service with Compose interpolation resolved against an empty environment."""
-        return interpolate_tree(_plain(self.service), {})
+        return interpolate_tree(plain_data(self.service), {})
 
     def serve_invocation(self) -> tuple[tuple[tuple[str, str], ...], tuple[str, ...], tuple[str, ...]]:
         """(env assignments, argv, container-only steps) equivalent to the service."""

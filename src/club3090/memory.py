@@ -29,7 +29,7 @@ from club3090.kvformats import KvFormat, canonical_dtype, dtype_bytes, kv_format
 __all__ = [
     "ServeShape", "FitResult", "RankBreakdown", "KvGroup", "UnpriceableModel", "predict",
     "resolve_defaults", "parse_version", "capture_sizes", "kv_page_layout", "NEWEST_KNOWN_VLLM",
-    "VERDICTS", "GiB", "MiB",
+    "VERDICTS", "GiB", "MiB", "tp_geometry_problem", "mamba_groups",
 ]
 
 GiB = 1 << 30
@@ -278,6 +278,31 @@ def _attn_token_bytes(layer: LayerSpec, tp: int, fmt: KvFormat, model_bytes: int
     return heads * per_head
 
 
+def tp_geometry_problem(tp: int, heads: int | None, kv_heads: int | None) -> str | None:
+    """Why vLLM cannot split attention over ``tp`` ranks, else None. The one owner of the rule
+    (the gate's [C0] and :func:`predict` both use it): the query heads must divide by TP; the KV
+    heads are split when TP divides them and replicated when TP is a multiple of them
+    (``config/model.py::get_num_kv_heads``)."""
+    if tp <= 1:
+        return None
+    if heads and heads % tp:
+        return f"tp={tp} does not divide the {heads} attention heads"
+    if kv_heads and kv_heads % tp and tp % kv_heads:
+        return f"tp={tp} neither divides nor is a multiple of the {kv_heads} KV heads"
+    return None
+
+
+def mamba_groups(n_groups: int, tp: int) -> int:
+    """Mamba-2 groups across all ranks after vLLM's replication (MambaMixer2,
+    ``extra_groups_for_head_shards``): TP dividing the groups shards them as they are; a single
+    group is replicated once per rank; any other non-dividing count vLLM refuses to load."""
+    if n_groups % tp == 0:
+        return n_groups
+    if n_groups == 1:
+        return tp
+    raise UnpriceableModel(f"{n_groups} Mamba groups are neither divisible by TP {tp} nor a single group")
+
+
 def _state_bytes(layer: LayerSpec, tp: int, num_spec: int, conv_bytes: int, ssm_bytes: int) -> int:
     """One request's recurrent state for one layer on one rank (mamba_utils state shapes)."""
     if layer.kind == "gdn":
@@ -287,10 +312,7 @@ def _state_bytes(layer: LayerSpec, tp: int, num_spec: int, conv_bytes: int, ssm_
         recurrent = (layer.linear_num_value_heads // tp) * layer.linear_value_head_dim * layer.linear_key_head_dim
         return conv * conv_bytes + recurrent * ssm_bytes
     if layer.kind == "mamba2":
-        groups = layer.n_groups
-        if groups % tp != 0:
-            groups = groups + (tp - groups)    # groups replicated so every rank holds whole ones
-        conv_dim = layer.mamba_intermediate + 2 * groups * layer.ssm_state_size
+        conv_dim = layer.mamba_intermediate + 2 * mamba_groups(layer.n_groups, tp) * layer.ssm_state_size
         conv = (conv_dim // tp) * (layer.conv_kernel - 1 + num_spec)
         recurrent = (layer.mamba_num_heads // tp) * layer.mamba_head_dim * layer.ssm_state_size
         return conv * conv_bytes + recurrent * ssm_bytes
@@ -495,12 +517,12 @@ def predict(arch: Architecture, *, weights_bytes: int, gpu_memory_bytes: Sequenc
     tp, pp = int(shape.tp), int(shape.pp)
     if tp < 1 or pp < 1:
         raise UnpriceableModel("tensor and pipeline parallel sizes must be >= 1")
-    if arch.num_attention_heads and arch.num_attention_heads % tp != 0 and any(
-            layer.kind in ("full", "sliding", "chunked", "mla") for layer in arch.layers):
-        raise UnpriceableModel(f"{arch.num_attention_heads} attention heads are not divisible by TP {tp}")
-    if arch.num_key_value_heads and tp > arch.num_key_value_heads and tp % arch.num_key_value_heads and \
-            any(layer.kind in ("full", "sliding", "chunked") for layer in arch.layers):
-        raise UnpriceableModel(f"TP {tp} is neither a divisor nor a multiple of {arch.num_key_value_heads} KV heads")
+    if any(layer.kind in ("full", "sliding", "chunked", "mla") for layer in arch.layers):
+        kv_split = any(layer.kind in ("full", "sliding", "chunked") for layer in arch.layers)
+        problem = tp_geometry_problem(tp, arch.num_attention_heads,
+                                      arch.num_key_value_heads if kv_split else None)
+        if problem:
+            raise UnpriceableModel(problem)
     for layer in arch.layers:
         if layer.kind == "gdn" and (layer.linear_num_key_heads % tp or layer.linear_num_value_heads % tp):
             raise UnpriceableModel(f"linear-attention heads are not divisible by TP {tp}")
@@ -587,7 +609,10 @@ def predict(arch: Architecture, *, weights_bytes: int, gpu_memory_bytes: Sequenc
 
     if not any(lay.groups for lay in layouts):
         raise UnpriceableModel("the model has no KV cache or state layers to size")
-    limiting = min(range(len(ranks)), key=lambda i: (ranks[i].num_blocks, i))
+    # a PP stage holding no cache layers (Nemotron-H's trailing MLP stages) allocates no KV and
+    # cannot limit the pool: only stages with groups compete
+    limiting = min((i for i in range(len(ranks)) if layouts[i].groups),
+                   key=lambda i: (ranks[i].num_blocks, i))
     lim, layout = ranks[limiting], layouts[limiting]
     num_blocks = lim.num_blocks
     length = res.max_model_len

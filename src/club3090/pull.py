@@ -16,8 +16,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from club3090 import capture, gates
-from club3090.compose import derived_compose
-from club3090.download import pull_dir
 from club3090.fsutil import write_output_text
 from club3090.gates import (BYPASS_EXPERIMENTAL_ARCH, C0Result, HardwareFacts, Terminal)
 from club3090.memory import ServeShape, UnpriceableModel
@@ -31,11 +29,9 @@ if TYPE_CHECKING:  # pragma: no cover
     from club3090.spec import ModelSpec
 
 EXIT_OK, EXIT_STOP, EXIT_NEEDS_FLAG = 0, 2, 3
-DEFAULT_KV_FORMAT = "fp8_e5m2"
-DEFAULT_MAX_CTX = 131072
-DEFAULT_MEM_UTIL = 0.95
-DEFAULT_MAX_NUM_SEQS = 1
-DEFAULT_TP = 1
+# SYSTEM.md section 9's mem_util for a profile that sets none (the loader allows that only for
+# llama.cpp profiles); the catalog requires every other shape field of a profile.
+UNSET_MEM_UTIL_DEFAULT = 0.95
 
 # Our wording of the upstream design's boot-fit caveat (SYSTEM.md section 9).
 CAVEAT = ("This verdict is about start-up only: the model is predicted to load and serve at the "
@@ -81,6 +77,7 @@ class PullResult:
     slug: str
     profile_like: str
     detail: str = ""
+    sub_reason: str | None = None            # a stratum-1 stop's case (gguf-only, not-found, ...)
     c0: C0Result | None = None
     confidence: str | None = None
     raw_verdict: str | None = None
@@ -111,7 +108,7 @@ class PullResult:
         return "DOES NOT FIT"
 
     def to_json(self) -> dict[str, Any]:
-        fit = self.fit.to_json() if self.fit is not None and hasattr(self.fit, "to_json") else None
+        fit = self.fit.to_json() if self.fit is not None else None
         return {
             "ok": self.ok,
             "exit_code": self.exit_code,
@@ -119,6 +116,7 @@ class PullResult:
             "stratum": int(self.stratum),
             "stratum_name": self.stratum_name,
             "reason": self.reason,
+            "sub_reason": self.sub_reason,
             "detail": self.detail,
             "slug": self.slug,
             "profile_like": self.profile_like,
@@ -225,8 +223,10 @@ def evaluate(request: PullRequest, *, catalog: "Catalog", settings: "Settings",
     if stages is not None and _e_entry(result, run):
         result = _run_e(result, run, catalog=catalog, settings=settings, stages=stages,
                         captures_root=captures_root, clock=clock)
+    elif stages is None and request.out is not None and _e_entry(result, run):
+        result = _emit_only(result, run, catalog=catalog, settings=settings, clock=clock)
     if captures_root is not None and result.exit_code == EXIT_STOP and (result.e is None or not result.e.ran):
-        bundle = _write_bundle(result, run, captures_root, clock, catalog)
+        bundle = _write_bundle(result, run, captures_root, clock, settings)
         result = replace(result, bundle=bundle, notices=tuple(dict.fromkeys(run.notices)))
     return result
 
@@ -237,17 +237,22 @@ def _utcnow() -> datetime:
 
 def _finish(run: _Run, *, stratum: Stratum, ok: bool, reason: str | None, detail: str = "",
             out: Path | None = None, compose_text: str | None = None, emitted: bool = False,
-            caveat: bool = False) -> PullResult:
+            caveat: bool = False, sub_reason: str | None = None) -> PullResult:
     return PullResult(
         ok=ok, exit_code=exit_code_for(ok, reason), path=run.path, stratum=stratum, reason=reason,
-        slug=run.slug, profile_like=run.request.profile_like, detail=detail, c0=run.c0,
+        slug=run.slug, profile_like=run.request.profile_like, detail=detail, sub_reason=sub_reason, c0=run.c0,
         confidence=run.confidence, raw_verdict=run.raw_verdict, terminal=run.terminal, fit=run.fit,
         out=out, compose_text=compose_text, emitted=emitted, notices=tuple(dict.fromkeys(run.notices)),
         caveat=CAVEAT if caveat else None, hardware=run.hardware, suggestions=tuple(run.suggestions))
 
 
 def _stop(run: _Run, stop: Stop) -> PullResult:
-    message = str(stop.detail.get("message", "")) if stop.detail else ""
+    """A stop as a result. Stratum 1 prints the seed's bare token (its case goes to
+    ``sub_reason``); [C0] and stratum 6 print theirs with the side field (``token``)."""
+    message = str(stop.detail.get("message", ""))
+    if stop.stratum is Stratum.DERIVER:
+        return _finish(run, stratum=stop.stratum, ok=False, reason=stop.reason.value, detail=message,
+                       sub_reason=stop.sub_reason)
     return _finish(run, stratum=stop.stratum, ok=False, reason=stop.token, detail=message)
 
 
@@ -287,8 +292,8 @@ def _evaluate(run: _Run, *, catalog: "Catalog", settings: "Settings", derive, de
     if gpu_set is None and request.gpus:
         gpu_set = _parse_gpus(request.gpus, catalog)
     detected = None
-    if gpu_set is None or (getattr(gpu_set, "sm", None) is None and request.hardware_sm is None):
-        detected = (detect or _default_detect)()
+    if gpu_set is None or (gpu_set.sm is None and request.hardware_sm is None):
+        detected = detect() if detect is not None else _default_detect(settings)
     reference = catalog.gpus.get(profile.reference_gpu) if profile.reference_gpu else None
     hw = gates.resolve_hardware(tp=profile.tp, hardware_sm=request.hardware_sm, gpu_set=gpu_set,
                                 detected=detected, reference_gpu=reference)
@@ -370,15 +375,9 @@ def _evaluate(run: _Run, *, catalog: "Catalog", settings: "Settings", derive, de
         f.state is gates.C0State.NEEDS_TRC_ACK for f in findings)
     if run.path == "B":
         if curated is None and not request.dry_run:
-            if not e_enabled:
-                if request.out is not None:
-                    written = _derived_emit(run, settings, catalog)
-                    if written is not None:
-                        return _finish(run, stratum=Stratum.DECIDED, ok=True, reason=None, detail=detail,
-                                       out=written[0], compose_text=written[1], emitted=True, caveat=True)
-                else:
-                    run.notices.append("add --out FILE to write a patchless compose for this repo; this call "
-                                       "does not download or boot it")
+            if not e_enabled and request.out is None:
+                run.notices.append("add --out FILE to write a patchless compose for this repo; this call "
+                                   "does not download or boot it")
         elif curated is not None and request.out is None and not request.dry_run:
             run.notices.append(f"curated repo: add --out FILE to write its compose ({profile.key})")
         return _finish(run, stratum=Stratum.DECIDED, ok=True, reason=None, detail=detail, caveat=True)
@@ -386,7 +385,7 @@ def _evaluate(run: _Run, *, catalog: "Catalog", settings: "Settings", derive, de
     # Path A: stratum 6 dry-run, then write --out
     if fit.raw_verdict == "fits-constrained":
         run.notices.append(EFFECTIVE_CAP_NOTICE)
-        fitted = getattr(fit, "max_model_len_fit", None)
+        fitted = fit.max_model_len_fit
         if fitted:
             run.notices.append(f"rig-fitted override, if you want full-length requests to fit: "
                                f"MAX_MODEL_LEN={fitted}")
@@ -412,30 +411,6 @@ def _evaluate(run: _Run, *, catalog: "Catalog", settings: "Settings", derive, de
                        f"so start it with: docker compose --project-directory {project_dir} -f {out} up -d")
     return _finish(run, stratum=Stratum.DECIDED, ok=True, reason=None, detail=detail, out=out,
                    compose_text=text, emitted=True, caveat=True)
-
-
-def _derived_emit(run: _Run, settings: "Settings", catalog: "Catalog") -> tuple[Path, str] | None:
-    """Path B, non-curated, satisfied, without [E] stages (library callers): write the patchless
-    derived compose to --out. A refusal becomes a notice; nothing is downloaded."""
-    request, spec, hw = run.request, run.spec, run.hardware
-    if hw is None or not hw.count:
-        run.notices.append("gpu-topology-undetermined: no compose written")
-        return None
-    out = Path(request.out)
-    hf_home = Path(settings.hf_home).expanduser().absolute()
-    snapshot = pull_dir(hf_home, spec.ref)
-    outcome = derived_compose(spec, run.profile.key, catalog, snapshot_dir=snapshot, hf_home=hf_home,
-                              max_model_len=run.fit.max_model_len, trust_remote_code=run.trust_remote_code,
-                              gpu_indices=tuple(range(hw.count)), out_name=str(out))
-    if outcome.refusal is not None or not outcome.text:
-        run.notices.append(f"no compose written: {outcome.refusal}"
-                           + (f" ({outcome.detail})" if outcome.detail else ""))
-        return None
-    write_output_text(out, outcome.text, force=request.force)
-    run.notices.extend(outcome.notices)
-    run.notices.append(f"derived compose written; it serves the weights from {snapshot}; this call does not "
-                       "download them (the CLI's [E] stages do)")
-    return out, outcome.text
 
 
 # --------------------------------------------------------------------------------------------
@@ -466,6 +441,30 @@ def _run_e(result: PullResult, run: _Run, *, catalog: "Catalog", settings: "Sett
                    emitted=report.compose_text is not None)
 
 
+def _emit_only(result: PullResult, run: _Run, *, catalog: "Catalog", settings: "Settings",
+               clock: Callable[[], datetime]) -> PullResult:
+    """Library callers without [E] stages and with ``--out``: ``emit.run`` writes the derived
+    compose and stops there (no download, boot or bundle). A refusal is a notice, not a verdict."""
+    from club3090 import emit
+
+    gate, manifest = _bundle_fields(result, run)
+    gate.pop("abort_reason", None)
+    report = emit.run(spec=run.spec, profile=run.profile, catalog=catalog, settings=settings,
+                      hardware=run.hardware, fit=run.fit, terminal=run.terminal,
+                      trust_remote_code=run.trust_remote_code, out=run.request.out, force=run.request.force,
+                      stages=emit.EStages(emit_only=True), gate=gate, manifest_fields=manifest,
+                      captures_root=None, now=clock)
+    notices = [*result.notices, *report.notices]
+    if report.ran and report.ok:
+        notices.append("derived compose written; this call does not download the weights it mounts "
+                       "(the CLI's [E] stages do)")
+        return replace(result, notices=tuple(dict.fromkeys(notices)), out=run.request.out,
+                       compose_text=report.compose_text, emitted=True)
+    if report.ran:
+        notices.append(f"no compose written: {report.failure}" + (f" ({report.detail})" if report.detail else ""))
+    return replace(result, notices=tuple(dict.fromkeys(notices)))
+
+
 # --------------------------------------------------------------------------------------------
 # Fit helpers
 # --------------------------------------------------------------------------------------------
@@ -473,10 +472,10 @@ def _run_e(result: PullResult, run: _Run, *, catalog: "Catalog", settings: "Sett
 def _shape(run: _Run, profile: "Profile", catalog: "Catalog", arch: Any, *, path_a: bool) -> ServeShape:
     """The ServeShape the gate prices: ``serving.profile_shape`` (the one owner of that rule, so
     ``pull`` and ``kv-calc --profile`` agree), the drafter on Path A only, SYSTEM.md section 9's
-    defaults where the profile leaves a value unset, and on Path B the context capped at the
+    mem_util default where the profile sets none, and on Path B the context capped at the
     model's own maximum."""
     model_max = arch.max_position_embeddings
-    max_ctx = profile.max_ctx or model_max or DEFAULT_MAX_CTX
+    max_ctx = profile.max_ctx
     if not path_a and run.spec.curated is None and model_max and max_ctx > model_max:
         run.notices.append(f"{profile.key} asks for {max_ctx} tokens of context but the model supports "
                            f"{model_max}; priced at {model_max}")
@@ -484,11 +483,8 @@ def _shape(run: _Run, profile: "Profile", catalog: "Catalog", arch: Any, *, path
     hw = run.hardware
     return profile_shape(
         profile, catalog, drafter=path_a,
-        tp=DEFAULT_TP if profile.tp is None else None,
-        mem_util=DEFAULT_MEM_UTIL if profile.mem_util is None else None,
+        mem_util=UNSET_MEM_UTIL_DEFAULT if profile.mem_util is None else None,
         max_model_len=max_ctx if max_ctx != profile.max_ctx else None,
-        max_num_seqs=DEFAULT_MAX_NUM_SEQS if profile.max_num_seqs is None else None,
-        kv_cache_dtype=DEFAULT_KV_FORMAT if not profile.kv_format else None,
         device_name=hw.names[0] if hw is not None and hw.names else None)
 
 
@@ -554,9 +550,9 @@ def _default_derive(source: str, settings: "Settings", catalog: "Catalog") -> An
     return derive(source, settings, catalog)
 
 
-def _default_detect() -> Any:
+def _default_detect(settings: "Settings") -> Any:
     from club3090.hardware import detect
-    return detect()
+    return detect(enabled=settings.gpu_detect)
 
 
 def _default_free_bytes(path: Path) -> int | None:
@@ -599,7 +595,7 @@ def _bundle_fields(result: PullResult, run: _Run) -> tuple[dict[str, Any], dict[
     fit_json = result.fit.to_json() if result.fit is not None else None
     gate = {
         "abort_reason": result.reason,
-        "detail": {"message": result.detail},
+        "detail": {"message": result.detail, **({"sub_reason": result.sub_reason} if result.sub_reason else {})},
         "stratum": int(result.stratum),
         "stratum_name": result.stratum_name,
         "path": result.path,
@@ -634,11 +630,11 @@ def _bundle_fields(result: PullResult, run: _Run) -> tuple[dict[str, Any], dict[
 
 
 def _write_bundle(result: PullResult, run: _Run, root: Path, clock: Callable[[], datetime],
-                  catalog: "Catalog") -> Path | None:
+                  settings: "Settings") -> Path | None:
     gate, manifest = _bundle_fields(result, run)
     try:
         return capture.write_gate_bundle(root, slug=result.slug, gate=gate, manifest_fields=manifest,
-                                         now=clock())
+                                         now=clock(), secrets=settings.redaction_secrets)
     except OSError as exc:
         run.notices.append(f"could not write the gate bundle: {exc}")
         return None

@@ -15,8 +15,6 @@ sub-byte dtypes (F4, F6_*) only need room for their packed bits, since writers m
 
 from __future__ import annotations
 
-import json
-import math
 import struct
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -154,14 +152,6 @@ def _check_tiling(tensors: Mapping[str, TensorInfo], *, file: str) -> None:
         cursor = info.end
 
 
-def parse_file_bytes(data: bytes, *, file: str, file_size: int | None = None) -> SafetensorsHeader:
-    """Parse a buffer that starts at byte 0 of the file and holds at least the whole header."""
-    n = header_length(data[:PREFIX_BYTES], file=file)
-    if len(data) < PREFIX_BYTES + n:
-        raise InputError(file, f"truncated header: need {PREFIX_BYTES + n} bytes, got {len(data)}")
-    return parse_header(data[PREFIX_BYTES:PREFIX_BYTES + n], file=file, file_size=file_size)
-
-
 def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
@@ -196,23 +186,3 @@ def _tensor(entry: Any, *, name: str, file: str) -> TensorInfo:
         raise InputError(file, f"{where}: {dtype}{shape} packs into at least {-(-expected_bits // 8)} "
                                f"bytes, data_offsets span {span}")
     return TensorInfo(dtype=dtype, shape=tuple(shape), begin=offsets[0], end=offsets[1])
-
-
-def build(tensors: Mapping[str, tuple[str, tuple[int, ...] | list[int]]] | list[tuple[str, str, Any]],
-          metadata: Mapping[str, str] | None = None) -> tuple[bytes, int]:
-    """Serialise a header for ``tensors`` (name -> (dtype, shape)), packed in order.
-
-    Returns (prefix + JSON header padded with spaces to a multiple of 8, data-section length).
-    Used by tests and the fake Hub to synthesise files; the layout matches the safetensors writer.
-    """
-    items = tensors.items() if isinstance(tensors, Mapping) else [(n, (d, s)) for n, d, s in tensors]
-    doc: dict[str, Any] = {"__metadata__": dict(metadata or {"format": "pt"})}
-    offset = 0
-    for name, (dtype, shape) in items:
-        bits = DTYPE_BITS[dtype]
-        nbytes = -(-math.prod(shape) * bits // 8)
-        doc[name] = {"dtype": dtype, "shape": list(shape), "data_offsets": [offset, offset + nbytes]}
-        offset += nbytes
-    raw = json.dumps(doc, separators=(",", ":")).encode("utf-8")
-    raw += b" " * (-len(raw) % 8)
-    return struct.pack("<Q", len(raw)) + raw, offset

@@ -10,10 +10,11 @@ Pure: no I/O, no environment, no printing. Reads only the catalog records it is 
 
 from __future__ import annotations
 
-import re
 from dataclasses import fields
-from typing import Any, Mapping
+from typing import Any
 
+from club3090.errors import CatalogError, Problem
+from club3090.launch import InterpolationError, interpolate
 from club3090.memory import ServeShape
 
 __all__ = ["shipped_flag", "profile_batched_tokens", "drafter_terms", "profile_shape", "SHAPE_FIELDS"]
@@ -22,29 +23,28 @@ SHAPE_FIELDS = tuple(f.name for f in fields(ServeShape))
 SPECULATIVE_METHODS = ("mtp", "mtp_assistant", "dflash", "eagle3")
 
 
-def _innermost_default(token: str) -> str | None:
-    """'${A:-${B:-4096}}' -> '4096'; a literal -> itself; an unset variable -> None."""
-    match = None
-    for match in re.finditer(r":-([^${}]*)\}", token):
-        pass
-    if match is not None:
-        return match.group(1)
-    return None if "${" in token else token
+def _shipped_value(token: str) -> str | None:
+    """A shipped value as Compose resolves it with no environment (``launch.interpolate`` owns
+    the rule): '${A:-${B:-4096}}' -> '4096'; a literal -> itself; unset or malformed -> None."""
+    try:
+        return interpolate(token, {}) or None
+    except InterpolationError:
+        return None
 
 
 def shipped_flag(profile: Any, flag: str) -> str | None:
     """The value a profile's shipped compose passes for ``flag`` (its ${VAR:-default} resolved), if any."""
-    runtime = getattr(profile, "runtime", None)
-    service = getattr(runtime, "service", None) or {}
-    command = service.get("command") if isinstance(service, Mapping) else None
+    if profile.runtime is None:
+        return None
+    command = profile.runtime.service.get("command")
     if not isinstance(command, (list, tuple)):
         return None
     args = [str(a) for a in command]
     for i, arg in enumerate(args):
         if arg == flag and i + 1 < len(args):
-            return _innermost_default(args[i + 1])
+            return _shipped_value(args[i + 1])
         if arg.startswith(flag + "="):
-            return _innermost_default(arg.split("=", 1)[1])
+            return _shipped_value(arg.split("=", 1)[1])
     return None
 
 
@@ -52,10 +52,12 @@ def profile_batched_tokens(profile: Any) -> int | None:
     """--max-num-batched-tokens of the shipped compose (it sizes the activation peak and the tokens a
     sliding-window layer holds in flight); None when the profile does not record it (vLLM default)."""
     value = shipped_flag(profile, "--max-num-batched-tokens") if profile is not None else None
-    try:
-        return int(value) if value else None
-    except ValueError:
+    if value is None:
         return None
+    if not value.isdigit() or int(value) < 1:
+        raise CatalogError([Problem("profiles.yaml", f"profiles[{profile.key!r}].runtime.service.command",
+                                    f"--max-num-batched-tokens {value!r} is not a positive integer")])
+    return int(value)
 
 
 def drafter_terms(drafter: Any) -> tuple[int, int]:
@@ -96,18 +98,16 @@ def profile_shape(profile: Any, catalog: Any, *, drafter: bool = True, **overrid
         raise TypeError(f"profile_shape: unknown ServeShape field(s): {', '.join(unknown)}")
     base: dict[str, Any] = {}
     if profile is not None:
-        engines = getattr(catalog, "engines", None) or {}
-        engine = engines.get(profile.engine)
+        engine = catalog.engines[profile.engine]
         base = {
             "tp": int(profile.tp), "pp": int(profile.pp), "mem_util": profile.mem_util,
             "max_model_len": profile.max_ctx, "max_num_seqs": profile.max_num_seqs,
             "max_num_batched_tokens": profile_batched_tokens(profile),
             "kv_cache_dtype": profile.kv_format or "auto",
-            "vllm_version": engine.vllm_version if engine is not None else None,
+            "vllm_version": engine.vllm_version,
         }
         if drafter and profile.drafter:
-            drafters = getattr(catalog, "drafters", None) or {}
-            spec, extra = drafter_terms(drafters.get(profile.drafter))
+            spec, extra = drafter_terms(catalog.drafters[profile.drafter])
             base["num_speculative_tokens"], base["extra_weights_bytes"] = spec, extra
     base.update({k: v for k, v in overrides.items() if v is not None})
     return ServeShape(**base)

@@ -8,6 +8,8 @@ from pathlib import Path
 from typing import Mapping
 
 DEFAULT_ENDPOINT = "https://huggingface.co"
+TOKEN_ENV = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")
+NO_GPU_DETECT_ENV = "CLUB3090_NO_GPU_DETECT"   # set (not "0"): GPU detection is switched off
 
 
 def resolve_hf_home(env: Mapping[str, str], flag: Path | None) -> Path:
@@ -39,6 +41,13 @@ class Settings:
     token: str | None = None
     offline: bool = False
     debug: bool = False
+    secrets: tuple[str, ...] = ()     # every token value found (env and token file), for redaction
+    gpu_detect: bool = True           # False under CLUB3090_NO_GPU_DETECT
+
+    @property
+    def redaction_secrets(self) -> tuple[str, ...]:
+        """Literal strings capture bundles and submissions must never contain."""
+        return tuple(dict.fromkeys(s for s in (self.token, *self.secrets) if s))
 
     @property
     def hub_cache(self) -> Path:
@@ -53,11 +62,15 @@ class Settings:
                  debug: bool = False) -> "Settings":
         env = os.environ if env is None else env
         hf_home = resolve_hf_home(env, hf_home_flag)
-        token = env.get("HF_TOKEN") or env.get("HUGGING_FACE_HUB_TOKEN") or _token_from_file(hf_home, env)
+        from_file = _token_from_file(hf_home, env)
+        token = env.get("HF_TOKEN") or env.get("HUGGING_FACE_HUB_TOKEN") or from_file
+        secrets = tuple(dict.fromkeys(s for s in (*(env.get(k) for k in TOKEN_ENV), from_file) if s))
         # the same rule as huggingface_hub: HF_HUB_OFFLINE, else TRANSFORMERS_OFFLINE
         raw_offline = env.get("HF_HUB_OFFLINE") or env.get("TRANSFORMERS_OFFLINE") or ""
         offline = raw_offline.strip().lower() in {"1", "true", "yes", "on"}
         return cls(hf_home=hf_home,
                    endpoint=(env.get("HF_ENDPOINT") or DEFAULT_ENDPOINT).rstrip("/"),
                    token=token, offline=offline,
-                   debug=debug or env.get("CLUB3090_DEBUG", "") not in {"", "0"})
+                   debug=debug or env.get("CLUB3090_DEBUG", "") not in {"", "0"},
+                   secrets=secrets,
+                   gpu_detect=env.get(NO_GPU_DETECT_ENV, "").strip() in ("", "0"))

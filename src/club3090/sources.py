@@ -5,22 +5,32 @@ I/O at the edge. MODEL, first match wins:
 1. an existing local folder (``config.json`` + safetensors) or a ``config.json`` path: the config,
    and weights from the safetensors headers next to it (the weight-set selection and header
    reader of :mod:`club3090.derive`), unless the caller gives per-rank weights itself;
-2. a curated profile key (``--profile`` wins), a catalog model id, or any ``hf_repos`` alias of a
-   catalog weight variant;
+2. a curated profile key, a catalog model id, or any ``hf_repos`` alias of a catalog weight variant;
 3. anything else goes to :func:`club3090.derive.derive` (the Hub, or the HF cache offline); its
-   stratum-1 stops are usage errors here.
+   stratum-1 stop is returned as is (kv-calc exits 2 with its token, as ``inspect`` does).
 
-``resolve_source(model, catalog, settings, *, profile_key=None, weights_given=False) -> ModelSource``.
+``--profile KEY`` supplies the serving shape only (TP, PP, util, context, sequences, KV format,
+the shipped ``--max-num-batched-tokens``, the engine's vLLM version, the reference GPU). MODEL
+always names what is priced: the profile's own model and weights are used only when MODEL is
+omitted (or is the profile key). The profile's drafter (speculative tokens, drafter weights) comes
+with the shape unless MODEL is a catalog model the drafter does not serve (``model_compat``).
+Without ``--profile``, a profile key given as MODEL is its own shape.
+
+Confidence: ``exact`` for a catalog model (as ``derive`` says for a curated hit), the deriver's
+for a Hub repo, ``estimated-lower-bound`` for a local folder.
+
+``resolve_source(model, catalog, settings, *, profile_key=None, weights_given=False) -> ModelSource | Stop``.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Mapping
 
 from club3090.errors import InputError, UsageError
 from club3090.fsutil import read_json_capped
+from club3090.outcome import Stop
 
 __all__ = ["ModelSource", "resolve_source", "folder_weights"]
 
@@ -43,7 +53,6 @@ class ModelSource:
 def folder_weights(folder: Path) -> tuple[int | None, str]:
     """(weight bytes from the selected safetensors' headers, a note); (None, why) when there are none."""
     from club3090.derive import read_local_header, select_weight_set
-    from club3090.outcome import Stop
 
     names = [p.name for p in folder.iterdir() if p.is_file()]
     if not any(n.endswith(".safetensors") for n in names):
@@ -66,33 +75,42 @@ def _existing_path(model: str | None) -> Path | None:
 
 
 def resolve_source(model: str | None, catalog: Any, settings: Any, *, profile_key: str | None = None,
-                   weights_given: bool = False) -> ModelSource:
+                   weights_given: bool = False) -> ModelSource | Stop:
     """Resolve MODEL (and ``--profile``). ``weights_given``: the caller prices per-rank weights itself.
 
-    Raises ``UsageError`` (nothing to price, unknown profile, no config.json, weights unknown, a
-    deriver stop) and ``InputError`` (config.json not a JSON object).
+    Returns the deriver's stratum-1 ``Stop`` for a Hub repo it cannot derive. Raises ``UsageError``
+    (nothing to price, unknown profile, no config.json, weights unknown) and ``InputError``
+    (config.json not a JSON object).
     """
     if not model and not profile_key:
         raise UsageError("kv-calc needs MODEL or --profile")
     if profile_key and profile_key not in catalog.profiles:
         raise UsageError(f"unknown profile {profile_key!r}")
+    shape_profile = catalog.profiles[profile_key] if profile_key else catalog.profiles.get(model or "")
     path = _existing_path(model)
     if path is not None:
-        return _from_path(path, catalog, profile_key, weights_given)
-    key = model or profile_key
-    profile = catalog.profiles.get(profile_key or "") or catalog.profiles.get(key)
-    if profile is not None:
-        return ModelSource(label=profile.key, **_profile_fields(catalog, profile, with_model=True))
-    if key in catalog.models:
-        m = catalog.models[key]
-        return ModelSource(label=m.id, **_model_fields(m, m.weights.get(m.default_weight_variant)))
-    hit = catalog.find_variant(key)
-    if hit is not None:
-        return ModelSource(label=key, **_model_fields(*hit))
-    return _from_deriver(key, settings, catalog)
+        source = _from_path(path, weights_given)
+    elif not model or model in catalog.profiles:
+        own = catalog.profiles[model or profile_key or ""]
+        m = catalog.models[own.model]
+        source = ModelSource(label=own.key if not model or model == profile_key else model,
+                             **_model_fields(m, m.weights.get(own.weights_variant)))
+    elif model in catalog.models:
+        m = catalog.models[model]
+        source = ModelSource(label=m.id, **_model_fields(m, m.weights.get(m.default_weight_variant)))
+    elif (hit := catalog.find_variant(model)) is not None:
+        source = ModelSource(label=model, **_model_fields(*hit))
+    else:
+        derived = _from_deriver(model, settings, catalog)
+        if isinstance(derived, Stop):
+            return derived
+        source = derived
+    if shape_profile is None:
+        return source
+    return _with_profile(source, catalog, shape_profile)
 
 
-def _from_path(path: Path, catalog: Any, profile_key: str | None, weights_given: bool) -> ModelSource:
+def _from_path(path: Path, weights_given: bool) -> ModelSource:
     if path.is_dir():
         cfg_path = path / "config.json"
         if not cfg_path.is_file():
@@ -109,40 +127,36 @@ def _from_path(path: Path, catalog: Any, profile_key: str | None, weights_given:
         if weights is None:
             raise UsageError(f"{path}: {note}; pass --weights-gib (weights per GPU rank)")
         fields.update(weights_bytes=weights, weights_note=note)
-    if profile_key:
-        fields.update(_profile_fields(catalog, catalog.profiles[profile_key], with_model=False))
     return ModelSource(label=str(path), config=config, **fields)
 
 
 def _model_fields(model: Any, variant: Any) -> dict[str, Any]:
-    fields: dict[str, Any] = {"model": model, "variant": variant, "config": model.hf_config}
+    fields: dict[str, Any] = {"model": model, "variant": variant, "config": model.hf_config,
+                              "confidence": "exact"}
     if variant is not None and variant.size_bytes:
         fields["weights_bytes"] = int(variant.size_bytes)
         fields["weights_note"] = f"catalog weight variant {variant.id} ({variant.size_bytes / 1e9:.1f} GB on disk)"
     return fields
 
 
-def _profile_fields(catalog: Any, profile: Any, *, with_model: bool) -> dict[str, Any]:
-    """The profile, its model and weights (unless the source brought its own config), its drafter."""
+def _with_profile(source: ModelSource, catalog: Any, profile: Any) -> ModelSource:
+    """The profile's serving shape on ``source``; its drafter unless ``source`` is a catalog model
+    that drafter does not serve."""
     from club3090.serving import drafter_terms
 
     fields: dict[str, Any] = {"profile": profile}
-    model = catalog.models.get(profile.model)
-    if model is not None and with_model:
-        fields.update(_model_fields(model, model.weights.get(profile.weights_variant)))
-    if profile.drafter:
-        fields["num_spec"], fields["extra_weights_bytes"] = drafter_terms(catalog.drafters.get(profile.drafter))
-    if any(a.profile == profile.key for a in catalog.anchors):
-        fields["confidence"] = "exact"
-    return fields
+    drafter = catalog.drafters[profile.drafter] if profile.drafter else None
+    if drafter is not None and (source.model is None or source.model.id == profile.model
+                                or source.model.id in drafter.model_compat):
+        fields["num_spec"], fields["extra_weights_bytes"] = drafter_terms(drafter)
+    return replace(source, **fields)
 
 
-def _from_deriver(key: str, settings: Any, catalog: Any) -> ModelSource:
+def _from_deriver(key: str, settings: Any, catalog: Any) -> ModelSource | Stop:
     from club3090.derive import derive
-    from club3090.outcome import Stop
 
     spec = derive(key, settings, catalog)
     if isinstance(spec, Stop):
-        raise UsageError(f"{key}: {spec.reason}")
+        return spec
     return ModelSource(label=key, arch=spec.arch, weights_bytes=int(spec.weights_bytes),
-                       weights_note="safetensors headers (Hub)")
+                       weights_note="safetensors headers (Hub)", confidence=spec.confidence)

@@ -10,12 +10,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Literal, Mapping
+from typing import TYPE_CHECKING, Literal, Mapping, get_args
 
 if TYPE_CHECKING:
     from club3090.architecture import Architecture
 
 Confidence = Literal["exact", "derived", "estimated-lower-bound"]
+CONFIDENCES: tuple[str, ...] = get_args(Confidence)   # the one list of confidence tokens, best first
 SourceKind = Literal["hub", "local", "cache", "catalog"]
 Provenance = Literal["config", "header", "catalog", "fallback", "index", "hub-api", "filesystem"]
 

@@ -15,11 +15,12 @@ import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping, TextIO
+from typing import Any, Callable, Iterable, Mapping, TextIO
 from urllib.parse import quote, urlencode
 
 from club3090.capture import (Bundle, DEDUP_FIELDS, Redactor, dedup_hash, dedup_key, dump_json,
-                              read_bundle, sanitize_slug)
+                              read_bundle)
+from club3090.slug import sanitize_slug
 
 CLUB3090_ISSUES_REPO = "club3090/club3090"
 MAX_URL_BYTES = 8000          # browsers and GitHub accept ~8 KB; keep clear of the edge
@@ -29,9 +30,6 @@ ARCH_LABEL_MAX = 45           # "arch:" + 45 = GitHub's 50-character label limit
 PROMPT = "Submit this report? [y/N] "
 TRUNCATION_NOTE = ("\n\n_(body truncated to fit a URL; install the GitHub CLI `gh` and run "
                    "`club3090 pull --submit DIR` to send the full report)_\n")
-
-FAILURE_CLASSES = ("genuine-oom", "overlay-arch-drift", "kernel-unsupported", "quant-unsupported",
-                   "benign-cold-start", "unknown")
 
 _DETECT: Any = object()       # "look for gh on PATH at call time", never at import
 
@@ -117,18 +115,19 @@ def build_payload(bundle: Bundle, redactor: Redactor) -> tuple[Payload, str, tup
 
 def submit(bundle_dir: Path, *, ask: Callable[[str], str], out: TextIO, gh: str | None = _DETECT,
            run: Callable[..., Any] = subprocess.run, home: str | None = None,
-           user: str | None = None, host: str | None = None) -> SubmitResult:
+           user: str | None = None, host: str | None = None, secrets: Iterable[str] = ()) -> SubmitResult:
     """Show a bundle's redacted report, ask for consent, then file it (or print a URL).
 
     ``ask`` is ``input``-like (EOFError counts as "no"); ``gh`` is the path of the GitHub CLI
     (default: found on PATH at call time; None = not installed); ``run`` stands in for
-    ``subprocess.run``. ``home``/``user``/``host`` override the redaction identity (tests).
+    ``subprocess.run``. ``home``/``user``/``host`` override the redaction identity (tests);
+    ``secrets`` are literal strings to redact (``Settings.redaction_secrets``).
     Raises ``InputError`` only for a malformed bundle; nothing is sent in that case.
     """
     bundle = read_bundle(Path(bundle_dir))
     if gh is _DETECT:
         gh = shutil.which("gh")
-    redactor = Redactor(home=home, user=user, host=host)
+    redactor = Redactor(home=home, user=user, host=host, secrets=secrets)
     payload, failure_class, key = build_payload(bundle, redactor)
     digest = dedup_hash(key)
     manifest = bundle.manifest

@@ -5,13 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .model import Catalog
-
-REASON_TEXT = {
-    "engine-not-vllm": "engine is not vLLM",
-    "no-runtime-capture": "no runtime capture of the shipped compose",
-    "genesis-equipped": "needs the Genesis patch set",
-}
+from .model import NOT_EMITTABLE_TEXT, Catalog
 
 
 def _num(value: Any) -> Any:
@@ -25,7 +19,7 @@ def rig_check(catalog: Catalog, key: str, gpus: Any) -> dict[str, Any]:
     enough = gpus.count >= needed
     used = gpus.subset(needed)
     need_sm = catalog.need_sm(key)
-    kv_max = catalog.kv_formats[profile.kv_format].max_sm
+    _kv_min, kv_max = catalog.kv_sm_window(profile.kv_format)
     if used.sm is None:
         sm_ok = None
     else:
@@ -79,7 +73,7 @@ def profile_rows(catalog: Catalog, gpus: Any = None) -> list[dict[str, Any]]:
             "reference_gpu": p.reference_gpu,
             "emittable": emittable,
             "not_emittable_reason": reason,
-            "not_emittable_text": REASON_TEXT.get(reason) if reason else None,
+            "not_emittable_text": NOT_EMITTABLE_TEXT[reason][0] if reason else None,
         }
         if gpus is not None:
             row["rig"] = rig_check(catalog, key, gpus)

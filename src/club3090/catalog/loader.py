@@ -26,7 +26,6 @@ FILES = ("gpus.yaml", "kv_formats.yaml", "engines.yaml", "drafters.yaml", "model
 SECTION = {name: name.rsplit(".", 1)[0] for name in FILES}
 
 _ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+/-]*$")
-_SM_RE = re.compile(r"^\d{1,2}\.\d$")
 
 
 class _Bad(Exception):
@@ -94,13 +93,14 @@ def t_fraction(value: Any) -> float:
 
 
 def t_sm(value: Any) -> Decimal:
-    """Compute capability written as a string "8.6" (numbers are accepted too)."""
-    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
-        raise _Bad(f"expected a compute capability such as '8.6', got {_describe(value)}")
-    text = f"{float(value):.1f}" if isinstance(value, (int, float)) else value
-    if not _SM_RE.match(text):
-        raise _Bad(f"expected a compute capability such as '8.6', got {_describe(value)}")
-    return Decimal(text)
+    """Compute capability written "8.6" (numbers are accepted too); ``gpus.parse_sm`` owns the
+    rule, so 8.65 is rejected, never rounded."""
+    from club3090.gpus import parse_sm
+
+    try:
+        return parse_sm(value)
+    except ValueError:
+        raise _Bad(f"expected a compute capability such as '8.6', got {_describe(value)}") from None
 
 
 def t_decimal(value: Any) -> Decimal:
@@ -263,7 +263,6 @@ GPU_SPEC: Spec = {
     "nvlink": req(t_bool), "arch": req(t_str), "vendor": opt(enum("nvidia", "amd"), "nvidia"),
 }
 KV_SPEC: Spec = {
-    "bytes_per_element": req(nullable(t_decimal)), "scale_bytes_per_head": opt(t_nonneg_int, 0),
     "min_sm": req(nullable(t_sm)), "max_sm": opt(nullable(t_sm)), "vllm_arg": req(nullable(t_str)),
     "engines": req(list_of(enum(*m.ENGINE_TYPES), unique=True)), "emittable": opt(t_bool, True),
     "note": opt(t_text, ""),
@@ -369,7 +368,7 @@ def t_version(value: Any) -> str:
 
 
 ANCHOR_SPEC: Spec = {
-    "id": req(t_str), "profile": opt(nullable(t_id)), "gpu": req(t_id), "gpu_count": opt(t_pos_int, 1),
+    "id": req(t_str), "set": req(t_id), "profile": opt(nullable(t_id)), "gpu": req(t_id), "gpu_count": opt(t_pos_int, 1),
     "measured_peak_bytes": req(nullable(t_pos_int)), "measured_kv_tokens": req(nullable(t_pos_int)),
     "ctx": req(nullable(t_pos_int)), "mem_util": opt(nullable(t_fraction)),
     "kv_format": opt(nullable(t_id)), "source": req(t_str),
@@ -656,6 +655,28 @@ def _check_anchor(c: _Collector, raw: dict[str, Any], cat: dict[str, Any], i: in
         c.add(f"{base}.engine", f"anchors price vLLM start-ups; {a.engine} is {engine.type}", file=f)
 
 
+def _check_model_arches(c: _Collector, cat: dict[str, Any], aliases: Mapping[str, str]) -> None:
+    """``Model.architecture`` is the config's ``architectures[0]``; a model that ``compose`` can
+    replay (an emittable vLLM profile) must resolve to an arch row, through ``model_slugs`` or the
+    architecture name / ``config_architectures`` alias (``Catalog.arch_row_for_model``). A model
+    only served otherwise may lack one: the gate then fails closed (``no-arch-row``)."""
+    slugged = {slug for row in cat["arches"].values() for slug in row.model_slugs}
+    for mid, mod in cat["models"].items():
+        base = f"models[{mid!r}].architecture"
+        declared = mod.hf_config.get("architectures")
+        if isinstance(declared, list) and declared and declared[0] != mod.architecture:
+            c.add(base, f"{mod.architecture!r} differs from hf_config architectures[0] {declared[0]!r}",
+                  file="models.yaml")
+        if mid in slugged or mod.architecture in cat["arches"] or mod.architecture in aliases:
+            continue
+        replayable = [key for key, p in cat["profiles"].items()
+                      if p.model == mid and p.runtime is not None and not p.runtime.genesis_equipped
+                      and getattr(cat["engines"].get(p.engine), "type", None) == "vllm"]
+        if replayable:
+            c.add(base, f"{mod.architecture!r} resolves to no arch row (no model_slugs entry, name or "
+                        f"alias), but {', '.join(sorted(replayable))} can be replayed", file="models.yaml")
+
+
 def _cross_check(c: _Collector, raw: dict[str, Any], cat: dict[str, Any]) -> None:
     models_raw = raw["models.yaml"]
     engines_raw = raw["engines.yaml"]
@@ -687,6 +708,7 @@ def _cross_check(c: _Collector, raw: dict[str, Any], cat: dict[str, Any]) -> Non
                 c.add(f"arches[{arch!r}].config_architectures", f"alias {alias!r} is ambiguous",
                       file="arches.yaml")
             aliases[alias] = arch
+    _check_model_arches(c, cat, aliases)
     for pid, p in cat["patches"].items():
         base = f"patches[{pid!r}]"
         for i, mid in enumerate(p.models):
@@ -744,16 +766,42 @@ def _read_files(root: Path | None) -> dict[str, bytes]:
     return {name: data.joinpath(name).read_bytes() for name in FILES}
 
 
+def _strict_loader(yaml: Any, duplicates: list[tuple[str, int]]) -> type:
+    """The safe loader, recording every duplicated mapping key (PyYAML keeps the last silently)."""
+    base = getattr(yaml, "CSafeLoader", yaml.SafeLoader)   # both are the safe loader
+
+    class StrictLoader(base):  # type: ignore[misc, valid-type]
+        def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+            seen: set[Any] = set()
+            for key_node, _value in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    continue
+                key = self.construct_object(key_node, deep=True)
+                try:
+                    if key in seen:
+                        duplicates.append((str(key), key_node.start_mark.line + 1))
+                    seen.add(key)
+                except TypeError:           # unhashable key: the base constructor reports it
+                    pass
+            return super().construct_mapping(node, deep=deep)
+
+    return StrictLoader
+
+
 def _parse(name: str, blob: bytes, c: _Collector) -> Any:
     import yaml
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)   # both are the safe loader
+    duplicates: list[tuple[str, int]] = []
     try:
-        return yaml.load(blob.decode("utf-8"), Loader=loader)  # noqa: S506 - safe loader
+        doc = yaml.load(blob.decode("utf-8"), Loader=_strict_loader(yaml, duplicates))  # noqa: S506 - safe loader
     except (yaml.YAMLError, UnicodeDecodeError) as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}" if mark is not None else "<file>"
         c.add(where, f"not valid YAML: {getattr(exc, 'problem', None) or exc}", file=name)
         return None
+    for key, line in duplicates:
+        c.add(f"line {line}", f"duplicate key {key!r}: a later entry would silently replace an earlier one",
+              file=name)
+    return doc
 
 
 def _load(root: Path | None) -> m.Catalog:

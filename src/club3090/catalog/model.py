@@ -12,7 +12,7 @@ from decimal import Decimal
 from types import MappingProxyType
 from typing import Any, Mapping
 
-_EMPTY: Mapping[str, Any] = MappingProxyType({})
+from club3090.spec import CONFIDENCES
 
 # Closed value sets, shared by the loader (validation) and readers (documentation).
 ENGINE_TYPES = ("vllm", "llama.cpp")
@@ -22,10 +22,17 @@ PROFILE_STATUSES = ("production", "caveats", "experimental", "incubating", "prev
                     "upstream-gated", "deprecated")
 LAUNCHABLE_STATUSES = ("production", "caveats")
 TRC_VALUES = ("true", "false", "unverified")
-ARCH_CONFIDENCE = ("exact", "derived", "estimated-lower-bound")
+ARCH_CONFIDENCE = CONFIDENCES
 ARCH_STATUS = ("verified", "unverified", "suspect")
 ON_FAIL = ("capability-degraded", "hard-refuse", "boot-refused")
 DRIFT_GUARD_KINDS = ("behavioral", "import-and-boot", "boot", "none")
+NOT_EMITTABLE_REASONS = ("engine-not-vllm", "no-runtime-capture", "genesis-equipped")
+# What each reason means, for listings (``club3090 profiles`` and ``compose --list``): long and short.
+NOT_EMITTABLE_TEXT: Mapping[str, tuple[str, str]] = MappingProxyType({
+    "engine-not-vllm": ("engine is not vLLM", "not vLLM"),
+    "no-runtime-capture": ("no runtime capture of the shipped compose", "no capture"),
+    "genesis-equipped": ("needs the Genesis patch set", "Genesis"),
+})
 DELIVERY_MECHANISMS = ("python_sidecar", "site_package_overlay", "install_script",
                        "chat_template", "none")
 
@@ -55,7 +62,9 @@ class Model:
     id: str
     display_name: str
     family: str
-    architecture: str                  # key into Catalog.arches
+    architecture: str                  # config.json architectures[0]; the arch row is
+                                       # Catalog.arch_row_for_model(id) (None for a model no row
+                                       # covers; the loader requires one when a profile is replayable)
     hf_config: Mapping[str, Any]       # config.json keys, so architecture.parse_config() works
     max_ctx_supported: int
     weights: Mapping[str, WeightVariant]
@@ -247,9 +256,11 @@ class Patch:
 
 @dataclass(frozen=True, slots=True)
 class KvFormat:
+    """A KV format the catalog's profiles and engines name. Its storage size (bytes per K / V
+    element, per-head scales) is the estimator's business and lives in ``club3090.kvformats``
+    only; ``tests/test_catalog.py`` checks every id here is priced there."""
+
     id: str
-    bytes_per_element: Decimal | None          # None = the model dtype ("auto")
-    scale_bytes_per_head: int                  # per token, per KV head (K and V scales together)
     min_sm: Decimal | None
     vllm_arg: str | None                       # --kv-cache-dtype value; None = omit the flag
     engines: tuple[str, ...]                   # engine types: "vllm", "llama.cpp"
@@ -271,6 +282,7 @@ class Anchor:
     its inputs itself (the loader enforces which).
     """
     id: str
+    set: str                           # the measurement set it came from (kvcalc-current-8of8, ...)
     profile: str | None
     gpu: str
     measured_peak_bytes: int | None
@@ -353,27 +365,41 @@ class Catalog:
         return out[:n]
 
     def emittable(self, key: str) -> tuple[bool, str | None]:
-        """SYSTEM.md section 5: can ``club3090 compose`` replay this profile?
+        """SYSTEM.md section 5: can ``club3090 compose`` replay this profile? The one owner of the
+        scope rule (the gate's stratum 2, ``compose``'s scope refusal and ``profiles`` use it).
 
-        Returns (True, None) or (False, reason) with reason one of ``engine-not-vllm``,
-        ``no-runtime-capture``, ``genesis-equipped``.
+        Returns (True, None) or (False, reason) with reason one of :data:`NOT_EMITTABLE_REASONS`.
+        A KV format marked ``emittable: false`` (the ``turboquant*`` formats) makes the profile
+        Genesis-equipped, as SYSTEM.md section 5 defines it.
         """
         profile = self.profiles[key]
         if self.engines[profile.engine].type != "vllm":
             return False, "engine-not-vllm"
         if profile.runtime is None:
             return False, "no-runtime-capture"
-        if profile.runtime.genesis_equipped:
+        kv = self.kv_formats.get(profile.kv_format)
+        if profile.runtime.genesis_equipped or kv is None or not kv.emittable:
             return False, "genesis-equipped"
         return True, None
 
-    def need_sm(self, key: str) -> Decimal:
-        """SYSTEM.md section 6: max(engine min SM, fallback_sm or required_sm, KV-format floor)."""
+    def need_sm(self, key: str, kv_format: str | None = None) -> Decimal:
+        """SYSTEM.md section 6: max(engine min SM, fallback_sm else required_sm, KV-format floor).
+
+        The one owner of the required-SM rule (``gates`` and ``profiles`` use it). ``kv_format``
+        replaces the profile's own format (Path B prices a repo at the profile's shape, and a
+        caller may override the format).
+        """
         profile = self.profiles[key]
         term = profile.fallback_sm if profile.fallback_sm is not None else profile.required_sm
-        floor = self.kv_formats[profile.kv_format].min_sm
+        floor, _ceiling = self.kv_sm_window(kv_format or profile.kv_format)
         values = [self.engines[profile.engine].min_sm, term or Decimal(0), floor or Decimal(0)]
         return max(values)
+
+    def kv_sm_window(self, kv_format: str) -> tuple[Decimal | None, Decimal | None]:
+        """(lowest, highest) SM a KV format is built for, from ``kv_formats.yaml`` (None = no
+        bound; an unknown format has none). The one owner of the KV-format SM window."""
+        kv = self.kv_formats.get(kv_format)
+        return (kv.min_sm, kv.max_sm) if kv is not None else (None, None)
 
     def kv_arg(self, kv_format: str) -> str | None:
         """``--kv-cache-dtype`` value for a catalog KV format (None: omit the flag)."""

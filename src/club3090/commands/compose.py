@@ -11,6 +11,7 @@ import json
 import sys
 from pathlib import Path
 
+from club3090.commands.kv_calc import positive_int
 from club3090.errors import UsageError
 
 FORMAT_CHOICES = ("compose", "vllm-serve", "json")
@@ -29,7 +30,7 @@ def add_parser(sub) -> None:
     tuple_form.add_argument("--model", metavar="ID", help="curated model id, e.g. qwen3.6-27b")
     tuple_form.add_argument("--engine", metavar="ID", help="engine id, e.g. vllm-stable")
     tuple_form.add_argument("--kv", metavar="FORMAT", help="KV format, e.g. fp8_e5m2")
-    tuple_form.add_argument("--tp", type=int, metavar="N", help="tensor-parallel size")
+    tuple_form.add_argument("--tp", type=positive_int, metavar="N", help="tensor-parallel size (>= 1)")
     p.add_argument("--out", type=Path, metavar="FILE",
                    help="write here (atomically) instead of printing to stdout")
     p.add_argument("--force", action="store_true", help="overwrite an existing --out file")

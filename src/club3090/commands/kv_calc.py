@@ -7,7 +7,9 @@ profile key or model id from the catalog, or a Hub repo id (through the deriver)
 (``club3090.calibration``; criterion in docs/ACCURACY.md).
 
 This module parses, makes one library call and renders. Exit codes: 0 fits (clean or
-constrained), 2 won't fit / cannot be priced, 64 usage (bad flag values included).
+constrained), 2 won't fit / cannot be priced / a stratum-1 stop deriving a Hub MODEL (its token on
+stderr, or ``{"stratum": 1, "reason": ...}`` with ``--json``, as ``inspect`` prints it), 64 usage
+(bad flag values included).
 """
 
 from __future__ import annotations
@@ -18,7 +20,8 @@ import math
 import sys
 from typing import Any
 
-GIB = 1 << 30
+from club3090.kvformats import KV_FORMATS, MODEL_DTYPES, canonical_dtype, kv_format
+from club3090.memory import GiB as GIB
 MAX_BLOCK_SIZE = 4096       # vLLM's CLI offers 1..256; hybrid models raise it past that, not to powers of two
 
 
@@ -80,10 +83,15 @@ def block_size(text: str) -> int:
 
 def kv_cache_dtype(text: str) -> str:
     """A KV format the estimator prices: the catalog's ids and vLLM's own spellings (kvformats)."""
-    from club3090.kvformats import KV_FORMATS, kv_format
-
     if kv_format(text) is None:
         raise argparse.ArgumentTypeError(f"unknown KV cache dtype {text!r}; known: {', '.join(KV_FORMATS)}")
+    return text
+
+
+def model_dtype(text: str) -> str:
+    """``auto`` or a torch dtype name kvformats knows (bfloat16, bf16, float16, fp16, half, float32, ...)."""
+    if text.strip().lower() != "auto" and canonical_dtype(text) is None:
+        raise argparse.ArgumentTypeError(f"unknown dtype {text!r}; known: {', '.join(MODEL_DTYPES)}")
     return text
 
 
@@ -110,11 +118,9 @@ def add_parser(sub) -> None:
     p.add_argument("--max-num-seqs", type=positive_int, help="concurrent sequences (sampler, graphs, verdict)")
     p.add_argument("--max-num-batched-tokens", type=positive_int, help="tokens per scheduler step")
     p.add_argument("--block-size", type=block_size, help=f"KV block size in tokens (1..{MAX_BLOCK_SIZE})")
-    p.add_argument("--kv-cache-dtype", type=kv_cache_dtype,
-                   help="auto, bf16, fp16, fp32, fp8, fp8_e4m3, fp8_e5m2, int8_per_token_head, "
-                        "fp8_per_token_head, nvfp4, turboquant_3bit_nc, turboquant_k8v4, "
-                        "q8_0, q4_0, q5_0, k8v4")
-    p.add_argument("--dtype", help="model dtype (auto, bfloat16, float16, float32)")
+    p.add_argument("--kv-cache-dtype", type=kv_cache_dtype, metavar="FORMAT",
+                   help="KV cache element format: " + ", ".join(KV_FORMATS))
+    p.add_argument("--dtype", type=model_dtype, help=f"model dtype ({', '.join(MODEL_DTYPES)})")
     p.add_argument("--weights-gib", type=positive_number,
                    help="weights loaded per GPU rank, as vLLM's 'Model loading took X GiB'")
     p.add_argument("--vllm-version", type=vllm_version,
@@ -233,7 +239,9 @@ def _overrides(args: argparse.Namespace) -> Any:
 
 def run(args: argparse.Namespace, settings: Any) -> int:
     from club3090.catalog import load_catalog
+    from club3090.derive import stop_to_json
     from club3090.estimate import NoFit, estimate
+    from club3090.outcome import Stop
     from club3090.sources import resolve_source
 
     if args.calibration:
@@ -241,6 +249,15 @@ def run(args: argparse.Namespace, settings: Any) -> int:
     catalog = load_catalog()
     src = resolve_source(args.model, catalog, settings, profile_key=args.profile,
                          weights_given=args.weights_gib is not None)
+    if isinstance(src, Stop):           # the deriver's stratum-1 stop: a verdict, as inspect gives it
+        payload = stop_to_json(src)
+        if args.json:
+            print(json.dumps(payload, ensure_ascii=False))
+        else:
+            print(f"[kv-calc] stratum 1 stop: {src.token}", file=sys.stderr)
+            if payload["message"]:
+                print(f"[kv-calc] {payload['message']}", file=sys.stderr)
+        return 2
     est = estimate(src, _overrides(args), catalog)
     if isinstance(est, NoFit):          # a verdict about the model (exit 2), not a tool failure
         if args.json:

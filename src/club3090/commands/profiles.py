@@ -42,13 +42,11 @@ def run(args: argparse.Namespace, settings) -> int:
     return 0
 
 
-SHORT = {"engine-not-vllm": "not vLLM", "no-runtime-capture": "no capture",
-         "genesis-equipped": "Genesis"}
-
-
 def _render(rows: list[dict], version: str, gpus) -> None:
     from rich.console import Console
     from rich.table import Table
+
+    from club3090.catalog.model import NOT_EMITTABLE_TEXT
 
     console = Console(file=sys.stdout, width=None if sys.stdout.isatty() else 320, soft_wrap=False)
     title = f"club3090 profiles (catalog {version})"
@@ -62,7 +60,7 @@ def _render(rows: list[dict], version: str, gpus) -> None:
     if gpus is not None:
         table.add_column("rig", no_wrap=True)
     for r in rows:
-        emit = "yes" if r["emittable"] else f"no ({SHORT[r['not_emittable_reason']]})"
+        emit = "yes" if r["emittable"] else f"no ({NOT_EMITTABLE_TEXT[r['not_emittable_reason']][1]})"
         cells = [r["key"], r["model"], r["weights_variant"], r["engine"], r["kv_format"], str(r["tp"]),
                  str(r["max_ctx"]), "-" if r["mem_util"] is None else f"{r['mem_util']:.2f}",
                  r["status"], emit]

@@ -2,8 +2,10 @@
 for an accepted non-curated repo, Pull-Emit-Derived ``[E]``: compose, download, boot, smoke.
 
 Exit codes (SYSTEM.md sections 10, 12): 0 ok; 2 a stratum 1-6 stop, hard-block, or a failed
-``[E]`` stage; 3 a terminal that needs ``--yes`` / ``--force-download``; 64 usage. Tool failures go through ``club3090.cli``'s
-error table (69 Hub unreachable, 70 internal error, 78 invalid catalog).
+``[E]`` stage; 3 a terminal that needs ``--yes`` / ``--force-download``; 64 usage (a bad ``--out``,
+or ``--submit-last`` / ``--submit DIR`` with no bundle to submit). Tool failures go through
+``club3090.cli``'s error table (69 Hub unreachable, 70 internal error, 78 invalid catalog); a
+submission ``gh`` could not file exits ``EXIT_GH_FAILED`` (69).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any
 
-CAPTURES_DIR = ".pull-captures"
+EXIT_GH_FAILED = 69   # sysexits EX_UNAVAILABLE: the GitHub CLI could not file the report
 
 
 def parse_sm(text: str) -> Decimal:
@@ -48,7 +50,9 @@ def add_parser(sub: Any) -> None:
                     "(--no-boot: compose and download only).")
     p.add_argument("source", nargs="?", metavar="SLUG|DIR", help="Hugging Face repo id or a local model folder")
     p.add_argument("--profile-like", metavar="KEY", help="registry profile giving the runtime shape (required)")
-    p.add_argument("--dry-run", action="store_true", help="evaluate only (Path B): never write, download or boot")
+    p.add_argument("--dry-run", action="store_true",
+                   help="evaluate only (Path B): never write a compose, download or boot; a hard stop "
+                        "still records its gate bundle under ./.pull-captures")
     p.add_argument("--yes", "-y", action="store_true", help="accept a confirm→proceed terminal")
     p.add_argument("--force-download", action="store_true",
                    help="accept a low-confidence wont-fit (override-accepted; a calibration signal, not a fit)")
@@ -66,11 +70,14 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--hardware", type=parse_sm, metavar="SM", help="override the compute capability, e.g. 8.6")
     p.add_argument("--gpus", metavar="SPEC",
                    help="override the GPU topology: 2x3090, 4xH100-80GB, 2x24GiB, or 'MiB:NAME,...'")
+    # upstream's spelling, accepted as SYSTEM.md section 10 asks; hidden from --help
     p.add_argument("--hardware-gpus", dest="gpus", metavar="SPEC", help=argparse.SUPPRESS)
     p.add_argument("--recommend", action="store_true", help="append a plain-language recommendation")
     p.add_argument("--json", action="store_true", help="print the whole decision as one JSON object")
-    p.add_argument("--submit-last", action="store_true", help="submit the newest gate bundle (asks first)")
-    p.add_argument("--submit", type=Path, metavar="DIR", help="submit this gate bundle (asks first)")
+    p.add_argument("--submit-last", action="store_true",
+                   help="submit the newest capture bundle (asks first); none -> exit 64")
+    p.add_argument("--submit", type=Path, metavar="DIR",
+                   help="submit this capture bundle (asks first); not a bundle folder -> exit 64")
     p.set_defaults(run=run)
 
 
@@ -82,15 +89,16 @@ def run(args: argparse.Namespace, settings: Any) -> int:
             raise UsageError("give either --submit-last or --submit DIR, not both")
         if args.json:
             raise UsageError("--submit-last / --submit show the payload and ask first; --json does not apply")
-        return _submit(args)
+        return _submit(args, settings)
     if not args.source:
         raise UsageError("pull needs SLUG|DIR (or --submit-last / --submit DIR)")
     if not args.profile_like:
         raise UsageError("pull needs --profile-like KEY (see `club3090 profiles`)")
-    if args.out is not None and not args.dry_run:  # a folder or a device is never a valid --out
+    if args.out is not None and not args.dry_run:  # fail fast, before the gate runs (exit 64)
         from club3090.fsutil import check_output_path
-        check_output_path(args.out, force=True)
+        check_output_path(args.out, force=args.force)
 
+    from club3090.capture import CAPTURES_DIRNAME
     from club3090.catalog import load_catalog
     from club3090.pull import PullRequest, evaluate
 
@@ -105,7 +113,7 @@ def run(args: argparse.Namespace, settings: Any) -> int:
         trust_remote_code=args.trust_remote_code, out=args.out, force=args.force,
         hardware_sm=args.hardware, gpus=args.gpus)
     result = evaluate(request, catalog=catalog, settings=settings, gpu_set=gpu_set,
-                      captures_root=Path.cwd() / CAPTURES_DIR, stages=_e_stages(args))
+                      captures_root=Path.cwd() / CAPTURES_DIRNAME, stages=_e_stages(args))
     if args.json:
         payload = result.to_json()
         if args.recommend:
@@ -136,35 +144,21 @@ def _gib(n: Any) -> str:
 
 
 def fit_lines(fit: Any) -> list[str]:
-    """The fit breakdown in GiB, from whatever fields the FitResult carries."""
+    """The fit breakdown (``memory.FitResult``) in GiB."""
     if fit is None:
         return []
-    lines: list[str] = []
-    per_gpu = getattr(fit, "per_gpu", None)
-    first = per_gpu[0] if isinstance(per_gpu, (list, tuple)) and per_gpu else per_gpu
-    if first is not None:
-        parts = []
-        for label, name in (("budget", "budget_bytes"), ("weights", "weights_bytes"),
-                            ("non-torch", "non_torch_bytes"), ("activation", "activation_bytes"),
-                            ("cuda-graphs", "cudagraph_bytes"), ("KV pool", "kv_pool_bytes")):
-            value = getattr(first, name, None)
-            if value is None and isinstance(first, dict):
-                value = first.get(name)
-            if value is not None:
-                parts.append(f"{label} {_gib(value)}")
-        if parts:
-            lines.append("[pull] fit per GPU: " + ", ".join(parts))
-    facts = []
-    for label, name in (("KV tokens", "kv_cache_tokens"), ("max concurrency at full length", "max_concurrency"),
-                        ("max_model_len", "max_model_len"), ("largest length that fits", "max_model_len_fit")):
-        value = getattr(fit, name, None)
-        if value is not None:
-            facts.append(f"{label} {value:.2f}" if isinstance(value, float) else f"{label} {value}")
-    band = getattr(fit, "error_band_bytes", None)
-    if band:
-        facts.append(f"error band ±{_gib(band)}")
-    if facts:
-        lines.append("[pull] fit: " + ", ".join(facts))
+    rank = fit.per_gpu
+    parts = [f"{label} {_gib(getattr(rank, name))}"
+             for label, name in (("budget", "budget_bytes"), ("weights", "weights_bytes"),
+                                 ("non-torch", "non_torch_bytes"), ("activation", "activation_bytes"),
+                                 ("cuda-graphs", "cudagraph_bytes"), ("KV pool", "kv_pool_bytes"))]
+    lines = ["[pull] fit per GPU: " + ", ".join(parts)]
+    facts = [f"KV tokens {fit.kv_cache_tokens}",
+             f"max concurrency at full length {fit.max_concurrency:.2f}",
+             f"max_model_len {fit.max_model_len}", f"largest length that fits {fit.max_model_len_fit}"]
+    if fit.error_band_bytes:
+        facts.append(f"error band ±{_gib(fit.error_band_bytes)}")
+    lines.append("[pull] fit: " + ", ".join(facts))
     return lines
 
 
@@ -233,7 +227,7 @@ def render(result: Any, *, recommend: bool = False) -> str:
         lines.append(f"[pull] bypassable_by={' + '.join(sorted(result.c0.bypassable_by))}")
     if result.detail:
         lines.append(f"[pull] detail: {result.detail}")
-    if result.reason and result.reason.startswith("unsupported-format") and "gguf" in result.detail.lower():
+    if result.sub_reason == "gguf-only":
         lines.append("[pull] hint: this repo ships GGUF files only; vLLM needs safetensors - look for a "
                      "safetensors variant of the same model")
     lines.extend(fit_lines(result.fit))
@@ -269,23 +263,23 @@ def _ask(prompt: str) -> str:
         return ""
 
 
-def _submit(args: argparse.Namespace) -> int:
+def _submit(args: argparse.Namespace, settings: Any) -> int:
+    """Submit a bundle. No bundle to submit is a usage error (64) either way it was named."""
     from club3090 import capture
     from club3090.errors import UsageError
 
     if args.submit_last:
-        root = Path.cwd() / CAPTURES_DIR
+        root = Path.cwd() / capture.CAPTURES_DIRNAME
         bundle = capture.latest_bundle(root)
         if bundle is None:
-            print(f"no gate bundle under {root}; nothing to submit", file=sys.stderr)
-            return 2
+            raise UsageError(f"--submit-last: no capture bundle under {root}; nothing to submit")
     else:
         bundle = args.submit
         if not Path(bundle).is_dir():
             raise UsageError(f"--submit {bundle}: not a bundle folder")
     from club3090.submit import submit
-    outcome = submit(Path(bundle), ask=_ask, out=sys.stdout)
-    if getattr(outcome, "action", "") == "gh-failed":
-        print(f"gh failed: {getattr(outcome, 'error', '') or 'unknown error'}; nothing was sent", file=sys.stderr)
-        return 69
+    outcome = submit(Path(bundle), ask=_ask, out=sys.stdout, secrets=settings.redaction_secrets)
+    if outcome.action == "gh-failed":
+        print(f"gh failed: {outcome.error}; nothing was sent", file=sys.stderr)
+        return EXIT_GH_FAILED
     return 0

@@ -13,7 +13,6 @@ Exit code: 0 every check passed or was skipped, 1 any failed, 2 the server was u
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass
 from typing import Any, Callable
 
