@@ -20,9 +20,8 @@ import pytest
 
 from club3090 import cli
 from club3090 import pull as pull_mod
-from tests.fakehub import safetensors_file, synth_table
+from tests.fakehub import FIXTURES, safetensors_file, synth_table
 
-FIXTURES = Path(os.environ.get("CLUB3090_HUB_FIXTURES", "/work/shared/fixtures/hub"))
 CURATED = "Lorbus/Qwen3.6-27B-int4-AutoRound"
 RIG = ["--profile-like", "vllm/minimal", "--gpus", "1x3090"]
 DOCUMENTED = {0, 2, 3, 4, 64, 65, 69, 70, 78, 130, 141}
