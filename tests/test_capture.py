@@ -275,17 +275,19 @@ def test_timestamp_is_utc_from_any_zone(tmp_path):
     assert write(tmp_path, now=local).name == "20260822T130405Z"
 
 
-@pytest.mark.parametrize("overrides, message", [
-    ({"now": datetime(2026, 8, 22, 13, 4, 5)}, "timezone-aware"),
-    ({"gate": {"abort_reason": ""}}, "abort_reason"),
-    ({"gate": {"detail": {}}}, "abort_reason"),
-    ({"gate": {"abort_reason": "disk-short", "surprise": 1}}, "surprise"),
-    ({"manifest_fields": {"outcome": "ok"}}, "outcome"),
-])
-def test_caller_mistakes_raise_and_write_nothing(tmp_path, overrides, message):
-    with pytest.raises(ValueError, match=message):
-        write(tmp_path, **overrides)
-    assert list(tmp_path.iterdir()) == []
+# Each bad call differs from a good one by exactly the mistake, so the refusal is that mistake's.
+@pytest.mark.parametrize("bad, good", [
+    ({"now": datetime(2026, 8, 22, 13, 4, 5)}, {"now": NOW}),
+    ({"gate": {"abort_reason": ""}}, {"gate": {"abort_reason": "disk-short"}}),
+    ({"gate": {"detail": {}}}, {"gate": {"detail": {}, "abort_reason": "disk-short"}}),
+    ({"gate": {"abort_reason": "disk-short", "surprise": 1}}, {"gate": {"abort_reason": "disk-short"}}),
+    ({"manifest_fields": {"outcome": "ok"}}, {"manifest_fields": {}}),
+], ids=["naive-now", "empty-abort-reason", "no-abort-reason", "unknown-gate-key", "unknown-manifest-key"])
+def test_caller_mistakes_raise_and_write_nothing(tmp_path, bad, good):
+    with pytest.raises(ValueError):
+        write(tmp_path / "bad", **bad)
+    assert not (tmp_path / "bad").exists() or list((tmp_path / "bad").iterdir()) == []
+    assert read_bundle(write(tmp_path / "good", **good)).is_gate_only
 
 
 def test_unserializable_value_is_a_type_error(tmp_path):
@@ -322,49 +324,72 @@ def corrupt(bundle: Path, filename: str, mutate) -> None:
     path.write_text(json.dumps(data))
 
 
-@pytest.mark.parametrize("filename, mutate, message", [
-    ("manifest.json", lambda d: d.update(schema=3), "unsupported schema"),
-    ("manifest.json", lambda d: d.update(schema=True), "unsupported schema"),
-    ("manifest.json", lambda d: d.pop("kv_calc_version"), "missing keys: kv_calc_version"),
-    ("manifest.json", lambda d: d.update(failure_class="genuine-oom"), "failure_class"),
-    ("manifest.json", lambda d: d.update(outcome="ok"), "hard-block"),
-    ("manifest.json", lambda d: d.update(outcome="exploded"), "unknown outcome"),
-    ("manifest.json", lambda d: d.update(capture_points=["nope"]), "capture_points"),
-    ("pt1-gate.json", lambda d: d.update(point="boot"), "expected 'gate'"),
-    ("pt1-gate.json", lambda d: d.update(is_gate_only=False), "is_gate_only"),
-    ("pt1-gate.json", lambda d: d.update(abort_reason=""), "abort_reason"),
-])
-def test_read_bundle_rejects_malformed(tmp_path, filename, mutate, message):
+# One field changed in a bundle that reads back fine (test_read_bundle_round_trip): the
+# InputError naming that file is the refusal of exactly that change.
+@pytest.mark.parametrize("filename, mutate", [
+    ("manifest.json", lambda d: d.update(schema=3)),
+    ("manifest.json", lambda d: d.update(schema=True)),
+    ("manifest.json", lambda d: d.pop("kv_calc_version")),
+    ("manifest.json", lambda d: d.update(failure_class="genuine-oom")),
+    ("manifest.json", lambda d: d.update(outcome="ok")),
+    ("manifest.json", lambda d: d.update(outcome="exploded")),
+    ("manifest.json", lambda d: d.update(capture_points=["nope"])),
+    ("pt1-gate.json", lambda d: d.update(point="boot")),
+    ("pt1-gate.json", lambda d: d.update(is_gate_only=False)),
+    ("pt1-gate.json", lambda d: d.update(abort_reason="")),
+], ids=["schema-3", "schema-bool", "missing-key", "failure-class", "gate-only-ok", "unknown-outcome",
+        "unknown-point", "wrong-point", "not-gate-only", "empty-abort-reason"])
+def test_read_bundle_rejects_malformed(tmp_path, filename, mutate):
     bundle = write(tmp_path)
     corrupt(bundle, filename, mutate)
-    with pytest.raises(InputError, match=message) as info:
+    with pytest.raises(InputError) as info:
         read_bundle(bundle)
-    assert info.value.file.endswith(filename)
+    assert info.value.file == str(bundle / filename)
+
+
+@pytest.mark.parametrize("outcome, accepted", [("failed", True), ("exploded", False)])
+def test_read_schema1_bundle_checks_the_outcome(tmp_path, outcome, accepted):
+    # schema 1 has no gate-only rule, so only the outcome check can refuse "exploded"
+    directory = schema1_bundle(tmp_path / "b", outcome=outcome)
+    if accepted:
+        assert read_bundle(directory).manifest["outcome"] == outcome
+        return
+    with pytest.raises(InputError) as info:
+        read_bundle(directory)
+    assert info.value.file == str(directory / "manifest.json")
 
 
 def test_read_bundle_rejects_non_json_non_object_and_oversized(tmp_path, monkeypatch):
     bundle = write(tmp_path)
-    (bundle / "manifest.json").write_text("{not json")
-    with pytest.raises(InputError, match="not valid JSON"):
+    manifest = bundle / "manifest.json"
+    valid = manifest.read_text()
+    for text in ("{not json", "[1, 2]"):
+        manifest.write_text(text)
+        with pytest.raises(InputError) as info:
+            read_bundle(bundle)
+        assert info.value.file.endswith("manifest.json")
+    valid = json.dumps({**json.loads(valid), "pad": "x" * 4096})   # still valid; the largest file
+    manifest.write_text(valid)                                  # a valid manifest, one byte over the cap
+    monkeypatch.setattr(capture, "BUNDLE_JSON_LIMIT", len(valid.encode()) - 1)
+    with pytest.raises(InputError) as info:
         read_bundle(bundle)
-    (bundle / "manifest.json").write_text("[1, 2]")
-    with pytest.raises(InputError, match="JSON object"):
-        read_bundle(bundle)
-    monkeypatch.setattr(capture, "BUNDLE_JSON_LIMIT", 10)
-    (bundle / "manifest.json").write_text(json.dumps({"schema": 2, "pad": "x" * 100}))
-    with pytest.raises(InputError, match="limit"):
-        read_bundle(bundle)
+    assert info.value.file.endswith("manifest.json")
+    monkeypatch.setattr(capture, "BUNDLE_JSON_LIMIT", len(valid.encode()))
+    assert read_bundle(bundle).schema == 2                      # at the cap it reads
 
 
 def test_read_bundle_missing_pieces(tmp_path):
-    with pytest.raises(InputError, match="not a capture bundle"):
+    with pytest.raises(InputError) as info:
         read_bundle(tmp_path / "nope")
-    with pytest.raises(InputError, match="manifest.json"):
+    assert info.value.file == str(tmp_path / "nope")
+    with pytest.raises(InputError) as info:
         read_bundle(tmp_path)
+    assert info.value.file == str(tmp_path / "manifest.json")
     bundle = write(tmp_path)
     (bundle / "pt1-gate.json").unlink()
-    with pytest.raises(InputError, match="pt1-gate.json"):
+    with pytest.raises(InputError) as info:
         read_bundle(bundle)
+    assert info.value.file == str(bundle / "pt1-gate.json")
 
 
 def schema1_bundle(directory: Path, **manifest_overrides) -> Path:
@@ -390,8 +415,9 @@ def test_read_schema1_bundle(tmp_path):
 
 def test_read_schema1_bundle_missing_listed_point(tmp_path):
     directory = schema1_bundle(tmp_path / "b", capture_points=["gate", "download", "boot", "smoke"])
-    with pytest.raises(InputError, match="pt4-smoke.json"):
+    with pytest.raises(InputError) as info:
         read_bundle(directory)
+    assert info.value.file == str(directory / "pt4-smoke.json")
 
 
 # --- .last ------------------------------------------------------------------------------------

@@ -442,8 +442,10 @@ def test_duplicate_keys_are_a_problem_each(tmp_path):
     (root / "profiles.yaml").write_text(text + block_a + block_b)
     with pytest.raises(CatalogError) as exc:
         load_catalog(root)
-    dupes = [p for p in exc.value.problems if p.file == "profiles.yaml" and "duplicate" in p.message]
-    assert len(dupes) == 2 and len(exc.value.problems) == 2
+    # one problem per repeated key, at the line of the repeat (the appended copies of blocks a and b)
+    repeats = {f"line {len(lines) + 1}", f"line {len(lines) + 1 + (second - first)}"}
+    assert [(p.file, p.path in repeats) for p in exc.value.problems] == [("profiles.yaml", True)] * 2
+    assert {p.path for p in exc.value.problems} == repeats
 
 
 def test_duplicate_nested_key_is_a_problem(tmp_path):

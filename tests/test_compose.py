@@ -272,7 +272,9 @@ def test_foundational_drift_refuses(catalog):
     assert catalog.patches["gemma-vllm-pr40391-rebased"].foundational
     outcome = dry_run("vllm/gemma-int8-mtp", catalog, guard_runner=guard)
     assert not outcome.ok and outcome.exit_code == 2 and outcome.refusal == FOUNDATIONAL_DRIFT
-    assert "gemma-vllm-pr40391-rebased" in outcome.detail and outcome.text is None
+    assert outcome.text is None and "gemma-vllm-pr40391-rebased" not in outcome.patches.wired
+    assert outcome.stop().detail["detail"] == outcome.detail  # the patch id is data only inside detail (no field yet)
+    assert "gemma-vllm-pr40391-rebased" in outcome.detail
     assert outcome.stop().token == "d-refused:foundational-drift"
     assert dry_run("vllm/gemma-int8-mtp", catalog, guard_runner=guard, accept_degraded=True).refusal == \
         FOUNDATIONAL_DRIFT  # acknowledgement does not cover foundational drift

@@ -8,6 +8,7 @@ import socket
 import struct
 import subprocess
 import sys
+from collections import Counter
 from typing import Any
 
 import pytest
@@ -126,19 +127,23 @@ def test_malformed_header_is_rejected_naming_the_file(fake_hub: FakeHub) -> None
                          extra_files={"model.safetensors": bad})
     with pytest.raises(InputError) as info:
         D.derive("acme/bad", fake_hub.settings(), client=_client(fake_hub))
-    assert "acme/bad/model.safetensors" in str(info.value)
+    assert info.value.file == "acme/bad/model.safetensors"
 
 
 def test_malformed_index_is_rejected_naming_the_file(fake_hub: FakeHub) -> None:
     _small_repo(fake_hub, extra_files={"model.safetensors.index.json": b'{"weight_map": [1, 2]}'})
-    with pytest.raises(InputError, match="model.safetensors.index.json"):
+    with pytest.raises(InputError) as info:
         D.derive("acme/small", fake_hub.settings(), client=_client(fake_hub))
+    assert info.value.file.startswith("acme/small") and info.value.file.endswith("model.safetensors.index.json")
 
 
 def test_oversized_json_is_capped(fake_hub: FakeHub) -> None:
     _small_repo(fake_hub, extra_files={"config.json": b'{"a": "' + b"x" * 3000 + b'"}'})
-    with pytest.raises(InputError, match="limit"):
-        _client(fake_hub).fetch_json("acme/small", "config.json", None, limit=1000)
+    size = len(b'{"a": "' + b"x" * 3000 + b'"}')
+    assert _client(fake_hub).fetch_json("acme/small", "config.json", None, limit=size) == {"a": "x" * 3000}
+    with pytest.raises(InputError) as info:
+        _client(fake_hub).fetch_json("acme/small", "config.json", None, limit=size - 1)
+    assert info.value.file == "acme/small/config.json"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -168,11 +173,15 @@ def test_slow_answers_time_out_and_are_retried(fake_hub: FakeHub) -> None:
 def test_persistent_faults_become_hub_unreachable(fake_hub: FakeHub, kind: str, match: str) -> None:
     _small_repo(fake_hub)
     fake_hub.fault(kind, match, times=None)
+    sleeps: list[float] = []
     with pytest.raises(HubUnreachable) as info:
-        D.derive("acme/small", fake_hub.settings(), client=_client(fake_hub))
+        D.derive("acme/small", fake_hub.settings(), client=_client(fake_hub, sleep=sleeps.append, backoff=1.0))
     assert info.value.repo_id == "acme/small"
-    assert "after 4 attempts" in info.value.detail
-    assert len(fake_hub.requests(path_contains=match)) >= 4
+    assert len(fake_hub.requests(path_contains=match)) >= H.DEFAULT_RETRIES + 1 == 4
+    # every failing call backed off exactly DEFAULT_RETRIES times (1x, 2x, 4x) before giving up
+    backoffs = Counter(sleeps)
+    schedule = [1.0 * 2 ** i for i in range(H.DEFAULT_RETRIES)]
+    assert set(backoffs) == set(schedule) and len({backoffs[b] for b in schedule}) == 1
 
 
 def test_persistent_slowness_becomes_hub_unreachable(fake_hub: FakeHub) -> None:

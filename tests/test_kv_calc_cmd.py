@@ -89,9 +89,14 @@ def test_unpriceable_model_is_a_refusal(capsys):
 
 
 def test_human_output(tmp_path, capsys):
-    assert main(["kv-calc", str(model_folder(tmp_path)), "--max-model-len", "4096", "--tp", "2", "--gpus", "2x3090"]) == 0
+    argv = [str(model_folder(tmp_path)), "--max-model-len", "4096", "--tp", "2", "--gpus", "2x3090"]
+    code, data = run_json(capsys, *argv)
+    assert main(["kv-calc", *argv]) == 0 == code
     text = capsys.readouterr().out
-    assert "KV pool" in text and "GPU KV cache size" in text and "verdict: fits-clean" in text
+    # the human tables carry the same numbers as --json: the KV pool, the KV tokens, the verdict
+    assert f"{data['per_gpu']['kv_pool_bytes'] / 2**30:.2f}" in text
+    assert f"{data['kv_cache_tokens']:,}" in text and data["kv_cache_tokens"] > 0
+    assert data["raw_verdict"] == "fits-clean" and data["raw_verdict"] in text.split()
 
 
 def test_curated_profile_key(capsys):
@@ -114,7 +119,9 @@ def test_calibration_prints_n_of_n(capsys):
         passed, total = frac.split("/")
         assert passed == total and int(total) > 0
     assert code == 0
-    assert "Stricter club3090 report" in out and out.strip().splitlines()[-1].startswith("strict: ")
+    label, _, frac = out.strip().splitlines()[-1].partition(": ")   # the last line: "strict: N/M"
+    passed, total = (int(n) for n in frac.split("/"))
+    assert label == "strict" and 0 <= passed <= total and total > int(heads["kvcalc-22of22-historical"].split("/")[1])
 
 
 def test_calibration_json_and_gemma_anchors(capsys):

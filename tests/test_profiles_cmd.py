@@ -67,10 +67,12 @@ def test_bad_gpus_exits_64(capsys):
 
 
 def test_human_table(capsys):
+    _, doc = _json(capsys, "--gpus", "2x3090")
     assert main(["profiles", "--gpus", "2x3090"]) == 0
     out = capsys.readouterr().out
     assert "vllm/minimal" in out and "llamacpp/default" in out
-    assert "67 profiles" in out
+    assert all(row["key"] in out for row in doc["profiles"])       # one row per profile --json lists
+    assert str(len(doc["profiles"])) in out.split() and len(doc["profiles"]) == 67
 
 
 def test_reason_wording_has_one_table(capsys):

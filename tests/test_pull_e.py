@@ -17,6 +17,7 @@ import pytest
 
 from club3090 import boot, cli, download
 from club3090 import pull as pull_mod
+from club3090.capture import latest_bundle, read_bundle
 from club3090.catalog import load_catalog
 from club3090.emit import EStages
 from club3090.hardware import DetectedGpus
@@ -360,9 +361,16 @@ def test_cli_no_boot_downloads_and_reports(hub, tmp_path, monkeypatch, capsys):
     argv = ["pull", REPO, "--profile-like", "vllm/minimal", "--gpus", "1x3090", "--yes", "--no-boot"]
     assert cli.main(argv) == 0
     captured = capsys.readouterr()
-    assert "[pull] e: downloaded" in captured.out and "sha256 verified" in captured.out
-    assert "[pull] download 1/" in captured.err                      # progress on stderr
-    assert "[pull] capture bundle: " in captured.out
+    bundle = latest_bundle(tmp_path / ".pull-captures")
+    assert bundle is not None
+    download_point = read_bundle(bundle).points["download"]
+    assert download_point["ok"] is True and download_point["sha_verified"] is True
+    out_lines = captured.out.splitlines()
+    # SYSTEM.md section 10: every report line is "[pull] ..."; the [E] lines name the download folder and the bundle
+    assert any(line.startswith("[pull] e: ") and str(_dest(tmp_path)) in line for line in out_lines)
+    assert any(line.startswith("[pull] ") and str(bundle) in line for line in out_lines)
+    assert any(line.startswith("[pull] download 1/") for line in captured.err.splitlines())   # progress on stderr
+    assert "[pull] download" not in captured.out
     hub.repos[REPO].files["model-00001-of-00002.safetensors"]._sha256 = "f" * 64
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf2"))
     assert cli.main([*argv, "--json"]) == 2

@@ -50,38 +50,47 @@ def test_unknown_dtype_is_rejected() -> None:
 
 
 def test_header_length_cap_names_the_file() -> None:
+    assert header_length(struct.pack("<Q", MAX_HEADER_BYTES), file="org/x/model-1.safetensors") == MAX_HEADER_BYTES
     with pytest.raises(InputError) as info:
         header_length(struct.pack("<Q", MAX_HEADER_BYTES + 1), file="org/x/model-1.safetensors")
-    assert "org/x/model-1.safetensors" in str(info.value)
-    assert "limit" in str(info.value)
+    assert info.value.file == "org/x/model-1.safetensors"
 
 
-@pytest.mark.parametrize("raw,needle", [
-    (b"\xff\xfe not json", "JSON"),
-    (b"[1, 2]", "not a JSON object"),
-    (_raw({"a": {"shape": [1], "data_offsets": [0, 2]}}), "dtype"),
-    (_raw({"a": {"dtype": "BF16", "shape": [-1], "data_offsets": [0, 2]}}), "shape"),
-    (_raw({"a": {"dtype": "BF16", "shape": [1], "data_offsets": [4, 2]}}), "data_offsets"),
-    (_raw({"a": {"dtype": "BF16", "shape": [1], "data_offsets": [0]}}), "data_offsets"),
-    (_raw({"a": {"dtype": "BF16", "shape": [3], "data_offsets": [0, 2]}}), "needs 6 bytes"),
-    (_raw({"a": "nope"}), "not an object"),
-    (_raw({"__metadata__": [1]}), "__metadata__"),
-])
-def test_malformed_headers_are_rejected_naming_the_file(raw: bytes, needle: str) -> None:
+_GOOD = {"a": {"dtype": "BF16", "shape": [1], "data_offsets": [0, 2]}}
+
+
+# Each bad header differs from _GOOD (which parses) by the one defect, or is not an object at all.
+@pytest.mark.parametrize("raw", [
+    b"\xff\xfe not json",
+    b"[1, 2]",
+    _raw({"a": {"shape": [1], "data_offsets": [0, 2]}}),
+    _raw({"a": {"dtype": "BF16", "shape": [-1], "data_offsets": [0, 2]}}),
+    _raw({"a": {"dtype": "BF16", "shape": [1], "data_offsets": [4, 2]}}),
+    _raw({"a": {"dtype": "BF16", "shape": [1], "data_offsets": [0]}}),
+    _raw({"a": {"dtype": "BF16", "shape": [3], "data_offsets": [0, 2]}}),
+    _raw({"a": "nope"}),
+    _raw({"__metadata__": [1], **_GOOD}),
+], ids=["not-json", "not-object", "no-dtype", "negative-dim", "reversed-offsets", "one-offset",
+        "too-few-bytes", "entry-not-object", "metadata-not-object"])
+def test_malformed_headers_are_rejected_naming_the_file(raw: bytes) -> None:
+    assert parse_header(_raw(_GOOD), file="good.safetensors").data_bytes == 2
     with pytest.raises(InputError) as info:
         parse_header(raw, file="bad.safetensors")
     assert info.value.file == "bad.safetensors"
-    assert needle in str(info.value)
 
 
 def test_short_prefix_and_truncated_file() -> None:
-    with pytest.raises(InputError, match="at least 8"):
+    with pytest.raises(InputError) as info:
         header_length(b"\x01\x02", file="tiny")
+    assert info.value.file == "tiny"
     blob, data_len = build({"w": ("BF16", [8])})
-    with pytest.raises(InputError, match="truncated"):
+    assert parse_file_bytes(blob, file="ok").data_end == data_len
+    with pytest.raises(InputError) as info:
         parse_file_bytes(blob[:-3], file="cut")
-    with pytest.raises(InputError, match="truncated"):
-        parse_file_bytes(blob, file="cut", file_size=len(blob) + data_len - 1)
+    assert info.value.file == "cut"
+    with pytest.raises(InputError) as info:
+        parse_file_bytes(blob, file="cut2", file_size=len(blob) + data_len - 1)
+    assert info.value.file == "cut2"
     assert parse_file_bytes(blob, file="ok", file_size=len(blob) + data_len).data_end == data_len
 
 

@@ -91,14 +91,14 @@ def everything_sent(run: FakeGh) -> str:
 ])
 def test_consent_matrix(tmp_path, reply, proceeds):
     result, out, ask, run = run_submit(make_bundle(tmp_path), reply)
-    assert ask.prompts == ["Submit this report? [y/N] "]
+    assert ask.prompts == [submit_mod.PROMPT]                    # asked exactly once
     if proceeds:
         assert result.action == "created" and result.sent and result.issue == 42
         assert run.subcommands() == ["list", "create"]
     else:
         assert result.action == "declined" and not result.sent
         assert run.calls == []                                   # not one gh call without consent
-        assert out.rstrip().endswith("nothing sent")
+        assert result.url is None and result.issue is None
 
 
 def test_decline_without_gh_prints_no_url(tmp_path):
@@ -218,27 +218,32 @@ def test_label_hit_with_a_different_tuple_files_a_new_issue(tmp_path):
     assert result.action == "created" and run.subcommands() == ["list", "create"]
 
 
-@pytest.mark.parametrize("fail, list_stdout, step", [
-    ({"list": 1}, None, "gh issue list"),
-    ({"list": subprocess.TimeoutExpired(["gh"], 60)}, None, "timed out"),
-    ({"list": FileNotFoundError(2, "No such file")}, None, "could not run gh"),
-    ({}, "not json", "unreadable"),
-    ({}, '{"not": "a list"}', "unreadable"),
-    ({"create": 1}, None, "gh issue create"),
-])
-def test_gh_failures_are_reported_not_raised(tmp_path, fail, list_stdout, step):
-    result, out, _, _ = run_submit(make_bundle(tmp_path), "y", run=FakeGh(fail=fail, list_stdout=list_stdout))
-    assert result.action == "gh-failed" and not result.sent
-    assert step in result.error and "gh failed" in out
-    assert result.url and result.url in out                        # a manual route remains
+@pytest.mark.parametrize("fail, list_stdout, steps", [
+    ({"list": 1}, None, ["list"]),
+    ({"list": subprocess.TimeoutExpired(["gh"], 60)}, None, ["list"]),
+    ({"list": FileNotFoundError(2, "No such file")}, None, ["list"]),
+    ({}, "not json", ["list"]),
+    ({}, '{"not": "a list"}', ["list"]),
+    ({"create": 1}, None, ["list", "create"]),
+], ids=["list-exit-1", "list-timeout", "no-gh", "list-not-json", "list-not-a-list", "create-exit-1"])
+def test_gh_failures_are_reported_not_raised(tmp_path, fail, list_stdout, steps):
+    run = FakeGh(fail=fail, list_stdout=list_stdout)
+    result, out, _, _ = run_submit(make_bundle(tmp_path), "y", run=run)
+    assert result.action == "gh-failed" and not result.sent and result.issue is None and result.error
+    assert run.subcommands() == steps                              # it stopped at the failing gh step
+    if any(isinstance(f, int) for f in fail.values()):
+        assert "HTTP 401: Bad credentials" in result.error          # gh's own stderr is passed on
+    assert result.url and out.rstrip().endswith(result.url)        # a manual route remains, printed last
+    assert parse_qs(urlsplit(result.url).query)["body"] == [result.payload.body]
 
 
 def test_comment_failure_is_reported(tmp_path):
     bundle = make_bundle(tmp_path)
     probe, _, _, _ = run_submit(bundle, "n")
     gh = FakeGh([{"number": 9, "body": probe.payload.body}], fail={"comment": 1})
-    result, _, _, _ = run_submit(bundle, "y", run=gh)
-    assert result.action == "gh-failed" and "gh issue comment" in result.error
+    result, out, _, _ = run_submit(bundle, "y", run=gh)
+    assert result.action == "gh-failed" and not result.sent and gh.subcommands() == ["list", "comment"]
+    assert "HTTP 401: Bad credentials" in result.error and out.rstrip().endswith(result.url)
 
 
 # --- classification and input errors ---------------------------------------------------------

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -120,8 +121,12 @@ def test_cli_env_url_and_model(fake_openai, monkeypatch, capsys):
     monkeypatch.setenv("URL", fake_openai.url.removesuffix("/v1"))
     monkeypatch.setenv("MODEL", "fake-model")
     assert cli.main(["verify"]) == 0
-    out = capsys.readouterr().out
-    assert "[verify] PASS: 4 passed, 0 failed, 0 skipped" in out
+    lines = capsys.readouterr().out.strip().splitlines()
+    # "[verify] <STATUS> <check> ..." per check, then "[verify] <VERDICT>: <passed>, <failed>, <skipped>"
+    assert [line.split()[1:3] for line in lines[1:-1]] == [["PASS", name] for name in
+                                                           ("models", "completion", "streaming", "tool-call")]
+    verdict, _, counts = lines[-1].partition(":")
+    assert verdict == "[verify] PASS" and re.findall(r"\d+", counts) == ["4", "0", "0"]
 
 
 def test_cli_unreachable(capsys):
