@@ -7,7 +7,7 @@ from collections import Counter
 
 import pytest
 
-from club3090.architecture import DIMENSION_CAPS, parse_config
+from club3090.architecture import DIMENSION_CAPS, FAMILIES, GENERIC, LAYER_KINDS, family, parse_config
 from tests.shared import shared_path
 
 HUB = shared_path("fixtures", "hub")
@@ -184,3 +184,117 @@ def test_non_positive_yarn_original_length_falls_back_to_max_position_embeddings
     arch = parse_config({**_BASE, "rope_scaling": {"rope_type": "yarn", "factor": 4.0,
                                                    "original_max_position_embeddings": -1}})
     assert arch.derived_max_model_len == 4 * 4096
+
+
+# ---------------------------------------------------------------------------------------------
+# multimodal wrappers: what the text model declares counts (derive's trust-remote-code rule)
+
+_REMOTE_CODE = {"AutoModelForCausalLM": "modeling_x.M"}
+
+
+def wrapper_config(*, inner_auto_map: bool = True, outer_dtype: str | None = None) -> dict:
+    """A multimodal wrapper whose custom modelling code is declared only inside text_config."""
+    text = {k: v for k, v in _BASE.items() if k != "architectures"}
+    text = {**text, "model_type": "qwen2", "torch_dtype": "float16",
+            **({"auto_map": _REMOTE_CODE} if inner_auto_map else {})}
+    return {"architectures": ["Qwen2ForCausalLM"], "model_type": "acme_vl", "text_config": text,
+            "vision_config": {"hidden_size": 32}, **({"torch_dtype": outer_dtype} if outer_dtype else {})}
+
+
+def write_wrapper_folder(folder, **kwargs):
+    """A local model folder (config.json + one small bf16 safetensors file) for ``wrapper_config``."""
+    from tests.safetensors_fixtures import build
+
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text(json.dumps(wrapper_config(**kwargs)), encoding="utf-8")
+    header, data_bytes = build({"model.embed_tokens.weight": ("BF16", [1000, 256]),
+                                "model.norm.weight": ("BF16", [256])})
+    (folder / "model.safetensors").write_bytes(header + bytes(data_bytes))
+    return folder
+
+
+@pytest.mark.parametrize("where", ["outer", "inner"])
+def test_auto_map_in_the_wrapper_or_its_text_config_sets_auto_map(where):
+    config = wrapper_config(inner_auto_map=where == "inner")
+    if where == "outer":
+        config["auto_map"] = _REMOTE_CODE
+    assert parse_config(config).auto_map is True
+    assert parse_config(wrapper_config(inner_auto_map=False)).auto_map is False
+    assert parse_config({**config, "auto_map": {}, "text_config": {**config["text_config"], "auto_map": {}}}
+                        ).auto_map is False
+
+
+def test_torch_dtype_outer_config_first_then_text_config():
+    assert parse_config(wrapper_config()).torch_dtype == "float16"
+    assert parse_config(wrapper_config(outer_dtype="bfloat16")).torch_dtype == "bfloat16"
+    assert parse_config({**wrapper_config(), "dtype": "float32"}).torch_dtype == "float32"
+
+
+def test_derive_on_a_local_wrapper_with_text_config_auto_map_requires_remote_code(tmp_path):
+    from club3090.derive import derive
+    from club3090.settings import Settings
+    from club3090.spec import ModelSpec
+
+    folder = write_wrapper_folder(tmp_path / "wrapper")
+    spec = derive(str(folder), Settings(hf_home=tmp_path / "hf"))
+    assert isinstance(spec, ModelSpec), spec
+    assert (spec.arch.auto_map, spec.requires_trust_remote_code, spec.compute_dtype) == (True, True, "float16")
+    plain = derive(str(write_wrapper_folder(tmp_path / "plain", inner_auto_map=False)), Settings(hf_home=tmp_path / "hf"))
+    assert (plain.arch.auto_map, plain.requires_trust_remote_code) == (False, False)
+
+
+# ---------------------------------------------------------------------------------------------
+# per-family behaviour is data (FAMILIES), looked up by model_type and its base type
+
+
+def test_family_lookup_falls_back_to_the_base_type():
+    assert family("gemma3_text") is FAMILIES["gemma3_text"]
+    assert family("lfm2_vl") is FAMILIES["lfm2"] and family("LFM2_VL") is FAMILIES["lfm2"]
+    assert family("llama4_text").chunked_attention and family("llama4").chunked_attention
+    assert family("qwen2") is GENERIC and family("") is GENERIC and family("mambaout") is GENERIC
+
+
+def test_every_family_row_is_consistent():
+    for name, fam in FAMILIES.items():
+        assert name == name.lower()
+        assert fam.uniform_kind in (None, *LAYER_KINDS), name
+        assert fam.sliding_period is None or fam.sliding_period >= 1, name
+        assert set(fam.defaults) <= {"vocab_size", "max_position_embeddings", "sliding_window_pattern",
+                                     "num_key_value_heads", "head_dim", "sliding_window",
+                                     "attention_chunk_size"}, name
+        if fam.unmodelled:
+            fam.unmodelled.format(model_type=name)  # the template fills in
+
+
+@pytest.mark.parametrize("model_type", ["jamba", "lfm2_vl", "deepseek_v4", "falcon_mamba"])
+def test_unmodelled_families_are_unpriceable(model_type):
+    assert parse_config({**_BASE, "model_type": model_type}).unpriceable_reason
+    assert parse_config({**_BASE, "model_type": "qwen2_vl"}).unpriceable_reason is None
+
+
+def test_gemma3_wrapper_without_a_text_model_type_gets_the_text_class_defaults():
+    text = {"hidden_size": 256, "num_hidden_layers": 12, "num_attention_heads": 8, "intermediate_size": 512,
+            "sliding_window": 512, "rope_scaling": {"rope_type": "linear", "factor": 8.0}}
+    arch = parse_config({"architectures": ["Gemma3ForConditionalGeneration"], "model_type": "gemma3",
+                         "text_config": text})
+    assert (arch.vocab_size, arch.max_position_embeddings, arch.num_key_value_heads, arch.head_dim) == \
+        (262208, 131072, 4, 256)
+    assert arch.derived_max_model_len == 131072     # gemma3: rope_scaling does not stretch it
+    assert dict(Counter(layer.kind for layer in arch.layers)) == {"sliding": 10, "full": 2}
+    assert arch.unpriceable_reason is None
+
+
+def test_family_layouts_and_the_config_pattern_override():
+    gemma2 = parse_config({**_BASE, "model_type": "gemma2", "sliding_window": 256})
+    assert [layer.kind for layer in gemma2.layers] == ["sliding", "full"] * 2
+    pattern = parse_config({**_BASE, "model_type": "llama", "sliding_window": 256, "sliding_window_pattern": 4})
+    assert [layer.kind for layer in pattern.layers] == ["sliding"] * 3 + ["full"]
+    llama4 = parse_config({**_BASE, "model_type": "llama4_text"})      # attention_chunk_size: class default
+    assert [layer.kind for layer in llama4.layers] == ["chunked"] * 3 + ["full"]
+    assert llama4.attention_chunk_size == 8192
+    gpt2 = parse_config({**_BASE, "model_type": "gpt2", "intermediate_size": None})
+    assert (gpt2.intermediate_size, gpt2.tie_word_embeddings) == (4 * 256, True)
+    mamba = parse_config({"model_type": "mamba2", "hidden_size": 256, "num_hidden_layers": 2, "vocab_size": 1000,
+                          "num_heads": 8, "head_dim": 64, "state_size": 128})
+    assert {layer.kind for layer in mamba.layers} == {"mamba2"}
+    assert (mamba.layers[0].mamba_num_heads, mamba.layers[0].mamba_head_dim) == (8, 64)

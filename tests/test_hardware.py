@@ -305,3 +305,27 @@ def test_helpers_on_empty_result():
     empty = DetectedGpus((), "none")
     assert empty.count == 0 and not empty.all_nvidia
     assert empty.min_sm() is None and empty.min_memory_bytes() is None and empty.select() is None
+
+
+def test_shared_gpu_constants_have_one_definition():
+    from club3090 import gates, gpus
+
+    assert hardware.MAX_GPUS is gpus.MAX_GPUS and hardware.NON_NVIDIA_SM is gpus.NON_NVIDIA_SM
+    assert gates.NON_NVIDIA_SM is gpus.NON_NVIDIA_SM and gpus.NON_NVIDIA_SM == Decimal("8.0")
+
+
+@pytest.mark.parametrize("cap, sm", [("8.6", Decimal("8.6")), ("12.0", Decimal("12.0")), ("[N/A]", None),
+                                     ("", None), ("8.65", None), ("0.5", None)])
+def test_nvidia_smi_compute_cap_goes_through_the_one_sm_parser(cap, sm):
+    (gpu,) = hardware.parse_nvidia_smi(f"0, NVIDIA GeForce RTX 3090, 24576, {cap}")
+    assert gpu.sm == sm
+
+
+def test_memory_used_bytes_follows_enabled_not_the_environment(monkeypatch):
+    monkeypatch.setenv("CLUB3090_NO_GPU_DETECT", "1")   # ignored: the caller passes Settings.gpu_detect
+    nvml = FakeNvml([RTX3090, RTX3090])
+    assert hardware.memory_used_bytes(enabled=True, nvml=nvml) == (0, 0)
+    monkeypatch.delenv("CLUB3090_NO_GPU_DETECT")
+    off = FakeNvml([RTX3090])
+    assert hardware.memory_used_bytes(enabled=False, nvml=off) is None and off.calls == []
+    assert hardware.memory_used_bytes(enabled=True, nvml=NO_NVML) is None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import socket
 from decimal import Decimal
@@ -152,3 +153,26 @@ def test_submit_last_without_bundles(capsys):
 
 def test_submit_dir_must_exist(capsys, tmp_path):
     assert cli.main(["pull", "--submit", str(tmp_path / "missing")]) == 64
+
+
+def test_local_wrapper_with_auto_map_only_in_text_config_needs_the_ack(tmp_path, capsys):
+    from tests.test_architecture import write_wrapper_folder
+
+    folder = str(write_wrapper_folder(tmp_path / "wrapper"))
+    base = ["pull", folder, "--profile-like", "vllm/minimal", "--gpus", "1x3090", "--hardware", "8.6",
+            "--dry-run", "--json"]
+    assert cli.main(base) == 2
+    data = _json(capsys)
+    assert (data["stratum"], data["reason"], data["sub_reason"]) == (3, "needs-trust-remote-code-ack", None)
+    assert data["c0"]["bypassable_by"] == ["--trust-remote-code"]
+    assert cli.main([*base, "--trust-remote-code"]) == 3      # acknowledged: on to the fit and [C1]
+    assert _json(capsys)["stratum"] == 0
+
+
+@pytest.mark.parametrize("text", ["8.65", "sm_", "0.5", "abc", "nan"])
+def test_bad_hardware_sm_is_a_usage_error(text):
+    with pytest.raises(argparse.ArgumentTypeError):
+        parse_sm(text)
+    with pytest.raises(SystemExit) as exc:      # argparse's usage error: exit 64
+        cli.main(["pull", CURATED, "--profile-like", "vllm/minimal", "--hardware", text])
+    assert exc.value.code == 64

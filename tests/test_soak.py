@@ -133,3 +133,23 @@ def test_cli_500_exit_1_and_unreachable_exit_2(fake_openai, tmp_path, capsys):
     assert "[soak] FAIL" in capsys.readouterr().out
     assert cli.main(["soak", "--url", closed_port_url(), "--timeout", "2", "--out-dir", str(tmp_path / "b")]) == 2
     assert "INCONCLUSIVE" in capsys.readouterr().out and (tmp_path / "b" / "baseline.json").is_file()
+
+
+@pytest.mark.parametrize("gpu_detect", [True, False])
+def test_cli_samples_gpus_only_when_settings_allow(fake_openai, tmp_path, monkeypatch, capsys, gpu_detect):
+    from club3090 import hardware
+    from club3090.settings import Settings
+
+    seen: list[bool] = []
+
+    def fake_used(*, enabled=True, **_k):
+        seen.append(enabled)
+        return (100 * MIB,) if enabled else None
+    monkeypatch.setattr(hardware, "memory_used_bytes", fake_used)
+    args = cli.build_parser().parse_args(["soak", "--url", fake_openai.url, "--mode", "quick", "--json",
+                                          "--out-dir", str(tmp_path / "soak")])
+    clock = TickClock()
+    settings = Settings(hf_home=tmp_path / "hf", gpu_detect=gpu_detect)
+    assert soak_cmd.run(args, settings, clock=clock, sleep=clock.sleep) == 0
+    assert seen and set(seen) == {gpu_detect}
+    assert json.loads(capsys.readouterr().out)["gpu"]["sampled"] is gpu_detect

@@ -5,7 +5,9 @@ every spelling seen in the wild (``num_key_value_heads`` / ``n_head_kv`` /
 ``multi_query_group_num``, ``n_embd`` / ``n_layer`` / ``n_head``, ``text_config`` wrappers) and
 ignores the rest. It never raises on odd input: when a dimension the fit engine needs is missing
 or a layer type is stateful and unmodelled, ``unpriceable_reason`` says why and the fit engine
-refuses (VLLM_MEMORY.md: no guessing).
+refuses (VLLM_MEMORY.md: no guessing). What a model family needs beyond the generic reader
+(transformers' class defaults, its layer layout, whether RoPE scaling stretches the context, a
+state we do not model) is a row of :data:`FAMILIES`, not a branch.
 
 Layer kinds (``LayerSpec.kind``):
 
@@ -28,7 +30,7 @@ from types import MappingProxyType
 from typing import Any, Mapping
 
 __all__ = ["Architecture", "LayerSpec", "LAYER_KINDS", "ATTENTION_KINDS", "STATE_KINDS", "DIMENSION_CAPS",
-           "parse_config"]
+           "Family", "FAMILIES", "GENERIC", "family", "parse_config"]
 
 LAYER_KINDS = ("full", "sliding", "chunked", "mla", "gdn", "mamba2", "linear", "none")
 ATTENTION_KINDS = frozenset({"full", "sliding", "chunked", "mla"})
@@ -174,8 +176,11 @@ def _first_str(cfg: Mapping[str, Any], *keys: str) -> str | None:
     return None
 
 
-def _merged_text_config(config: Mapping[str, Any]) -> tuple[dict[str, Any], bool]:
-    """Flatten a multimodal wrapper: the text model's keys win over the outer ones."""
+def _merged_text_config(config: Mapping[str, Any]) -> tuple[dict[str, Any], Mapping[str, Any], bool]:
+    """Flatten a multimodal wrapper: the text model's keys win over the outer ones.
+
+    Returns ``(merged, inner, has_vision)``; ``inner`` is the text model's own mapping (empty
+    without a wrapper), for the keys where the outer config wins (``torch_dtype``)."""
     merged: dict[str, Any] = {k: v for k, v in config.items() if k not in ("text_config", "llm_config")}
     inner = None
     for key in ("text_config", "llm_config", "language_config"):
@@ -190,28 +195,89 @@ def _merged_text_config(config: Mapping[str, Any]) -> tuple[dict[str, Any], bool
             merged[key] = value
     has_vision = any(isinstance(config.get(k), Mapping) for k in ("vision_config", "audio_config",
                                                                   "visual", "vision_tower_config"))
-    return merged, has_vision
+    return merged, inner if inner is not None else {}, has_vision
 
 
-_FULL_NAMES = {"full_attention", "attention", "global", "global_attention", "full", "attn"}
-_SLIDING_NAMES = {"sliding_attention", "sliding", "local", "local_attention", "sliding_window"}
-_CHUNKED_NAMES = {"chunked_attention", "chunked"}
-_GDN_NAMES = {"linear_attention", "gated_delta_net", "gdn"}
-_MAMBA_NAMES = {"mamba", "mamba2", "ssm"}
-_NONE_NAMES = {"mlp", "moe", "ffn", "none"}
+# ``layer_types`` entries -> layer kind
+_LAYER_TYPE_KINDS: Mapping[str, str] = MappingProxyType({
+    **dict.fromkeys(("full_attention", "attention", "global", "global_attention", "full", "attn"), "full"),
+    **dict.fromkeys(("sliding_attention", "sliding", "local", "local_attention", "sliding_window"), "sliding"),
+    **dict.fromkeys(("chunked_attention", "chunked"), "chunked"),
+    **dict.fromkeys(("linear_attention", "gated_delta_net", "gdn"), "gdn"),
+    **dict.fromkeys(("mamba", "mamba2", "ssm"), "mamba2"),
+    **dict.fromkeys(("mlp", "moe", "ffn", "none"), "none"),
+})
+# ``hybrid_override_pattern`` symbols (Nemotron-H) -> layer kind
+_PATTERN_KINDS: Mapping[str, str] = MappingProxyType({"M": "mamba2", "*": "full", "-": "none", "E": "none"})
+_NOPE_LAYER_INTERVAL = 4    # transformers' Llama4 default: every 4th layer is global (NoPE)
 
-# model types whose cache is a recurrent state we do not model (RWKV, xLSTM, RetNet, ...)
-_STATEFUL_MODEL_TYPES = ("rwkv", "rwkv5", "rwkv6", "rwkv7", "xlstm", "retnet", "mamba", "falcon_mamba",
-                         "jamba", "zamba", "zamba2", "lfm2", "minimax_m1", "minimax_text_01", "kimi_linear",
-                         "plamo2", "falcon_h1", "bamba", "recurrent_gemma")
+
+@dataclass(frozen=True, slots=True)
+class Family:
+    """What one ``model_type`` needs beyond the generic reader: transformers' class behaviour that
+    its config.json leaves unsaid. Adding a family is adding a row to :data:`FAMILIES`."""
+
+    defaults: Mapping[str, Any] = field(default_factory=dict)  # class defaults for keys configs omit
+    scales_max_len: bool = True          # False: vLLM ignores rope_scaling for the default max_model_len
+    sliding_period: int | None = None    # every Nth layer full, the rest sliding (sliding_window_pattern wins)
+    chunked_attention: bool = False      # chunked local layers, a global NoPE layer every no_rope_layer_interval
+    uniform_kind: str | None = None      # every layer is this kind
+    mlp_hidden_ratio: int | None = None  # no intermediate_size: this many x hidden_size
+    tie_word_embeddings: bool = False    # the default when the config omits it
+    key_aliases: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # extra spellings of a key
+    unmodelled: str | None = None        # refusal ({model_type!r} is filled in): a cache we do not model
 
 
-def _derived_max_len(cfg: Mapping[str, Any], max_pos: int | None) -> int | None:
+GENERIC = Family()
+_RECURRENT = "model type {model_type!r} keeps a recurrent state club3090 does not model"
+_DSV4_CSA = "DeepSeek-V4 compressed sparse attention (compress_ratios) is not modelled"
+_GEMMA3_TEXT = Family(defaults={"vocab_size": 262208, "max_position_embeddings": 131072,
+                                "sliding_window_pattern": 6, "num_key_value_heads": 4, "head_dim": 256},
+                      scales_max_len=False, sliding_period=6)
+_GPT2_MLP = Family(mlp_hidden_ratio=4)   # GPT-2 style: n_inner null means 4 x n_embd
+
+# Keyed by model_type; a type without a row uses its base's (``gemma3_text`` -> ``gemma3``,
+# ``lfm2_vl`` -> ``lfm2``: see :func:`family`), else :data:`GENERIC`.
+FAMILIES: Mapping[str, Family] = MappingProxyType({
+    "gemma2": Family(defaults={"max_position_embeddings": 8192, "sliding_window": 4096}, sliding_period=2),
+    "gemma3": _GEMMA3_TEXT,              # a wrapper whose text_config names no type: the text class
+    "gemma3_text": _GEMMA3_TEXT,
+    "gemma3n": Family(scales_max_len=False, sliding_period=6),
+    "llama4": Family(chunked_attention=True),
+    "llama4_text": Family(defaults={"attention_chunk_size": 8192}, chunked_attention=True),
+    "mamba2": Family(uniform_kind="mamba2",
+                     key_aliases={"mamba_num_heads": ("num_heads",), "mamba_head_dim": ("head_dim",)}),
+    "gpt2": Family(mlp_hidden_ratio=4, tie_word_embeddings=True),
+    "gpt_neox": _GPT2_MLP,
+    "gptj": _GPT2_MLP,
+    "gpt_bigcode": _GPT2_MLP,
+    "deepseek_v4": Family(unmodelled=_DSV4_CSA),
+    # a recurrent state we do not model (RWKV, xLSTM, RetNet, SSM hybrids other than Mamba-2)
+    **dict.fromkeys(("rwkv", "rwkv5", "rwkv6", "rwkv7", "xlstm", "retnet", "mamba", "falcon_mamba", "jamba",
+                     "zamba", "zamba2", "lfm2", "minimax_m1", "minimax_text_01", "kimi_linear", "plamo2",
+                     "falcon_h1", "bamba", "recurrent_gemma"), Family(unmodelled=_RECURRENT)),
+})
+
+
+def family(model_type: str) -> Family:
+    """The :data:`FAMILIES` row of ``model_type``, else of its base (``_suffix`` dropped), else
+    :data:`GENERIC`."""
+    name = model_type.lower()
+    while name:
+        if name in FAMILIES:
+            return FAMILIES[name]
+        name, sep, _ = name.rpartition("_")
+        if not sep:
+            break
+    return GENERIC
+
+
+def _derived_max_len(cfg: Mapping[str, Any], max_pos: int | None, fam: Family) -> int | None:
     """vLLM's default max_model_len: max_position_embeddings, scaled for yarn/dynamic RoPE."""
     if max_pos is None:
         return None
     scaling = cfg.get("rope_scaling")
-    if not isinstance(scaling, Mapping) or "gemma3" in str(cfg.get("model_type") or ""):
+    if not isinstance(scaling, Mapping) or not fam.scales_max_len:
         return max_pos
     rope_type = str(scaling.get("rope_type") or scaling.get("type") or "")
     factor = scaling.get("factor")
@@ -254,31 +320,19 @@ def _empty(config: Mapping[str, Any], reason: str) -> Architecture:
         unpriceable_reason=reason)
 
 
-# transformers' class defaults for keys some shipped configs omit (the config class fills them in)
-_TYPE_DEFAULTS: dict[str, dict[str, Any]] = {
-    "gemma3_text": {"vocab_size": 262208, "max_position_embeddings": 131072, "sliding_window_pattern": 6,
-                    "num_key_value_heads": 4, "head_dim": 256},
-    "gemma2": {"max_position_embeddings": 8192, "sliding_window": 4096},
-    "llama4_text": {"attention_chunk_size": 8192},
-}
-
-
 def _parse(config: Mapping[str, Any]) -> Architecture:
-    cfg, has_vision = _merged_text_config(config)
-    inner_type = str(cfg.get("model_type") or "")
-    if not inner_type and str(config.get("model_type") or "") == "gemma3":
-        inner_type = "gemma3_text"
-    for key, value in _TYPE_DEFAULTS.get(inner_type, {}).items():
-        if cfg.get(key) is None:
-            cfg[key] = value
-    notes: list[str] = []
-    problems: list[str] = []
-
+    cfg, inner, has_vision = _merged_text_config(config)
     archs_raw = config.get("architectures")
     archs = tuple(a for a in archs_raw if isinstance(a, str)) if isinstance(archs_raw, list) else ()
     architecture = archs[0] if archs else ""
     model_type = str(config.get("model_type") or cfg.get("model_type") or "")
     text_model_type = str(cfg.get("model_type") or model_type)
+    fam = family(text_model_type)      # the language model's family drives its layout and defaults
+    for key, value in fam.defaults.items():
+        if cfg.get(key) is None:
+            cfg[key] = value
+    notes: list[str] = []
+    problems: list[str] = []
 
     num_layers = _first_int(cfg, "num_hidden_layers", "n_layer", "num_layers", "n_layers") or 0
     hidden = _first_int(cfg, "hidden_size", "n_embd", "d_model", "dim", "model_dim") or 0
@@ -299,8 +353,8 @@ def _parse(config: Mapping[str, Any]) -> Architecture:
 
     intermediate = _first_int(cfg, "intermediate_size", "ffn_hidden_size", "ff_intermediate_size",
                               "n_inner", "ffn_dim", "mlp_dim") or 0
-    if not intermediate and hidden and model_type in ("gpt2", "gpt_neox", "gptj", "gpt_bigcode"):
-        intermediate = 4 * hidden  # GPT-2 family: n_inner null means 4 x n_embd
+    if not intermediate and hidden and fam.mlp_hidden_ratio:
+        intermediate = fam.mlp_hidden_ratio * hidden
     vocab = _first_int(cfg, "vocab_size", "padded_vocab_size", "embedding_size", "n_vocab") or 0
     padded = _first_int(cfg, "padded_vocab_size", "embedding_size")
     if padded and padded > vocab:
@@ -314,8 +368,9 @@ def _parse(config: Mapping[str, Any]) -> Architecture:
         elif value is not None:
             max_pos = value
             break
-    derived_max_len = _derived_max_len(cfg, max_pos)
-    torch_dtype = _first_str(cfg, "torch_dtype", "dtype") or _first_str(config, "torch_dtype", "dtype")
+    derived_max_len = _derived_max_len(cfg, max_pos, fam)
+    # the outer config's dtype first (vLLM reads the top-level config), then the text model's
+    torch_dtype = _first_str(config, "torch_dtype", "dtype") or _first_str(inner, "torch_dtype", "dtype")
     if torch_dtype is None:
         if cfg.get("bf16") is True:
             torch_dtype = "bfloat16"
@@ -324,7 +379,7 @@ def _parse(config: Mapping[str, Any]) -> Architecture:
     tie = cfg.get("tie_word_embeddings")
     if not isinstance(tie, bool):
         tie = config.get("tie_word_embeddings") if isinstance(config.get("tie_word_embeddings"), bool) else \
-            model_type in ("gpt2",)
+            fam.tie_word_embeddings
 
     # --- MoE -------------------------------------------------------------------------------
     num_experts = _first_int(cfg, "num_experts", "num_local_experts", "n_routed_experts",
@@ -383,21 +438,17 @@ def _parse(config: Mapping[str, Any]) -> Architecture:
     problems.extend(oversized)
 
     # --- unmodelled stateful families -----------------------------------------------------
-    low_types = (model_type.lower(), text_model_type.lower())
-    for low in low_types:
-        if low.startswith("mamba2") or low in ("granitemoehybrid", "nemotron_h"):
-            continue  # Mamba-2 state is modelled
-        if any(low == s or low.startswith(s + "_") or (s in ("rwkv", "xlstm", "retnet") and low.startswith(s))
-               for s in _STATEFUL_MODEL_TYPES):
-            problems.append(f"model type {low!r} keeps a recurrent state club3090 does not model")
-            break
+    refused = next(((name.lower(), f.unmodelled) for name, f in ((model_type, family(model_type)),
+                                                                 (text_model_type, fam)) if f.unmodelled), None)
+    if refused is not None:
+        problems.append(refused[1].format(model_type=refused[0]))
     if "rwkv" in architecture.lower() or any(k in cfg for k in ("attention_hidden_size", "rescale_every")):
         problems.append("RWKV-style recurrent state is not modelled")
     if isinstance(cfg.get("attn_type_list"), list) or isinstance(cfg.get("layers_block_type"), list):
         problems.append("per-layer linear-attention / SSM list (attn_type_list / layers_block_type) is not modelled")
-    if cfg.get("compress_ratios") is not None or "deepseek_v4" in low_types:
-        problems.append("DeepSeek-V4 compressed sparse attention (compress_ratios) is not modelled")
-    elif use_mla and _first_int(cfg, "index_topk") is not None:
+    if cfg.get("compress_ratios") is not None:
+        problems.append(_DSV4_CSA)
+    elif use_mla and _first_int(cfg, "index_topk") is not None and refused is None:
         problems.append("DeepSeek sparse-attention indexer cache (index_topk) is not modelled")
 
     # --- layer list ------------------------------------------------------------------------
@@ -408,22 +459,10 @@ def _parse(config: Mapping[str, Any]) -> Architecture:
     elif isinstance(layer_types, list) and layer_types and all(isinstance(x, str) for x in layer_types):
         layer_kinds_raw = []
         for name in layer_types:
-            low = name.lower()
-            if low in _FULL_NAMES:
-                layer_kinds_raw.append("full")
-            elif low in _SLIDING_NAMES:
-                layer_kinds_raw.append("sliding")
-            elif low in _CHUNKED_NAMES:
-                layer_kinds_raw.append("chunked")
-            elif low in _GDN_NAMES:
-                layer_kinds_raw.append("gdn")
-            elif low in _MAMBA_NAMES:
-                layer_kinds_raw.append("mamba2")
-            elif low in _NONE_NAMES:
-                layer_kinds_raw.append("none")
-            else:
+            kind = _LAYER_TYPE_KINDS.get(name.lower())
+            if kind is None:
                 problems.append(f"unknown layer type {name!r} in layer_types")
-                layer_kinds_raw.append("linear")
+            layer_kinds_raw.append(kind or "linear")
         if num_layers and len(layer_kinds_raw) != num_layers:
             if len(layer_kinds_raw) > num_layers:
                 layer_kinds_raw = layer_kinds_raw[:num_layers]
@@ -432,14 +471,11 @@ def _parse(config: Mapping[str, Any]) -> Architecture:
         elif not num_layers:
             num_layers = len(layer_kinds_raw)
     elif isinstance(pattern, str) and pattern:
-        mapping = {"M": "mamba2", "*": "full", "-": "none", "E": "none"}
         layer_kinds_raw = []
         for char in pattern:
-            if char in mapping:
-                layer_kinds_raw.append(mapping[char])
-            else:
+            if char not in _PATTERN_KINDS:
                 problems.append(f"unknown layer symbol {char!r} in hybrid_override_pattern")
-                layer_kinds_raw.append("linear")
+            layer_kinds_raw.append(_PATTERN_KINDS.get(char, "linear"))
         if not num_layers:
             num_layers = len(layer_kinds_raw)
         elif len(layer_kinds_raw) != num_layers:
@@ -448,21 +484,19 @@ def _parse(config: Mapping[str, Any]) -> Architecture:
     elif _first_int(cfg, "full_attention_interval") and (cfg.get("linear_num_value_heads") is not None):
         interval = _first_int(cfg, "full_attention_interval") or 1
         layer_kinds_raw = ["full" if (i + 1) % interval == 0 else "gdn" for i in range(num_layers)]
-    elif text_model_type in ("gemma2",) and sliding:
-        layer_kinds_raw = ["sliding" if i % 2 == 0 else "full" for i in range(num_layers)]
-    elif (text_model_type.startswith("gemma3") or _first_int(cfg, "sliding_window_pattern")) and sliding:
-        period = _first_int(cfg, "sliding_window_pattern") or 6
+    elif (fam.sliding_period or _first_int(cfg, "sliding_window_pattern")) and sliding:
+        period = _first_int(cfg, "sliding_window_pattern") or fam.sliding_period or 1
         layer_kinds_raw = ["full" if (i + 1) % period == 0 else "sliding" for i in range(num_layers)]
-    elif chunk and (text_model_type.startswith("llama4") or cfg.get("no_rope_layers") is not None):
+    elif chunk and (fam.chunked_attention or cfg.get("no_rope_layers") is not None):
         nope = cfg.get("no_rope_layers")
         if isinstance(nope, list) and len(nope) == num_layers:
             # no_rope_layers[i] == 1 means the layer uses RoPE: those are the chunked local ones
             layer_kinds_raw = ["chunked" if _int(v) else "full" for v in nope]
         else:
-            interval = _first_int(cfg, "no_rope_layer_interval") or 4
+            interval = _first_int(cfg, "no_rope_layer_interval") or _NOPE_LAYER_INTERVAL
             layer_kinds_raw = ["full" if (i + 1) % interval == 0 else "chunked" for i in range(num_layers)]
-    elif model_type in ("mamba2",) or text_model_type in ("mamba2",):
-        layer_kinds_raw = ["mamba2"] * num_layers
+    elif fam.uniform_kind:
+        layer_kinds_raw = [fam.uniform_kind] * num_layers
 
     if layer_kinds_raw is None:
         if use_mla:
@@ -516,9 +550,9 @@ def _parse(config: Mapping[str, Any]) -> Architecture:
             problems.append("linear-attention layers without linear_num_*_heads / linear_*_head_dim")
         specs["gdn"] = gdn
     if "mamba2" in layer_kinds_raw:
-        plain = text_model_type == "mamba2"
-        m_heads = _first_int(cfg, "mamba_num_heads", "mamba_n_heads", *(("num_heads",) if plain else ())) or 0
-        m_head_dim = _first_int(cfg, "mamba_head_dim", "mamba_d_head", *(("head_dim",) if plain else ())) or 0
+        aliases = fam.key_aliases
+        m_heads = _first_int(cfg, "mamba_num_heads", "mamba_n_heads", *aliases.get("mamba_num_heads", ())) or 0
+        m_head_dim = _first_int(cfg, "mamba_head_dim", "mamba_d_head", *aliases.get("mamba_head_dim", ())) or 0
         d_state = _first_int(cfg, "ssm_state_size", "state_size", "mamba_d_state", "d_state") or 0
         groups = _first_int(cfg, "n_groups", "mamba_n_groups", "ngroups") or 1
         inter = m_heads * m_head_dim
@@ -559,7 +593,8 @@ def _parse(config: Mapping[str, Any]) -> Architecture:
             notes.append(f"{heads} attention heads are not a multiple of {kv_heads} KV heads")
 
     ssm_dtype = _first_str(cfg, "mamba_ssm_cache_dtype", "mamba_ssm_dtype")
-    auto_map = isinstance(config.get("auto_map"), Mapping) and bool(config.get("auto_map"))
+    # custom modelling code, declared by the wrapper or by its text model (derive's trust-remote-code rule)
+    auto_map = any(isinstance(c.get("auto_map"), Mapping) and bool(c.get("auto_map")) for c in (config, inner))
     qc = config.get("quantization_config") if isinstance(config.get("quantization_config"), Mapping) \
         else (cfg.get("quantization_config") if isinstance(cfg.get("quantization_config"), Mapping) else None)
 

@@ -39,7 +39,6 @@ OPTIONAL = ("tool-call", "reasoning-streaming", "structured-output", "vision", "
 CAPABILITIES = FLOOR + OPTIONAL
 
 # failure tokens
-DOCKER_MISSING = "docker-missing"
 COMPOSE_UP_FAILED = "compose-up-failed"
 BOOT_TIMEOUT = "boot-timeout"
 FLOOR_RED = "floor-red"

@@ -180,14 +180,8 @@ def _score(anchor: Any, inputs: AnchorInputs) -> AnchorScore:
 
 
 def score_anchors(catalog: Any) -> list[AnchorScore]:
-    """One score per vLLM anchor, in catalog order (llama.cpp anchors are not priced here)."""
-    scores: list[AnchorScore] = []
-    for anchor in catalog.anchors:
-        inputs = anchor_inputs(anchor, catalog)
-        if inputs.engine is None or inputs.engine.type != "vllm":
-            continue
-        scores.append(_score(anchor, inputs))
-    return scores
+    """One score per anchor, in catalog order (the loader admits only vLLM anchors)."""
+    return [_score(anchor, anchor_inputs(anchor, catalog)) for anchor in catalog.anchors]
 
 
 def upstream_tally(scores: list[AnchorScore] | tuple[AnchorScore, ...]) -> tuple[SetTally, ...]:

@@ -31,10 +31,6 @@ FLAG_YES = "--yes"
 FLAG_FORCE_DOWNLOAD = "--force-download"
 NVIDIA = "nvidia"
 
-# Compatibility only: pull._closest_fit still reads this; the window is catalog data
-# (Catalog.kv_sm_window). Delete once pull.py calls Catalog.kv_sm_window.
-NVFP4_KV_SMS = (Decimal("10.0"), Decimal("10.3"))
-
 
 def _frozen(mapping: Mapping[str, Any] | None = None) -> Mapping[str, Any]:
     return MappingProxyType(dict(mapping or {}))

@@ -14,25 +14,21 @@ soon as a selected GPU is not NVIDIA.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import threading
 from dataclasses import dataclass
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
-from club3090.settings import NO_GPU_DETECT_ENV
+from club3090.gpus import MAX_GPUS, NON_NVIDIA_SM, parse_sm
 
 NVIDIA = "nvidia"
 AMD = "amd"
 APPLE = "apple"
 
-NON_NVIDIA_SM = Decimal("8.0")   # SYSTEM.md section 6: AMD / ROCm / Apple / Metal / MPS -> 8.0
-
 PROBE_TIMEOUT_S = 10.0           # per external command and for the whole NVML session
 MAX_OUTPUT_BYTES = 1024 * 1024   # more than this from a probe is garbage, not a GPU list
-MAX_GPUS = 64                    # a larger count is a broken driver answer
 
 Runner = Callable[..., Any]      # subprocess.run-compatible
 
@@ -170,11 +166,12 @@ def _read_nvml(nvml: Any) -> tuple[DetectedGpu, ...]:
             pass
 
 
-def memory_used_bytes(*, nvml: Any = None, env: Mapping[str, str] = os.environ,
+def memory_used_bytes(*, enabled: bool = True, nvml: Any = None,
                       timeout_s: float = PROBE_TIMEOUT_S) -> tuple[int, ...] | None:
     """Memory in use on each NVIDIA GPU (NVML, by device index), for soak sampling; None when
-    NVML is unavailable, detection is disabled (``CLUB3090_NO_GPU_DETECT``) or the read fails."""
-    if env.get(NO_GPU_DETECT_ENV, "").strip() not in ("", "0"):
+    NVML is unavailable, detection is disabled (``enabled=False``, as for :func:`detect`) or the
+    read fails."""
+    if not enabled:
         return None
     if nvml is None:
         try:
@@ -388,13 +385,11 @@ def _bounded(fn: Callable[[], tuple[DetectedGpu, ...]], timeout_s: float) -> tup
 
 
 def _sm(text: str) -> Decimal | None:
+    """A driver's compute capability; None for "[N/A]", "" or garbage (the gate fails closed)."""
     try:
-        value = Decimal(str(text).strip())
-    except (InvalidOperation, ValueError):
-        return None  # "[N/A]", "", garbage
-    if not value.is_finite() or not Decimal("1.0") <= value < Decimal("100"):
+        return parse_sm(text)
+    except ValueError:
         return None
-    return value
 
 
 def _clean_name(name: str) -> str:

@@ -63,7 +63,8 @@ class Reason(str, Enum):
 
 @dataclass(frozen=True, slots=True)
 class Stop:
-    """A gate's refusal. ``sub_reason`` carries [C0]'s side field or the d-refused token."""
+    """A gate's refusal. ``sub_reason`` carries [C0]'s side field, the d-refused token, or a
+    stratum-1 stop's case (``gguf-only``, ``not-found``, ...)."""
 
     stratum: Stratum
     reason: Reason
@@ -73,10 +74,12 @@ class Stop:
 
     @property
     def token(self) -> str:
-        """The abort reason as printed: ``engine-support-unknown/no-arch-row``, ``d-refused:trc``."""
+        """The abort reason as printed (SYSTEM.md section 4): ``d-refused:<token>`` at stratum 6,
+        ``<state>/<sub-reason>`` for a [C0] finding (``engine-support-unknown/no-arch-row``), else
+        the bare reason: a stratum-1 stop prints the seed token, its case stays in ``sub_reason``."""
         if self.reason is Reason.D_REFUSED:
             return f"d-refused:{self.sub_reason}"
-        if self.sub_reason:
+        if self.stratum is Stratum.ENGINE_SUPPORT and self.sub_reason:
             return f"{self.reason.value}/{self.sub_reason}"
         return self.reason.value
 

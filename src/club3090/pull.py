@@ -247,13 +247,11 @@ def _finish(run: _Run, *, stratum: Stratum, ok: bool, reason: str | None, detail
 
 
 def _stop(run: _Run, stop: Stop) -> PullResult:
-    """A stop as a result. Stratum 1 prints the seed's bare token (its case goes to
-    ``sub_reason``); [C0] and stratum 6 print theirs with the side field (``token``)."""
-    message = str(stop.detail.get("message", ""))
-    if stop.stratum is Stratum.DERIVER:
-        return _finish(run, stratum=stop.stratum, ok=False, reason=stop.reason.value, detail=message,
-                       sub_reason=stop.sub_reason)
-    return _finish(run, stratum=stop.stratum, ok=False, reason=stop.token, detail=message)
+    """A stop as a result: ``reason`` is the printed token; a stratum-1 stop's case, which its
+    token leaves out, is ``sub_reason``."""
+    return _finish(run, stratum=stop.stratum, ok=False, reason=stop.token,
+                   detail=str(stop.detail.get("message", "")),
+                   sub_reason=stop.sub_reason if stop.stratum is Stratum.DERIVER else None)
 
 
 def _evaluate(run: _Run, *, catalog: "Catalog", settings: "Settings", derive, detect, free_bytes,
@@ -514,11 +512,8 @@ def _closest_fit(run: _Run, fit: Any, predict, arch: Any, weights: int, shape: S
         kv = catalog.kv_formats.get(kv_id)
         if kv_id == shape.kv_cache_dtype or kv is None or not kv.emittable or "vllm" not in kv.engines:
             continue
-        if kv.min_sm is not None and hw.sm < kv.min_sm:
-            continue
-        if kv.max_sm is not None and hw.sm > kv.max_sm:
-            continue
-        if kv_id.startswith("nvfp4") and hw.sm not in gates.NVFP4_KV_SMS:
+        floor, ceiling = catalog.kv_sm_window(kv_id)
+        if (floor is not None and hw.sm < floor) or (ceiling is not None and hw.sm > ceiling):
             continue
         alt = try_shape(kv_cache_dtype=kv_id)
         if alt is not None and alt.raw_verdict != "wont-fit":

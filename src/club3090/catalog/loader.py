@@ -650,9 +650,10 @@ def _check_anchor(c: _Collector, raw: dict[str, Any], cat: dict[str, Any], i: in
                  f"weight variant of {a.model}")
     if a.tp is not None and a.gpu_count % a.tp:
         c.add(f"{base}.tp", f"tp {a.tp} does not divide gpu_count {a.gpu_count}", file=f)
-    engine = cat["engines"].get(a.engine) if a.engine else None
+    engine_id = a.engine or (profile.engine if profile is not None else None)   # what it is priced with
+    engine = cat["engines"].get(engine_id) if engine_id else None
     if engine is not None and engine.type != "vllm":
-        c.add(f"{base}.engine", f"anchors price vLLM start-ups; {a.engine} is {engine.type}", file=f)
+        c.add(f"{base}.engine", f"anchors price vLLM start-ups; {engine_id} is {engine.type}", file=f)
 
 
 def _check_model_arches(c: _Collector, cat: dict[str, Any], aliases: Mapping[str, str]) -> None:

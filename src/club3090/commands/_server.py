@@ -25,6 +25,17 @@ def positive_seconds(text: str) -> float:
     return value
 
 
+def token_count(text: str) -> int:
+    """A prompt size in tokens, 1 to 2,000,000 (``bench --prefill``, ``soak --target-tokens``)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a token count, got {text!r}") from None
+    if not 1 <= value <= 2_000_000:
+        raise argparse.ArgumentTypeError(f"expected a token count from 1 to 2000000, got {text!r}")
+    return value
+
+
 def add_common(p: argparse.ArgumentParser, *, timeout: float) -> None:
     p.add_argument("--url", help=f"server base URL (env URL; default {DEFAULT_URL})")
     p.add_argument("--model", help="served model id (env MODEL; default: the first id from /v1/models)")

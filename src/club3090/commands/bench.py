@@ -9,7 +9,7 @@ import argparse
 import json
 from typing import Any, Callable
 
-from club3090.commands._server import add_common, make_client, stderr_progress
+from club3090.commands._server import add_common, make_client, stderr_progress, token_count
 
 
 def _count(text: str) -> int:
@@ -22,16 +22,6 @@ def _count(text: str) -> int:
     return value
 
 
-def _prefill(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a token count, got {text!r}") from None
-    if not 1 <= value <= 2_000_000:
-        raise argparse.ArgumentTypeError(f"expected a token count from 1 to 2000000, got {text!r}")
-    return value
-
-
 def add_parser(sub) -> None:
     p = sub.add_parser("bench", help="measure TTFT and decode tokens/s of a running server",
                        description="3 warm-ups, then N streamed runs each of a narrative and a code prompt: "
@@ -40,7 +30,7 @@ def add_parser(sub) -> None:
                                    "answered, 1 a run failed, 2 server unreachable.")
     add_common(p, timeout=600.0)
     p.add_argument("--runs", type=_count, default=5, help="measured runs per prompt (default 5)")
-    p.add_argument("--prefill", type=_prefill, action="append", default=[], metavar="N",
+    p.add_argument("--prefill", type=token_count, action="append", default=[], metavar="N",
                    help="probe prefill at about N prompt tokens, 3 runs (repeatable)")
     p.add_argument("--out", help="also write the JSON report to this file (atomically)")
     p.set_defaults(run=run)

@@ -15,6 +15,8 @@ import sys
 from pathlib import Path
 from typing import Any, Callable, TextIO
 
+from club3090.memory import GiB
+
 
 def add_parser(sub: Any) -> None:
     p = sub.add_parser("inspect", help="derive a model's spec from its config and safetensors headers",
@@ -51,7 +53,7 @@ def _progress(stream: TextIO) -> Callable[[int, int], None]:
 
 
 def _gib(n: int | None) -> str:
-    return "unknown" if n is None else f"{n / 2**30:.2f} GiB"
+    return "unknown" if n is None else f"{n / GiB:.2f} GiB"
 
 
 def run(args: argparse.Namespace, settings: Any) -> int:

@@ -254,7 +254,7 @@ def run(args: argparse.Namespace, settings: Any) -> int:
         if args.json:
             print(json.dumps(payload, ensure_ascii=False))
         else:
-            print(f"[kv-calc] stratum 1 stop: {src.token}", file=sys.stderr)
+            print(f"[kv-calc] stratum 1 stop: {payload['reason']} ({payload['detail']})", file=sys.stderr)
             if payload["message"]:
                 print(f"[kv-calc] {payload['message']}", file=sys.stderr)
         return 2

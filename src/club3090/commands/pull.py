@@ -13,30 +13,22 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
+
+from club3090 import gpus
+from club3090.memory import GiB
 
 EXIT_GH_FAILED = 69   # sysexits EX_UNAVAILABLE: the GitHub CLI could not file the report
 
 
 def parse_sm(text: str) -> Decimal:
-    """``8.6``, ``sm_86``, ``sm86`` or ``86`` -> Decimal("8.6")."""
-    raw = text.strip().lower()
-    for prefix in ("sm_", "sm"):
-        if raw.startswith(prefix):
-            raw = raw[len(prefix):]
-            break
+    """``--hardware SM``: :func:`club3090.gpus.parse_sm` (``8.6``, ``sm_86``, ``86``) as an argparse type."""
     try:
-        if "." not in raw and raw.isdigit() and len(raw) >= 2:
-            value = Decimal(f"{raw[:-1]}.{raw[-1]}")
-        else:
-            value = Decimal(raw)
-    except InvalidOperation:
-        raise argparse.ArgumentTypeError(f"not a compute capability: {text!r} (try 8.6 or sm_86)") from None
-    if not value.is_finite() or value <= 0 or value >= 100:
-        raise argparse.ArgumentTypeError(f"not a compute capability: {text!r} (try 8.6 or sm_86)")
-    return value
+        return gpus.parse_sm(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def add_parser(sub: Any) -> None:
@@ -105,8 +97,7 @@ def run(args: argparse.Namespace, settings: Any) -> int:
     catalog = load_catalog()
     gpu_set = None
     if args.gpus is not None:
-        from club3090.gpus import parse_gpus
-        gpu_set = parse_gpus(args.gpus, catalog)
+        gpu_set = gpus.parse_gpus(args.gpus, catalog)
     request = PullRequest(
         source=args.source, profile_like=args.profile_like, dry_run=args.dry_run, yes=args.yes,
         force_download=args.force_download, experimental_arch=args.experimental_arch,
@@ -140,7 +131,7 @@ def _e_stages(args: argparse.Namespace) -> Any:
 # --------------------------------------------------------------------------------------------
 
 def _gib(n: Any) -> str:
-    return f"{int(n) / 2**30:.2f} GiB"
+    return f"{int(n) / GiB:.2f} GiB"
 
 
 def fit_lines(fit: Any) -> list[str]:

@@ -10,7 +10,7 @@ import argparse
 import json
 from typing import Any, Callable
 
-from club3090.commands._server import add_common, make_client, positive_seconds, stderr_progress
+from club3090.commands._server import add_common, make_client, positive_seconds, stderr_progress, token_count
 
 
 def _fraction(text: str) -> float:
@@ -33,16 +33,6 @@ def _non_negative(text: str) -> float:
     return value
 
 
-def _tokens(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a token count, got {text!r}") from None
-    if not 1 <= value <= 2_000_000:
-        raise argparse.ArgumentTypeError(f"expected a token count from 1 to 2000000, got {text!r}")
-    return value
-
-
 def add_parser(sub) -> None:
     p = sub.add_parser("soak", help="multi-turn stability run: silent empties, TPS retention, VRAM growth",
                        description="Many streamed chat turns against a running server. PASS = no errors, no "
@@ -52,7 +42,7 @@ def add_parser(sub) -> None:
     add_common(p, timeout=600.0)
     p.add_argument("--mode", choices=("fresh", "continuous", "quick"), default="fresh",
                    help="fresh: 20x5 new sessions (default); continuous: 5x5 growing context; quick: 8x5")
-    p.add_argument("--target-tokens", type=_tokens, default=24000,
+    p.add_argument("--target-tokens", type=token_count, default=24000,
                    help="continuous mode: prompt size the context ramps toward (default 24000)")
     p.add_argument("--min-retention", type=_fraction, default=0.98, help="decode-TPS retention floor (default 0.98)")
     p.add_argument("--max-growth-mib", type=_non_negative, default=200.0,
@@ -98,7 +88,8 @@ def run(args: argparse.Namespace, settings: Any, *, http: Any = None, clock: Cal
     options = SoakOptions(mode=args.mode, target_tokens=args.target_tokens, min_retention=args.min_retention,
                           max_growth_mib=args.max_growth_mib, deadline_s=args.deadline,
                           request_timeout_s=args.timeout, pause_s=args.pause)
-    report = soak(client, options, model=model, gpu_sampler=gpu_sampler or memory_used_bytes,
+    sampler = gpu_sampler or (lambda: memory_used_bytes(enabled=settings.gpu_detect))
+    report = soak(client, options, model=model, gpu_sampler=sampler,
                   sleep=sleep or time.sleep, progress=(lambda _s: None) if args.json else stderr_progress(args))
     paths = write_files(report, Path(args.out_dir))
     if args.json:

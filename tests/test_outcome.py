@@ -1,0 +1,33 @@
+"""outcome.Stop.token: which strata carry their sub-reason in the printed token."""
+
+from __future__ import annotations
+
+import pytest
+
+from club3090.outcome import Reason, Stop, Stratum
+
+
+@pytest.mark.parametrize("stop, token", [
+    (Stop(Stratum.DERIVER, Reason.UNSUPPORTED_FORMAT, sub_reason="gguf-only"), "unsupported-format"),
+    (Stop(Stratum.DERIVER, Reason.REPO_NOT_FOUND, sub_reason="not-found"), "repo-not-found"),
+    (Stop(Stratum.DERIVER, Reason.QUANT_DTYPE_UNKNOWN), "quant-dtype-unknown"),
+    (Stop(Stratum.ENGINE_SUPPORT, Reason.ENGINE_SUPPORT_UNKNOWN, sub_reason="no-arch-row"),
+     "engine-support-unknown/no-arch-row"),
+    (Stop(Stratum.ENGINE_SUPPORT, Reason.NEEDS_TRC_ACK), "needs-trust-remote-code-ack"),
+    (Stop(Stratum.PROFILE_LIKE, Reason.PROFILE_MISMATCH, sub_reason="x"), "profile-mismatch"),
+    (Stop(Stratum.COMPOSE_DRY_RUN, Reason.D_REFUSED, sub_reason="trc"), "d-refused:trc"),
+])
+def test_token(stop, token):
+    assert stop.token == token
+
+
+def test_pull_reports_a_stratum1_case_beside_the_bare_token(tmp_path):
+    from club3090 import pull
+    from club3090.catalog import load_catalog
+    from club3090.settings import Settings
+
+    stop = Stop(Stratum.DERIVER, Reason.UNSUPPORTED_FORMAT, sub_reason="gguf-only")
+    r = pull.evaluate(pull.PullRequest("acme/gguf", "vllm/minimal", dry_run=True), catalog=load_catalog(),
+                      settings=Settings(hf_home=tmp_path), derive=lambda *_a, **_k: stop,
+                      captures_root=tmp_path / "captures")
+    assert (int(r.stratum), r.reason, r.sub_reason) == (1, "unsupported-format", "gguf-only")
