@@ -407,6 +407,30 @@ def test_anchor_model_must_match_its_profile(tmp_path):
     assert ("anchors.yaml", f"anchors[{i}].model") in found
 
 
+def test_anchor_inheriting_a_llamacpp_profiles_engine_is_rejected(tmp_path):
+    # the anchor records no engine of its own, so it is priced with its profile's: llama.cpp here
+    root = _copy(tmp_path)
+    index = {}
+
+    def change(d):
+        index["i"] = next(i for i, a in enumerate(d["anchors"]) if a["id"] == "vllm/dual:kvcalc-22of22-historical")
+        anchor = d["anchors"][index["i"]]
+        anchor.pop("engine", None)
+        anchor.update(profile="llamacpp/default", model="qwen3.6-27b", weights_variant="unsloth-q4km")
+    _edit(root, "anchors.yaml", change)
+    with pytest.raises(CatalogError) as info:
+        load_catalog(root)
+    where = f"anchors[{index['i']}].engine"
+    problems = [p for p in info.value.problems if (p.file, p.path) == ("anchors.yaml", where)]
+    assert len(problems) == 1 and "llama-cpp-local" in problems[0].message, info.value.problems
+    # the same anchor naming a vLLM engine itself is not refused for its engine
+    _edit(root, "anchors.yaml", lambda d: d["anchors"][index["i"]].update(engine="vllm-stable"))
+    try:
+        load_catalog(root)
+    except CatalogError as exc:
+        assert ("anchors.yaml", where) not in {(p.file, p.path) for p in exc.problems}, exc.problems
+
+
 def test_upstream_kvcalc_rows_all_present_and_self_describing(cat):
     sets = {"kvcalc-22of22-historical": 22, "kvcalc-current-8of8": 8}
     for name, count in sets.items():

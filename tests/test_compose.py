@@ -214,7 +214,9 @@ def test_patches_wired_at_insertion_points(catalog):
     svc = yaml.safe_load(outcome.text)["services"][catalog.profiles[key].runtime.service_name]
     assert _targets(svc).count("/etc/club3090/pr40391") == 1
     assert svc["entrypoint"][2].count("bash /etc/club3090/pr40391/install.sh\n") == 1
-    assert outcome.notices and "--project-directory" in outcome.notices[0]
+    assert [n.code for n in outcome.notices] == ["project-directory"]
+    assert outcome.notices[0].data["project_directory"].startswith("<club-3090 checkout>/")
+    assert outcome.to_json()["notice_codes"] == ["project-directory"]
     # vllm/dual: the chat template's mount and --chat-template are the shipped wiring, reused
     dual = generate("vllm/dual", catalog)
     assert dual.patches.wired == ("qwen-froggeric-chat-template",)
@@ -273,8 +275,9 @@ def test_foundational_drift_refuses(catalog):
     outcome = dry_run("vllm/gemma-int8-mtp", catalog, guard_runner=guard)
     assert not outcome.ok and outcome.exit_code == 2 and outcome.refusal == FOUNDATIONAL_DRIFT
     assert outcome.text is None and "gemma-vllm-pr40391-rebased" not in outcome.patches.wired
-    assert outcome.stop().detail["detail"] == outcome.detail  # the patch id is data only inside detail (no field yet)
-    assert "gemma-vllm-pr40391-rebased" in outcome.detail
+    assert outcome.failed_patches == ("gemma-vllm-pr40391-rebased",)
+    assert outcome.stop().detail["failed_patches"] == ("gemma-vllm-pr40391-rebased",)
+    assert outcome.to_json()["failed_patches"] == ["gemma-vllm-pr40391-rebased"]
     assert outcome.stop().token == "d-refused:foundational-drift"
     assert dry_run("vllm/gemma-int8-mtp", catalog, guard_runner=guard, accept_degraded=True).refusal == \
         FOUNDATIONAL_DRIFT  # acknowledgement does not cover foundational drift
@@ -288,7 +291,7 @@ def test_capability_degraded_needs_acknowledgement(catalog):
 
     refused = generate("vllm/gemma-int8-mtp", catalog, guard_runner=guard)
     assert refused.exit_code == 3 and refused.refusal == DEGRADED_DRIFT and refused.degraded
-    assert refused.text is None
+    assert refused.text is None and refused.failed_patches == (pid,)
     accepted = generate("vllm/gemma-int8-mtp", catalog, guard_runner=guard, accept_degraded=True)
     assert accepted.ok and accepted.degraded and accepted.exit_code == 0
     assert accepted.patches.degraded == ((pid, "tool-call-stream"),)
@@ -296,7 +299,9 @@ def test_capability_degraded_needs_acknowledgement(catalog):
     header = accepted.text.split("services:")[0]
     assert f"# DEGRADED: patches omitted after drift: {pid} (tool-call-stream)" in header
     assert "# patches wired: gemma-vllm-pr40391-rebased\n" in header
-    assert any(n.startswith("DEGRADED") for n in accepted.notices)
+    degraded = [n for n in accepted.notices if n.code == "degraded"]
+    assert [p["id"] for n in degraded for p in n.data["patches"]] == [pid]
+    assert accepted.failed_patches == (pid,)
 
 
 def test_degraded_patch_is_unwired(catalog):

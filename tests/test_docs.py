@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from club3090.cli import build_parser
-from club3090.outcome import Reason
+from club3090.outcome import NoticeCode, Reason
 
 README = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
 # argparse's own help flag, and aliases kept only for upstream command lines
@@ -63,3 +63,12 @@ def test_every_exit_code_is_documented():
     codes = {int(c) for c in re.findall(r"\b(\d{1,3})\b", cli.__doc__.split("Exit codes:", 1)[1])}
     table = set(int(c) for c in re.findall(r"^\| (\d+) \|", README, flags=re.M))
     assert codes <= table, sorted(codes - table)
+
+
+PULL_DOC = (Path(__file__).resolve().parents[1] / "docs" / "readme" / "pull.md").read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize("code", [c.value for c in NoticeCode])
+def test_every_notice_code_is_documented(code):
+    # the pull section's source (the README is regenerated from docs/readme/)
+    assert re.search(rf"^\| `{re.escape(code)}` \|", PULL_DOC, flags=re.M), code

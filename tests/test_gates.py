@@ -275,13 +275,16 @@ class TestResolveHardware:
     def test_hardware_only_prices_reference_card(self):
         hw = gates.resolve_hardware(tp=2, hardware_sm=Decimal("8.6"), reference_gpu=RTX3090)
         assert hw.memory_bytes == (24 * GIB, 24 * GIB) and hw.memory_source == "reference-gpu"
-        assert any("reference card" in n for n in hw.notices)
+        assert [n.code for n in hw.notices] == ["reference-gpu-priced"]
+        assert hw.notices[0].data == {"gpu": RTX3090.id, "count": 2, "memory_bytes": 24 * GIB}
 
     def test_detected_min_sm_over_gpus_in_use(self):
         det = _det(("A", 80 * GIB, "9.0", "nvidia"), ("B", 24 * GIB, "8.6", "nvidia"))
         assert gates.resolve_hardware(tp=1, detected=det).sm == Decimal("9.0")
+        assert gates.resolve_hardware(tp=1, detected=det).notices == ()
         hw = gates.resolve_hardware(tp=2, detected=det)
         assert hw.sm == Decimal("8.6") and hw.memory_bytes == (80 * GIB, 24 * GIB)
+        assert [n.code for n in hw.notices] == ["mixed-gpu-arch"] and hw.notices[0].data["sms"] == ("9.0", "8.6")
 
     def test_gpus_flag_overrides_detected(self):
         det = _det(("A", 80 * GIB, "9.0", "nvidia"))
@@ -299,6 +302,7 @@ class TestResolveHardware:
         hw = gates.resolve_hardware(tp=1, detected=det)
         assert hw.sm == Decimal("8.0") and hw.sm_source == "probe"
         assert hw.memory_bytes == ()
+        assert [n.code for n in hw.notices] == ["non-nvidia-gpu"] and hw.notices[0].data["name"] == "Radeon"
 
 
 # ----------------------------------------------------------------------------- [C2a]

@@ -31,3 +31,18 @@ def test_pull_reports_a_stratum1_case_beside_the_bare_token(tmp_path):
                       settings=Settings(hf_home=tmp_path), derive=lambda *_a, **_k: stop,
                       captures_root=tmp_path / "captures")
     assert (int(r.stratum), r.reason, r.sub_reason) == (1, "unsupported-format", "gguf-only")
+
+
+def test_notice_codes_are_stable_tokens_and_notices_dedupe_on_code_and_text():
+    import re
+
+    from club3090.outcome import Notice, NoticeCode
+
+    values = [c.value for c in NoticeCode]
+    assert len(values) == len(set(values)) and all(re.fullmatch(r"[a-z0-9]+(-[a-z0-9]+)*", v) for v in values)
+    a = Notice(NoticeCode.BYPASSED, "t", {"token": "x", "flags": ("--yes",)})
+    assert a.code == "bypassed" and type(a.code) is str and a == Notice("bypassed", "t")
+    assert list(dict.fromkeys([a, Notice("bypassed", "t"), Notice("bypassed", "u")])) == [a, Notice("bypassed", "u")]
+    assert a.to_json() == {"code": "bypassed", "text": "t", "data": {"token": "x", "flags": ["--yes"]}}
+    with pytest.raises(ValueError):
+        Notice("no-such-code", "t")

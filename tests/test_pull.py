@@ -100,7 +100,8 @@ class TestEarliestStratumWins:
         r = _run(catalog, PullRequest("org/x", "vllm/minimal", gpus="1x3090", experimental_arch=True, yes=True),
                  spec=_spec(config), free=GIB)
         assert (r.stratum, r.reason, r.fit) == (Stratum.DISK, "disk-short", None)
-        assert any("bypassed by --experimental-arch" in n for n in r.notices)
+        assert "bypassed" in r.notice_codes
+        assert r.bypassed == [{"token": "engine-support-unknown/no-arch-row", "flags": ["--experimental-arch"]}]
 
     def test_eligibility_beats_fit(self, catalog):
         config = {**DENSE, "layer_types": ["rwkv"] * 28}
@@ -114,7 +115,7 @@ class TestEarliestStratumWins:
         r = _run(catalog, PullRequest("org/x", "vllm/tools-text", gpus="1x3090", trust_remote_code=True, yes=True),
                  spec=_spec(config))
         assert r.reason == "engine-support-unknown/runtime-incompatible"
-        assert any("bypassed by --trust-remote-code" in n for n in r.notices)
+        assert r.bypassed == [{"token": "needs-trust-remote-code-ack", "flags": ["--trust-remote-code"]}]
 
 
 # ----------------------------------------------------------------------------- bypass subset rule
@@ -159,7 +160,9 @@ class TestHardware:
     def test_hardware_only_prices_the_reference_card_with_a_notice(self, catalog):
         r = _run(catalog, PullRequest(CURATED, "vllm/minimal", hardware_sm=Decimal("8.6")))
         assert r.ok and r.hardware.memory_source == "reference-gpu"
-        assert any("reference card" in n for n in r.notices)
+        notice = next(n for n in r.notices if n.code == "reference-gpu-priced")
+        assert notice.data["gpu"] == "rtx-3090" and notice.data["count"] == 1
+        assert notice.data["memory_bytes"] == r.hardware.memory_bytes[0]
 
     def test_detected_gpus_feed_the_fit(self, catalog):
         det = DetectedGpus((DetectedGpu(0, "NVIDIA H100 80GB HBM3", 80 * GIB, Decimal("9.0"), "nvidia"),), "nvml")
@@ -204,13 +207,15 @@ def test_low_confidence_wont_fit_needs_force_download(catalog):
     r = _run(catalog, PullRequest("org/x", "vllm/minimal", gpus="1x3090", force_download=True),
              spec=_spec(DENSE, weights=40 * GIB))
     assert (r.ok, r.terminal, r.exit_code, r.caveat) == (True, "override-accepted", 0, CAVEAT)
-    assert any("not a validated fit" in n for n in r.notices)
+    assert "override-accepted" in r.notice_codes
 
 
 def test_path_b_clamps_context_to_the_model(catalog):
     config = {**DENSE, "max_position_embeddings": 4096}
     r = _run(catalog, PullRequest("org/x", "vllm/minimal", gpus="1x3090", yes=True), spec=_spec(config))
-    assert r.fit.max_model_len == 4096 and any("priced at 4096" in n for n in r.notices)
+    assert r.fit.max_model_len == 4096
+    notice = next(n for n in r.notices if n.code == "context-capped-to-model")
+    assert notice.data["model_max"] == 4096 and notice.data["max_ctx"] > 4096
 
 
 def test_local_folder_skips_the_disk_gate(catalog):
@@ -260,7 +265,13 @@ def test_constrained_path_a_notice_and_fitted_override(catalog, tmp_path):
     r = _run(catalog, PullRequest(CURATED, "vllm/dual", gpus="2x17GiB", hardware_sm=Decimal("8.6"), yes=True,
                                   out=tmp_path / "c.yml"))
     assert r.ok and r.raw_verdict == "fits-constrained"
-    assert any("no compose value rewritten" in n for n in r.notices)
+    assert r.notice_codes[:2] == ("effective-cap", "rig-fitted-override")
+    cap, fitted = r.notices[:2]
+    assert cap.data["rewritten"] == () and cap.data["profile"] == "vllm/dual"
+    assert fitted.data["max_model_len"] == r.fit.max_model_len_fit > 0
+    # no compose value rewritten: the file is the generator's own output for the profile
+    from club3090.compose import generate
+    assert r.compose_text == generate("vllm/dual", catalog, out_name=str(tmp_path / "c.yml")).text
 
 
 # ----------------------------------------------------------------------------- capture bundles
@@ -316,8 +327,9 @@ def test_to_json_shape(catalog):
     r = _run(catalog, PullRequest(CURATED, "vllm/minimal", gpus="1x3090"))
     data = json.loads(json.dumps(r.to_json()))
     for key in ("ok", "exit_code", "path", "stratum", "stratum_name", "reason", "c0", "confidence", "raw_verdict",
-                "terminal", "fit", "out", "notices", "caveat"):
+                "terminal", "fit", "out", "notices", "notice_codes", "bypassed", "caveat"):
         assert key in data
+    assert len(data["notice_codes"]) == len(data["notices"]) and data["bypassed"] == []
     assert data["stratum"] == 0 and data["stratum_name"] == "DECIDED"
     assert data["c0"] == {"state": "engine-supported", "sub_reason": None, "bypassable_by": []}
 
@@ -333,7 +345,7 @@ def test_derived_compose_written_for_a_satisfied_non_curated_verdict(fake_hub, c
     assert r.ok and r.path == "B" and r.emitted and r.out == out
     text = out.read_text()
     assert "vllm/vllm-openai:v0.22.0" in text and "--trust-remote-code" not in text
-    assert any("does not download" in n for n in r.notices)
+    assert "emit-only" in r.notice_codes and "no-download-yet" not in r.notice_codes
 
 
 def test_derived_refusal_is_a_notice_not_a_verdict(fake_hub, catalog, tmp_path):
@@ -343,4 +355,6 @@ def test_derived_refusal_is_a_notice_not_a_verdict(fake_hub, catalog, tmp_path):
                  settings=fake_hub.settings(hf_home=tmp_path / "hf"), detect=lambda: NO_GPU,
                  free_bytes=lambda _p: 10**15)
     assert r.ok and r.exit_code == 0 and not out.exists() and not r.emitted
-    assert any("derived-runtime-unsupported:drafter" in n for n in r.notices)
+    refused = [n for n in r.notices if n.code == "emit-refused"]
+    assert [n.data["failure"] for n in refused] == ["derived-runtime-unsupported:drafter"]
+    assert "emit-only" not in r.notice_codes

@@ -309,13 +309,14 @@ def test_no_docker_on_path_skips_boot_cleanly(catalog, hub, tmp_path):
     stages = EStages(which=lambda _n: None)
     r = _pull(catalog, hub, tmp_path, stages)
     assert (r.exit_code, r.e.ok, r.e.boot_skipped, r.e.boot) == (0, True, "docker-not-on-path", None)
-    assert any("boot and smoke skipped (docker-not-on-path)" in n for n in r.notices)
+    skipped = next(n for n in r.notices if n.code == "boot-skipped")
+    assert skipped.data["why"] == "docker-not-on-path" and skipped.data["compose"] == str(r.e.compose_path)
 
 
 def test_no_gpu_topology_skips_e(catalog, hub, tmp_path):
     r = _pull(catalog, hub, tmp_path, _stages(no_boot=True), gpus=None, hardware_sm=Decimal("8.6"))
     assert r.ok and r.exit_code == 0 and r.e is not None and not r.e.ran
-    assert any(n.startswith("gpu-topology-undetermined") for n in r.notices)
+    assert "gpu-topology-undetermined" in r.notice_codes
     assert not _dest(tmp_path).exists()
 
 

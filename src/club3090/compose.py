@@ -26,7 +26,7 @@ from club3090.slug import sanitize_slug
 from club3090.kvformats import canonical_dtype
 from club3090.launch import (Launch, escape_dollars, has_control_chars, interpolate, plain_data, render,
                              split_volume, volume_source, volume_target)
-from club3090.outcome import Reason, Stop, Stratum
+from club3090.outcome import Notice, NoticeCode, Reason, Stop, Stratum
 
 if TYPE_CHECKING:
     from club3090.catalog.model import Catalog, Patch, Profile
@@ -96,7 +96,8 @@ class ComposeOutcome:
     format: str = "compose"
     launch: Launch | None = None
     patches: PatchReport = field(default_factory=PatchReport)
-    notices: tuple[str, ...] = ()
+    notices: tuple[Notice, ...] = ()
+    failed_patches: tuple[str, ...] = ()  # patch ids whose drift guard failed (refusal or degraded)
     trust_remote_code: str = ""           # the decision, as written in the header
 
     @property
@@ -112,8 +113,10 @@ class ComposeOutcome:
         """The stratum-6 Stop for a curated refusal (None when emitted or for derived refusals)."""
         if self.refusal is None or self.refusal.startswith(DERIVED_PREFIX):
             return None
-        return Stop(Stratum.COMPOSE_DRY_RUN, Reason.D_REFUSED, sub_reason=self.refusal,
-                    detail={"detail": self.detail} if self.detail else {})
+        detail: dict[str, object] = {"detail": self.detail} if self.detail else {}
+        if self.failed_patches:
+            detail["failed_patches"] = self.failed_patches
+        return Stop(Stratum.COMPOSE_DRY_RUN, Reason.D_REFUSED, sub_reason=self.refusal, detail=detail)
 
     def to_json(self, out: str | None = None) -> dict[str, Any]:
         return {
@@ -125,7 +128,9 @@ class ComposeOutcome:
             "degraded": self.degraded,
             "patches": self.patches.to_json(),
             "out": out,
-            "notices": list(self.notices),
+            "notices": [n.text for n in self.notices],
+            "notice_codes": [n.code for n in self.notices],
+            "failed_patches": list(self.failed_patches),
         }
 
 
@@ -226,6 +231,7 @@ def generate(profile_key: str, catalog: "Catalog", *, guard_runner: GuardRunner 
         if patch.foundational or patch.on_fail in ("hard-refuse", "boot-refused"):
             return _refuse(profile_key, FOUNDATIONAL_DRIFT,
                            f"drift guard failed for {patch.id} ({patch.on_fail})",
+                           failed_patches=(patch.id,),
                            patches=PatchReport(tuple(p.id for p in wired), tuple(undelivered),
                                                tuple(excluded)))
         degraded.append((patch.id, patch.capability or "unknown capability"))
@@ -235,6 +241,7 @@ def generate(profile_key: str, catalog: "Catalog", *, guard_runner: GuardRunner 
     if degraded and not accept_degraded:
         return ComposeOutcome(ok=False, exit_code=EXIT_DEGRADED, profile=profile_key,
                               refusal=DEGRADED_DRIFT, degraded=True, patches=report,
+                              failed_patches=tuple(p for p, _c in degraded),
                               detail="capability-degraded drift: "
                                      + ", ".join(f"{p} ({c})" for p, c in degraded),
                               trust_remote_code=trc_note)
@@ -246,14 +253,16 @@ def generate(profile_key: str, catalog: "Catalog", *, guard_runner: GuardRunner 
     except _ReplayError as exc:
         return _refuse(profile_key, OTHER, str(exc), patches=report)
 
-    notices: list[str] = []
+    notices: list[Notice] = []
     project_dir = f"<club-3090 checkout>/{posixpath.dirname(profile.compose_path)}"
     if _has_relative_mounts(service):
-        notices.append(f"relative mounts resolve from the shipped compose's folder: run with "
-                       f"--project-directory {project_dir}")
+        notices.append(Notice(NoticeCode.PROJECT_DIRECTORY,
+                              f"relative mounts resolve from the shipped compose's folder: run with "
+                              f"--project-directory {project_dir}", {"project_directory": project_dir}))
     if degraded:
-        notices.append("DEGRADED: drift guard failed, patch omitted: "
-                       + ", ".join(f"{p} ({c})" for p, c in degraded))
+        notices.append(Notice(NoticeCode.DEGRADED, "DEGRADED: drift guard failed, patch omitted: "
+                              + ", ".join(f"{p} ({c})" for p, c in degraded),
+                              {"patches": tuple({"id": p, "capability": c} for p, c in degraded)}))
     header = _curated_header(profile, catalog, engine.pin, row.arch, trc_note, report,
                              project_dir, out_name or "<out>")
     launch = Launch(kind="curated", service_name=runtime.service_name, service=service,
@@ -263,7 +272,8 @@ def generate(profile_key: str, catalog: "Catalog", *, guard_runner: GuardRunner 
         return _refuse(profile_key, TRC, "trust-remote-code survived stripping", patches=report)
     return ComposeOutcome(ok=True, exit_code=EXIT_EMITTED, profile=profile_key, degraded=bool(degraded),
                           text=text, format=fmt, launch=launch, patches=report,
-                          notices=tuple(notices), trust_remote_code=trc_note)
+                          notices=tuple(notices), failed_patches=tuple(p for p, _c in degraded),
+                          trust_remote_code=trc_note)
 
 
 class _ReplayError(Exception):
@@ -658,10 +668,11 @@ def derived_compose(spec: "ModelSpec", profile_key: str, catalog: "Catalog", *, 
         "entrypoint": ["vllm", "serve"],
         "command": [escape_dollars(a) for a in command],
     }
-    notices: list[str] = []
+    notices: list[Notice] = []
     snap = PurePosixPath(posixpath.normpath(str(snapshot_dir)))
     if not PurePosixPath(posixpath.normpath(str(hf_home))) in (snap, *snap.parents):
-        notices.append("the snapshot folder is outside HF_HOME")
+        notices.append(Notice(NoticeCode.SNAPSHOT_OUTSIDE_HF_HOME, "the snapshot folder is outside HF_HOME",
+                              {"snapshot": str(snapshot_dir), "hf_home": str(hf_home)}))
     trc_note = "emitted (the gate permitted it)" if trust_remote_code else "not emitted"
     header = (
         f"generated by club3090 {__version__} - do not edit; derived compose (patchless)",

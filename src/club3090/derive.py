@@ -183,8 +183,11 @@ def is_mtp_file(name: str) -> bool:
 
 
 def select_weight_set(names: Iterable[str], read_index: Callable[[str], Any], *,
-                      where: str = "") -> WeightSet | Stop:
-    """Pick the safetensors to count. ``read_index(name)`` returns the parsed index JSON."""
+                      where: str = "", file_label: Callable[[str], str] | None = None) -> WeightSet | Stop:
+    """Pick the safetensors to count. ``read_index(name)`` returns the parsed index JSON.
+    ``where`` prefixes stop messages; ``file_label(name)`` is the ``InputError.file`` of a bad
+    index (``repo/file`` for the Hub, the path for a folder; the bare name by default)."""
+    label = file_label or (lambda n: n)
     names = sorted(set(names))
     top = [n for n in names if "/" not in n]
     gguf = tuple(n for n in names if n.lower().endswith(".gguf"))
@@ -206,7 +209,7 @@ def select_weight_set(names: Iterable[str], read_index: Callable[[str], Any], *,
         weight_map = index.get("weight_map") if isinstance(index, Mapping) else None
         if not isinstance(weight_map, Mapping) or not weight_map or not all(
                 isinstance(v, str) for v in weight_map.values()):
-            raise InputError(f"{where}{indexes[0]}", "weight_map is missing or not a {tensor: file} object")
+            raise InputError(label(indexes[0]), "weight_map is missing or not a {tensor: file} object")
         shards = sorted(set(weight_map.values()))
         missing = [s for s in shards if s not in st]
         if missing:
@@ -414,14 +417,22 @@ def _mtp_present(files: Sequence[str], headers: Mapping[str, SafetensorsHeader],
     return False
 
 
-def _check_unique_tensors(names: Sequence[str], headers: Mapping[str, SafetensorsHeader]) -> None:
+def file_label(ref: str, local_path: Path | None = None) -> Callable[[str], str]:
+    """How an ``InputError`` names a file of a source: its path for a folder, ``repo/file`` for the Hub."""
+    if local_path is not None:
+        return lambda name: str(Path(local_path) / name)
+    return lambda name: f"{ref}/{name}"
+
+
+def _check_unique_tensors(names: Sequence[str], headers: Mapping[str, SafetensorsHeader],
+                          label: Callable[[str], str]) -> None:
     """A tensor stored in two shards would be counted twice: refuse the weight set instead."""
     owner: dict[str, str] = {}
     for name in names:
         for tensor in headers[name].tensors:
             first = owner.setdefault(tensor, name)
             if first != name:
-                raise InputError(name, f"tensor {tensor!r} is also stored in {first}")
+                raise InputError(label(name), f"tensor {tensor!r} is also stored in {first}")
 
 
 def build_spec(*, kind: str, ref: str, revision: str | None, commit: str | None, config: Mapping[str, Any],
@@ -429,7 +440,7 @@ def build_spec(*, kind: str, ref: str, revision: str | None, commit: str | None,
                quant_files: Mapping[str, Any], size_provenance: str,
                local_path: Path | None = None) -> ModelSpec | Stop:
     arch = parse_config(config)
-    _check_unique_tensors(weights.files, headers)
+    _check_unique_tensors(weights.files, headers, file_label(ref, local_path))
     dtype_bytes: dict[str, int] = {}
     for name in weights.files:
         for dtype, n in headers[name].dtype_bytes.items():
@@ -518,7 +529,8 @@ def derive_folder(folder: Path, *, kind: str, ref: str, revision: str | None = N
     config = _config_or_stop(lambda: read_json_capped(folder / "config.json"), str(folder / "config.json"))
     if isinstance(config, Stop):
         return config
-    weights = select_weight_set(files, lambda n: read_json_capped(folder / n), where=where)
+    weights = select_weight_set(files, lambda n: read_json_capped(folder / n), where=where,
+                                file_label=file_label(ref, folder))
     if isinstance(weights, Stop):
         return weights
     quant_files: dict[str, Any] = {}
@@ -552,7 +564,8 @@ def derive_hub(client: "HubSource", repo_id: str, revision: str | None, *, has_t
     except RevisionNotFound:
         return _stop(Reason.REPO_NOT_FOUND, "revision-not-found", f"{repo_id}: revision {revision!r} not found")
     except RepoNotFound:
-        return _stop(Reason.REPO_NOT_FOUND, "not-found", f"{repo_id}: repository not found{token_hint}")
+        return _stop(Reason.REPO_NOT_FOUND, "not-found", f"{repo_id}: repository not found{token_hint}",
+                     token_hint=not has_token)
     rev = info.commit or revision
     files = {f.name: f for f in info.files}
     where = f"{repo_id}: "
@@ -565,7 +578,8 @@ def derive_hub(client: "HubSource", repo_id: str, revision: str | None, *, has_t
             return _stop(Reason.GATED_NO_TOKEN, "gated", f"{repo_id} is gated; accept its terms and set HF_TOKEN")
         if isinstance(exc, EntryNotFound):
             return _missing_file(exc.file, where)
-        return _stop(Reason.REPO_NOT_FOUND, "not-found", f"{repo_id}: repository not found{token_hint}")
+        return _stop(Reason.REPO_NOT_FOUND, "not-found", f"{repo_id}: repository not found{token_hint}",
+                     token_hint=not has_token)
 
     if "config.json" not in files:
         gguf = sorted(n for n in files if n.lower().endswith(".gguf"))
@@ -576,7 +590,7 @@ def derive_hub(client: "HubSource", repo_id: str, revision: str | None, *, has_t
         config = _config_or_stop(lambda: fetch("config.json"), f"{repo_id}/config.json")
         if isinstance(config, Stop):
             return config
-        weights = select_weight_set(files, fetch, where=where)
+        weights = select_weight_set(files, fetch, where=where, file_label=file_label(repo_id))
         if isinstance(weights, Stop):
             return weights
         quant_files: dict[str, Any] = {}

@@ -32,6 +32,7 @@ from club3090 import capture, download
 from club3090.compose import derived_compose
 from club3090.errors import Club3090Error
 from club3090.fsutil import atomic_write_text, write_output_text
+from club3090.outcome import Notice, NoticeCode
 
 if TYPE_CHECKING:
     from club3090.catalog.model import Catalog, Profile
@@ -79,7 +80,7 @@ class EReport:
     smoke: boot_mod.SmokeReport | None = None
     boot_skipped: str | None = None           # why boot/smoke did not run
     bundle: Path | None = None
-    notices: tuple[str, ...] = ()
+    notices: tuple[Notice, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -118,7 +119,7 @@ class EReport:
 
 @dataclass
 class _State:
-    notices: list[str] = field(default_factory=list)
+    notices: list[Notice] = field(default_factory=list)
     stage: str | None = None
     failure: str | None = None
     detail: str = ""
@@ -145,13 +146,15 @@ def served_name(outcome: Any) -> str:
     return str(command[command.index("--served-model-name") + 1])
 
 
-def chosen_context(fit: Any) -> tuple[int, str | None]:
-    """The profile's context, or the fit engine's largest fitting one when the profile's is too large."""
+def chosen_context(fit: Any) -> tuple[int, Notice | None]:
+    """The profile's context, or the fit engine's largest fitting one when the profile's is too large
+    (with a ``context-fitted`` notice)."""
     ctx = int(fit.max_model_len)
     fitted = int(fit.max_model_len_fit or 0)
     if 0 < fitted < ctx:
-        return fitted, (f"[E] the profile's context {ctx} does not fit this rig; the derived compose uses the "
-                        f"largest that fits, {fitted}")
+        return fitted, Notice(NoticeCode.CONTEXT_FITTED,
+                              f"[E] the profile's context {ctx} does not fit this rig; the derived compose uses "
+                              f"the largest that fits, {fitted}", {"profile_ctx": ctx, "max_model_len": fitted})
     return ctx, None
 
 
@@ -164,8 +167,9 @@ def run(*, spec: "ModelSpec", profile: "Profile", catalog: "Catalog", settings: 
     st = _State()
     hw = hardware
     if hw is None or hw.memory_source not in _TOPOLOGY_SOURCES or not hw.count:
-        return EReport(ran=False, notices=(f"{GPU_TOPOLOGY_UNDETERMINED}: [E] skipped (name the GPUs with "
-                                           "--gpus, or run where they are visible)",))
+        return EReport(ran=False, notices=(Notice(NoticeCode.GPU_TOPOLOGY_UNDETERMINED,
+                                                  f"{GPU_TOPOLOGY_UNDETERMINED}: [E] skipped (name the GPUs "
+                                                  "with --gpus, or run where they are visible)"),))
     say = stages.progress or (lambda _m: None)
 
     # emit
@@ -219,7 +223,9 @@ def run(*, spec: "ModelSpec", profile: "Profile", catalog: "Catalog", settings: 
         if not dl.ok:
             st.fail("download", dl.failure or STAGE_ERROR, dl.detail)
     elif st.stage is None:
-        st.notices.append(f"[E] local folder: nothing to download; the compose mounts {snapshot}")
+        st.notices.append(Notice(NoticeCode.LOCAL_FOLDER,
+                                 f"[E] local folder: nothing to download; the compose mounts {snapshot}",
+                                 {"snapshot": str(snapshot)}))
 
     # boot + smoke
     booted = smoked = None
@@ -233,9 +239,11 @@ def run(*, spec: "ModelSpec", profile: "Profile", catalog: "Catalog", settings: 
             elif stages.runner is None and stages.which("docker") is None:
                 skipped = "docker-not-on-path"
             if skipped:
-                st.notices.append(
+                st.notices.append(Notice(
+                    NoticeCode.BOOT_SKIPPED,
                     f"[E] boot and smoke skipped ({skipped}); start it yourself with: docker compose "
-                    f"--project-directory {compose_path.parent} -f {compose_path} up -d")
+                    f"--project-directory {compose_path.parent} -f {compose_path} up -d",
+                    {"why": skipped, "compose": str(compose_path), "project_directory": str(compose_path.parent)}))
             else:
                 endpoint = f"http://127.0.0.1:{profile.port}"
                 runner = boot_mod.ComposeBoot(
@@ -272,7 +280,9 @@ def run(*, spec: "ModelSpec", profile: "Profile", catalog: "Catalog", settings: 
                                 secrets=settings.redaction_secrets)
                 report = replace(report, bundle=bundle)
             except (OSError, ValueError, TypeError) as exc:
-                report = replace(report, notices=report.notices + (f"could not write the capture bundle: {exc}",))
+                report = replace(report, notices=report.notices + (Notice(
+                    NoticeCode.BUNDLE_WRITE_FAILED, f"could not write the capture bundle: {exc}",
+                    {"error": str(exc)}),))
         return report
     finally:
         if runner is not None:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Mapping
 from club3090.disk import required_bytes
 from club3090.gpus import NON_NVIDIA_SM
 from club3090.memory import GiB, VERDICTS, tp_geometry_problem
-from club3090.outcome import Reason, Stop, Stratum
+from club3090.outcome import Notice, NoticeCode, Reason, Stop, Stratum
 from club3090.spec import CONFIDENCES
 
 from club3090.catalog.model import NOT_EMITTABLE_TEXT
@@ -99,7 +99,7 @@ class HardwareFacts:
     memory_source: str                      # gpus-flag | detected | reference-gpu | none
     names: tuple[str, ...] = ()
     sms: tuple[Decimal, ...] = ()           # per GPU, when known (mixed-arch notice)
-    notices: tuple[str, ...] = ()
+    notices: tuple[Notice, ...] = ()
 
     @property
     def count(self) -> int:
@@ -118,7 +118,7 @@ def resolve_hardware(*, tp: int, hardware_sm: Decimal | None = None, gpu_set: An
     > the profile's reference card when only ``--hardware`` was given > unknown. A non-NVIDIA
     GPU never feeds the fit.
     """
-    notices: list[str] = []
+    notices: list[Notice] = []
     tp = max(int(tp or 1), 1)
     visible = tuple(detected.gpus) if detected is not None else ()
     # Memory the fit may use: detected GPUs in index order, up to the first one that is not
@@ -151,10 +151,12 @@ def resolve_hardware(*, tp: int, hardware_sm: Decimal | None = None, gpu_set: An
         memory = tuple(int(reference_gpu.memory_bytes) for _ in range(tp))
         names = tuple(reference_gpu.display_name for _ in range(tp))
         memory_source = "reference-gpu"
-        notices.append(
+        notices.append(Notice(
+            NoticeCode.REFERENCE_GPU_PRICED,
             f"no GPU detected and no --gpus given: priced on the profile's reference card, "
             f"{tp} x {reference_gpu.display_name} ({_gib(reference_gpu.memory_bytes)} GiB each); "
-            f"pass --gpus to price your own cards")
+            f"pass --gpus to price your own cards",
+            {"gpu": reference_gpu.id, "count": tp, "memory_bytes": int(reference_gpu.memory_bytes)}))
 
     sm: Decimal | None = None
     sm_source = "none"
@@ -168,12 +170,16 @@ def resolve_hardware(*, tp: int, hardware_sm: Decimal | None = None, gpu_set: An
         sm = min(caps)
         sm_source = "detected" if all(_is_nvidia(g) for g in in_use) else "probe"
         if len(set(caps)) > 1:
-            notices.append("mixed GPU architectures among the GPUs in use "
-                           f"({', '.join(str(c) for c in caps)}); the lowest SM gates the runtime")
+            notices.append(Notice(NoticeCode.MIXED_GPU_ARCH,
+                                  "mixed GPU architectures among the GPUs in use "
+                                  f"({', '.join(str(c) for c in caps)}); the lowest SM gates the runtime",
+                                  {"sms": tuple(str(c) for c in caps)}))
     if any(not _is_nvidia(g) for g in in_use) and gpu_set is None:
         other = next(g for g in in_use if not _is_nvidia(g))
-        notices.append(f"non-NVIDIA GPU detected ({other.name}); SM {NON_NVIDIA_SM} is assumed for "
-                       "the SM gate only and its memory is not used for the fit")
+        notices.append(Notice(NoticeCode.NON_NVIDIA_GPU,
+                              f"non-NVIDIA GPU detected ({other.name}); SM {NON_NVIDIA_SM} is assumed for "
+                              "the SM gate only and its memory is not used for the fit",
+                              {"name": str(other.name), "assumed_sm": str(NON_NVIDIA_SM)}))
     return HardwareFacts(sm=sm, sm_source=sm_source, memory_bytes=memory, memory_source=memory_source,
                          names=names, sms=sms, notices=tuple(notices))
 

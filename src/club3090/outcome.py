@@ -1,11 +1,12 @@
-"""Stops as values: strata, stable reason tokens, and the Stop record every gate returns."""
+"""Stops as values: strata, stable reason tokens, the Stop record every gate returns, and the
+coded notices (`Notice`) attached to a decision."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum, IntEnum
 from types import MappingProxyType
-from typing import Mapping
+from typing import Any, Mapping
 
 
 class Stratum(IntEnum):
@@ -87,3 +88,73 @@ class Stop:
 def bypassed(stop: Stop, given: frozenset[str]) -> bool:
     """The subset rule: a stop is cleared only when every tag it names was given."""
     return bool(stop.bypassable_by) and stop.bypassable_by <= given
+
+
+class NoticeCode(str, Enum):
+    """Stable codes of the notes ``pull`` (and the compose generator it drives) attaches to a
+    decision. Values are public (``--json``'s ``notice_codes``); wording is not."""
+
+    # gate (club3090.pull)
+    DRY_RUN_IGNORES_OUT = "dry-run-ignores-out"
+    PROFILE_NOT_LAUNCHABLE = "profile-not-launchable"          # data: profile, status
+    PATH_A_IGNORES_EXPERIMENTAL_ARCH = "path-a-ignores-experimental-arch"
+    BYPASSED = "bypassed"                                      # data: token, flags
+    CONTEXT_CAPPED_TO_MODEL = "context-capped-to-model"        # data: profile, max_ctx, model_max
+    OVERRIDE_ACCEPTED = "override-accepted"
+    NO_DOWNLOAD_YET = "no-download-yet"                        # Path B, non-curated, no --out, no [E]
+    CURATED_NEEDS_OUT = "curated-needs-out"                    # data: profile
+    EFFECTIVE_CAP = "effective-cap"                            # data: profile, max_num_seqs, rewritten
+    RIG_FITTED_OVERRIDE = "rig-fitted-override"                # data: max_model_len
+    PROJECT_DIRECTORY = "project-directory"                    # data: project_directory (+ out)
+    EMIT_ONLY = "emit-only"                                    # derived compose written, nothing downloaded
+    EMIT_REFUSED = "emit-refused"                              # data: failure, detail
+    BUNDLE_WRITE_FAILED = "bundle-write-failed"                # data: error
+    # hardware resolution (club3090.gates.resolve_hardware)
+    REFERENCE_GPU_PRICED = "reference-gpu-priced"              # data: gpu, count, memory_bytes
+    MIXED_GPU_ARCH = "mixed-gpu-arch"                          # data: sms
+    NON_NVIDIA_GPU = "non-nvidia-gpu"                          # data: name, assumed_sm
+    # Pull-Emit-Derived [E] (club3090.emit)
+    GPU_TOPOLOGY_UNDETERMINED = "gpu-topology-undetermined"
+    CONTEXT_FITTED = "context-fitted"                          # data: profile_ctx, max_model_len
+    LOCAL_FOLDER = "local-folder"                              # data: snapshot
+    BOOT_SKIPPED = "boot-skipped"                              # data: why, compose
+    # compose generator (club3090.compose)
+    DEGRADED = "degraded"                                      # data: patches [{id, capability}]
+    SNAPSHOT_OUTSIDE_HF_HOME = "snapshot-outside-hf-home"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass(frozen=True, slots=True)
+class Notice:
+    """A note on a decision: ``code`` (a NoticeCode value) is what callers and tests rely on,
+    ``text`` the sentence printed after ``note:``, ``data`` its structured fields. Equality and
+    hashing use code and text only, so notices de-duplicate like the strings they replaced."""
+
+    code: str
+    text: str
+    data: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}), compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "code", NoticeCode(self.code).value)
+        object.__setattr__(self, "data", MappingProxyType(dict(self.data)))
+
+    def __str__(self) -> str:
+        return self.text
+
+    def to_json(self) -> dict[str, Any]:
+        return {"code": self.code, "text": self.text, "data": jsonable(self.data)}
+
+
+def jsonable(value: Any) -> Any:
+    """``value`` with mappings as dicts, sequences and sets as lists, anything else odd as str."""
+    if isinstance(value, Mapping):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, (frozenset, set)):
+        return [jsonable(v) for v in sorted(value, key=str)]
+    if isinstance(value, (list, tuple)):
+        return [jsonable(v) for v in value]
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    return str(value)

@@ -19,7 +19,7 @@ from club3090 import capture, gates
 from club3090.fsutil import write_output_text
 from club3090.gates import (BYPASS_EXPERIMENTAL_ARCH, C0Result, HardwareFacts, Terminal)
 from club3090.memory import ServeShape, UnpriceableModel
-from club3090.outcome import STRATUM_NAMES, Reason, Stop, Stratum, bypassed
+from club3090.outcome import STRATUM_NAMES, Notice, NoticeCode, Reason, Stop, Stratum, bypassed
 from club3090.serving import profile_shape
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -86,7 +86,7 @@ class PullResult:
     out: Path | None = None                  # the compose written (Path A)
     compose_text: str | None = None
     emitted: bool = False
-    notices: tuple[str, ...] = ()
+    notices: tuple[Notice, ...] = ()
     caveat: str | None = None
     hardware: HardwareFacts | None = None
     bundle: Path | None = None
@@ -96,6 +96,16 @@ class PullResult:
     @property
     def stratum_name(self) -> str:
         return STRATUM_NAMES[self.stratum]
+
+    @property
+    def notice_codes(self) -> tuple[str, ...]:
+        return tuple(n.code for n in self.notices)
+
+    @property
+    def bypassed(self) -> list[dict[str, Any]]:
+        """Every [C0] stop a flag cleared: ``{"token", "flags"}`` (flags sorted)."""
+        return [{"token": str(n.data["token"]), "flags": sorted(n.data["flags"])}
+                for n in self.notices if n.code == NoticeCode.BYPASSED.value]
 
     @property
     def summary(self) -> str:
@@ -128,7 +138,9 @@ class PullResult:
             "fit": fit,
             "out": str(self.out) if self.out is not None else None,
             "emitted": self.emitted,
-            "notices": list(self.notices),
+            "notices": [n.text for n in self.notices],
+            "notice_codes": [n.code for n in self.notices],
+            "bypassed": self.bypassed,
             "suggestions": list(self.suggestions),
             "caveat": self.caveat,
             "hardware": _hardware_json(self.hardware),
@@ -185,7 +197,7 @@ class _Run:
     raw_verdict: str | None = None
     terminal: str | None = None
     fit: Any = None
-    notices: list[str] = field(default_factory=list)
+    notices: list[Notice] = field(default_factory=list)
     suggestions: list[str] = field(default_factory=list)
     slug: str = ""
     spec: Any = None
@@ -269,7 +281,8 @@ def _evaluate(run: _Run, *, catalog: "Catalog", settings: "Settings", derive, de
     run.confidence = spec.confidence
     run.path = select_path(request, curated is not None)
     if request.dry_run and request.out is not None:
-        run.notices.append("--dry-run: nothing is written, downloaded or started; --out is ignored")
+        run.notices.append(Notice(NoticeCode.DRY_RUN_IGNORES_OUT,
+                                  "--dry-run: nothing is written, downloaded or started; --out is ignored"))
 
     # Stratum 2: --profile-like
     stop = gates.stratum2_profile_like(
@@ -282,9 +295,11 @@ def _evaluate(run: _Run, *, catalog: "Catalog", settings: "Settings", derive, de
     engine: "Engine" = catalog.engines[profile.engine]
     run.profile, run.engine = profile, engine
     if not profile.launchable:
-        run.notices.append(f"profile {profile.key} has status {profile.status!r}"
-                           + (f" ({profile.status_note})" if profile.status_note else "")
-                           + "; upstream does not launch it by default")
+        run.notices.append(Notice(NoticeCode.PROFILE_NOT_LAUNCHABLE,
+                                  f"profile {profile.key} has status {profile.status!r}"
+                                  + (f" ({profile.status_note})" if profile.status_note else "")
+                                  + "; upstream does not launch it by default",
+                                  {"profile": profile.key, "status": profile.status}))
 
     # Stratum 3: [C0]
     if gpu_set is None and request.gpus:
@@ -312,12 +327,16 @@ def _evaluate(run: _Run, *, catalog: "Catalog", settings: "Settings", derive, de
     if run.path == "A":
         given = given - {BYPASS_EXPERIMENTAL_ARCH}   # --experimental-arch is Path B only
         if request.experimental_arch:
-            run.notices.append("--experimental-arch applies to Path B only; ignored on Path A")
+            run.notices.append(Notice(NoticeCode.PATH_A_IGNORES_EXPERIMENTAL_ARCH,
+                                      "--experimental-arch applies to Path B only; ignored on Path A"))
     for finding in findings:
         stop = finding.stop()
         if bypassed(stop, given):
-            run.notices.append(f"[C0] {finding.token} bypassed by {' '.join(sorted(finding.bypassable_by))}: "
-                               "an unvalidated runtime; the verdict below still needs acceptance")
+            flags = sorted(finding.bypassable_by)
+            run.notices.append(Notice(NoticeCode.BYPASSED,
+                                      f"[C0] {finding.token} bypassed by {' '.join(flags)}: "
+                                      "an unvalidated runtime; the verdict below still needs acceptance",
+                                      {"token": finding.token, "flags": tuple(flags)}))
             continue
         run.c0 = finding
         return _stop(run, stop)
@@ -365,8 +384,9 @@ def _evaluate(run: _Run, *, catalog: "Catalog", settings: "Settings", derive, de
                        detail=f"[C1] {run.confidence} x {fit.raw_verdict}: {c1.note}; "
                               f"re-run with {c1.needs} to accept")
     if c1.terminal is Terminal.OVERRIDE_ACCEPTED:
-        run.notices.append("override accepted: the model is predicted NOT to fit; going ahead is a "
-                           "calibration signal, not a validated fit")
+        run.notices.append(Notice(NoticeCode.OVERRIDE_ACCEPTED,
+                                  "override accepted: the model is predicted NOT to fit; going ahead is a "
+                                  "calibration signal, not a validated fit"))
     detail = f"[C1] {run.confidence} x {fit.raw_verdict} -> {c1.terminal.value} ({c1.note})"
 
     run.trust_remote_code = request.trust_remote_code and any(
@@ -374,19 +394,25 @@ def _evaluate(run: _Run, *, catalog: "Catalog", settings: "Settings", derive, de
     if run.path == "B":
         if curated is None and not request.dry_run:
             if not e_enabled and request.out is None:
-                run.notices.append("add --out FILE to write a patchless compose for this repo; this call "
-                                   "does not download or boot it")
+                run.notices.append(Notice(NoticeCode.NO_DOWNLOAD_YET,
+                                          "add --out FILE to write a patchless compose for this repo; this "
+                                          "call does not download or boot it"))
         elif curated is not None and request.out is None and not request.dry_run:
-            run.notices.append(f"curated repo: add --out FILE to write its compose ({profile.key})")
+            run.notices.append(Notice(NoticeCode.CURATED_NEEDS_OUT,
+                                      f"curated repo: add --out FILE to write its compose ({profile.key})",
+                                      {"profile": profile.key}))
         return _finish(run, stratum=Stratum.DECIDED, ok=True, reason=None, detail=detail, caveat=True)
 
     # Path A: stratum 6 dry-run, then write --out
     if fit.raw_verdict == "fits-constrained":
-        run.notices.append(EFFECTIVE_CAP_NOTICE)
+        run.notices.append(Notice(NoticeCode.EFFECTIVE_CAP, EFFECTIVE_CAP_NOTICE,
+                                  {"profile": profile.key, "max_num_seqs": profile.max_num_seqs,
+                                   "max_concurrency": fit.max_concurrency, "rewritten": ()}))
         fitted = fit.max_model_len_fit
         if fitted:
-            run.notices.append(f"rig-fitted override, if you want full-length requests to fit: "
-                               f"MAX_MODEL_LEN={fitted}")
+            run.notices.append(Notice(NoticeCode.RIG_FITTED_OVERRIDE,
+                                      f"rig-fitted override, if you want full-length requests to fit: "
+                                      f"MAX_MODEL_LEN={fitted}", {"max_model_len": int(fitted)}))
     out = Path(request.out) if request.out is not None else None
     if dry_run_compose is not None:
         outcome = dry_run_compose(profile.key, catalog)
@@ -399,14 +425,17 @@ def _evaluate(run: _Run, *, catalog: "Catalog", settings: "Settings", derive, de
     if not outcome.text:
         raise RuntimeError("the compose dry-run returned neither text nor a refusal")
     text = outcome.text
-    run.notices.extend(n for n in outcome.notices if "--project-directory" not in n)
+    # pull words its own project-directory notice below, naming the --out file
+    run.notices.extend(n for n in outcome.notices if n.code != NoticeCode.PROJECT_DIRECTORY.value)
     if out is None:  # explicit path="A" without --out: decided, nothing to write
         return _finish(run, stratum=Stratum.DECIDED, ok=True, reason=None, detail=detail,
                        compose_text=text, caveat=True)
     write_output_text(out, text, force=request.force)
     project_dir = f"<club-3090 checkout>/{posixpath.dirname(profile.compose_path)}"
-    run.notices.append(f"compose written; its relative mounts resolve from the shipped compose's folder, "
-                       f"so start it with: docker compose --project-directory {project_dir} -f {out} up -d")
+    run.notices.append(Notice(NoticeCode.PROJECT_DIRECTORY,
+                              f"compose written; its relative mounts resolve from the shipped compose's folder, "
+                              f"so start it with: docker compose --project-directory {project_dir} -f {out} up -d",
+                              {"project_directory": project_dir, "out": str(out)}))
     return _finish(run, stratum=Stratum.DECIDED, ok=True, reason=None, detail=detail, out=out,
                    compose_text=text, emitted=True, caveat=True)
 
@@ -454,12 +483,16 @@ def _emit_only(result: PullResult, run: _Run, *, catalog: "Catalog", settings: "
                       captures_root=None, now=clock)
     notices = [*result.notices, *report.notices]
     if report.ran and report.ok:
-        notices.append("derived compose written; this call does not download the weights it mounts "
-                       "(the CLI's [E] stages do)")
+        notices.append(Notice(NoticeCode.EMIT_ONLY,
+                              "derived compose written; this call does not download the weights it mounts "
+                              "(the CLI's [E] stages do)", {"out": str(run.request.out)}))
         return replace(result, notices=tuple(dict.fromkeys(notices)), out=run.request.out,
                        compose_text=report.compose_text, emitted=True)
     if report.ran:
-        notices.append(f"no compose written: {report.failure}" + (f" ({report.detail})" if report.detail else ""))
+        notices.append(Notice(NoticeCode.EMIT_REFUSED,
+                              f"no compose written: {report.failure}"
+                              + (f" ({report.detail})" if report.detail else ""),
+                              {"failure": report.failure, "detail": report.detail}))
     return replace(result, notices=tuple(dict.fromkeys(notices)))
 
 
@@ -475,8 +508,10 @@ def _shape(run: _Run, profile: "Profile", catalog: "Catalog", arch: Any, *, path
     model_max = arch.max_position_embeddings
     max_ctx = profile.max_ctx
     if not path_a and run.spec.curated is None and model_max and max_ctx > model_max:
-        run.notices.append(f"{profile.key} asks for {max_ctx} tokens of context but the model supports "
-                           f"{model_max}; priced at {model_max}")
+        run.notices.append(Notice(NoticeCode.CONTEXT_CAPPED_TO_MODEL,
+                                  f"{profile.key} asks for {max_ctx} tokens of context but the model supports "
+                                  f"{model_max}; priced at {model_max}",
+                                  {"profile": profile.key, "max_ctx": max_ctx, "model_max": int(model_max)}))
         max_ctx = model_max
     hw = run.hardware
     return profile_shape(
@@ -595,7 +630,7 @@ def _bundle_fields(result: PullResult, run: _Run) -> tuple[dict[str, Any], dict[
         "stratum_name": result.stratum_name,
         "path": result.path,
         "c0": result.c0.to_json() if result.c0 is not None else None,
-        "notices": list(result.notices),
+        "notices": [n.text for n in result.notices],
         "confidence": result.confidence,
         "raw_verdict": result.raw_verdict,
         "terminal": result.terminal,
@@ -631,9 +666,10 @@ def _write_bundle(result: PullResult, run: _Run, root: Path, clock: Callable[[],
         return capture.write_gate_bundle(root, slug=result.slug, gate=gate, manifest_fields=manifest,
                                          now=clock(), secrets=settings.redaction_secrets)
     except OSError as exc:
-        run.notices.append(f"could not write the gate bundle: {exc}")
+        run.notices.append(Notice(NoticeCode.BUNDLE_WRITE_FAILED, f"could not write the gate bundle: {exc}",
+                                  {"error": str(exc)}))
         return None
 
 
-__all__ = ["CAVEAT", "EFFECTIVE_CAP_NOTICE", "PullRequest", "PullResult", "evaluate", "exit_code_for",
+__all__ = ["CAVEAT", "EFFECTIVE_CAP_NOTICE", "Notice", "NoticeCode", "PullRequest", "PullResult", "evaluate", "exit_code_for",
            "select_path"]

@@ -57,7 +57,8 @@ def folder_weights(folder: Path) -> tuple[int | None, str]:
     names = [p.name for p in folder.iterdir() if p.is_file()]
     if not any(n.endswith(".safetensors") for n in names):
         return None, "no safetensors in the folder"
-    chosen = select_weight_set(names, lambda n: read_json_capped(folder / n), where=f"{folder}: ")
+    chosen = select_weight_set(names, lambda n: read_json_capped(folder / n), where=f"{folder}: ",
+                               file_label=lambda n: str(folder / n))
     if isinstance(chosen, Stop):
         return None, str(chosen.detail.get("message") or chosen.token)
     total = sum(read_local_header(folder / name).data_bytes for name in chosen.files)

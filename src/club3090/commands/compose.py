@@ -65,7 +65,7 @@ def run(args, settings) -> int:
     outcome = generate(args.profile, catalog, accept_degraded=args.accept_degraded,
                        out_name=str(out) if out is not None else None, fmt=args.format)
     for notice in outcome.notices:
-        print(f"[compose] {notice}", file=sys.stderr)
+        print(f"[compose] {notice.text}", file=sys.stderr)
     written: str | None = None
     if outcome.ok and outcome.text is not None:
         if out is not None:

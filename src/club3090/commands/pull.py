@@ -226,7 +226,7 @@ def render(result: Any, *, recommend: bool = False) -> str:
     if hw is not None and hw.memory_bytes:
         lines.append(f"[pull] gpus: {hw.count} x " + ", ".join(sorted({_gib(m) for m in hw.memory_bytes}))
                      + f" ({hw.memory_source}), SM {hw.sm} ({hw.sm_source})")
-    lines.extend(f"note: {n}" for n in result.notices)
+    lines.extend(f"note: {n.text}" for n in result.notices)
     lines.extend(f"closest fit: {s}" for s in result.suggestions)
     lines.extend(e_lines(result.e))
     if result.out is not None:
