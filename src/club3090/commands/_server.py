@@ -12,35 +12,16 @@ import argparse
 import os
 from typing import Any, Callable, Mapping
 
+from club3090.commands._types import seconds
+
 DEFAULT_URL = "http://localhost:8020/v1"
-
-
-def positive_seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
-    if not 0 < value < float("inf"):
-        raise argparse.ArgumentTypeError(f"expected a number of seconds > 0, got {text!r}")
-    return value
-
-
-def token_count(text: str) -> int:
-    """A prompt size in tokens, 1 to 2,000,000 (``bench --prefill``, ``soak --target-tokens``)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a token count, got {text!r}") from None
-    if not 1 <= value <= 2_000_000:
-        raise argparse.ArgumentTypeError(f"expected a token count from 1 to 2000000, got {text!r}")
-    return value
 
 
 def add_common(p: argparse.ArgumentParser, *, timeout: float) -> None:
     p.add_argument("--url", help=f"server base URL (env URL; default {DEFAULT_URL})")
     p.add_argument("--model", help="served model id (env MODEL; default: the first id from /v1/models)")
     p.add_argument("--api-key", help="bearer token (env OPENAI_API_KEY, preferred: flags show in `ps`)")
-    p.add_argument("--timeout", type=positive_seconds, default=timeout,
+    p.add_argument("--timeout", type=seconds, default=timeout,
                    help=f"seconds per request (default {timeout:g})")
     p.add_argument("--json", action="store_true", help="machine-readable output on stdout")
 

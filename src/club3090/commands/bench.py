@@ -9,17 +9,11 @@ import argparse
 import json
 from typing import Any, Callable
 
-from club3090.commands._server import add_common, make_client, stderr_progress, token_count
+from club3090.commands._server import add_common, make_client, stderr_progress
+from club3090.commands._types import bounded, token_count
 
 
-def _count(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-    if not 1 <= value <= 1000:
-        raise argparse.ArgumentTypeError(f"expected an integer from 1 to 1000, got {text!r}")
-    return value
+_runs = bounded(int, low=1, high=1000, what="a run count")
 
 
 def add_parser(sub) -> None:
@@ -29,7 +23,7 @@ def add_parser(sub) -> None:
                                    "--prefill N probes prompt processing at N tokens. Exit 0 all runs "
                                    "answered, 1 a run failed, 2 server unreachable.")
     add_common(p, timeout=600.0)
-    p.add_argument("--runs", type=_count, default=5, help="measured runs per prompt (default 5)")
+    p.add_argument("--runs", type=_runs, default=5, help="measured runs per prompt (default 5)")
     p.add_argument("--prefill", type=token_count, action="append", default=[], metavar="N",
                    help="probe prefill at about N prompt tokens, 3 runs (repeatable)")
     p.add_argument("--out", help="also write the JSON report to this file (atomically)")

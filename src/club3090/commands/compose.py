@@ -11,7 +11,7 @@ import json
 import sys
 from pathlib import Path
 
-from club3090.commands.kv_calc import positive_int
+from club3090.commands._types import positive_int
 from club3090.errors import UsageError
 
 FORMAT_CHOICES = ("compose", "vllm-serve", "json")

@@ -16,12 +16,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 from typing import Any
 
 from club3090.kvformats import KV_FORMATS, MODEL_DTYPES, canonical_dtype, kv_format
+from club3090.commands._types import bounded, fraction, non_negative_int, positive_int, positive_number
 from club3090.memory import GiB as GIB
+
 MAX_BLOCK_SIZE = 4096       # vLLM's CLI offers 1..256; hybrid models raise it past that, not to powers of two
 
 
@@ -29,56 +30,7 @@ MAX_BLOCK_SIZE = 4096       # vLLM's CLI offers 1..256; hybrid models raise it p
 # flag values (argparse ``type=``: a bad value is a usage error, exit 64, JSON with --json)
 
 
-def _number(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not math.isfinite(value):
-        raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
-    return value
-
-
-def _integer(text: str) -> int:
-    try:
-        return int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-
-
-def mem_util(text: str) -> float:
-    value = _number(text)
-    if not 0 < value <= 1:
-        raise argparse.ArgumentTypeError(f"expected a fraction in (0, 1], got {text!r}")
-    return value
-
-
-def positive_number(text: str) -> float:
-    value = _number(text)
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}")
-    return value
-
-
-def positive_int(text: str) -> int:
-    value = _integer(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}")
-    return value
-
-
-def non_negative_int(text: str) -> int:
-    value = _integer(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}")
-    return value
-
-
-def block_size(text: str) -> int:
-    value = _integer(text)
-    if not 1 <= value <= MAX_BLOCK_SIZE:
-        raise argparse.ArgumentTypeError(f"expected an integer from 1 to {MAX_BLOCK_SIZE}, got {text!r}")
-    return value
+block_size = bounded(int, low=1, high=MAX_BLOCK_SIZE, what="a block size")
 
 
 def kv_cache_dtype(text: str) -> str:
@@ -113,7 +65,7 @@ def add_parser(sub) -> None:
     p.add_argument("--gpus", help="GPU set: 1x3090, 2xrtx-4090, 2x24GiB, MiB:NAME,...")
     p.add_argument("--tp", type=positive_int, help="tensor-parallel size")
     p.add_argument("--pp", type=positive_int, help="pipeline-parallel size")
-    p.add_argument("--mem-util", type=mem_util, help="--gpu-memory-utilization (fraction of total memory, (0, 1])")
+    p.add_argument("--mem-util", type=fraction, help="--gpu-memory-utilization (fraction of total memory, (0, 1])")
     p.add_argument("--max-model-len", type=positive_int, help="context length per request")
     p.add_argument("--max-num-seqs", type=positive_int, help="concurrent sequences (sampler, graphs, verdict)")
     p.add_argument("--max-num-batched-tokens", type=positive_int, help="tokens per scheduler step")

@@ -10,27 +10,8 @@ import argparse
 import json
 from typing import Any, Callable
 
-from club3090.commands._server import add_common, make_client, positive_seconds, stderr_progress, token_count
-
-
-def _fraction(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a fraction, got {text!r}") from None
-    if not 0 < value <= 1:
-        raise argparse.ArgumentTypeError(f"expected a fraction in (0, 1], got {text!r}")
-    return value
-
-
-def _non_negative(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not 0 <= value < float("inf"):
-        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}")
-    return value
+from club3090.commands._server import add_common, make_client, stderr_progress
+from club3090.commands._types import fraction, non_negative_number, seconds, token_count
 
 
 def add_parser(sub) -> None:
@@ -44,11 +25,11 @@ def add_parser(sub) -> None:
                    help="fresh: 20x5 new sessions (default); continuous: 5x5 growing context; quick: 8x5")
     p.add_argument("--target-tokens", type=token_count, default=24000,
                    help="continuous mode: prompt size the context ramps toward (default 24000)")
-    p.add_argument("--min-retention", type=_fraction, default=0.98, help="decode-TPS retention floor (default 0.98)")
-    p.add_argument("--max-growth-mib", type=_non_negative, default=200.0,
+    p.add_argument("--min-retention", type=fraction, default=0.98, help="decode-TPS retention floor (default 0.98)")
+    p.add_argument("--max-growth-mib", type=non_negative_number, default=200.0,
                    help="largest allowed per-GPU memory growth in MiB (default 200; only when sampled)")
-    p.add_argument("--deadline", type=positive_seconds, default=1800.0, help="total seconds (default 1800)")
-    p.add_argument("--pause", type=_non_negative, default=0.0, help="seconds to wait between sessions (default 0)")
+    p.add_argument("--deadline", type=seconds, default=1800.0, help="total seconds (default 1800)")
+    p.add_argument("--pause", type=non_negative_number, default=0.0, help="seconds to wait between sessions (default 0)")
     p.add_argument("--out-dir", default="soak-out", help="folder for baseline.json, turn-log.csv, gpu-log.csv "
                                                          "(default ./soak-out)")
     p.set_defaults(run=run)
