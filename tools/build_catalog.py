@@ -31,7 +31,7 @@ SCHEMA = 1
 REFERENCE_GPU = "rtx-3090"
 
 HEADER = ("# club3090 catalog data ({name}). Generated once from the upstream club-3090 facts by\n"
-          "# tools/build_catalog.py, then maintained by hand. Schema: docs/readme/catalog.md.\n")
+          "# tools/build_catalog.py, then maintained by hand. Schema: README.md, section 'Catalog layout'.\n")
 
 
 # --------------------------------------------------------------------------- helpers
