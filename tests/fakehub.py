@@ -35,7 +35,10 @@ Faults and quirks:
   ``X-Error-Code`` on errors).
 
 The request log (``fake_hub.log``, ``requests(...)``, ``bytes_sent(...)``) records method, path,
-query, lower-cased headers, status and body bytes sent for every request.
+query, lower-cased headers, status and body bytes sent for every request. A request enters the log
+when it is received, and its status and byte count are updated *before* the bytes go out, so
+once the client has its answer the log already shows it (a handler thread may still be running:
+recording in its ``finally`` raced the test's assertions).
 """
 
 from __future__ import annotations
@@ -341,6 +344,7 @@ class _Handler(BaseHTTPRequestHandler):
         headers = {k.lower(): v for k, v in self.headers.items()}
         self._entry = {"method": self.command, "path": unquote(raw_path), "query": split.query,
                        "headers": headers, "status": 0, "sent": 0}
+        hub._record(self._entry)  # now, not when the handler ends: see the module docstring
         try:
             fault = hub._take_fault(self.command, unquote(raw_path))
             if fault is not None and fault.kind == "slow":
@@ -361,19 +365,25 @@ class _Handler(BaseHTTPRequestHandler):
             self._route(raw_path, split.query, body)
         except (BrokenPipeError, ConnectionResetError):
             self.close_connection = True
-        finally:
-            hub._record(Request(**self._entry))
+
+    def _write(self, data: bytes) -> None:
+        """Send body bytes, counted first: the client may act on them before this thread resumes."""
+        self._entry["sent"] += len(data)
+        try:
+            self.wfile.write(data)
+        except OSError:
+            self._entry["sent"] -= len(data)
+            raise
 
     def _reply(self, status: int, headers: Mapping[str, str], payload: bytes, body: bool) -> None:
+        self._entry["status"] = status
         self.send_response(status)
         for k, v in headers.items():
             self.send_header(k, v)
         self.send_header("Content-Length", str(len(payload)))
         self.end_headers()
-        self._entry["status"] = status
         if body and payload:
-            self.wfile.write(payload)
-            self._entry["sent"] += len(payload)
+            self._write(payload)
 
     def _error(self, status: int, code: str | None, message: str, body: bool,
                extra: Mapping[str, str] | None = None) -> None:
@@ -502,18 +512,17 @@ class _Handler(BaseHTTPRequestHandler):
                 end = start + max(0, (end - start + 1) // 2 - 1)
             headers = {**headers, "Content-Range": f"bytes {start}-{end}/{f.size}"}
         length = end - start + 1 if f.size else 0
+        self._entry["status"] = status
         self.send_response(status)
         for k, v in {"Content-Type": "application/octet-stream", "Accept-Ranges": "bytes", **headers}.items():
             self.send_header(k, v)
         self.send_header("Content-Length", str(length))
         self.end_headers()
-        self._entry["status"] = status
         if not body or length == 0:
             return
         limit = length // 2 if fault is not None and fault.kind == "truncate" else length
         for piece in f.chunks(start, start + limit - 1) if limit else ():
-            self.wfile.write(piece)
-            self._entry["sent"] += len(piece)
+            self._write(piece)
         if limit < length:
             self.wfile.flush()
             self.close_connection = True
@@ -531,7 +540,7 @@ class FakeHub:
         self.faults: list[Fault] = []
         self.quirks = Quirks()
         self.accepted_tokens: set[str] = set()
-        self.log: list[Request] = []
+        self._entries: list[dict[str, Any]] = []  # live: handler threads update status / sent
         self._lock = threading.Lock()
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
@@ -654,17 +663,22 @@ class FakeHub:
                     return f
         return None
 
-    def _record(self, request: Request) -> None:
+    def _record(self, entry: dict[str, Any]) -> None:
         with self._lock:
-            self.log.append(request)
+            self._entries.append(entry)
+
+    @property
+    def log(self) -> list[Request]:
+        """A snapshot of every request received so far, in arrival order."""
+        with self._lock:
+            return [Request(**e) for e in self._entries]
 
     def clear_log(self) -> None:
         with self._lock:
-            self.log.clear()
+            self._entries.clear()
 
     def requests(self, method: str | None = None, path_contains: str = "") -> list[Request]:
-        with self._lock:
-            return [r for r in self.log if (method is None or r.method == method) and path_contains in r.path]
+        return [r for r in self.log if (method is None or r.method == method) and path_contains in r.path]
 
     def bytes_sent(self, path_contains: str = "") -> int:
         return sum(r.sent for r in self.requests(path_contains=path_contains))
@@ -687,6 +701,5 @@ def fake_hub() -> Iterator[FakeHub]:
         yield hub
     finally:
         hub.stop()
-        # the client's shared session keeps connections alive; a later server on the same port
-        # would otherwise be answered by this one's lingering handler threads
+        # the client's shared session keeps connections alive; never reuse one across servers
         close_session()
