@@ -298,3 +298,19 @@ def test_family_layouts_and_the_config_pattern_override():
                           "num_heads": 8, "head_dim": 64, "state_size": 128})
     assert {layer.kind for layer in mamba.layers} == {"mamba2"}
     assert (mamba.layers[0].mamba_num_heads, mamba.layers[0].mamba_head_dim) == (8, 64)
+
+
+@pytest.mark.parametrize("where", ["auto_map", "text_config", "llm_config", "language_config"])
+def test_unreadable_config_still_fails_closed_on_remote_code(monkeypatch, where):
+    import club3090.architecture as A
+
+    def broken(_config):
+        raise ZeroDivisionError("a config the parser cannot read")
+
+    monkeypatch.setattr(A, "_parse", broken)
+    auto = {"AutoModelForCausalLM": "modeling_x.XForCausalLM"}
+    config = {"architectures": ["XForCausalLM"]}
+    config.update({"auto_map": auto} if where == "auto_map" else {where: {"auto_map": auto}})
+    arch = A.parse_config(config)
+    assert arch.unpriceable_reason and arch.auto_map is True
+    assert A.parse_config({"architectures": ["XForCausalLM"]}).auto_map is False

@@ -23,6 +23,7 @@ from club3090.compose import (DEGRADED_DRIFT, FOUNDATIONAL_DRIFT, PIN_MISMATCH, 
                               with_default)
 from club3090.errors import InputError
 from club3090.slug import sanitize_slug
+from tests.test_catalog import SEED_VLLM_PROFILES
 from club3090.launch import interpolate, interpolate_tree
 from club3090.spec import ModelSpec, Quantization
 
@@ -30,15 +31,7 @@ GOLDEN = Path(__file__).parent / "golden" / "compose"
 UPDATE = os.environ.get("CLUB3090_UPDATE_GOLDENS", "") not in ("", "0")
 
 # The seed's 27 vLLM profiles with a captured runtime template (profile_runtime.yml `profiles:`).
-SEED_PROFILES = (
-    "vllm/default", "vllm/long-text", "vllm/long-text-no-mtp", "vllm/long-vision",
-    "vllm/bounded-thinking", "vllm/tools-text", "vllm/minimal", "vllm/dual", "vllm/dual-turbo",
-    "vllm/dual-dflash", "vllm/dual-dflash-noviz", "vllm/dual-bf16", "vllm/dual-int8",
-    "vllm/dual-tq3-mtp", "vllm/dual-tq3-mtp-genesis", "vllm/dual-tq3-nomtp",
-    "vllm/dual-carnice-bf16mtp", "vllm/dual-qwopus-bf16mtp", "vllm/dual4", "vllm/dual4-dflash",
-    "vllm/gemma-mtp-tp1", "vllm/gemma-bf16-mtp", "vllm/gemma-int8-mtp", "vllm/gemma-26ba4b-single",
-    "vllm/gemma-26ba4b-dual", "vllm/qwen-a3b-preview-single", "vllm/qwen-35b-a3b-dual",
-)
+SEED_PROFILES = SEED_VLLM_PROFILES
 GENESIS = ("vllm/default", "vllm/long-text", "vllm/long-text-no-mtp", "vllm/long-vision",
            "vllm/bounded-thinking", "vllm/tools-text", "vllm/dual-turbo", "vllm/dual-tq3-mtp",
            "vllm/dual-tq3-mtp-genesis", "vllm/dual-tq3-nomtp")

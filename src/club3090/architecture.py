@@ -176,14 +176,17 @@ def _first_str(cfg: Mapping[str, Any], *keys: str) -> str | None:
     return None
 
 
+TEXT_CONFIG_KEYS = ("text_config", "llm_config", "language_config")   # where wrappers keep the text model
+
+
 def _merged_text_config(config: Mapping[str, Any]) -> tuple[dict[str, Any], Mapping[str, Any], bool]:
     """Flatten a multimodal wrapper: the text model's keys win over the outer ones.
 
     Returns ``(merged, inner, has_vision)``; ``inner`` is the text model's own mapping (empty
     without a wrapper), for the keys where the outer config wins (``torch_dtype``)."""
-    merged: dict[str, Any] = {k: v for k, v in config.items() if k not in ("text_config", "llm_config")}
+    merged: dict[str, Any] = {k: v for k, v in config.items() if k not in TEXT_CONFIG_KEYS}
     inner = None
-    for key in ("text_config", "llm_config", "language_config"):
+    for key in TEXT_CONFIG_KEYS:
         candidate = config.get(key)
         if isinstance(candidate, Mapping):
             inner = candidate
@@ -306,9 +309,17 @@ def parse_config(config: Mapping[str, Any]) -> Architecture:
         return _empty(config, f"config could not be read: {type(exc).__name__}: {exc}")
 
 
+def _declares_auto_map(config: Mapping[str, Any]) -> bool:
+    """Custom modelling code, declared by the wrapper or by its text model (the trust-remote-code rule)."""
+    models = (config, *(config.get(k) for k in TEXT_CONFIG_KEYS))
+    return any(isinstance(c, Mapping) and isinstance(c.get("auto_map"), Mapping) and bool(c.get("auto_map"))
+               for c in models)
+
+
 def _empty(config: Mapping[str, Any], reason: str) -> Architecture:
     archs = config.get("architectures") if isinstance(config, Mapping) else None
     archs_t = tuple(a for a in archs if isinstance(a, str)) if isinstance(archs, list) else ()
+    # an unreadable config still fails closed on trust-remote-code
     return Architecture(
         architecture=archs_t[0] if archs_t else "", model_type=str(config.get("model_type") or ""),
         config_architectures=archs_t, num_hidden_layers=0, hidden_size=0, num_attention_heads=0,
@@ -316,8 +327,8 @@ def _empty(config: Mapping[str, Any], reason: str) -> Architecture:
         max_position_embeddings=None, torch_dtype=None, tie_word_embeddings=False, num_experts=0,
         num_experts_per_tok=0, moe_intermediate_size=None, shared_expert_intermediate_size=None,
         kv_lora_rank=None, qk_rope_head_dim=None, sliding_window=None, mtp_layers=0,
-        has_vision=False, auto_map=False, quantization_config=None, layers=(), layer_kinds=(),
-        unpriceable_reason=reason)
+        has_vision=False, auto_map=_declares_auto_map(config), quantization_config=None, layers=(),
+        layer_kinds=(), unpriceable_reason=reason)
 
 
 def _parse(config: Mapping[str, Any]) -> Architecture:
@@ -593,8 +604,7 @@ def _parse(config: Mapping[str, Any]) -> Architecture:
             notes.append(f"{heads} attention heads are not a multiple of {kv_heads} KV heads")
 
     ssm_dtype = _first_str(cfg, "mamba_ssm_cache_dtype", "mamba_ssm_dtype")
-    # custom modelling code, declared by the wrapper or by its text model (derive's trust-remote-code rule)
-    auto_map = any(isinstance(c.get("auto_map"), Mapping) and bool(c.get("auto_map")) for c in (config, inner))
+    auto_map = _declares_auto_map(config)
     qc = config.get("quantization_config") if isinstance(config.get("quantization_config"), Mapping) \
         else (cfg.get("quantization_config") if isinstance(cfg.get("quantization_config"), Mapping) else None)
 
