@@ -176,3 +176,24 @@ def test_bad_hardware_sm_is_a_usage_error(text):
     with pytest.raises(SystemExit) as exc:      # argparse's usage error: exit 64
         cli.main(["pull", CURATED, "--profile-like", "vllm/minimal", "--hardware", text])
     assert exc.value.code == 64
+
+
+def test_wont_fit_suggests_a_larger_tp_for_a_builtin_moe(tmp_path, capsys):
+    import json as _json
+    import struct
+
+    from tests.shared import shared_path
+
+    folder = tmp_path / "moe"
+    folder.mkdir()
+    (folder / "config.json").write_bytes(shared_path("fixtures", "hub", "Qwen--Qwen3-30B-A3B", "config.json").read_bytes())
+    data = 61_000_000_000  # bf16 weights of a 30B MoE: far over two 24 GiB cards
+    header = _json.dumps({"w": {"dtype": "BF16", "shape": [data // 2], "data_offsets": [0, data]}}).encode()
+    header += b" " * (-len(header) % 8)
+    with open(folder / "model.safetensors", "wb") as f:
+        f.write(struct.pack("<Q", len(header)) + header)
+        f.truncate(8 + len(header) + data)  # sparse: only the header is ever read
+    code = cli.main(["pull", str(folder), "--profile-like", "vllm/dual", "--gpus", "2x3090", "--json"])
+    out = _json.loads(capsys.readouterr().out)
+    assert (code, out["raw_verdict"], out["terminal"]) == (3, "wont-fit", "override-accepted")
+    assert any("tp=4" in s for s in out["suggestions"])

@@ -643,6 +643,9 @@ def clean_evidence(text: Any) -> str | None:
     return str(text)
 
 
+NATIVE_TP = (1, 2, 4, 8, 16)
+
+
 def build_arches(ref: Path) -> dict[str, Any]:
     rows = load_yaml(ref / "profiles/arch_patches.yml")["arches"]
     xref = load_yaml(ref / "profiles/profile_runtime.yml")["arch_model_xref"]
@@ -692,7 +695,7 @@ def build_arches(ref: Path) -> dict[str, Any]:
         if row is None:
             row = out[arch] = {
                 "family": family, "engine_pins": [], "overlay_pins": [], "required_patches": [],
-                "tp_divisors": [1, 2, 4, 8], "marlin_alignment_required": False, "moe_layout": layout,
+                "tp_divisors": list(NATIVE_TP), "marlin_alignment_required": False, "moe_layout": layout,
                 "trust_remote_code": "false", "trust_remote_code_evidence": NATIVE_EVIDENCE,
                 "kernel_constraints": list(NATIVE_CONSTRAINTS), "confidence": "estimated-lower-bound",
                 "status": "unverified", "config_architectures": [], "model_slugs": [],
@@ -701,6 +704,11 @@ def build_arches(ref: Path) -> dict[str, Any]:
         row["trust_remote_code_evidence"] = NATIVE_EVIDENCE
         if not any(p["pin"] == STABLE_PIN for p in row["engine_pins"]):
             row["engine_pins"].insert(0, {"pin": STABLE_PIN, "loads": True})
+    for row in out.values():
+        if not row["model_slugs"]:
+            # upstream's divisors for rows with no curated model record the 1-2 GPU rigs it measured,
+            # not a vLLM limit ("registry gap, not an engine limitation"); head geometry still gates TP
+            row["tp_divisors"] = sorted(set(row["tp_divisors"]) | set(NATIVE_TP))
     return {"schema_version": SCHEMA, "arches": dict(sorted(out.items()))}
 
 
