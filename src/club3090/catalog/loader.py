@@ -383,22 +383,20 @@ ANCHOR_SELF_DESCRIBING = ("model", "ctx", "mem_util", "kv_format", "max_num_seqs
 
 # ----------------------------------------------------------------------------- builders
 
-def _build_gpus(c: _Collector, body: dict) -> dict[str, m.Gpu]:
-    out = {}
-    for gid, path, raw in c.entries(body, "gpus"):
-        rec = c.record(raw, path, GPU_SPEC)
-        if rec and rec.pop("__ok__"):
-            out[gid] = m.Gpu(id=gid, **rec)
-    return out
+def _build_plain(section: str, spec: Any, cls: type) -> Callable[[_Collector, dict], dict[str, Any]]:
+    """A builder for sections whose records need no checks beyond their spec (gpus, kv_formats)."""
+    def build(c: _Collector, body: dict) -> dict[str, Any]:
+        out = {}
+        for rid, path, raw in c.entries(body, section):
+            rec = c.record(raw, path, spec)
+            if rec and rec.pop("__ok__"):
+                out[rid] = cls(id=rid, **rec)
+        return out
+    return build
 
 
-def _build_kv(c: _Collector, body: dict) -> dict[str, m.KvFormat]:
-    out = {}
-    for kid, path, raw in c.entries(body, "kv_formats"):
-        rec = c.record(raw, path, KV_SPEC)
-        if rec and rec.pop("__ok__"):
-            out[kid] = m.KvFormat(id=kid, **rec)
-    return out
+_build_gpus = _build_plain("gpus", GPU_SPEC, m.Gpu)
+_build_kv = _build_plain("kv_formats", KV_SPEC, m.KvFormat)
 
 
 def _build_engines(c: _Collector, body: dict) -> dict[str, m.Engine]:
