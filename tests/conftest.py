@@ -49,12 +49,12 @@ def _hermetic(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPath
     monkeypatch.setattr(socket.socket, "connect", guarded_connect)
 
     # [E] boot: tests inject a fake docker runner; the real one must never run here
-    import club3090.boot
+    import club3090.edges.boot
 
     def no_docker(argv: object, timeout: float) -> object:
         raise AssertionError(f"a test tried to run real docker: {argv!r}")
 
-    monkeypatch.setattr(club3090.boot, "subprocess_runner", no_docker)
+    monkeypatch.setattr(club3090.edges.boot, "subprocess_runner", no_docker)
 
 
 # the loopback fakes: the Hub (fixture `fake_hub`) and an OpenAI-compatible server (fixture `fake_openai`)

@@ -18,7 +18,7 @@ Or through the CLI: ``monkeypatch.setenv("HF_ENDPOINT", fake_hub.url)`` then ``c
 
 Building repos:
 - ``add_fixture(folder, repo_id=None, tensors=None, shards=None, ...)``: a folder of
-  ``../shared/fixtures/hub``; shards come from the real index ``weight_map`` (shapes guessed
+  ``tests/fixtures/hub``; shards come from the real index ``weight_map`` (shapes guessed
   from the config) unless ``tensors`` (name -> (dtype, shape)) is given.
 - ``add_repo(repo_id, files)``: any files (``bytes`` or ``FakeFile``); ``safetensors_file(name,
   tensors)`` builds a virtual safetensors file; ``synth_table(config)`` a plausible tensor table.
@@ -59,10 +59,10 @@ from urllib.parse import unquote, urlsplit
 
 import pytest
 
+from tests.fixtures_path import FIXTURES as FIXTURE_ROOT
 from tests.safetensors_fixtures import build as build_safetensors_header
-from tests.shared import SHARED
 
-FIXTURES = Path(os.environ.get("CLUB3090_HUB_FIXTURES", str(SHARED / "fixtures" / "hub")))
+FIXTURES = Path(os.environ.get("CLUB3090_HUB_FIXTURES", str(FIXTURE_ROOT / "hub")))
 CHUNK = 64 * 1024
 
 DTYPE_OF_TORCH = {"bfloat16": "BF16", "float16": "F16", "float32": "F32", "half": "F16", "float": "F32"}

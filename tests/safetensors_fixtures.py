@@ -8,7 +8,13 @@ import struct
 from typing import Any, Mapping
 
 from club3090.errors import InputError
-from club3090.safetensors_header import DTYPE_BITS, PREFIX_BYTES, SafetensorsHeader, header_length, parse_header
+from club3090.model.safetensors import (
+    DTYPE_BITS,
+    PREFIX_BYTES,
+    SafetensorsHeader,
+    header_length,
+    parse_header,
+)
 
 
 def parse_file_bytes(data: bytes, *, file: str, file_size: int | None = None) -> SafetensorsHeader:

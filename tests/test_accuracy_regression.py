@@ -5,10 +5,10 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
-from tests.shared import shared_path
+from tests.fixtures_path import fixture_path
 
 ROOT = Path(__file__).resolve().parents[1]
-CASES = shared_path("calibration", "vllm_startup_cases.json")
+CASES = fixture_path("calibration", "vllm_startup_cases.json")
 
 
 def test_startup_cases_within_targets():

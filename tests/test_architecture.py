@@ -7,10 +7,17 @@ from collections import Counter
 
 import pytest
 
-from club3090.architecture import DIMENSION_CAPS, FAMILIES, GENERIC, LAYER_KINDS, family, parse_config
-from tests.shared import shared_path
+from club3090.model.architecture import (
+    DIMENSION_CAPS,
+    FAMILIES,
+    GENERIC,
+    LAYER_KINDS,
+    family,
+    parse_config,
+)
+from tests.fixtures_path import fixture_path
 
-HUB = shared_path("fixtures", "hub")
+HUB = fixture_path("hub")
 FIXTURES = sorted(p.parent.name for p in HUB.glob("*/config.json"))
 
 
@@ -231,9 +238,9 @@ def test_torch_dtype_outer_config_first_then_text_config():
 
 
 def test_derive_on_a_local_wrapper_with_text_config_auto_map_requires_remote_code(tmp_path):
-    from club3090.derive import derive
+    from club3090.edges.derive import derive
+    from club3090.model.spec import ModelSpec
     from club3090.settings import Settings
-    from club3090.spec import ModelSpec
 
     folder = write_wrapper_folder(tmp_path / "wrapper")
     spec = derive(str(folder), Settings(hf_home=tmp_path / "hf"))
@@ -302,7 +309,7 @@ def test_family_layouts_and_the_config_pattern_override():
 
 @pytest.mark.parametrize("where", ["auto_map", "text_config", "llm_config", "language_config"])
 def test_unreadable_config_still_fails_closed_on_remote_code(monkeypatch, where):
-    import club3090.architecture as A
+    import club3090.model.architecture as A
 
     def broken(_config):
         raise ZeroDivisionError("a config the parser cannot read")

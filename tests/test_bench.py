@@ -7,8 +7,8 @@ import json
 import pytest
 
 from club3090 import cli
-from club3090.commands import bench as bench_cmd
-from club3090.openai_client import OpenAIClient
+from club3090.cli.commands import bench as bench_cmd
+from club3090.edges.openai_client import OpenAIClient
 from club3090.validate.bench import bench, haystack
 from tests.fakeopenai import TickClock, closed_port_url
 

@@ -1,4 +1,4 @@
-"""club3090.calibration: anchors priced from their own inputs, upstream's criterion and ours (pure)."""
+"""club3090.fit.calibration: anchors priced from their own inputs, upstream's criterion and ours (pure)."""
 
 from __future__ import annotations
 
@@ -6,9 +6,18 @@ from dataclasses import replace
 
 import pytest
 
-from club3090.calibration import (CONTEXT_RESERVE_BYTES, KV_TOKEN_TOLERANCE, UPSTREAM_SETS, AnchorScore,
-                                  anchor_inputs, anchor_set, calibrate, score_anchors, upstream_tally)
 from club3090.catalog import load_catalog
+from club3090.fit.calibration import (
+    CONTEXT_RESERVE_BYTES,
+    KV_TOKEN_TOLERANCE,
+    UPSTREAM_SETS,
+    AnchorScore,
+    anchor_inputs,
+    anchor_set,
+    calibrate,
+    score_anchors,
+    upstream_tally,
+)
 
 
 @pytest.fixture(scope="module")

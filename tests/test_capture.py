@@ -12,12 +12,24 @@ from pathlib import Path
 
 import pytest
 
-from club3090 import __version__, capture
-from club3090.capture import (Bundle, consensus_key, dedup_hash, dedup_key, kv_calc_version,
-                              latest_bundle, read_bundle, redact, sanitize_slug,
-                              submission_fingerprint, topology_fields, write_gate_bundle)
+from club3090 import __version__
 from club3090.errors import InputError
-from club3090.outcome import Reason, Stratum
+from club3090.gate.outcome import Reason, Stratum
+from club3090.reports import capture
+from club3090.reports.capture import (
+    Bundle,
+    consensus_key,
+    dedup_hash,
+    dedup_key,
+    kv_calc_version,
+    latest_bundle,
+    read_bundle,
+    redact,
+    sanitize_slug,
+    submission_fingerprint,
+    topology_fields,
+    write_gate_bundle,
+)
 
 NOW = datetime(2026, 8, 22, 13, 4, 5, tzinfo=timezone.utc)
 

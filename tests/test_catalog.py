@@ -13,8 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from club3090.catalog import load_catalog
-from club3090.catalog import loader
+from club3090.catalog import load_catalog, loader
 from club3090.errors import CatalogError
 
 SEED_VLLM_PROFILES = (
@@ -355,7 +354,7 @@ def test_anchor_peaks_are_gib_readings(cat):
 
 
 def test_gemma4_configs_carry_global_layer_geometry(cat):
-    from club3090.architecture import parse_config
+    from club3090.model.architecture import parse_config
 
     for mid, heads in (("gemma-4-12b", 1), ("gemma-4-31b", 4), ("gemma-4-26b-a4b", 2)):
         a = parse_config(cat.models[mid].hf_config)
@@ -490,7 +489,7 @@ def test_sm_with_two_decimals_is_rejected_not_rounded(tmp_path, value):
 
 
 def test_sm_forms_share_one_parser():
-    from club3090.gpus import parse_sm
+    from club3090.rig.gpus import parse_sm
 
     assert [parse_sm(v) for v in ("8.6", "sm_86", "sm86", "86", 9, 8.6, "12.0")] == \
         [Decimal("8.6")] * 4 + [Decimal("9.0"), Decimal("8.6"), Decimal("12.0")]
@@ -504,7 +503,7 @@ def test_every_model_architecture_is_its_config_architecture(cat):
 def test_models_resolve_to_arch_rows_or_fail_closed(cat):
     """Bug 11: every curated model resolves to an arch row (model_slugs, name or alias), except the
     two no upstream row covers; those have no replayable profile and the gate says no-arch-row."""
-    from club3090 import gates
+    from club3090.gate import gates
 
     missing = {mid for mid in cat.models if cat.arch_row_for_model(mid) is None}
     assert missing == {"diffusiongemma-26b-a4b", "qwen3.6-40b-deckard"}
@@ -534,7 +533,7 @@ def test_kv_formats_priced_by_the_one_table(cat):
     V 4-bit formats average 0.75 B/element (VLLM_MEMORY.md §5.2)."""
     from fractions import Fraction
 
-    from club3090.kvformats import kv_format
+    from club3090.fit.kv_formats import kv_format
 
     for kid in cat.kv_formats:
         assert kv_format(kid) is not None, kid

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from club3090 import cli
-from club3090 import pull as pull_mod
+from club3090.pipeline import pull as pull_mod
 from tests.fakehub import FIXTURES, safetensors_file, synth_table
 
 CURATED = "Lorbus/Qwen3.6-27B-int4-AutoRound"
@@ -346,7 +346,7 @@ def test_out_into_a_symlink_writes_its_target(command, tmp_path, capsys):
 
 @pytest.mark.parametrize("command", [PULL_OUT, ["compose", "--profile", "vllm/minimal"]])
 def test_out_unwritable_is_a_clean_error(command, tmp_path, monkeypatch, capsys):
-    import club3090.fsutil as fsutil
+    import club3090.edges.files as fsutil
 
     def denied(*_a, **_k):
         raise PermissionError(13, "Permission denied")
@@ -382,11 +382,11 @@ def test_json_error_paths_print_one_document(argv, capsys):
 
 @pytest.mark.parametrize("json_flag", [[], ["--json"]])
 def test_interrupt_during_derive(json_flag, tmp_path, monkeypatch, capsys):
-    import club3090.derive
+    import club3090.edges.derive
 
     def interrupted(*_a, **_k):
         raise KeyboardInterrupt
-    monkeypatch.setattr(club3090.derive, "derive", interrupted)
+    monkeypatch.setattr(club3090.edges.derive, "derive", interrupted)
     folder = model_folder(tmp_path)
     assert run(["pull", str(folder), *RIG, "--dry-run", *json_flag], capsys)[0] == 130
     assert run(["inspect", str(folder), *json_flag], capsys)[0] == 130
@@ -442,7 +442,7 @@ def test_broken_pipe_not_on_stdout_is_still_an_internal_error(monkeypatch, capsy
     def boom(_args, _settings):
         raise BrokenPipeError(32, "Broken pipe")
 
-    from club3090.commands import profiles
+    from club3090.cli.commands import profiles
 
     monkeypatch.setattr(cli, "_reader_gone", lambda: False)
     monkeypatch.setattr(profiles, "run", boom)

@@ -16,16 +16,27 @@ from types import MappingProxyType
 import pytest
 import yaml
 
-from club3090.architecture import parse_config
 from club3090.catalog import load_catalog
-from club3090.compose import (DEGRADED_DRIFT, FOUNDATIONAL_DRIFT, PIN_MISMATCH, REFUSAL_TOKENS, SCOPE,
-                              TP_OR_KV, TRC, MAX_SLUG, derived_compose, dry_run, generate,
-                              with_default)
+from club3090.compose.generate import (
+    DEGRADED_DRIFT,
+    FOUNDATIONAL_DRIFT,
+    MAX_SLUG,
+    PIN_MISMATCH,
+    REFUSAL_TOKENS,
+    SCOPE,
+    TP_OR_KV,
+    TRC,
+    derived_compose,
+    dry_run,
+    generate,
+    with_default,
+)
+from club3090.compose.launch import interpolate, interpolate_tree
 from club3090.errors import InputError
-from club3090.slug import sanitize_slug
+from club3090.model.architecture import parse_config
+from club3090.model.slug import sanitize_slug
+from club3090.model.spec import ModelSpec, Quantization
 from tests.test_catalog import SEED_VLLM_PROFILES
-from club3090.launch import interpolate, interpolate_tree
-from club3090.spec import ModelSpec, Quantization
 
 GOLDEN = Path(__file__).parent / "golden" / "compose"
 UPDATE = os.environ.get("CLUB3090_UPDATE_GOLDENS", "") not in ("", "0")

@@ -7,13 +7,17 @@ import json
 import pytest
 import yaml
 
-from club3090 import compose as compose_mod
 from club3090.cli import main
-from club3090.compose import REFUSAL_TOKENS
-from club3090.launch import interpolate_tree
-
-
-from tests.test_compose import DROPPED, EMITTING, GENESIS, SEED_PROFILES, validate_compose
+from club3090.compose import generate as compose_mod
+from club3090.compose.generate import REFUSAL_TOKENS
+from club3090.compose.launch import interpolate_tree
+from tests.test_compose import (
+    DROPPED,
+    EMITTING,
+    GENESIS,
+    SEED_PROFILES,
+    validate_compose,
+)
 
 
 @pytest.mark.parametrize("key", SEED_PROFILES)

@@ -10,13 +10,20 @@ from typing import Any
 
 import pytest
 
-from club3090 import derive as D
-from club3090 import hub as H
+from club3090.edges import derive as D
+from club3090.edges import hub as H
 from club3090.errors import HubUnreachable, InputError
-from club3090.architecture import parse_config
-from club3090.outcome import Reason, Stop, Stratum
-from club3090.spec import ModelSpec, RepoFile
-from tests.fakehub import FIXTURES, FakeHub, header_sum, safetensors_file, synth_table, table_from_index
+from club3090.gate.outcome import Reason, Stop, Stratum
+from club3090.model.architecture import parse_config
+from club3090.model.spec import ModelSpec, RepoFile
+from tests.fakehub import (
+    FIXTURES,
+    FakeHub,
+    header_sum,
+    safetensors_file,
+    synth_table,
+    table_from_index,
+)
 
 
 def _config(folder: str) -> dict[str, Any]:
@@ -483,7 +490,7 @@ class FakeSource:
         self.config = config
 
     def repo_info(self, repo_id: str, revision: str | None) -> H.RepoInfo:
-        from club3090.spec import RepoFile
+        from club3090.model.spec import RepoFile
 
         return H.RepoInfo(repo_id=repo_id, revision=revision, commit="c" * 40, files=(
             RepoFile("config.json", 100), RepoFile("model.safetensors", self.file.size)))
@@ -622,8 +629,8 @@ def test_a_listed_file_the_hub_does_not_serve_is_named(tmp_path: Path, missing: 
 
 
 def test_a_missing_index_is_not_reported_as_a_missing_config(fake_hub: FakeHub) -> None:
+    from club3090.edges.hub import HubClient
     from club3090.errors import EntryNotFound
-    from club3090.hub import HubClient
 
     fake_hub.add_fixture("Qwen--Qwen3-0.6B", tensors=TINY, shards=2)
     client = HubClient(fake_hub.settings())

@@ -7,7 +7,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from club3090.disk import free_bytes_at, required_bytes
+from club3090.edges.disk import free_bytes_at
+from club3090.gate.disk import required_bytes
 
 
 def fake_statvfs(bavail=1000, frsize=4096, bsize=8192):

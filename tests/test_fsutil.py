@@ -7,9 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from club3090 import capture, cli
+from club3090 import cli
+from club3090.edges.files import read_bytes_capped, read_json_capped
 from club3090.errors import InputError
-from club3090.fsutil import read_bytes_capped, read_json_capped
+from club3090.reports import capture
 
 
 def test_a_device_is_refused_not_read(tmp_path: Path) -> None:

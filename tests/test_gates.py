@@ -1,4 +1,4 @@
-"""Pure gate decisions (club3090.gates) on a small hand-built catalog."""
+"""Pure gate decisions (club3090.gate.gates) on a small hand-built catalog."""
 
 from __future__ import annotations
 
@@ -7,13 +7,22 @@ from types import MappingProxyType, SimpleNamespace
 
 import pytest
 
-from club3090 import gates
-from club3090.catalog.model import (ArchRow, Catalog, Engine, EnginePin, Gpu, KvFormat, Profile,
-                                    ProfileRuntime)
-from club3090.gates import (BYPASS_EXPERIMENTAL_ARCH as EXP, BYPASS_TRUST_REMOTE_CODE as TRC,
-                            C0Inputs, C0State, C0SubReason, Terminal)
-from club3090.gpus import GpuSet
-from club3090.outcome import Reason, Stratum, bypassed
+from club3090.catalog.model import (
+    ArchRow,
+    Catalog,
+    Engine,
+    EnginePin,
+    Gpu,
+    KvFormat,
+    Profile,
+    ProfileRuntime,
+)
+from club3090.gate import gates
+from club3090.gate.gates import BYPASS_EXPERIMENTAL_ARCH as EXP
+from club3090.gate.gates import BYPASS_TRUST_REMOTE_CODE as TRC
+from club3090.gate.gates import C0Inputs, C0State, C0SubReason, Terminal
+from club3090.gate.outcome import Reason, Stratum, bypassed
+from club3090.rig.gpus import GpuSet
 
 GIB = 2**30
 
@@ -384,8 +393,8 @@ def test_unknown_vendor_is_not_nvidia():
 
 
 def test_token_enums_have_one_definition():
-    from club3090.memory import VERDICTS
-    from club3090.spec import CONFIDENCES
+    from club3090.fit.memory import VERDICTS
+    from club3090.model.spec import CONFIDENCES
 
     assert gates.RAW_VERDICTS is VERDICTS and gates.CONFIDENCES is CONFIDENCES
     assert {s.value for s in C0State} <= {r.value for r in Reason}

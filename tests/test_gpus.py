@@ -8,7 +8,7 @@ import pytest
 
 from club3090.catalog import load_catalog
 from club3090.errors import UsageError
-from club3090.gpus import parse_gpus
+from club3090.rig.gpus import parse_gpus
 
 GIB, MIB = 2 ** 30, 2 ** 20
 

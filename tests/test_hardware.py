@@ -9,8 +9,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from club3090 import hardware
-from club3090.hardware import DetectedGpu, DetectedGpus, detect
+from club3090.edges import gpu_probe as hardware
+from club3090.edges.gpu_probe import DetectedGpu, DetectedGpus, detect
 
 MIB = 2**20
 
@@ -308,7 +308,8 @@ def test_helpers_on_empty_result():
 
 
 def test_shared_gpu_constants_have_one_definition():
-    from club3090 import gates, gpus
+    from club3090.gate import gates
+    from club3090.rig import gpus
 
     assert hardware.MAX_GPUS is gpus.MAX_GPUS and hardware.NON_NVIDIA_SM is gpus.NON_NVIDIA_SM
     assert gates.NON_NVIDIA_SM is gpus.NON_NVIDIA_SM and gpus.NON_NVIDIA_SM == Decimal("8.0")

@@ -13,10 +13,17 @@ from typing import Any
 
 import pytest
 
-from club3090 import derive as D
-from club3090 import hub as H
-from club3090.errors import EntryNotFound, GatedRepo, HubUnreachable, InputError, RepoNotFound, RevisionNotFound
-from club3090.spec import ModelSpec, RepoFile
+from club3090.edges import derive as D
+from club3090.edges import hub as H
+from club3090.errors import (
+    EntryNotFound,
+    GatedRepo,
+    HubUnreachable,
+    InputError,
+    RepoNotFound,
+    RevisionNotFound,
+)
+from club3090.model.spec import ModelSpec, RepoFile
 from tests.fakehub import FakeFile, FakeHub, header_sum, safetensors_file
 
 
@@ -228,7 +235,7 @@ def test_read_all_cancels_on_first_error() -> None:
         calls.append(f.name)
         raise InputError(f.name, "boom")
 
-    from club3090.spec import RepoFile
+    from club3090.model.spec import RepoFile
 
     with pytest.raises(InputError):
         H.read_all(read, [RepoFile(f"f{i}", 1) for i in range(3)], None, max_workers=1)
@@ -282,9 +289,9 @@ import huggingface_hub  # imported with HF_HUB_OFFLINE=1 in the environment
 from huggingface_hub import constants
 assert constants.HF_HUB_OFFLINE is True
 from pathlib import Path
-from club3090 import derive as D
+from club3090.edges import derive as D
 from club3090.settings import Settings
-from club3090.spec import ModelSpec
+from club3090.model.spec import ModelSpec
 settings = Settings(hf_home=Path(sys.argv[2]), endpoint=sys.argv[1], offline=False)
 spec = D.derive("acme/small", settings)
 print(json.dumps({"ok": isinstance(spec, ModelSpec), "weights_bytes": getattr(spec, "weights_bytes", None)}))

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from club3090 import cli
-from club3090 import hub as H
+from club3090.edges import hub as H
 from tests.fakehub import FakeHub, safetensors_file
 
 REQUIRED_KEYS = {"architecture", "model_type", "num_hidden_layers", "num_key_value_heads", "head_dim",

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from club3090.cli import main
-from tests.shared import shared_path
+from tests.fixtures_path import fixture_path
 
-HUB = shared_path("fixtures", "hub")
+HUB = fixture_path("hub")
 QWEN_CONFIG = HUB / "Qwen--Qwen2.5-0.5B" / "config.json"
 
 JSON_KEYS = {"per_gpu", "kv_bytes_per_token", "block_size", "num_blocks", "kv_cache_tokens", "max_concurrency",
@@ -256,7 +256,7 @@ def test_known_dtypes_are_accepted(dtype, capsys):
 
 
 def test_kv_cache_dtype_help_lists_every_priced_format(capsys):
-    from club3090.kvformats import KV_FORMATS
+    from club3090.fit.kv_formats import KV_FORMATS
 
     with pytest.raises(SystemExit):
         main(["kv-calc", "--help"])

@@ -11,12 +11,19 @@ import json
 
 import pytest
 
-from club3090.architecture import parse_config
-from club3090.memory import (GiB, ServeShape, UnpriceableModel, capture_sizes, parse_version, predict,
-                             resolve_defaults)
-from tests.shared import shared_path
+from club3090.fit.memory import (
+    GiB,
+    ServeShape,
+    UnpriceableModel,
+    capture_sizes,
+    parse_version,
+    predict,
+    resolve_defaults,
+)
+from club3090.model.architecture import parse_config
+from tests.fixtures_path import fixture_path
 
-HUB = shared_path("fixtures", "hub")
+HUB = fixture_path("hub")
 
 
 def arch(name: str, **override):
@@ -340,13 +347,13 @@ def test_pp_stage_without_cache_layers_never_limits(version):
 
 @pytest.mark.parametrize("n_groups,tp,expected", [(8, 1, 8), (8, 2, 8), (8, 8, 8), (1, 4, 4), (2, 2, 2)])
 def test_mamba_groups_follow_vllm_replication(n_groups, tp, expected):
-    from club3090.memory import mamba_groups
+    from club3090.fit.memory import mamba_groups
 
     assert mamba_groups(n_groups, tp) == expected
 
 
 def test_mamba_groups_neither_dividing_nor_single_are_unpriceable():
-    from club3090.memory import mamba_groups
+    from club3090.fit.memory import mamba_groups
 
     with pytest.raises(UnpriceableModel):
         mamba_groups(8, 16)          # the old `groups + (tp - groups)` gave 16 instead of refusing
@@ -366,8 +373,8 @@ def test_mamba_state_at_tp_above_groups_uses_replicated_conv():
 
 
 def test_tp_geometry_rule_is_shared_with_the_gate():
-    from club3090 import gates
-    from club3090.memory import tp_geometry_problem
+    from club3090.fit.memory import tp_geometry_problem
+    from club3090.gate import gates
 
     assert gates.tp_geometry_problem is tp_geometry_problem
     assert tp_geometry_problem(4, 32, 6) and not tp_geometry_problem(4, 32, 8) and not tp_geometry_problem(8, 32, 4)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from club3090.outcome import Reason, Stop, Stratum
+from club3090.gate.outcome import Reason, Stop, Stratum
 
 
 @pytest.mark.parametrize("stop, token", [
@@ -22,8 +22,8 @@ def test_token(stop, token):
 
 
 def test_pull_reports_a_stratum1_case_beside_the_bare_token(tmp_path):
-    from club3090 import pull
     from club3090.catalog import load_catalog
+    from club3090.pipeline import pull
     from club3090.settings import Settings
 
     stop = Stop(Stratum.DERIVER, Reason.UNSUPPORTED_FORMAT, sub_reason="gguf-only")
@@ -36,7 +36,7 @@ def test_pull_reports_a_stratum1_case_beside_the_bare_token(tmp_path):
 def test_notice_codes_are_stable_tokens_and_notices_dedupe_on_code_and_text():
     import re
 
-    from club3090.outcome import Notice, NoticeCode
+    from club3090.gate.outcome import Notice, NoticeCode
 
     values = [c.value for c in NoticeCode]
     assert len(values) == len(set(values)) and all(re.fullmatch(r"[a-z0-9]+(-[a-z0-9]+)*", v) for v in values)

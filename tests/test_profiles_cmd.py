@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 
 from club3090.cli import main
-
 from tests.test_catalog import SEED_VLLM_PROFILES
 
 FIELDS = ("key", "model", "weights_variant", "engine", "kv_format", "tp", "max_ctx", "mem_util",

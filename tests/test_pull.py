@@ -1,4 +1,4 @@
-"""Orchestration of the pull gate (club3090.pull.evaluate) with injected stand-ins."""
+"""Orchestration of the pull gate (club3090.pipeline.pull.evaluate) with injected stand-ins."""
 
 from __future__ import annotations
 
@@ -11,16 +11,22 @@ from typing import Any
 
 import pytest
 
-from club3090 import gates
-from club3090.architecture import parse_config
 from club3090.catalog import load_catalog
-from club3090.compose import ComposeOutcome
+from club3090.compose.generate import ComposeOutcome
+from club3090.edges.gpu_probe import DetectedGpu, DetectedGpus
 from club3090.errors import HubUnreachable, UsageError
-from club3090.hardware import DetectedGpu, DetectedGpus
-from club3090.outcome import Reason, Stop, Stratum
-from club3090.pull import CAVEAT, PullRequest, evaluate, exit_code_for, select_path
+from club3090.gate import gates
+from club3090.gate.outcome import Reason, Stop, Stratum
+from club3090.model.architecture import parse_config
+from club3090.model.spec import ModelSpec
+from club3090.pipeline.pull import (
+    CAVEAT,
+    PullRequest,
+    evaluate,
+    exit_code_for,
+    select_path,
+)
 from club3090.settings import Settings
-from club3090.spec import ModelSpec
 
 GIB = 2**30
 CURATED = "Lorbus/Qwen3.6-27B-int4-AutoRound"
@@ -47,7 +53,7 @@ def _spec(config: dict[str, Any], *, weights: int = 15 * GIB, source: str = "hub
 
 def _run(catalog, request: PullRequest, *, spec: Any = None, free: int | None = 10**15, detect=None,
          dry_run=None, captures: Path | None = None, settings: Settings | None = None):
-    from club3090.derive import derive as real_derive
+    from club3090.edges.derive import derive as real_derive
 
     def derive(source, settings, cat):
         return spec if spec is not None else real_derive(source, settings, cat)
@@ -270,7 +276,7 @@ def test_constrained_path_a_notice_and_fitted_override(catalog, tmp_path):
     assert cap.data["rewritten"] == () and cap.data["profile"] == "vllm/dual"
     assert fitted.data["max_model_len"] == r.fit.max_model_len_fit > 0
     # no compose value rewritten: the file is the generator's own output for the profile
-    from club3090.compose import generate
+    from club3090.compose.generate import generate
     assert r.compose_text == generate("vllm/dual", catalog, out_name=str(tmp_path / "c.yml")).text
 
 

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from club3090 import cli
-from club3090 import pull as pull_mod
-from club3090.commands.pull import parse_sm
+from club3090.cli.commands.pull import parse_sm
+from club3090.pipeline import pull as pull_mod
 
 CURATED = "Lorbus/Qwen3.6-27B-int4-AutoRound"
 README_ARGS = ["pull", CURATED, "--profile-like", "vllm/minimal", "--gpus", "1x3090", "--out", "compose.yml"]
@@ -36,7 +36,7 @@ def test_readme_main_job_works_offline_on_a_fresh_machine(tmp_path, monkeypatch,
     def no_network(*_a, **_k):
         raise AssertionError("the README command must not open a socket")
     monkeypatch.setattr(socket.socket, "connect", no_network)
-    monkeypatch.setattr(pull_mod, "_default_free_bytes", lambda p: __import__("club3090.disk").disk.free_bytes_at(p))
+    monkeypatch.setattr(pull_mod, "_default_free_bytes", lambda p: __import__("club3090.edges.disk").edges.disk.free_bytes_at(p))
     assert cli.main(README_ARGS) == 0
     out = capsys.readouterr().out
     assert out.startswith("[pull] OK path=A stratum=DECIDED slug=Lorbus/Qwen3.6-27B-int4-AutoRound "
@@ -182,11 +182,11 @@ def test_wont_fit_suggests_a_larger_tp_for_a_builtin_moe(tmp_path, capsys):
     import json as _json
     import struct
 
-    from tests.shared import shared_path
+    from tests.fixtures_path import fixture_path
 
     folder = tmp_path / "moe"
     folder.mkdir()
-    (folder / "config.json").write_bytes(shared_path("fixtures", "hub", "Qwen--Qwen3-30B-A3B", "config.json").read_bytes())
+    (folder / "config.json").write_bytes(fixture_path("hub", "Qwen--Qwen3-30B-A3B", "config.json").read_bytes())
     data = 61_000_000_000  # bf16 weights of a 30B MoE: far over two 24 GiB cards
     header = _json.dumps({"w": {"dtype": "BF16", "shape": [data // 2], "data_offsets": [0, data]}}).encode()
     header += b" " * (-len(header) % 8)

@@ -15,14 +15,15 @@ from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 
-from club3090 import boot, cli, download
-from club3090 import pull as pull_mod
-from club3090.capture import latest_bundle, read_bundle
+from club3090 import cli
 from club3090.catalog import load_catalog
-from club3090.emit import EStages
-from club3090.hardware import DetectedGpus
-from club3090.pull import PullRequest, evaluate
-from club3090.spec import RepoFile
+from club3090.edges import boot, download
+from club3090.edges.gpu_probe import DetectedGpus
+from club3090.model.spec import RepoFile
+from club3090.pipeline import pull as pull_mod
+from club3090.pipeline.emit_derived import EStages
+from club3090.pipeline.pull import PullRequest, evaluate
+from club3090.reports.capture import latest_bundle, read_bundle
 from tests import fakeopenai
 from tests.fakehub import FakeHub
 
@@ -301,7 +302,7 @@ def test_smoke_red_when_streaming_is_broken(catalog, hub, tmp_path, openai, caps
     assert (r.ok, r.exit_code, r.e.stage, r.e.failure) == (True, 2, "smoke", "floor-red")
     assert r.e.smoke.results == {**r.e.smoke.results, "plain-chat": "green", "streaming": "red"}
     assert "[DONE]" in r.e.detail
-    from club3090.commands.pull import render
+    from club3090.cli.commands.pull import render
     assert "[pull] e-stage=smoke failure=floor-red" in render(r).splitlines()
 
 
@@ -499,9 +500,9 @@ def test_offline_a_cached_repo_is_copied_from_the_cache_and_verified(catalog, hu
 
 
 def test_kv_calc_version_covers_every_estimator_source():
-    from club3090 import emit
+    from club3090.pipeline import emit_derived as emit
 
-    here = Path(emit.__file__).parent
-    assert set(emit.ESTIMATOR_SOURCES) >= {"architecture.py", "memory.py", "kvformats.py", "serving.py"}
+    here = Path(emit.__file__).parents[1]
+    assert set(emit.ESTIMATOR_SOURCES) >= {"model/architecture.py", "fit/memory.py", "fit/kv_formats.py", "fit/shape.py"}
     assert all((here / name).is_file() for name in emit.ESTIMATOR_SOURCES)
     assert "+" in emit.kv_calc_version()

@@ -15,12 +15,12 @@ import pytest
 import yaml
 
 from club3090 import cli
-from club3090 import pull as pull_mod
-from club3090.commands import pull as pull_cmd
 from club3090.catalog import load_catalog
-from club3090.compose import ComposeOutcome
-from club3090.hardware import DetectedGpus
-from club3090.pull import PullRequest, evaluate
+from club3090.cli.commands import pull as pull_cmd
+from club3090.compose.generate import ComposeOutcome
+from club3090.edges.gpu_probe import DetectedGpus
+from club3090.pipeline import pull as pull_mod
+from club3090.pipeline.pull import PullRequest, evaluate
 from club3090.settings import Settings
 from tests.fakehub import FIXTURES, FakeHub, safetensors_file
 
@@ -148,7 +148,7 @@ def test_golden_api(case: dict[str, Any], index: int, tmp_path: Path, hub_for) -
     settings = hub.settings() if hub is not None else Settings.from_env()
     gpu_set = None
     if args.gpus:
-        from club3090.gpus import parse_gpus
+        from club3090.rig.gpus import parse_gpus
         gpu_set = parse_gpus(args.gpus, catalog)
     request = PullRequest(source=args.source, profile_like=args.profile_like, dry_run=args.dry_run, yes=args.yes,
                           force_download=args.force_download, experimental_arch=args.experimental_arch,

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from club3090 import cli
-from club3090 import pull as pull_mod
+from club3090.pipeline import pull as pull_mod
 
 NUMBERS = ("kv_cache_tokens", "num_blocks", "kv_bytes_per_token", "block_size", "max_model_len",
            "max_model_len_fit", "raw_verdict", "max_concurrency", "per_gpu", "ranks")

@@ -8,7 +8,12 @@ import struct
 import pytest
 
 from club3090.errors import InputError
-from club3090.safetensors_header import DTYPE_BITS, MAX_HEADER_BYTES, header_length, parse_header
+from club3090.model.safetensors import (
+    DTYPE_BITS,
+    MAX_HEADER_BYTES,
+    header_length,
+    parse_header,
+)
 from tests.safetensors_fixtures import build, parse_file_bytes
 
 

@@ -1,12 +1,17 @@
-"""`club3090.serving`: what a curated profile asks vLLM to do, as a ServeShape."""
+"""`club3090.fit.shape`: what a curated profile asks vLLM to do, as a ServeShape."""
 
 from __future__ import annotations
 
 import pytest
 
 from club3090.catalog import load_catalog
-from club3090.memory import ServeShape
-from club3090.serving import drafter_terms, profile_batched_tokens, profile_shape, shipped_flag
+from club3090.fit.memory import ServeShape
+from club3090.fit.shape import (
+    drafter_terms,
+    profile_batched_tokens,
+    profile_shape,
+    shipped_flag,
+)
 
 
 @pytest.fixture(scope="module")
@@ -88,7 +93,7 @@ def test_shipped_values_resolve_through_launch_interpolate(cat):
     """launch.interpolate owns ${VAR:-d}: a shipped value resolves as Compose does with no env."""
     from dataclasses import replace
 
-    from club3090.launch import interpolate
+    from club3090.compose.launch import interpolate
 
     p = cat.profiles["vllm/minimal"]
     service = dict(p.runtime.service)

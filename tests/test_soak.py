@@ -8,8 +8,8 @@ import json
 import pytest
 
 from club3090 import cli
-from club3090.commands import soak as soak_cmd
-from club3090.openai_client import OpenAIClient
+from club3090.cli.commands import soak as soak_cmd
+from club3090.edges.openai_client import OpenAIClient
 from club3090.validate.soak import SoakOptions, soak, write_files
 from tests.fakeopenai import TickClock, closed_port_url
 
@@ -137,7 +137,7 @@ def test_cli_500_exit_1_and_unreachable_exit_2(fake_openai, tmp_path, capsys):
 
 @pytest.mark.parametrize("gpu_detect", [True, False])
 def test_cli_samples_gpus_only_when_settings_allow(fake_openai, tmp_path, monkeypatch, capsys, gpu_detect):
-    from club3090 import hardware
+    from club3090.edges import gpu_probe as hardware
     from club3090.settings import Settings
 
     seen: list[bool] = []

@@ -10,12 +10,24 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
-from club3090 import submit as submit_mod
-from club3090.capture import read_bundle, write_gate_bundle
 from club3090.errors import InputError
-from club3090.submit import CLUB3090_ISSUES_REPO, MAX_URL_BYTES, body_dedup_key, classify, submit
-
-from tests.test_capture import HF_TOKEN, IDENTITY, MANIFEST_FIELDS, NOW, PLANTED, planted_gate
+from club3090.reports import submit as submit_mod
+from club3090.reports.capture import read_bundle, write_gate_bundle
+from club3090.reports.submit import (
+    CLUB3090_ISSUES_REPO,
+    MAX_URL_BYTES,
+    body_dedup_key,
+    classify,
+    submit,
+)
+from tests.test_capture import (
+    HF_TOKEN,
+    IDENTITY,
+    MANIFEST_FIELDS,
+    NOW,
+    PLANTED,
+    planted_gate,
+)
 
 GH = "/usr/local/bin/gh"
 SECRETS = PLANTED + ["sekrit-token-123", "s3cr3t-value"]

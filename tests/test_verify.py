@@ -8,7 +8,7 @@ import re
 import pytest
 
 from club3090 import cli
-from club3090.openai_client import OpenAIClient, api_base
+from club3090.edges.openai_client import OpenAIClient, api_base
 from club3090.validate.verify import repeated_window, verify
 from tests.fakeopenai import closed_port_url
 

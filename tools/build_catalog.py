@@ -181,7 +181,7 @@ def build_gpus(ref: Path) -> dict[str, Any]:
 # --------------------------------------------------------------------------- KV formats
 
 def build_kv_formats() -> dict[str, Any]:
-    # Storage sizes are not catalog data: club3090.kvformats prices every format listed here.
+    # Storage sizes are not catalog data: club3090.fit.kv_formats prices every format listed here.
     def kv(vllm_arg, engines, min_sm=None, emittable=True, max_sm=None, note=""):
         row: dict[str, Any] = {"min_sm": min_sm, "vllm_arg": vllm_arg, "engines": engines,
                                "emittable": emittable}

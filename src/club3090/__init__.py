@@ -1,5 +1,5 @@
 """club3090: will this Hugging Face model run on my GPUs under vLLM, and how to launch it."""
 
-__version__ = "0.1.0"
+from club3090.version import __version__
 
 __all__ = ["__version__"]

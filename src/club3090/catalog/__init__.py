@@ -7,8 +7,23 @@ reads a copy of the data files from a folder, uncached (tests, contributors chec
 from __future__ import annotations
 
 from .loader import load_catalog
-from .model import (Anchor, ArchRow, Catalog, DeliveryGap, Drafter, Engine, EnginePin, Gpu, KvFormat,
-                    Model, Patch, Profile, ProfileRuntime, VendoredOverlay, WeightVariant)
+from .model import (
+                    Anchor,
+                    ArchRow,
+                    Catalog,
+                    DeliveryGap,
+                    Drafter,
+                    Engine,
+                    EnginePin,
+                    Gpu,
+                    KvFormat,
+                    Model,
+                    Patch,
+                    Profile,
+                    ProfileRuntime,
+                    VendoredOverlay,
+                    WeightVariant,
+)
 
 __all__ = ["Anchor", "ArchRow", "Catalog", "DeliveryGap", "Drafter", "Engine", "EnginePin", "Gpu",
            "KvFormat", "Model", "Patch", "Profile", "ProfileRuntime", "VendoredOverlay",

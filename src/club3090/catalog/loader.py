@@ -95,7 +95,7 @@ def t_fraction(value: Any) -> float:
 def t_sm(value: Any) -> Decimal:
     """Compute capability written "8.6" (numbers are accepted too); ``gpus.parse_sm`` owns the
     rule, so 8.65 is rejected, never rounded."""
-    from club3090.gpus import parse_sm
+    from club3090.rig.gpus import parse_sm
 
     try:
         return parse_sm(value)

@@ -12,7 +12,7 @@ from decimal import Decimal
 from types import MappingProxyType
 from typing import Any, Mapping
 
-from club3090.spec import CONFIDENCES
+from club3090.model.spec import CONFIDENCES
 
 # Closed value sets, shared by the loader (validation) and readers (documentation).
 ENGINE_TYPES = ("vllm", "llama.cpp")
@@ -257,7 +257,7 @@ class Patch:
 @dataclass(frozen=True, slots=True)
 class KvFormat:
     """A KV format the catalog's profiles and engines name. Its storage size (bytes per K / V
-    element, per-head scales) is the estimator's business and lives in ``club3090.kvformats``
+    element, per-head scales) is the estimator's business and lives in ``club3090.fit.kv_formats``
     only; ``tests/test_catalog.py`` checks every id here is priced there."""
 
     id: str

@@ -19,7 +19,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
-from club3090.openai_client import ChatResult, OpenAIClient
+from club3090.edges.openai_client import ChatResult, OpenAIClient
 from club3090.validate.stats import summary
 
 EXIT_OK, EXIT_RED, EXIT_UNREACHABLE = 0, 1, 2

@@ -5,7 +5,7 @@ Modes: ``fresh`` (20 sessions x 5 turns; every session a new conversation), ``co
 that the last turn's prompt is about the target), ``quick`` (8 x 5, fresh). Each turn is one
 streamed chat; recorded: latency, TTFT, tokens, decode TPS, silent-empty (HTTP 200, no text),
 errors. GPU memory in use is sampled before the first turn and after each turn through
-``club3090.hardware.memory_used_bytes`` when NVML is available, else "not sampled".
+``club3090.edges.gpu_probe.memory_used_bytes`` when NVML is available, else "not sampled".
 
 Verdict: ``fail`` (exit 1) on any error or silent-empty turn, decode-TPS retention (median of
 the first 5 vs the last 5 good turns) under ``min_retention``, or VRAM growth (largest per-GPU
@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from club3090.openai_client import OpenAIClient
+from club3090.edges.openai_client import OpenAIClient
 from club3090.validate.stats import median
 
 EXIT_PASS, EXIT_FAIL, EXIT_INCONCLUSIVE = 0, 1, 2
@@ -223,7 +223,7 @@ class SoakReport:
 
 def write_files(report: SoakReport, out_dir: Path) -> tuple[Path, ...]:
     """``baseline.json``, ``turn-log.csv``, ``gpu-log.csv`` (header only when not sampled), atomically."""
-    from club3090.fsutil import atomic_write_text
+    from club3090.edges.files import atomic_write_text
 
     paths = (out_dir / "baseline.json", out_dir / "turn-log.csv", out_dir / "gpu-log.csv")
     atomic_write_text(paths[0], json.dumps(report.to_json(), indent=1) + "\n")

@@ -16,7 +16,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from club3090.openai_client import ChatResult, OpenAIClient
+from club3090.edges.openai_client import ChatResult, OpenAIClient
 
 PASS, FAIL, SKIP = "pass", "fail", "skip"
 EXIT_OK, EXIT_RED, EXIT_UNREACHABLE = 0, 1, 2

@@ -1,0 +1,220 @@
+"""The ``club3090`` command: argument frame, the one error table, and exit codes.
+
+Each subcommand lives in ``club3090.cli.commands.<name>`` and exposes ``add_parser(subparsers)``,
+which registers its flags and sets ``run=<function(args, settings) -> int>``. Command modules
+import their heavy dependencies inside ``run`` so that ``club3090 --help`` stays fast.
+
+Exit codes: 0 ok; 2 refused / does not fit; 3 needs an acknowledgement flag; 4 listing only;
+64 usage; 65 malformed input; 69 Hub unreachable; 70 internal error; 78 invalid catalog;
+130 interrupted (Ctrl-C); 141 stdout closed early by its reader (``| head``): the rest of the
+output is dropped silently.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import sys
+from typing import Callable, NoReturn, Sequence
+
+from club3090.errors import (
+    CatalogError,
+    Club3090Error,
+    GatedRepo,
+    HubError,
+    HubUnreachable,
+    InputError,
+    RepoNotFound,
+    RevisionNotFound,
+    UsageError,
+)
+from club3090.settings import Settings
+from club3090.version import __version__
+
+EXIT_USAGE = 64
+EXIT_DATAERR = 65
+EXIT_UNAVAILABLE = 69
+EXIT_SOFTWARE = 70
+EXIT_CONFIG = 78
+# 128 + SIGPIPE, what a shell reports for `yes | head -1`: output was cut short, and no verdict code may claim it.
+EXIT_PIPE = 141
+
+# (subcommand, module). Order is the order of `club3090 --help`.
+COMMANDS: tuple[tuple[str, str], ...] = (
+    ("pull", "club3090.cli.commands.pull"),
+    ("kv-calc", "club3090.cli.commands.kv_calc"),
+    ("inspect", "club3090.cli.commands.inspect"),
+    ("compose", "club3090.cli.commands.compose"),
+    ("profiles", "club3090.cli.commands.profiles"),
+    ("verify", "club3090.cli.commands.verify"),
+    ("bench", "club3090.cli.commands.bench"),
+    ("soak", "club3090.cli.commands.soak"),
+)
+
+
+def _catalog_message(exc: Exception) -> str:
+    problems = getattr(exc, "problems", ())
+    return "\n".join([f"catalog invalid ({len(problems)} problems):", *(f"  {p}" for p in problems)])
+
+
+ERRORS: tuple[tuple[type[BaseException], int, Callable[[BaseException], str]], ...] = (
+    (HubUnreachable, EXIT_UNAVAILABLE,
+     lambda e: f"cannot reach the Hub for {e.repo_id}; check the network or HF_ENDPOINT"
+               + (f" ({e.detail})" if e.detail else "")),
+    (GatedRepo, 2, lambda e: f"{e.repo_id} is gated; accept its terms on the Hub and set HF_TOKEN"),
+    (RevisionNotFound, 2, lambda e: f"{e.repo_id}: revision not found"),
+    (RepoNotFound, 2, lambda e: f"{e.repo_id}: repository not found (private repos need HF_TOKEN)"),
+    (HubError, EXIT_UNAVAILABLE, lambda e: f"Hub error for {e.repo_id}: {e.detail}"),
+    (CatalogError, EXIT_CONFIG, _catalog_message),
+    (InputError, EXIT_DATAERR, lambda e: f"invalid input: {e}"),
+    (UsageError, EXIT_USAGE, lambda e: f"club3090: error: {e}"),
+    (Club3090Error, EXIT_SOFTWARE, lambda e: f"error: {e}"),
+    (KeyboardInterrupt, 130, lambda e: "interrupted"),
+)
+
+
+class UsageExit(SystemExit):
+    """What ``Parser.error`` raises: exit 64, carrying the message for ``--json``."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(EXIT_USAGE)
+        self.message = message
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse that exits 64 on usage errors (sysexits EX_USAGE), not 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        print(f"{self.prog}: error: {message}", file=sys.stderr)
+        raise UsageExit(f"{self.prog}: error: {message}")
+
+
+def build_parser() -> Parser:
+    parser = Parser(prog="club3090",
+                    description="Will this Hugging Face model run on my GPUs under vLLM? "
+                                "Header-only fit prediction, an honest gate, a ready compose file.")
+    parser.add_argument("--version", action="version", version=f"club3090 {__version__}")
+    parser.add_argument("--debug", action="store_true", help="print tracebacks for internal errors")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
+    for _name, module in COMMANDS:
+        importlib.import_module(module).add_parser(sub)
+    return parser
+
+
+def _stdio_utf8() -> None:
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None:
+            try:
+                reconfigure(encoding="utf-8")
+            except (ValueError, OSError):
+                pass
+
+
+def _fd_identity(fd: int) -> tuple[int, int] | None:
+    try:
+        st = os.fstat(fd)
+    except (OSError, ValueError):
+        return None
+    return (st.st_dev, st.st_ino)
+
+
+def _devnull_identity() -> tuple[int, int] | None:
+    try:
+        st = os.stat(os.devnull)
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino)
+
+
+def _reader_gone() -> bool:
+    """True when stdout is a pipe whose reader has closed it (a BrokenPipeError is stdout's)."""
+    try:
+        import select
+
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(events & (select.POLLERR | select.POLLHUP) for _, events in poller.poll(0))
+    except (AttributeError, OSError, ValueError):  # no poll() (Windows) or no real stdout
+        return True
+
+
+def _stdout_closed() -> int:
+    """Silence stdout for good, as the Python docs advise for SIGPIPE, so the exit flush cannot fail."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):
+        pass
+    return EXIT_PIPE
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    stdout_before = _fd_identity(1)
+    try:
+        return _main(argv)
+    except BrokenPipeError:
+        return _stdout_closed()
+    except SystemExit as exc:
+        # rich handles a broken pipe itself: stdout onto /dev/null, then SystemExit(1)
+        if exc.code == 1 and stdout_before != _devnull_identity() and _fd_identity(1) == _devnull_identity():
+            return EXIT_PIPE
+        raise
+
+
+def _main(argv: Sequence[str] | None) -> int:
+    _stdio_utf8()
+    parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        args = parser.parse_args(argv)
+    except UsageExit as exc:  # argparse's own usage errors still honour --json
+        options = argv[:argv.index("--")] if "--" in argv else argv
+        if "--json" in options:
+            _json_error(EXIT_USAGE, exc.message)
+        raise
+    if getattr(args, "run", None) is None:
+        parser.print_help(sys.stderr)
+        return EXIT_USAGE
+    settings = Settings.from_env(hf_home_flag=getattr(args, "hf_home", None), debug=args.debug)
+    try:
+        code = int(args.run(args, settings))
+        sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's exit flush
+        return code
+    except BaseException as exc:  # noqa: BLE001 - the one translation point
+        if isinstance(exc, SystemExit):
+            raise
+        if isinstance(exc, BrokenPipeError) and _reader_gone():
+            return _stdout_closed()
+        for kind, code, render in ERRORS:
+            if isinstance(exc, kind):
+                if settings.debug and code == EXIT_SOFTWARE:
+                    raise
+                _report(args, code, render(exc))
+                return code
+        if settings.debug:
+            raise
+        _report(args, EXIT_SOFTWARE, f"internal error: {exc!r} (re-run with --debug)")
+        return EXIT_SOFTWARE
+
+
+def _report(args: argparse.Namespace, code: int, message: str) -> None:
+    print(message, file=sys.stderr)
+    if getattr(args, "json", False):
+        _json_error(code, message)
+
+
+def _json_error(code: int, message: str) -> None:
+    print(json.dumps({"ok": False, "exit_code": code, "error": message}, ensure_ascii=False))
+
+
+def entry() -> NoReturn:  # pragma: no cover - console script shim
+    sys.exit(main())
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,235 @@
+"""`club3090 kv-calc MODEL`: vLLM's start-up memory accounting for one model, GPU set and shape.
+
+MODEL is a local folder (config.json + safetensors headers), a config.json path, a curated
+profile key or model id from the catalog, or a Hub repo id (through the deriver): see
+``club3090.edges.sources``. Flags override the profile's settings; the pricing is ``club3090.fit.estimate``.
+``--calibration`` scores the catalog's curated profiles against the upstream RTX 3090 anchors
+(``club3090.fit.calibration``; criterion in docs/ACCURACY.md).
+
+This module parses, makes one library call and renders. Exit codes: 0 fits (clean or
+constrained), 2 won't fit / cannot be priced / a stratum-1 stop deriving a Hub MODEL (its token on
+stderr, or ``{"stratum": 1, "reason": ...}`` with ``--json``, as ``inspect`` prints it), 64 usage
+(bad flag values included).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from club3090.cli.commands._types import (
+    bounded,
+    fraction,
+    non_negative_int,
+    positive_int,
+    positive_number,
+)
+from club3090.fit.kv_formats import KV_FORMATS, MODEL_DTYPES, canonical_dtype, kv_format
+from club3090.fit.memory import GiB as GIB
+
+MAX_BLOCK_SIZE = 4096       # vLLM's CLI offers 1..256; hybrid models raise it past that, not to powers of two
+
+
+# ---------------------------------------------------------------------------------------------
+# flag values (argparse ``type=``: a bad value is a usage error, exit 64, JSON with --json)
+
+
+block_size = bounded(int, low=1, high=MAX_BLOCK_SIZE, what="a block size")
+
+
+def kv_cache_dtype(text: str) -> str:
+    """A KV format the estimator prices: the catalog's ids and vLLM's own spellings (kvformats)."""
+    if kv_format(text) is None:
+        raise argparse.ArgumentTypeError(f"unknown KV cache dtype {text!r}; known: {', '.join(KV_FORMATS)}")
+    return text
+
+
+def model_dtype(text: str) -> str:
+    """``auto`` or a torch dtype name kvformats knows (bfloat16, bf16, float16, fp16, half, float32, ...)."""
+    if text.strip().lower() != "auto" and canonical_dtype(text) is None:
+        raise argparse.ArgumentTypeError(f"unknown dtype {text!r}; known: {', '.join(MODEL_DTYPES)}")
+    return text
+
+
+def vllm_version(text: str) -> str:
+    from club3090.fit.memory import VERSION_RE
+
+    if not VERSION_RE.match(text):
+        raise argparse.ArgumentTypeError(f"expected a vLLM version such as 0.22.0, got {text!r}")
+    return text
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("kv-calc", help="predict vLLM's KV cache, verdict and max context for a model",
+                       description="Predict vLLM's start-up memory split per GPU: weights, non-torch, "
+                                   "activation, CUDA graphs and the KV pool, with the verdict and the "
+                                   "largest context that fits.")
+    p.add_argument("model", nargs="?", help="local folder, config.json path, profile key, model id, or org/name")
+    p.add_argument("--profile", help="curated profile key whose settings to use")
+    p.add_argument("--gpus", help="GPU set: 1x3090, 2xrtx-4090, 2x24GiB, MiB:NAME,...")
+    p.add_argument("--tp", type=positive_int, help="tensor-parallel size")
+    p.add_argument("--pp", type=positive_int, help="pipeline-parallel size")
+    p.add_argument("--mem-util", type=fraction, help="--gpu-memory-utilization (fraction of total memory, (0, 1])")
+    p.add_argument("--max-model-len", type=positive_int, help="context length per request")
+    p.add_argument("--max-num-seqs", type=positive_int, help="concurrent sequences (sampler, graphs, verdict)")
+    p.add_argument("--max-num-batched-tokens", type=positive_int, help="tokens per scheduler step")
+    p.add_argument("--block-size", type=block_size, help=f"KV block size in tokens (1..{MAX_BLOCK_SIZE})")
+    p.add_argument("--kv-cache-dtype", type=kv_cache_dtype, metavar="FORMAT",
+                   help="KV cache element format: " + ", ".join(KV_FORMATS))
+    p.add_argument("--dtype", type=model_dtype, help=f"model dtype ({', '.join(MODEL_DTYPES)})")
+    p.add_argument("--weights-gib", type=positive_number,
+                   help="weights loaded per GPU rank, as vLLM's 'Model loading took X GiB'")
+    p.add_argument("--vllm-version", type=vllm_version,
+                   help="vLLM version whose defaults and logs to follow (default: the "
+                        "profile's engine pin, else the newest known)")
+    p.add_argument("--num-speculative-tokens", type=non_negative_int, help="speculative tokens (MTP/draft)")
+    p.add_argument("--enforce-eager", action="store_true", help="no CUDA graphs")
+    p.add_argument("--solve-max-ctx", action="store_true", help="answer for the largest context that fits")
+    p.add_argument("--calibration", action="store_true", help="score the curated profiles against the anchors")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(run=run)
+
+
+# ---------------------------------------------------------------------------------------------
+# output
+
+
+def _gib(value: int) -> str:
+    return f"{value / GIB:.2f} GiB"
+
+
+def render_human(est: Any) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(highlight=False)
+    result, s = est.result, est.result.settings
+    head = (f"{est.model} ({est.architecture or 'unknown architecture'}) on {est.gpus}, "
+            f"TP {est.tp} PP {est.pp}, vLLM {s.vllm_version}")
+    console.print(head)
+    console.print(f"util {s.mem_util:.2f}  max_model_len {s.max_model_len:,}  max_num_seqs {s.max_num_seqs}  "
+                  f"max_num_batched_tokens {s.max_num_batched_tokens:,}  kv {s.kv_cache_dtype} "
+                  f"(model {s.model_dtype})  weights: {est.weights_source}")
+    table = Table(title="per GPU (limiting rank)", show_header=True)
+    table.add_column("term")
+    table.add_column("GiB", justify="right")
+    g = result.per_gpu
+    rows = [("budget (total x util)", g.budget_bytes), ("weights", g.weights_bytes),
+            ("non-torch", g.non_torch_bytes), ("activation peak", g.activation_bytes),
+            ("CUDA graphs" + ("" if s.cudagraphs_subtracted else " (outside budget)"), g.cudagraph_bytes),
+            ("KV pool", g.kv_pool_bytes)]
+    for name, value in rows:
+        table.add_row(name, f"{value / GIB:.2f}")
+    console.print(table)
+    kv = Table(title="KV cache", show_header=False)
+    kv.add_column("k")
+    kv.add_column("v", justify="right")
+    kv.add_row("KV bytes per token (per GPU)", f"{result.kv_bytes_per_token:,}")
+    if result.state_bytes_per_request:
+        kv.add_row("state bytes per request (per GPU)", f"{result.state_bytes_per_request:,}")
+    kv.add_row("block size", str(result.block_size))
+    kv.add_row("groups", str(len(result.groups)))
+    kv.add_row("bytes per block", f"{result.bytes_per_block:,}")
+    kv.add_row("num blocks", f"{result.num_blocks:,}")
+    kv.add_row("GPU KV cache size", f"{result.kv_cache_tokens:,} tokens")
+    kv.add_row(f"max concurrency at {result.max_model_len:,}", f"{result.max_concurrency:.2f}x")
+    kv.add_row("largest context that fits", f"{result.max_model_len_fit:,}")
+    console.print(kv)
+    console.print(f"verdict: {result.raw_verdict}   confidence: {result.confidence}   "
+                  f"error band: ±{_gib(result.error_band_bytes)}")
+    for note in result.notes:
+        console.print(f"note: {note}")
+
+
+def run_calibration(args: argparse.Namespace) -> int:
+    from club3090.catalog import load_catalog
+    from club3090.fit.calibration import (
+        KV_TOKEN_TOLERANCE,
+        PEAK_TOLERANCE_BYTES,
+        AnchorScore,
+        calibrate,
+    )
+
+    report = calibrate(load_catalog())
+    code = 0 if report.upstream_all_pass else 2
+    if args.json:
+        print(json.dumps(report.to_json(), indent=1))
+        return code
+
+    def row(s: AnchorScore, ok: bool, why: str) -> str:
+        peak = f"{s.predicted_peak_bytes / GIB:6.2f}" if s.predicted_peak_bytes else "     -"
+        meas = f"{s.measured_peak_bytes / GIB:6.2f}" if s.measured_peak_bytes else "     -"
+        card = f"{s.card_bytes / GIB:5.2f}" if s.card_bytes else "    -"
+        toks = f"{s.predicted_kv_tokens:>9,}" if s.predicted_kv_tokens is not None else "        -"
+        mtok = f"{s.measured_kv_tokens:>9,}" if s.measured_kv_tokens else "        -"
+        return (f"{'PASS' if ok else 'FAIL'}  {s.anchor[:58]:58s} peak {peak}/{meas} of {card} GiB  "
+                f"KV {toks}/{mtok}  {s.verdict or '-':16s} {why}")
+
+    print("Upstream criterion (club-3090 kv-calc --calibration): verdict not wont-fit and the predicted")
+    print("per-card footprint (budget + CUDA graphs outside it + 0.5 GiB context) fits the card.")
+    for tally in report.upstream:
+        for s in report.scores:
+            if s.set == tally.name:
+                print(row(s, s.upstream_ok, s.upstream_why))
+    for t in report.upstream:
+        note = "" if t.scored == t.expected else \
+            f"  ({t.expected - t.scored} of upstream's {t.expected} rows not scored: not in the catalog's anchors)"
+        print(f"{t.name}: {t.passed}/{t.scored}{note}")
+    print()
+    print(f"Stricter club3090 report (every anchor; also KV tokens within {KV_TOKEN_TOLERANCE:.0%} of the "
+          f"measured pool and the footprint not under-stated by more than {PEAK_TOLERANCE_BYTES / GIB:.0f} GiB):")
+    for s in report.scores:
+        print(row(s, s.strict_ok, s.strict_why))
+    print(f"strict: {report.strict_passed}/{len(report.scores)}")
+    return code
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+def _overrides(args: argparse.Namespace) -> Any:
+    from club3090.fit.estimate import Overrides
+
+    return Overrides(tp=args.tp, pp=args.pp, mem_util=args.mem_util, max_model_len=args.max_model_len,
+                     max_num_seqs=args.max_num_seqs, max_num_batched_tokens=args.max_num_batched_tokens,
+                     block_size=args.block_size, kv_cache_dtype=args.kv_cache_dtype, dtype=args.dtype,
+                     vllm_version=args.vllm_version, num_speculative_tokens=args.num_speculative_tokens,
+                     enforce_eager=args.enforce_eager, weights_gib=args.weights_gib, gpus=args.gpus,
+                     solve_max_ctx=args.solve_max_ctx)
+
+
+def run(args: argparse.Namespace, settings: Any) -> int:
+    from club3090.catalog import load_catalog
+    from club3090.edges.derive import stop_to_json
+    from club3090.edges.sources import resolve_source
+    from club3090.fit.estimate import NoFit, estimate
+    from club3090.gate.outcome import Stop
+
+    if args.calibration:
+        return run_calibration(args)
+    catalog = load_catalog()
+    src = resolve_source(args.model, catalog, settings, profile_key=args.profile,
+                         weights_given=args.weights_gib is not None)
+    if isinstance(src, Stop):           # the deriver's stratum-1 stop: a verdict, as inspect gives it
+        payload = stop_to_json(src)
+        if args.json:
+            print(json.dumps(payload, ensure_ascii=False))
+        else:
+            print(f"[kv-calc] stratum 1 stop: {payload['reason']} ({payload['detail']})", file=sys.stderr)
+            if payload["message"]:
+                print(f"[kv-calc] {payload['message']}", file=sys.stderr)
+        return 2
+    est = estimate(src, _overrides(args), catalog)
+    if isinstance(est, NoFit):          # a verdict about the model (exit 2), not a tool failure
+        if args.json:
+            print(json.dumps(est.to_json()))
+        else:
+            print(f"no-fit-model: {est.model}: {est.error}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps(est.to_json(), indent=1))
+    else:
+        render_human(est)
+    return 2 if est.result.raw_verdict == "wont-fit" else 0

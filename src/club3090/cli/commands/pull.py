@@ -1,0 +1,276 @@
+"""`club3090 pull SLUG|DIR --profile-like KEY`: the gate, its verdict, and (Path A) the compose;
+for an accepted non-curated repo, Pull-Emit-Derived ``[E]``: compose, download, boot, smoke.
+
+Exit codes (SYSTEM.md sections 10, 12): 0 ok; 2 a stratum 1-6 stop, hard-block, or a failed
+``[E]`` stage; 3 a terminal that needs ``--yes`` / ``--force-download``; 64 usage (a bad ``--out``,
+or ``--submit-last`` / ``--submit DIR`` with no bundle to submit). Tool failures go through
+``club3090.cli``'s error table (69 Hub unreachable, 70 internal error, 78 invalid catalog); a
+submission ``gh`` could not file exits ``EXIT_GH_FAILED`` (69).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+from club3090.fit.memory import GiB
+from club3090.rig import gpus
+
+EXIT_GH_FAILED = 69   # sysexits EX_UNAVAILABLE: the GitHub CLI could not file the report
+
+
+def parse_sm(text: str) -> Decimal:
+    """``--hardware SM``: :func:`club3090.rig.gpus.parse_sm` (``8.6``, ``sm_86``, ``86``) as an argparse type."""
+    try:
+        return gpus.parse_sm(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser(
+        "pull", help="gate a model for this rig: fit verdict, a compose, and for other repos download + boot",
+        description="Run the pull gate for one Hugging Face repo (or local folder): derive its facts, "
+                    "check the --profile-like runtime, engine support, disk and the fit, then map the "
+                    "verdict to a terminal. A curated repo with --out gets its compose written. Any other "
+                    "repo whose verdict is accepted gets a patchless compose, its files downloaded and "
+                    "SHA-256-checked into HF_HOME/club3090/pulls/, and a boot + smoke test in Docker "
+                    "(--no-boot: compose and download only).")
+    p.add_argument("source", nargs="?", metavar="SLUG|DIR", help="Hugging Face repo id or a local model folder")
+    p.add_argument("--profile-like", metavar="KEY", help="registry profile giving the runtime shape (required)")
+    p.add_argument("--dry-run", action="store_true",
+                   help="evaluate only (Path B): never write a compose, download or boot; a hard stop "
+                        "still records its gate bundle under ./.pull-captures")
+    p.add_argument("--yes", "-y", action="store_true", help="accept a confirm→proceed terminal")
+    p.add_argument("--force-download", action="store_true",
+                   help="accept a low-confidence wont-fit (override-accepted; a calibration signal, not a fit)")
+    p.add_argument("--experimental-arch", action="store_true",
+                   help="bypass only [C0] no-arch-row (Path B)")
+    p.add_argument("--trust-remote-code", action="store_true",
+                   help="acknowledge that the model needs custom modelling code")
+    p.add_argument("--hf-home", type=Path, metavar="DIR",
+                   help="HF_HOME (default: $HF_HOME, $MODEL_DIR/.cache/huggingface, "
+                        "$XDG_CACHE_HOME/huggingface, ~/.cache/huggingface)")
+    p.add_argument("--out", type=Path, metavar="FILE", help="write the compose here (selects Path A for a curated repo)")
+    p.add_argument("--force", action="store_true", help="overwrite an existing --out file")
+    p.add_argument("--no-boot", action="store_true",
+                   help="non-curated repos: write the compose and download, but do not start Docker")
+    p.add_argument("--hardware", type=parse_sm, metavar="SM", help="override the compute capability, e.g. 8.6")
+    p.add_argument("--gpus", metavar="SPEC",
+                   help="override the GPU topology: 2x3090, 4xH100-80GB, 2x24GiB, or 'MiB:NAME,...'")
+    # upstream's spelling, accepted as SYSTEM.md section 10 asks; hidden from --help
+    p.add_argument("--hardware-gpus", dest="gpus", metavar="SPEC", help=argparse.SUPPRESS)
+    p.add_argument("--recommend", action="store_true", help="append a plain-language recommendation")
+    p.add_argument("--json", action="store_true", help="print the whole decision as one JSON object")
+    p.add_argument("--submit-last", action="store_true",
+                   help="submit the newest capture bundle (asks first); none -> exit 64")
+    p.add_argument("--submit", type=Path, metavar="DIR",
+                   help="submit this capture bundle (asks first); not a bundle folder -> exit 64")
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace, settings: Any) -> int:
+    from club3090.errors import UsageError
+
+    if args.submit_last or args.submit is not None:
+        if args.submit_last and args.submit is not None:
+            raise UsageError("give either --submit-last or --submit DIR, not both")
+        if args.json:
+            raise UsageError("--submit-last / --submit show the payload and ask first; --json does not apply")
+        return _submit(args, settings)
+    if not args.source:
+        raise UsageError("pull needs SLUG|DIR (or --submit-last / --submit DIR)")
+    if not args.profile_like:
+        raise UsageError("pull needs --profile-like KEY (see `club3090 profiles`)")
+    if args.out is not None and not args.dry_run:  # fail fast, before the gate runs (exit 64)
+        from club3090.edges.files import check_output_path
+        check_output_path(args.out, force=args.force)
+
+    from club3090.catalog import load_catalog
+    from club3090.pipeline.pull import PullRequest, evaluate
+    from club3090.reports.capture import CAPTURES_DIRNAME
+
+    catalog = load_catalog()
+    gpu_set = None
+    if args.gpus is not None:
+        gpu_set = gpus.parse_gpus(args.gpus, catalog)
+    request = PullRequest(
+        source=args.source, profile_like=args.profile_like, dry_run=args.dry_run, yes=args.yes,
+        force_download=args.force_download, experimental_arch=args.experimental_arch,
+        trust_remote_code=args.trust_remote_code, out=args.out, force=args.force,
+        hardware_sm=args.hardware, gpus=args.gpus)
+    result = evaluate(request, catalog=catalog, settings=settings, gpu_set=gpu_set,
+                      captures_root=Path.cwd() / CAPTURES_DIRNAME, stages=_e_stages(args))
+    if args.json:
+        payload = result.to_json()
+        if args.recommend:
+            payload["recommend"] = recommend_line(result)
+        print(json.dumps(payload, ensure_ascii=False, indent=2, default=str))
+    else:
+        print(render(result, recommend=args.recommend))
+    return result.exit_code
+
+
+def _e_stages(args: argparse.Namespace) -> Any:
+    """The real [E] seams (the Hub, docker, loopback HTTP); progress goes to stderr. A seam for tests."""
+    if args.dry_run:
+        return None
+    from club3090.pipeline.emit_derived import EStages
+
+    def progress(message: str) -> None:
+        print(message, file=sys.stderr, flush=True)
+    return EStages(progress=progress, no_boot=args.no_boot)
+
+
+# --------------------------------------------------------------------------------------------
+# Rendering
+# --------------------------------------------------------------------------------------------
+
+def _gib(n: Any) -> str:
+    return f"{int(n) / GiB:.2f} GiB"
+
+
+def fit_lines(fit: Any) -> list[str]:
+    """The fit breakdown (``memory.FitResult``) in GiB."""
+    if fit is None:
+        return []
+    rank = fit.per_gpu
+    parts = [f"{label} {_gib(getattr(rank, name))}"
+             for label, name in (("budget", "budget_bytes"), ("weights", "weights_bytes"),
+                                 ("non-torch", "non_torch_bytes"), ("activation", "activation_bytes"),
+                                 ("cuda-graphs", "cudagraph_bytes"), ("KV pool", "kv_pool_bytes"))]
+    lines = ["[pull] fit per GPU: " + ", ".join(parts)]
+    facts = [f"KV tokens {fit.kv_cache_tokens}",
+             f"max concurrency at full length {fit.max_concurrency:.2f}",
+             f"max_model_len {fit.max_model_len}", f"largest length that fits {fit.max_model_len_fit}"]
+    if fit.error_band_bytes:
+        facts.append(f"error band ±{_gib(fit.error_band_bytes)}")
+    lines.append("[pull] fit: " + ", ".join(facts))
+    return lines
+
+
+def e_lines(e: Any) -> list[str]:
+    """What Pull-Emit-Derived [E] did, stage by stage, and the failing stage's token."""
+    if e is None or not e.ran:
+        return []
+    lines = []
+    if e.compose_path is not None:
+        lines.append(f"[pull] e: compose {e.compose_path} (max-model-len {e.max_model_len})")
+    dl = e.download
+    if dl is not None and dl.ok:
+        lines.append(f"[pull] e: downloaded {len(dl.files)} files ({_gib(dl.bytes)}) to {dl.dest}"
+                     + (", sha256 verified" if dl.sha_verified else ""))
+    if e.boot is not None and e.boot.ok:
+        lines.append(f"[pull] e: booted in {e.boot.seconds:.0f}s")
+    if e.smoke is not None:
+        lines.append("[pull] e: smoke " + " ".join(f"{c}={v}" for c, v in e.smoke.results.items())
+                     + (" (partial)" if e.smoke.partial else ""))
+    if e.boot_skipped:
+        lines.append(f"[pull] e: boot and smoke skipped ({e.boot_skipped})")
+    if not e.ok:
+        lines.append(f"[pull] e-stage={e.stage} failure={e.failure}")
+        if e.detail:
+            lines.append(f"[pull] e-detail: {e.detail}")
+        if e.boot is not None and e.boot.log_excerpt:
+            tail = [ln for ln in e.boot.log_excerpt.splitlines() if ln.strip()][-5:]
+            lines.extend(f"[pull] e-log: {ln}" for ln in tail)
+    if e.bundle is not None:
+        lines.append(f"[pull] capture bundle: {e.bundle} (outcome {e.outcome})")
+        lines.append("[pull] to report it: club3090 pull --submit-last (shows the payload and asks first)")
+    return lines
+
+
+def summary_line(result: Any) -> str:
+    why = result.reason or (result.terminal or "")
+    head = result.summary
+    if head == "FITS":
+        return f"{head}: {result.terminal} ({result.confidence}, {result.raw_verdict})"
+    if head == "FITS-but-not-yet-accepted":
+        flag = result.reason.split("needs ", 1)[-1] if result.reason else ""
+        return f"{head}: {result.raw_verdict} at {result.confidence} confidence; re-run with {flag} to accept"
+    if result.raw_verdict == "wont-fit":
+        return f"{head}: predicted wont-fit at {result.confidence} confidence ({why})"
+    return f"{head}: stopped at stratum {int(result.stratum)} {result.stratum_name}: {why}"
+
+
+def recommend_line(result: Any) -> str:
+    line = f"{result.summary} (deciding stratum: {int(result.stratum)} {result.stratum_name}"
+    line += f", reason {result.reason})" if result.reason else ")"
+    if result.caveat:
+        line += f". {result.caveat}"
+    return line
+
+
+def render(result: Any, *, recommend: bool = False) -> str:
+    status = "OK" if result.ok else "ABORT"
+    lines = [f"[pull] {status} path={result.path or '-'} stratum={result.stratum_name} "
+             f"slug={result.slug} profile-like={result.profile_like}"]
+    if result.confidence or result.raw_verdict or result.terminal:
+        lines.append(f"[pull] confidence={result.confidence or '-'} raw_verdict={result.raw_verdict or '-'} "
+                     f"terminal={result.terminal or '-'}")
+    if result.reason:
+        lines.append(f"[pull] reason={result.reason}")
+    if result.c0 is not None and result.c0.bypassable_by and not result.ok:
+        lines.append(f"[pull] bypassable_by={' + '.join(sorted(result.c0.bypassable_by))}")
+    if result.detail:
+        lines.append(f"[pull] detail: {result.detail}")
+    if result.sub_reason == "gguf-only":
+        lines.append("[pull] hint: this repo ships GGUF files only; vLLM needs safetensors - look for a "
+                     "safetensors variant of the same model")
+    lines.extend(fit_lines(result.fit))
+    hw = result.hardware
+    if hw is not None and hw.memory_bytes:
+        lines.append(f"[pull] gpus: {hw.count} x " + ", ".join(sorted({_gib(m) for m in hw.memory_bytes}))
+                     + f" ({hw.memory_source}), SM {hw.sm} ({hw.sm_source})")
+    lines.extend(f"note: {n.text}" for n in result.notices)
+    lines.extend(f"closest fit: {s}" for s in result.suggestions)
+    lines.extend(e_lines(result.e))
+    if result.out is not None:
+        lines.append(f"[pull] wrote {result.out}")
+    if result.caveat:
+        lines.append(f"[pull] caveat: {result.caveat}")
+    if result.bundle is not None:
+        lines.append(f"[pull] gate bundle: {result.bundle}")
+        lines.append("[pull] to report this stop: club3090 pull --submit-last (shows the payload and asks first)")
+    lines.append(f"[pull] {summary_line(result)}")
+    if recommend:
+        lines.append(f"recommend: {recommend_line(result)}")
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------------------------
+# Submission
+# --------------------------------------------------------------------------------------------
+
+def _ask(prompt: str) -> str:
+    print(prompt, end="", file=sys.stderr, flush=True)
+    try:
+        return input()
+    except EOFError:
+        return ""
+
+
+def _submit(args: argparse.Namespace, settings: Any) -> int:
+    """Submit a bundle. No bundle to submit is a usage error (64) either way it was named."""
+    from club3090.errors import UsageError
+    from club3090.reports import capture
+
+    if args.submit_last:
+        root = Path.cwd() / capture.CAPTURES_DIRNAME
+        bundle = capture.latest_bundle(root)
+        if bundle is None:
+            raise UsageError(f"--submit-last: no capture bundle under {root}; nothing to submit")
+    else:
+        bundle = args.submit
+        if not Path(bundle).is_dir():
+            raise UsageError(f"--submit {bundle}: not a bundle folder")
+    from club3090.reports.submit import submit
+    outcome = submit(Path(bundle), ask=_ask, out=sys.stdout, secrets=settings.redaction_secrets)
+    if outcome.action == "gh-failed":
+        print(f"gh failed: {outcome.error}; nothing was sent", file=sys.stderr)
+        return EXIT_GH_FAILED
+    return 0

@@ -1,0 +1,87 @@
+"""`club3090 soak`: stability of a running server over many turns (``club3090.validate.soak``).
+
+Writes ``baseline.json``, ``turn-log.csv`` and ``gpu-log.csv`` into ``--out-dir``. Exit codes:
+0 pass, 1 fail, 2 inconclusive (deadline hit, too few turns, server unreachable), 64 usage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any, Callable
+
+from club3090.cli.commands._server import add_common, make_client, stderr_progress
+from club3090.cli.commands._types import (
+    fraction,
+    non_negative_number,
+    seconds,
+    token_count,
+)
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("soak", help="multi-turn stability run: silent empties, TPS retention, VRAM growth",
+                       description="Many streamed chat turns against a running server. PASS = no errors, no "
+                                   "silent-empty turns, decode-TPS retention (median first 5 vs last 5) >= "
+                                   "--min-retention, VRAM growth <= --max-growth-mib (when NVML can sample). "
+                                   "Exit 0 pass, 1 fail, 2 inconclusive.")
+    add_common(p, timeout=600.0)
+    p.add_argument("--mode", choices=("fresh", "continuous", "quick"), default="fresh",
+                   help="fresh: 20x5 new sessions (default); continuous: 5x5 growing context; quick: 8x5")
+    p.add_argument("--target-tokens", type=token_count, default=24000,
+                   help="continuous mode: prompt size the context ramps toward (default 24000)")
+    p.add_argument("--min-retention", type=fraction, default=0.98, help="decode-TPS retention floor (default 0.98)")
+    p.add_argument("--max-growth-mib", type=non_negative_number, default=200.0,
+                   help="largest allowed per-GPU memory growth in MiB (default 200; only when sampled)")
+    p.add_argument("--deadline", type=seconds, default=1800.0, help="total seconds (default 1800)")
+    p.add_argument("--pause", type=non_negative_number, default=0.0, help="seconds to wait between sessions (default 0)")
+    p.add_argument("--out-dir", default="soak-out", help="folder for baseline.json, turn-log.csv, gpu-log.csv "
+                                                         "(default ./soak-out)")
+    p.set_defaults(run=run)
+
+
+def render(report: Any, paths: Any) -> str:
+    data = report.to_json()
+    lines = [f"[soak] {report.url} model {report.model or '?'} mode {report.options.mode}: "
+             f"{data['turns_done']}/{data['turns_planned']} turns in {data['elapsed_s']:.0f}s"]
+    ret = data["retention"]
+    lines.append(f"[soak] errors {data['errors']}  silent-empty {data['silent_empty']}  decode TPS "
+                 f"{_f(data['decode_tps_first'])} -> {_f(data['decode_tps_last'])} (retention "
+                 f"{'-' if ret is None else f'{ret:.1%}'})")
+    gpu = data["gpu"]
+    lines.append("[soak] VRAM: " + (f"growth {gpu['growth_mib']:.0f} MiB over {gpu['samples']} samples"
+                                     if gpu["sampled"] and gpu["growth_mib"] is not None else "not sampled"))
+    lines.append(f"[soak] {data['verdict'].upper()}" + (": " + "; ".join(data["reasons"]) if data["reasons"] else ""))
+    for path in paths:
+        lines.append(f"[soak] wrote {path}")
+    return "\n".join(lines)
+
+
+def _f(value: Any) -> str:
+    return "-" if value is None else f"{value:.1f}"
+
+
+def run(args: argparse.Namespace, settings: Any, *, http: Any = None, clock: Callable[[], float] | None = None,
+        sleep: Callable[[float], None] | None = None, env: Any = None,
+        gpu_sampler: Callable[[], Any] | None = None) -> int:
+    import time
+    from pathlib import Path
+
+    from club3090.edges.gpu_probe import memory_used_bytes
+    from club3090.validate.soak import SoakOptions, soak, write_files
+
+    client, model = make_client(args, env=env, http=http, clock=clock)
+    options = SoakOptions(mode=args.mode, target_tokens=args.target_tokens, min_retention=args.min_retention,
+                          max_growth_mib=args.max_growth_mib, deadline_s=args.deadline,
+                          request_timeout_s=args.timeout, pause_s=args.pause)
+    sampler = gpu_sampler or (lambda: memory_used_bytes(enabled=settings.gpu_detect))
+    report = soak(client, options, model=model, gpu_sampler=sampler,
+                  sleep=sleep or time.sleep, progress=(lambda _s: None) if args.json else stderr_progress(args))
+    paths = write_files(report, Path(args.out_dir))
+    if args.json:
+        data = report.to_json()
+        data["files"] = [str(p) for p in paths]
+        print(json.dumps(data, indent=1))
+    else:
+        print(render(report, paths))
+    return report.exit_code

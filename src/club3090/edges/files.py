@@ -1,0 +1,119 @@
+"""Small file-system edges shared by every writer and reader: atomic writes and capped reads."""
+
+from __future__ import annotations
+
+import os
+import stat
+import tempfile
+from pathlib import Path
+from typing import Any, Callable
+
+from club3090.errors import InputError, UsageError
+from club3090.model.budgets import MAX_JSON_BYTES, parse_json_capped
+
+
+def atomic_write_bytes(path: Path, data: bytes, *, overwrite: bool = True) -> None:
+    """Write ``data`` to ``path`` via a temp file in the same folder and a rename.
+
+    Either the old file or the complete new one exists at every instant; on any failure the
+    temp file is removed. With ``overwrite=False`` an existing target raises FileExistsError.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        if overwrite:
+            os.replace(tmp, path)
+        else:
+            os.link(tmp, path)  # fails with FileExistsError instead of clobbering
+            os.unlink(tmp)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+
+
+def atomic_write_text(path: Path, text: str, *, overwrite: bool = True) -> None:
+    atomic_write_bytes(path, text.encode("utf-8"), overwrite=overwrite)
+
+
+def check_output_path(path: Path, *, force: bool, flag: str = "--out") -> Path:
+    """The file a ``--out`` path will write (symlinks followed), or a UsageError saying why not.
+
+    Cheap enough to call before doing the work, so a bad ``--out`` fails fast.
+    """
+    path = Path(path)
+    target = path.resolve() if path.is_symlink() else path
+    if target.is_dir():
+        raise UsageError(f"{flag} {path} is a folder; give a file path")
+    if target.exists() and not target.is_file():
+        raise UsageError(f"{flag} {path} is not a regular file")
+    if target.exists() and not force:
+        raise UsageError(f"{path} exists; pass --force to overwrite it")
+    parent = next((p for p in target.parents if p.exists()), None)
+    if parent is not None and not parent.is_dir():
+        raise UsageError(f"{flag} {path}: {parent} is not a folder")
+    return target
+
+
+def write_output_text(path: Path, text: str, *, force: bool, flag: str = "--out") -> Path:
+    """Write a user-named output file (``--out``) atomically; every way it can fail is a UsageError.
+
+    ``check_output_path`` refuses folders and special files (devices, FIFOs: an atomic rename
+    would replace the node), an existing file without ``force`` and a parent that is not a
+    folder; a symlink is written through to its target. OS failures (read-only folder, disk
+    full) name the path and the reason.
+    """
+    target = check_output_path(path, force=force, flag=flag)
+    try:
+        atomic_write_text(target, text, overwrite=force)
+    except FileExistsError:
+        raise UsageError(f"{path} exists; pass --force to overwrite it") from None
+    except OSError as exc:
+        raise UsageError(f"{flag} {path}: cannot write ({exc.strerror or exc})") from None
+    return target
+
+
+def read_bytes_capped(path: Path, *, limit: int) -> bytes:
+    """The bytes of a regular file no larger than ``limit``; anything else -> InputError.
+
+    The file is opened once and checked on the open descriptor: devices, FIFOs and sockets are
+    refused (their reported size is 0, and a read could be endless or block forever), and at
+    most ``limit + 1`` bytes are ever read.
+    """
+    path = Path(path)
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except OSError as exc:
+        raise InputError(str(path), f"cannot read: {exc.strerror or exc}") from exc
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise InputError(str(path), "not a regular file")
+        if info.st_size > limit:
+            raise InputError(str(path), f"{info.st_size} bytes is over the {limit}-byte limit")
+        os.set_blocking(fd, True)
+        with os.fdopen(fd, "rb") as handle:
+            fd = -1
+            raw = handle.read(limit + 1)
+    except OSError as exc:
+        raise InputError(str(path), f"cannot read: {exc.strerror or exc}") from exc
+    finally:
+        if fd >= 0:
+            os.close(fd)
+    if len(raw) > limit:
+        raise InputError(str(path), f"over the {limit}-byte limit")
+    return raw
+
+
+def read_json_capped(path: Path, *, limit: int = MAX_JSON_BYTES) -> Any:
+    """Parse a JSON file no larger than ``limit`` bytes; malformed, oversized or not a regular
+    file -> InputError."""
+    raw = read_bytes_capped(path, limit=limit)
+    return parse_json_capped(raw, name=str(path), limit=limit)

@@ -1,0 +1,397 @@
+"""The only module that talks HTTP: a thin wrapper over the real ``huggingface_hub`` client.
+
+- The endpoint and token come from ``Settings`` and are passed explicitly (never the client's
+  import-time ``ENDPOINT``); the token is sent as a header and never logged, printed or stored.
+- ``Settings.offline`` alone decides offline-ness. Offline, every call raises
+  ``errors.HubUnreachable`` before any request. Online, the client's import-time
+  ``HF_HUB_OFFLINE`` constant (which would refuse every request if the variable was set when
+  huggingface_hub was first imported) is lifted for the span of each call and then restored.
+- ``translate`` is the one place that maps huggingface_hub / transport exceptions to ``errors``.
+- Transport faults, truncated bodies and 5xx/429 answers are retried a bounded number of times,
+  then reported as ``errors.HubUnreachable`` (the CLI exits 69): an outage is not a verdict.
+- Safetensors headers are read with ranged GETs through the client's own session, every shard in
+  parallel, streaming and stopping after the bytes asked for (so a server that ignores ``Range``
+  still costs one header, not the file). JSON files (config, index) are fetched the same way,
+  capped, and not written to the HF cache.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Protocol, Sequence
+
+from club3090.edges.files import MAX_JSON_BYTES, parse_json_capped
+from club3090.errors import (
+    EntryNotFound,
+    FileMetadataMissing,
+    GatedRepo,
+    HubError,
+    HubUnreachable,
+    InputError,
+    RepoNotFound,
+    RevisionNotFound,
+)
+from club3090.model.safetensors import (
+    PREFIX_BYTES,
+    SafetensorsHeader,
+    header_length,
+    parse_header,
+)
+from club3090.model.spec import RepoFile
+
+if TYPE_CHECKING:
+    from club3090.settings import Settings
+
+Progress = Callable[[int, int], None]  # (files done, files total)
+
+DEFAULT_TIMEOUT_S = 30.0
+DEFAULT_RETRIES = 3                     # retries after the first attempt
+DEFAULT_BACKOFF_S = 0.5                 # doubled per retry
+FIRST_READ_BYTES = 65_536               # most shard headers fit; longer ones take a second range
+MAX_WORKERS = 8
+
+_TRANSPORT_NAMES = frozenset({"TransportError", "TimeoutException", "NetworkError", "ProtocolError",
+                              "StreamError", "ConnectError", "ReadError", "WriteError", "PoolTimeout"})
+
+
+class TruncatedBody(Exception):
+    """A response body ended before the bytes its headers promised (retryable transport fault)."""
+
+
+@dataclass(frozen=True, slots=True)
+class RepoInfo:
+    """What ``model_info(files_metadata=True)`` tells us, reduced to what derivation needs."""
+
+    repo_id: str
+    revision: str | None                # as asked (None = the default branch)
+    commit: str | None                  # the resolved 40-hex sha
+    files: tuple[RepoFile, ...]
+    gated: bool = False
+
+    @property
+    def names(self) -> frozenset[str]:
+        return frozenset(f.name for f in self.files)
+
+    def file(self, name: str) -> RepoFile | None:
+        return next((f for f in self.files if f.name == name), None)
+
+
+class HubSource(Protocol):
+    """The seam ``derive`` talks to; ``HubClient`` is the real one, tests may pass a fake."""
+
+    def repo_info(self, repo_id: str, revision: str | None) -> RepoInfo: ...
+
+    def fetch_json(self, repo_id: str, filename: str, revision: str | None) -> Any: ...
+
+    def read_headers(self, repo_id: str, files: Sequence[RepoFile], revision: str | None,
+                     progress: Progress | None = None) -> dict[str, SafetensorsHeader]: ...
+
+
+def is_transport_failure(exc: BaseException) -> bool:
+    """True for connection/timeout/protocol faults, whichever of httpx or httpx2 raised them."""
+    if isinstance(exc, (ConnectionError, TimeoutError, TruncatedBody)):
+        return True
+    for cls in type(exc).__mro__:
+        if cls.__module__.split(".")[0] in {"httpx", "httpx2", "httpcore"} and cls.__name__ in _TRANSPORT_NAMES:
+            return True
+    return False
+
+
+class _OnlineOverride:
+    """Ref-counted lift of ``huggingface_hub.constants.HF_HUB_OFFLINE`` while online calls run.
+
+    huggingface_hub computes the constant once, at import, and its request hook refuses every
+    request while it is true. Parallel header reads share one lift; the last call out restores
+    the value it found, so code outside our calls still sees the library's own setting.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._depth = 0
+        self._saved = False
+
+    @contextmanager
+    def __call__(self) -> Iterator[None]:
+        from huggingface_hub import constants
+
+        with self._lock:
+            if self._depth == 0:
+                self._saved = constants.HF_HUB_OFFLINE
+                constants.HF_HUB_OFFLINE = False
+            self._depth += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._depth -= 1
+                if self._depth == 0:
+                    constants.HF_HUB_OFFLINE = self._saved
+
+
+online = _OnlineOverride()
+"""Wrap every online huggingface_hub call (here and in ``download``) in ``with online():``."""
+
+
+def _status(exc: BaseException) -> int | None:
+    response = getattr(exc, "response", None)
+    code = getattr(response, "status_code", None)
+    return code if isinstance(code, int) else None
+
+
+def _retryable(exc: BaseException) -> bool:
+    from huggingface_hub import errors as hf_errors
+
+    if isinstance(exc, hf_errors.OfflineModeIsEnabled):
+        return False
+    if is_transport_failure(exc):
+        return True
+    status = _status(exc)
+    return status is not None and (status >= 500 or status == 429)
+
+
+def _describe(exc: BaseException) -> str:
+    status = _status(exc)
+    head = f"HTTP {status}" if status is not None else type(exc).__name__
+    text = str(exc).splitlines()[0] if str(exc) else ""
+    return f"{head}: {text}"[:300] if text else head
+
+
+def translate(exc: BaseException, repo_id: str, has_token: bool) -> HubError | None:
+    """Map a huggingface_hub or transport exception to our tree; None if it is not a Hub problem."""
+    from huggingface_hub import errors as hf_errors
+
+    if isinstance(exc, HubError):
+        return exc
+    if isinstance(exc, hf_errors.OfflineModeIsEnabled):
+        return HubUnreachable(repo_id, "HF_HUB_OFFLINE is set")
+    if isinstance(exc, hf_errors.GatedRepoError):  # subclass of RepositoryNotFoundError: test it first
+        return RepoNotFound(repo_id, "gated") if has_token else GatedRepo(repo_id, "gated")
+    if isinstance(exc, hf_errors.RepositoryNotFoundError):
+        return RepoNotFound(repo_id, "not found")
+    if isinstance(exc, hf_errors.RevisionNotFoundError):
+        return RevisionNotFound(repo_id, "revision not found")
+    if isinstance(exc, hf_errors.RemoteEntryNotFoundError):
+        return EntryNotFound(repo_id, "file not found")
+    if isinstance(exc, hf_errors.FileMetadataError):  # no ETag / X-Repo-Commit on a file's answer
+        return FileMetadataMissing(repo_id, _describe(exc))
+    if isinstance(exc, hf_errors.HfHubHTTPError):
+        status = _status(exc)
+        if status is not None and (status >= 500 or status == 429):
+            return HubUnreachable(repo_id, _describe(exc))
+        return RepoNotFound(repo_id, _describe(exc))  # any other non-2xx answer
+    if is_transport_failure(exc):
+        return HubUnreachable(repo_id, _describe(exc))
+    return None
+
+
+class HubClient:
+    """Hub access for one settings object. Thread-safe; share one per command."""
+
+    def __init__(self, settings: "Settings", *, timeout: float | None = None, retries: int | None = None,
+                 backoff: float | None = None, max_workers: int = MAX_WORKERS,
+                 sleep: Callable[[float], None] = time.sleep) -> None:
+        # None -> the module defaults, read at construction so tests can shorten them
+        self.endpoint = settings.endpoint.rstrip("/")
+        self._token = settings.token or None
+        self.offline = settings.offline
+        self.timeout = DEFAULT_TIMEOUT_S if timeout is None else timeout
+        self.retries = DEFAULT_RETRIES if retries is None else retries
+        self.backoff = DEFAULT_BACKOFF_S if backoff is None else backoff
+        self.max_workers = max_workers
+        self._sleep = sleep
+
+    def __repr__(self) -> str:  # never show the token
+        return f"HubClient(endpoint={self.endpoint!r}, token={'<set>' if self._token else None})"
+
+    # -- plumbing ---------------------------------------------------------------------------
+    def _auth(self) -> bool | str:
+        return self._token if self._token else False
+
+    def _headers(self, extra: dict[str, str] | None = None) -> dict[str, str]:
+        from huggingface_hub.utils import build_hf_headers
+
+        return build_hf_headers(token=self._auth(), library_name="club3090", headers=extra)
+
+    def _url(self, repo_id: str, filename: str, revision: str | None) -> str:
+        from huggingface_hub import hf_hub_url
+
+        return hf_hub_url(repo_id, filename, revision=revision, endpoint=self.endpoint)
+
+    def _call(self, repo_id: str, fn: Callable[[], Any]) -> Any:
+        """Every request goes through here: the offline check, retries, error translation."""
+        if self.offline:
+            raise HubUnreachable(repo_id, "HF_HUB_OFFLINE is set: no Hub requests")
+        attempt = 0
+        while True:
+            try:
+                with online():
+                    return fn()
+            except Exception as exc:  # noqa: BLE001 - classified below, re-raised when unknown
+                if _retryable(exc) and attempt < self.retries:
+                    self._sleep(self.backoff * (2 ** attempt))
+                    attempt += 1
+                    continue
+                mapped = translate(exc, repo_id, self._token is not None)
+                if mapped is None:
+                    raise
+                if isinstance(mapped, HubUnreachable) and attempt:
+                    mapped = HubUnreachable(repo_id, f"{mapped.detail} (after {attempt + 1} attempts)")
+                raise mapped from None
+
+    def _get(self, url: str, *, start: int = 0, length: int, ranged: bool) -> bytes:
+        """GET ``length`` bytes from ``start`` (Range when ``ranged``); stream and stop early."""
+        from huggingface_hub.utils import get_session, hf_raise_for_status
+
+        extra = {"range": f"bytes={start}-{start + length - 1}"} if ranged else None
+        with get_session().stream("GET", url, headers=self._headers(extra), timeout=self.timeout) as resp:
+            if resp.status_code >= 400:
+                resp.read()
+                hf_raise_for_status(resp)
+            total: int | None = None
+            if resp.status_code == 206:
+                content_range = resp.headers.get("content-range", "")
+                if not content_range.startswith(f"bytes {start}-"):
+                    raise TruncatedBody(f"unexpected Content-Range {content_range!r}")
+                tail = content_range.rpartition("/")[2]
+                total = int(tail) if tail.isdigit() else None
+                skip = 0
+            else:  # Range ignored (or not asked): the body starts at byte 0
+                length_header = resp.headers.get("content-length", "")
+                total = int(length_header) if length_header.isdigit() else None
+                skip = start
+            expected = length if total is None else max(0, min(length, total - start))
+            chunks: list[bytes] = []
+            got = 0
+            for chunk in resp.iter_bytes():
+                if skip:
+                    cut = min(skip, len(chunk))
+                    chunk, skip = chunk[cut:], skip - cut
+                chunks.append(chunk)
+                got += len(chunk)
+                if got >= length:
+                    break
+            if got < expected:
+                raise TruncatedBody(f"got {got} of {expected} bytes")
+            return b"".join(chunks)[:length]
+
+    # -- HubSource ----------------------------------------------------------------------------
+    def repo_info(self, repo_id: str, revision: str | None) -> RepoInfo:
+        from huggingface_hub import HfApi
+
+        api = HfApi(endpoint=self.endpoint, token=self._auth(), library_name="club3090")
+        info = self._call(repo_id, lambda: api.model_info(repo_id, revision=revision, files_metadata=True,
+                                                          timeout=self.timeout))
+        files = []
+        for sibling in info.siblings or ():
+            lfs = getattr(sibling, "lfs", None)
+            size = getattr(sibling, "size", None)
+            if size is None and lfs is not None:
+                size = lfs.size
+            files.append(RepoFile(name=sibling.rfilename, size_bytes=size,
+                                  sha256=getattr(lfs, "sha256", None) if lfs is not None else None))
+        gated = getattr(info, "gated", False)
+        return RepoInfo(repo_id=repo_id, revision=revision, commit=getattr(info, "sha", None),
+                        files=tuple(files), gated=bool(gated))
+
+    def fetch_json(self, repo_id: str, filename: str, revision: str | None,
+                   *, limit: int = MAX_JSON_BYTES) -> Any:
+        """Fetch and parse a JSON file of the repo (capped at ``limit`` bytes; over -> InputError)."""
+        url = self._url(repo_id, filename, revision)
+        raw = _naming(filename, lambda: self._call(repo_id, lambda: self._get_whole(url, limit + 1)))
+        return parse_json_capped(raw, name=f"{repo_id}/{filename}", limit=limit)
+
+    def _get_whole(self, url: str, limit: int) -> bytes:
+        from huggingface_hub.utils import get_session, hf_raise_for_status
+
+        with get_session().stream("GET", url, headers=self._headers(), timeout=self.timeout) as resp:
+            if resp.status_code >= 400:
+                resp.read()
+                hf_raise_for_status(resp)
+            chunks: list[bytes] = []
+            got = 0
+            for chunk in resp.iter_bytes():
+                chunks.append(chunk)
+                got += len(chunk)
+                if got >= limit:
+                    break
+            return b"".join(chunks)
+
+    def read_header(self, repo_id: str, file: RepoFile, revision: str | None) -> SafetensorsHeader:
+        url = self._url(repo_id, file.name, revision)
+        name = f"{repo_id}/{file.name}"
+        size = file.size_bytes
+
+        def attempt() -> SafetensorsHeader:
+            want = FIRST_READ_BYTES if size is None else max(1, min(FIRST_READ_BYTES, size))
+            first = self._get(url, start=0, length=want, ranged=True)
+            n = header_length(first[:PREFIX_BYTES], file=name)
+            if size is not None and PREFIX_BYTES + n > size:
+                raise InputError(name, f"truncated: header of {n} bytes does not fit in a {size}-byte file")
+            if len(first) >= PREFIX_BYTES + n:
+                raw = first[PREFIX_BYTES:PREFIX_BYTES + n]
+            else:
+                raw = self._get(url, start=PREFIX_BYTES, length=n, ranged=True)
+                if len(raw) < n:  # the file itself ends inside its header
+                    raise InputError(name, f"truncated: got {len(raw)} of {n} header bytes")
+            return parse_header(raw, file=name, file_size=size)
+
+        return _naming(file.name, lambda: self._call(repo_id, attempt))
+
+    def read_headers(self, repo_id: str, files: Sequence[RepoFile], revision: str | None,
+                     progress: Progress | None = None) -> dict[str, SafetensorsHeader]:
+        """Read every file's header in parallel; the first failure cancels the rest and is raised."""
+        return read_all(lambda f: self.read_header(repo_id, f, revision), files, progress,
+                        max_workers=self.max_workers)
+
+
+def _naming(filename: str, call: Callable[[], Any]) -> Any:
+    """Run ``call``; a missing file comes out as ``EntryNotFound`` naming ``filename``."""
+    try:
+        return call()
+    except EntryNotFound as exc:
+        if exc.file is not None:
+            raise
+        raise EntryNotFound(exc.repo_id, exc.detail, file=filename) from None
+
+
+def cached_snapshot(repo_id: str, revision: str | None, cache_dir: Path) -> Path | None:
+    """The snapshot folder of ``repo_id@revision`` in the HF cache, if its config.json is cached."""
+    from huggingface_hub import try_to_load_from_cache
+
+    found = try_to_load_from_cache(repo_id, "config.json", cache_dir=str(cache_dir),
+                                   revision=revision or "main")
+    if isinstance(found, str):
+        return Path(found).parent
+    return None
+
+
+def read_all(read: Callable[[RepoFile], SafetensorsHeader], files: Iterable[RepoFile],
+             progress: Progress | None, *, max_workers: int = MAX_WORKERS) -> dict[str, SafetensorsHeader]:
+    files = list(files)
+    total = len(files)
+    out: dict[str, SafetensorsHeader] = {}
+    if progress is not None:
+        progress(0, total)
+    if total == 0:
+        return out
+    with ThreadPoolExecutor(max_workers=max(1, min(max_workers, total)),
+                            thread_name_prefix="club3090-header") as pool:
+        pending = {pool.submit(read, f): f for f in files}
+        while pending:
+            done, _ = wait(pending, return_when=FIRST_EXCEPTION)
+            for future in done:
+                file = pending.pop(future)
+                exc = future.exception()
+                if exc is not None:
+                    for other in pending:
+                        other.cancel()
+                    raise exc
+                out[file.name] = future.result()
+                if progress is not None:
+                    progress(len(out), total)
+    return out

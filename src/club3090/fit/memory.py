@@ -1,0 +1,670 @@
+"""vLLM v1 start-up memory accounting per GPU rank (the model in docs VLLM_MEMORY.md).
+
+``predict(arch, weights_bytes=..., gpu_memory_bytes=[...], shape=ServeShape(...))`` returns a
+:class:`FitResult`: the per-rank budget split (weights, non-torch, activation peak, CUDA-graph
+pool, KV pool), the KV page layout (block size, groups, bytes per block), ``num_blocks`` (minimum
+over ranks), the concurrency at ``max_model_len``, the "GPU KV cache size" line as the chosen vLLM
+version prints it, a verdict and the largest context that fits.
+
+Exact parts (page sizes, grouping, blocks per request, the refusal check) follow vLLM's code
+paths. The three free terms (non-torch, activation peak, CUDA graphs) are small physical formulas
+whose coefficients were fitted to real start-up logs (``benchmarks/accuracy.py``,
+docs/ACCURACY.md); they are module constants, not per-model values.
+
+Pure: no I/O, no environment, no clock, no printing.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import asdict, dataclass, field, replace
+from fractions import Fraction
+from typing import Any, Sequence
+
+from club3090.errors import Club3090Error
+from club3090.fit.kv_formats import KvFormat, canonical_dtype, dtype_bytes, kv_format
+from club3090.model.architecture import Architecture, LayerSpec
+
+__all__ = [
+    "ServeShape", "FitResult", "RankBreakdown", "KvGroup", "UnpriceableModel", "predict",
+    "resolve_defaults", "parse_version", "capture_sizes", "kv_page_layout", "NEWEST_KNOWN_VLLM",
+    "VERDICTS", "GiB", "MiB", "tp_geometry_problem", "mamba_groups",
+]
+
+GiB = 1 << 30
+MiB = 1 << 20
+NEWEST_KNOWN_VLLM = "0.33.0"
+VERDICTS = ("fits-clean", "fits-constrained", "wont-fit")
+CONSTRAINED_SLACK = Fraction(105, 100)   # requested concurrency may exceed the pool by 5 % and stay "clean"
+
+
+class UnpriceableModel(Club3090Error, ValueError):
+    """The fit engine cannot price this model/shape (unmodelled layer type, impossible TP, ...)."""
+
+
+# ---------------------------------------------------------------------------------------------
+# fitted free terms (see docs/ACCURACY.md for the data and the fit)
+
+# non-torch memory allocated after the start-up snapshot
+NON_TORCH_TP1 = int(0.20 * GiB)            # cuBLAS/attention workspaces that appear during profiling
+NON_TORCH_MULTI = int(0.30 * GiB)          # + NCCL / custom all-reduce buffers once world size > 1
+NON_TORCH_NVSWITCH = int(1.45 * GiB)       # + NCCL NVLS (NVSwitch multicast) buffers, TP > 1 on SXM parts
+# activation peak of the profile run: max(forward pass, sampler) + fixed part
+ACT_FORWARD_COEF = 1.3                     # x the per-token activation width (bytes) x tokens
+SAMPLER_COEF = 3.75                        # x fp32 logits (num_reqs x vocab x 4 B): logits, probs, sort
+# CUDA-graph pool estimate (subtracted from v0.21.0 unless --enforce-eager). Piecewise graphs keep
+# per-layer buffers, so the pool scales with layers x hidden / TP on the rank: the first capture
+# costs about CUDAGRAPH_BASE_TOKENS tokens' worth of hidden states per layer, and vLLM extrapolates
+# each further capture size linearly (CUDAGRAPH_PER_GRAPH_TOKENS per graph).
+CUDAGRAPH_BASE_TOKENS = 2048
+CUDAGRAPH_PER_GRAPH_TOKENS = 36
+# the start-up free-memory check, and the margin vLLM suggests on top
+# K=V tied caches (Gemma 4 `attention_k_eq_v`, global layers only): vLLM's attention layer still
+# allocates a K and a V plane, so they cost full price. Evidence: vLLM PR #40391 sizes a Gemma 4
+# global head at 1,032 B/token in int8_per_token_head (512 K + 512 V + 8 scale bytes, padded to
+# 1,040), and the measured pools (gemma-bf16-mtp 196,527 tokens, gemma-int8-mtp 447K, the 12B boot
+# log's 384,019 tokens / 8.16 GiB) are reproduced with K + V and are 2x off with K only
+# (docs/ACCURACY.md).
+K_EQ_V_STORED_ONCE = False
+ERROR_BAND_FRACTION = Fraction(3, 100)
+ERROR_BAND_FLOOR = int(0.5 * GiB)
+
+
+# ---------------------------------------------------------------------------------------------
+# inputs
+
+
+@dataclass(frozen=True, slots=True)
+class ServeShape:
+    """Serving settings. ``None`` means vLLM's default for the chosen version and device."""
+
+    tp: int = 1
+    pp: int = 1
+    mem_util: float | None = None
+    max_model_len: int | None = None
+    max_num_seqs: int | None = None
+    max_num_batched_tokens: int | None = None
+    block_size: int | None = None
+    kv_cache_dtype: str = "auto"
+    enforce_eager: bool = False
+    vllm_version: str | None = None
+    num_speculative_tokens: int = 0
+    extra_weights_bytes: int = 0
+    # additions beyond the DESIGN.md minimum
+    dtype: str | None = None                 # --dtype; None/"auto" = the config's dtype (fp32 -> bf16)
+    entrypoint: str = "api_server"           # "api_server" | "llm" (batch defaults differ)
+    device_name: str | None = None           # e.g. "NVIDIA A100-SXM4-80GB" (batch defaults exclude A100/GB10)
+    nvswitch: bool | None = None             # None: assumed for >= 70 GiB data-centre parts at TP > 1
+    kv_cache_memory_bytes: int | None = None  # --kv-cache-memory-bytes (per GPU)
+    disable_hybrid_kv_cache_manager: bool = False
+    mamba_ssm_cache_dtype: str | None = None  # None: config's value, else the model dtype
+    enable_prefix_caching: bool | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class KvGroup:
+    kind: str                  # full | sliding | chunked | mla | state
+    num_layers: int            # real layers in this group (<= group size; the rest is padding)
+    block_size: int            # tokens per block for this group
+    page_bytes: int            # one layer's page
+    window: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RankBreakdown:
+    rank: int
+    gpu_memory_bytes: int
+    budget_bytes: int
+    weights_bytes: int
+    non_torch_bytes: int
+    activation_bytes: int
+    cudagraph_bytes: int           # subtracted from the budget (0 when this version captures outside it)
+    kv_pool_bytes: int
+    num_blocks: int
+    bytes_per_block: int
+    kv_bytes_per_token: int        # attention layers on this rank, bytes per token
+    num_layers: int
+
+    def to_json(self) -> dict[str, int]:
+        return {"budget_bytes": self.budget_bytes, "weights_bytes": self.weights_bytes,
+                "non_torch_bytes": self.non_torch_bytes, "activation_bytes": self.activation_bytes,
+                "cudagraph_bytes": self.cudagraph_bytes, "kv_pool_bytes": self.kv_pool_bytes}
+
+
+@dataclass(frozen=True, slots=True)
+class Resolved:
+    vllm_version: str
+    mem_util: float
+    max_model_len: int
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    kv_cache_dtype: str
+    model_dtype: str
+    cudagraphs_subtracted: bool
+    capture_sizes: int
+    kv_tokens_formula: str          # "blocks" (<= 0.19) | "concurrency"
+
+
+@dataclass(frozen=True, slots=True)
+class FitResult:
+    per_gpu: RankBreakdown           # the limiting rank (fewest blocks)
+    ranks: tuple[RankBreakdown, ...]
+    kv_bytes_per_token: int          # per rank: attention KV one token costs on the limiting rank
+    state_bytes_per_request: int     # per rank: fixed linear-attention/Mamba state of one request
+    block_size: int                  # attention block size (raised for hybrids)
+    bytes_per_block: int
+    num_blocks: int
+    blocks_per_request: int
+    kv_cache_tokens: int
+    max_concurrency: float
+    raw_verdict: str
+    max_model_len: int
+    max_model_len_fit: int
+    confidence: str
+    error_band_bytes: int
+    groups: tuple[KvGroup, ...]
+    settings: Resolved
+    notes: tuple[str, ...] = field(default=())
+    cudagraph_outside_budget_bytes: int = 0
+    requested_concurrency: int = 1
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "per_gpu": self.per_gpu.to_json(),
+            "ranks": [{"rank": r.rank, "gpu_memory_bytes": r.gpu_memory_bytes, **r.to_json(),
+                       "num_blocks": r.num_blocks} for r in self.ranks],
+            "kv_bytes_per_token": self.kv_bytes_per_token,
+            "state_bytes_per_request": self.state_bytes_per_request,
+            "block_size": self.block_size,
+            "bytes_per_block": self.bytes_per_block,
+            "num_blocks": self.num_blocks,
+            "blocks_per_request": self.blocks_per_request,
+            "kv_cache_tokens": self.kv_cache_tokens,
+            "max_concurrency": round(self.max_concurrency, 2),
+            "requested_concurrency": self.requested_concurrency,
+            "raw_verdict": self.raw_verdict,
+            "max_model_len": self.max_model_len,
+            "max_model_len_fit": self.max_model_len_fit,
+            "confidence": self.confidence,
+            "error_band_bytes": self.error_band_bytes,
+            "cudagraph_outside_budget_bytes": self.cudagraph_outside_budget_bytes,
+            "groups": [asdict(g) for g in self.groups],
+            "settings": asdict(self.settings),
+            "notes": list(self.notes),
+        }
+
+
+# ---------------------------------------------------------------------------------------------
+# versions and defaults
+
+
+VERSION_RE = re.compile(r"\s*v?(\d+)\.(\d+)(?:\.(\d+))?")   # '0.22', 'v0.19.1', '0.8.3.dev172+g2b93162f'
+
+
+def parse_version(version: str | None) -> tuple[int, int, int]:
+    """'0.8.3.dev172+g2b93162f' -> (0, 8, 3); None/unparseable -> the newest known version."""
+    text = version if version else NEWEST_KNOWN_VLLM
+    match = VERSION_RE.match(str(text))
+    if not match:
+        match = VERSION_RE.match(NEWEST_KNOWN_VLLM)
+        assert match is not None
+    return int(match.group(1)), int(match.group(2)), int(match.group(3) or 0)
+
+
+def capture_sizes(max_num_seqs: int, num_speculative_tokens: int = 0, limit: int = 512) -> list[int]:
+    """vLLM's CUDA-graph capture sizes: [1, 2, 4] + 8..248 step 8 + 256.. step 16, cut at the max."""
+    top = min(2 * max_num_seqs * (1 + num_speculative_tokens), limit)
+    sizes = [1, 2, 4] + list(range(8, 256, 8)) + list(range(256, limit + 1, 16))
+    return [s for s in sizes if s <= top]
+
+
+def resolve_defaults(arch: Architecture, shape: ServeShape, gpu_memory_bytes: Sequence[int]) -> Resolved:
+    version = shape.vllm_version or NEWEST_KNOWN_VLLM
+    ver = parse_version(version)
+    util = shape.mem_util if shape.mem_util is not None else (0.92 if ver >= (0, 21, 0) else 0.90)
+    device_gib = min(gpu_memory_bytes) / GiB if gpu_memory_bytes else 0.0
+    name = (shape.device_name or "").lower()
+    api = shape.entrypoint != "llm"
+    if ver >= (0, 10, 2) and device_gib >= 160:
+        mns, mnbt = 1024, 16384
+    elif ver >= (0, 10, 2) and device_gib >= 70 and "a100" not in name and "gb10" not in name:
+        mns, mnbt = 1024, (8192 if api else 16384)
+    else:
+        mns, mnbt = 256, (2048 if api else 8192)
+    max_num_seqs = shape.max_num_seqs or mns
+    max_len = shape.max_model_len or arch.derived_max_model_len or arch.max_position_embeddings or 0
+    if shape.max_num_batched_tokens:
+        mnbt = shape.max_num_batched_tokens
+    mnbt = max(mnbt, max_num_seqs if shape.max_num_batched_tokens is None else 0, 1)
+    model_dtype = canonical_dtype(shape.dtype) if shape.dtype and shape.dtype != "auto" else None
+    if model_dtype is None:
+        cfg = canonical_dtype(arch.torch_dtype)
+        model_dtype = "bfloat16" if cfg in (None, "float32") else cfg
+    graphs = ver >= (0, 21, 0) and not shape.enforce_eager
+    n_sizes = 0 if shape.enforce_eager else len(capture_sizes(max_num_seqs, shape.num_speculative_tokens))
+    return Resolved(vllm_version=version, mem_util=float(util), max_model_len=int(max_len),
+                    max_num_seqs=int(max_num_seqs), max_num_batched_tokens=int(mnbt),
+                    kv_cache_dtype=shape.kv_cache_dtype or "auto", model_dtype=model_dtype,
+                    cudagraphs_subtracted=graphs, capture_sizes=n_sizes,
+                    kv_tokens_formula="concurrency" if ver >= (0, 20, 0) else "blocks")
+
+
+# ---------------------------------------------------------------------------------------------
+# KV page layout
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _kv_heads_on_rank(total: int, tp: int) -> int:
+    return max(1, total // tp)
+
+
+def _attn_token_bytes(layer: LayerSpec, tp: int, fmt: KvFormat, model_bytes: int) -> Fraction:
+    """Bytes one token costs in one attention layer on one rank."""
+    if layer.kind == "mla":
+        if fmt.mla_bytes_per_token is not None:
+            return Fraction(fmt.mla_bytes_per_token)
+        k, _v = fmt.element_bytes(model_bytes)
+        return layer.head_dim * k                       # one latent head, never split by TP
+    heads = _kv_heads_on_rank(layer.num_kv_heads, tp)
+    k, v = fmt.element_bytes(model_bytes)
+    v_dim = layer.v_head_dim or (layer.head_dim if layer.k_eq_v else 0)
+    if layer.k_eq_v and K_EQ_V_STORED_ONCE:
+        v_dim = 0
+    per_head = layer.head_dim * k + v_dim * v + fmt.scale_bytes_per_head
+    return heads * per_head
+
+
+def tp_geometry_problem(tp: int, heads: int | None, kv_heads: int | None) -> str | None:
+    """Why vLLM cannot split attention over ``tp`` ranks, else None. The one owner of the rule
+    (the gate's [C0] and :func:`predict` both use it): the query heads must divide by TP; the KV
+    heads are split when TP divides them and replicated when TP is a multiple of them
+    (``config/model.py::get_num_kv_heads``)."""
+    if tp <= 1:
+        return None
+    if heads and heads % tp:
+        return f"tp={tp} does not divide the {heads} attention heads"
+    if kv_heads and kv_heads % tp and tp % kv_heads:
+        return f"tp={tp} neither divides nor is a multiple of the {kv_heads} KV heads"
+    return None
+
+
+def mamba_groups(n_groups: int, tp: int) -> int:
+    """Mamba-2 groups across all ranks after vLLM's replication (MambaMixer2,
+    ``extra_groups_for_head_shards``): TP dividing the groups shards them as they are; a single
+    group is replicated once per rank; any other non-dividing count vLLM refuses to load."""
+    if n_groups % tp == 0:
+        return n_groups
+    if n_groups == 1:
+        return tp
+    raise UnpriceableModel(f"{n_groups} Mamba groups are neither divisible by TP {tp} nor a single group")
+
+
+def _state_bytes(layer: LayerSpec, tp: int, num_spec: int, conv_bytes: int, ssm_bytes: int) -> int:
+    """One request's recurrent state for one layer on one rank (mamba_utils state shapes)."""
+    if layer.kind == "gdn":
+        conv_dim = (2 * layer.linear_num_key_heads * layer.linear_key_head_dim
+                    + layer.linear_num_value_heads * layer.linear_value_head_dim)
+        conv = (conv_dim // tp) * (layer.conv_kernel - 1 + num_spec)
+        recurrent = (layer.linear_num_value_heads // tp) * layer.linear_value_head_dim * layer.linear_key_head_dim
+        return conv * conv_bytes + recurrent * ssm_bytes
+    if layer.kind == "mamba2":
+        conv_dim = layer.mamba_intermediate + 2 * mamba_groups(layer.n_groups, tp) * layer.ssm_state_size
+        conv = (conv_dim // tp) * (layer.conv_kernel - 1 + num_spec)
+        recurrent = (layer.mamba_num_heads // tp) * layer.mamba_head_dim * layer.ssm_state_size
+        return conv * conv_bytes + recurrent * ssm_bytes
+    raise UnpriceableModel(f"layer kind {layer.kind!r} has no state model")
+
+
+@dataclass(frozen=True, slots=True)
+class _Layout:
+    groups: tuple[KvGroup, ...]
+    group_size: int
+    bytes_per_block: int
+    attn_block_size: int
+    kv_bytes_per_token: int
+    state_bytes_per_request: int
+    layer_needs: tuple[tuple[str, int, int, int | None], ...]  # (kind, block_size, page, window) per layer
+
+
+def kv_page_layout(layers: Sequence[LayerSpec], *, tp: int, fmt: KvFormat, model_bytes: int,
+                   block_size: int | None, num_spec: int = 0, conv_bytes: int = 2, ssm_bytes: int = 2,
+                   disable_hybrid: bool = False, max_model_len: int = 0) -> _Layout:
+    """Per-layer pages, vLLM's grouping into equal-size groups and bytes per block for one rank."""
+    attn = [layer for layer in layers if layer.is_attention]
+    state = [layer for layer in layers if layer.is_state]
+    if disable_hybrid:
+        attn = [replace(layer, kind="full", window=None) if layer.kind in ("sliding", "chunked") else layer
+                for layer in attn]
+    bs = block_size or 16
+    attn_token = [_attn_token_bytes(layer, tp, fmt, model_bytes) for layer in attn]
+    kv_per_token = sum(attn_token, Fraction(0))
+
+    state_page = 0
+    if state:
+        state_page = max(_state_bytes(layer, tp, num_spec, conv_bytes, ssm_bytes) for layer in state)
+        if attn and block_size is None:
+            # raise the attention block size until one attention page holds a state page
+            # (platforms/interface.py::update_block_size_for_backend; kernel alignment 16, 128 for MLA)
+            align = 128 if any(layer.kind == "mla" for layer in attn) else 16
+            one_token = max(attn_token)
+            bs = max(bs, align * math.ceil(Fraction(state_page) / (align * one_token)))
+
+    # one page per layer; key = spec identity (kind, page, window)
+    entries: list[tuple[str, int, int, int | None]] = []
+    for layer, token_bytes in zip(attn, attn_token):
+        entries.append((layer.kind, bs, math.ceil(bs * token_bytes), layer.window))
+    if state:
+        att_page = max((e[2] for e in entries), default=state_page)
+        padded = max(state_page, att_page)
+        entries.extend(("state", bs, padded, None) for _ in state)
+
+    if not entries:
+        return _Layout((), 0, 0, bs, 0, 0, ())
+
+    # uniform page size: layers with smaller pages get proportionally larger blocks
+    max_page = max(e[2] for e in entries)
+    unified: list[tuple[str, int, int, int | None]] = []
+    for kind, block, page, window in entries:
+        if page != max_page and kind != "state":
+            # vLLM's unify_kv_cache_spec_page_size multiplies the block size by max_page // page when it
+            # divides. Per-token-head scales break the ratio (Gemma 4 int8_per_token_head at TP2:
+            # sliding 8 heads x (256 + 256 + 8) = 4,160 B/token, global 2 x (512 + 512 + 8) = 2,064);
+            # vLLM PR #40391 (the overlay every such profile runs) pads the smaller layer's per-token
+            # bytes up to max_page / (max_page // page) (1,032 -> 1,040 B per head), so the block grows
+            # by the floor of the ratio and the page is padded to max_page.
+            block, page = block * max(1, max_page // page), max_page
+        elif kind == "state":
+            page = max_page
+        unified.append((kind, block, page, window))
+
+    buckets: dict[tuple[str, int, int | None], int] = {}
+    for kind, block, _page, window in unified:
+        buckets[(kind, block, window)] = buckets.get((kind, block, window), 0) + 1
+    counts = list(buckets.values())
+    group_size = min(counts)
+    if max(counts) < group_size * 1.25:
+        group_size = max(counts)
+    groups: list[KvGroup] = []
+    for (kind, block, window), n in buckets.items():
+        for start in range(0, n, group_size):
+            groups.append(KvGroup(kind=kind, num_layers=min(group_size, n - start), block_size=block,
+                                  page_bytes=max_page, window=window))
+    state_per_request = sum(_state_bytes(layer, tp, num_spec, conv_bytes, ssm_bytes) for layer in state)
+    return _Layout(groups=tuple(groups), group_size=group_size, bytes_per_block=group_size * max_page,
+                   attn_block_size=bs, kv_bytes_per_token=math.ceil(kv_per_token),
+                   state_bytes_per_request=state_per_request, layer_needs=tuple(unified))
+
+
+def _tokens_needed(kind: str, length: int, window: int | None, inflight: int) -> int | None:
+    if kind in ("full", "mla"):
+        return length
+    if kind == "sliding":
+        return min((window or 0) - 1 + inflight, length)
+    if kind == "chunked":
+        return min((window or 0) + inflight, length)
+    return None
+
+
+def _blocks_for(kind: str, block: int, length: int, window: int | None, inflight: int, num_spec: int) -> int:
+    tokens = _tokens_needed(kind, length, window, inflight)
+    if tokens is None:                       # state: one page (+ speculative pages) per request
+        return 1 + num_spec
+    blocks = _cdiv(tokens, block)
+    return blocks + 1 if kind == "sliding" else blocks
+
+
+def _blocks_per_request(layout: _Layout, length: int, inflight: int, num_spec: int) -> int:
+    return sum(_blocks_for(g.kind, g.block_size, length, g.window, inflight, num_spec) for g in layout.groups)
+
+
+def _bytes_needed(layout: _Layout, length: int, inflight: int, num_spec: int) -> int:
+    """vLLM's _check_enough_kv_cache_memory: sum over layers of each layer's max memory use."""
+    return sum(_blocks_for(kind, block, length, window, inflight, num_spec) * page
+               for kind, block, page, window in layout.layer_needs)
+
+
+# ---------------------------------------------------------------------------------------------
+# free terms
+
+
+def _activation_width(arch: Architecture, tp: int) -> int:
+    """Bytes per batched token of the largest transient in one decoder layer (bf16 activations)."""
+    h = arch.hidden_size
+    q = arch.num_attention_heads * arch.head_dim
+    kv = 2 * arch.num_key_value_heads * arch.head_dim
+    attn = (q + kv + q) // tp
+    dense = 3 * arch.intermediate_size // tp if arch.intermediate_size else 0
+    moe = 0
+    if arch.num_experts:
+        inter = arch.moe_intermediate_size or arch.intermediate_size
+        moe = arch.num_experts_per_tok * (3 * inter // tp + h)
+        if arch.shared_expert_intermediate_size:
+            moe += 3 * arch.shared_expert_intermediate_size // tp
+    return 2 * (max(attn, dense, moe) + 2 * h)
+
+
+def _activation_bytes(arch: Architecture, tp: int, tokens: int, num_seqs: int, last_stage: bool) -> int:
+    forward = ACT_FORWARD_COEF * tokens * _activation_width(arch, tp)
+    sampler = SAMPLER_COEF * min(num_seqs, tokens) * arch.vocab_size * 4 if last_stage else 0
+    return int(max(forward, sampler))
+
+
+def _non_torch_bytes(tp: int, pp: int, nvswitch: bool) -> int:
+    value = NON_TORCH_TP1
+    if tp * pp > 1:
+        value += NON_TORCH_MULTI
+    if tp > 1 and nvswitch:
+        value += NON_TORCH_NVSWITCH
+    return value
+
+
+def _cudagraph_bytes(arch: Architecture, n_sizes: int, layers_here: int, tp: int) -> int:
+    if n_sizes <= 0:
+        return 0
+    unit = layers_here * arch.hidden_size * 2 // tp
+    return unit * (CUDAGRAPH_BASE_TOKENS + CUDAGRAPH_PER_GRAPH_TOKENS * n_sizes)
+
+
+# ---------------------------------------------------------------------------------------------
+# weights per rank
+
+
+def _pp_layer_counts(num_layers: int, pp: int) -> list[int]:
+    """vLLM's get_pp_indices: even split, the remainder going to the ranks before the last."""
+    base = num_layers // pp
+    parts = [base] * pp
+    for i in range(2, num_layers % pp + 2):
+        parts[-i] += 1
+    return parts
+
+
+def _weights_per_rank(arch: Architecture, weights_bytes: int, tp: int, pp: int, stage: int,
+                      layers_here: int, model_bytes: int) -> int:
+    embed = arch.vocab_size * arch.hidden_size * model_bytes
+    head = 0 if arch.tie_word_embeddings else embed
+    if embed + head >= weights_bytes:           # tiny or odd checkpoints: just split
+        embed = head = 0
+    body = weights_bytes - embed - head
+    share = body * layers_here // max(arch.num_hidden_layers, 1)
+    total = share
+    if stage == 0:
+        total += embed
+    if stage == pp - 1:
+        total += head if (head or pp == 1) else embed   # a tied head is a second copy on the last stage
+    per_rank = total // tp
+    attn_layers = sum(1 for layer in arch.layers if layer.kind in ("full", "sliding", "chunked"))
+    if tp > arch.num_key_value_heads > 0 and attn_layers:
+        # K/V projections are replicated once TP exceeds the KV heads
+        kv_proj = arch.hidden_size * arch.head_dim * 2 * model_bytes
+        extra = kv_proj - kv_proj * arch.num_key_value_heads // tp
+        per_rank += extra * attn_layers * layers_here // max(arch.num_hidden_layers, 1)
+    return per_rank
+
+
+# ---------------------------------------------------------------------------------------------
+# the prediction
+
+
+def predict(arch: Architecture, *, weights_bytes: int, gpu_memory_bytes: Sequence[int], shape: ServeShape,
+            weights_bytes_per_rank: int | None = None,
+            confidence: str = "estimated-lower-bound") -> FitResult:
+    if arch.unpriceable_reason:
+        raise UnpriceableModel(arch.unpriceable_reason)
+    tp, pp = int(shape.tp), int(shape.pp)
+    if tp < 1 or pp < 1:
+        raise UnpriceableModel("tensor and pipeline parallel sizes must be >= 1")
+    if any(layer.kind in ("full", "sliding", "chunked", "mla") for layer in arch.layers):
+        kv_split = any(layer.kind in ("full", "sliding", "chunked") for layer in arch.layers)
+        problem = tp_geometry_problem(tp, arch.num_attention_heads,
+                                      arch.num_key_value_heads if kv_split else None)
+        if problem:
+            raise UnpriceableModel(problem)
+    for layer in arch.layers:
+        if layer.kind == "gdn" and (layer.linear_num_key_heads % tp or layer.linear_num_value_heads % tp):
+            raise UnpriceableModel(f"linear-attention heads are not divisible by TP {tp}")
+        if layer.kind == "mamba2" and layer.mamba_num_heads % tp:
+            raise UnpriceableModel(f"Mamba heads are not divisible by TP {tp}")
+        if layer.kind == "linear":
+            raise UnpriceableModel("unmodelled linear-attention layer")
+    if pp > arch.num_hidden_layers:
+        raise UnpriceableModel(f"PP {pp} exceeds {arch.num_hidden_layers} layers")
+    world = tp * pp
+    mems = list(gpu_memory_bytes)
+    if not mems:
+        raise UnpriceableModel("no GPU memory given")
+    if len(mems) == 1:
+        mems = mems * world
+    if len(mems) < world:
+        raise UnpriceableModel(f"{len(mems)} GPUs given for TP {tp} x PP {pp}")
+    mems = mems[:world]
+    fmt = kv_format(shape.kv_cache_dtype)
+    if fmt is None:
+        raise UnpriceableModel(f"unknown KV cache dtype {shape.kv_cache_dtype!r}")
+    if fmt.mla_bytes_per_token is not None and not any(layer.kind == "mla" for layer in arch.layers):
+        raise UnpriceableModel(f"KV cache dtype {fmt.name} applies to MLA models only")
+
+    res = resolve_defaults(arch, shape, mems)
+    if res.max_model_len <= 0:
+        raise UnpriceableModel("max_model_len unknown: the config has no max_position_embeddings")
+    notes: list[str] = []
+    model_bytes = dtype_bytes(res.model_dtype)
+    ssm_name = shape.mamba_ssm_cache_dtype or arch.mamba_ssm_cache_dtype
+    ssm_bytes = dtype_bytes(ssm_name) if ssm_name and ssm_name != "auto" else model_bytes
+    num_spec = int(shape.num_speculative_tokens or 0)
+    inflight = res.max_num_batched_tokens * (pp if pp > 1 else 1)
+    nvswitch = shape.nvswitch if shape.nvswitch is not None else (min(mems) >= 70 * GiB)
+    util = Fraction(res.mem_util).limit_denominator(10_000)
+
+    # layers per PP stage (MTP layers sit on the last stage when speculative decoding is on)
+    counts = _pp_layer_counts(arch.num_hidden_layers, pp)
+    mtp_layers: list[LayerSpec] = []
+    if num_spec > 0 and arch.mtp_layers and arch.mtp_layer is not None:
+        mtp_layers = [arch.mtp_layer] * arch.mtp_layers
+        notes.append(f"{arch.mtp_layers} MTP layer(s) add their own KV")
+
+    ranks: list[RankBreakdown] = []
+    layouts: list[_Layout] = []
+    start = 0
+    for stage in range(pp):
+        stage_layers = list(arch.layers[start:start + counts[stage]])
+        start += counts[stage]
+        if stage == pp - 1:
+            stage_layers += mtp_layers
+        layout = kv_page_layout(stage_layers, tp=tp, fmt=fmt, model_bytes=model_bytes,
+                                block_size=shape.block_size, num_spec=num_spec,
+                                conv_bytes=model_bytes, ssm_bytes=ssm_bytes,
+                                disable_hybrid=shape.disable_hybrid_kv_cache_manager,
+                                max_model_len=res.max_model_len)
+        last = stage == pp - 1
+        if weights_bytes_per_rank is not None:
+            weights = int(weights_bytes_per_rank)
+        else:
+            weights = _weights_per_rank(arch, int(weights_bytes), tp, pp, stage, counts[stage], model_bytes)
+        if last and shape.extra_weights_bytes:
+            weights += int(shape.extra_weights_bytes) // tp
+        non_torch = _non_torch_bytes(tp, pp, nvswitch)
+        activation = _activation_bytes(arch, tp, res.max_num_batched_tokens, res.max_num_seqs, last)
+        graphs = _cudagraph_bytes(arch, res.capture_sizes, counts[stage], tp)
+        for tp_rank in range(tp):
+            idx = stage * tp + tp_rank
+            budget = int(mems[idx] * util)
+            subtracted = graphs if res.cudagraphs_subtracted else 0
+            if shape.kv_cache_memory_bytes is not None:
+                pool = int(shape.kv_cache_memory_bytes)
+            else:
+                pool = max(0, budget - weights - non_torch - activation - subtracted)
+            blocks = pool // layout.bytes_per_block if layout.bytes_per_block else 0
+            ranks.append(RankBreakdown(rank=idx, gpu_memory_bytes=int(mems[idx]), budget_bytes=budget,
+                                       weights_bytes=weights, non_torch_bytes=non_torch,
+                                       activation_bytes=activation, cudagraph_bytes=subtracted,
+                                       kv_pool_bytes=pool, num_blocks=blocks,
+                                       bytes_per_block=layout.bytes_per_block,
+                                       kv_bytes_per_token=layout.kv_bytes_per_token,
+                                       num_layers=len(stage_layers)))
+            layouts.append(layout)
+
+    if not any(lay.groups for lay in layouts):
+        raise UnpriceableModel("the model has no KV cache or state layers to size")
+    # a PP stage holding no cache layers (Nemotron-H's trailing MLP stages) allocates no KV and
+    # cannot limit the pool: only stages with groups compete
+    limiting = min((i for i in range(len(ranks)) if layouts[i].groups),
+                   key=lambda i: (ranks[i].num_blocks, i))
+    lim, layout = ranks[limiting], layouts[limiting]
+    num_blocks = lim.num_blocks
+    length = res.max_model_len
+    per_request = max(_blocks_per_request(lay, length, inflight, num_spec) for lay in layouts if lay.groups)
+    concurrency = num_blocks / per_request if per_request else 0.0
+    if res.kv_tokens_formula == "concurrency":
+        kv_tokens = int(concurrency * length)
+    else:
+        min_block = min(g.block_size for g in layout.groups)
+        kv_tokens = num_blocks // len(layout.groups) * min_block
+
+    def fits(candidate: int) -> bool:
+        for rank, lay in zip(ranks, layouts):
+            if not lay.groups:
+                continue
+            if rank.kv_pool_bytes <= 0 or _bytes_needed(lay, candidate, inflight, num_spec) > rank.kv_pool_bytes:
+                return False
+        return True
+
+    requested = shape.max_num_seqs or 1
+    if not fits(length):
+        verdict = "wont-fit"
+    elif requested * per_request > num_blocks * CONSTRAINED_SLACK:
+        verdict = "fits-constrained"
+    else:
+        verdict = "fits-clean"
+    upper = max(length, arch.derived_max_model_len or 0)
+    lo, hi = 0, upper
+    while lo < hi:                               # largest length that fits (estimate_max_model_len)
+        mid = (lo + hi + 1) // 2
+        if fits(mid):
+            lo = mid
+        else:
+            hi = mid - 1
+    max_fit = lo
+
+    cg_est = _cudagraph_bytes(arch, res.capture_sizes, counts[limiting // tp], tp)
+    outside = 0 if res.cudagraphs_subtracted or shape.enforce_eager else cg_est
+    if outside:
+        notes.append(f"vLLM {res.vllm_version} captures CUDA graphs outside the budget "
+                     f"(~{outside / GiB:.2f} GiB in the remaining {1 - res.mem_util:.0%})")
+    if arch.has_vision:
+        notes.append("multimodal encoder profiling is not modelled (text-only activation peak)")
+    if shape.kv_cache_memory_bytes is not None:
+        notes.append("--kv-cache-memory-bytes sets the pool; util does not size the cache")
+    notes.extend(arch.notes)
+    band = max(ERROR_BAND_FLOOR, int(lim.budget_bytes * ERROR_BAND_FRACTION))
+    return FitResult(
+        per_gpu=lim, ranks=tuple(ranks), kv_bytes_per_token=lim.kv_bytes_per_token,
+        state_bytes_per_request=layout.state_bytes_per_request, block_size=layout.attn_block_size,
+        bytes_per_block=layout.bytes_per_block, num_blocks=num_blocks, blocks_per_request=per_request,
+        kv_cache_tokens=kv_tokens, max_concurrency=concurrency, raw_verdict=verdict,
+        max_model_len=length, max_model_len_fit=max_fit, confidence=confidence,
+        error_band_bytes=band, groups=layout.groups, settings=res, notes=tuple(notes),
+        cudagraph_outside_budget_bytes=outside, requested_concurrency=requested)

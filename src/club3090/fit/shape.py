@@ -1,0 +1,113 @@
+"""What a curated profile asks vLLM to do, as a :class:`memory.ServeShape`.
+
+One owner for the settings a catalog profile serves with: its shipped compose's flags
+(:func:`shipped_flag`, :func:`profile_batched_tokens`), its drafter's cost (:func:`drafter_terms`)
+and the whole serving shape (:func:`profile_shape`). ``kv-calc`` (profiles and ``--calibration``)
+uses it; ``pull`` can too.
+
+Pure: no I/O, no environment, no printing. Reads only the catalog records it is given.
+"""
+
+from __future__ import annotations
+
+from dataclasses import fields
+from typing import Any
+
+from club3090.compose.launch import InterpolationError, interpolate
+from club3090.errors import CatalogError, Problem
+from club3090.fit.memory import ServeShape
+
+__all__ = ["shipped_flag", "profile_batched_tokens", "drafter_terms", "profile_shape", "SHAPE_FIELDS"]
+
+SHAPE_FIELDS = tuple(f.name for f in fields(ServeShape))
+SPECULATIVE_METHODS = ("mtp", "mtp_assistant", "dflash", "eagle3")
+
+
+def _shipped_value(token: str) -> str | None:
+    """A shipped value as Compose resolves it with no environment (``launch.interpolate`` owns
+    the rule): '${A:-${B:-4096}}' -> '4096'; a literal -> itself; unset or malformed -> None."""
+    try:
+        return interpolate(token, {}) or None
+    except InterpolationError:
+        return None
+
+
+def shipped_flag(profile: Any, flag: str) -> str | None:
+    """The value a profile's shipped compose passes for ``flag`` (its ${VAR:-default} resolved), if any."""
+    if profile.runtime is None:
+        return None
+    command = profile.runtime.service.get("command")
+    if not isinstance(command, (list, tuple)):
+        return None
+    args = [str(a) for a in command]
+    for i, arg in enumerate(args):
+        if arg == flag and i + 1 < len(args):
+            return _shipped_value(args[i + 1])
+        if arg.startswith(flag + "="):
+            return _shipped_value(arg.split("=", 1)[1])
+    return None
+
+
+def profile_batched_tokens(profile: Any) -> int | None:
+    """--max-num-batched-tokens of the shipped compose (it sizes the activation peak and the tokens a
+    sliding-window layer holds in flight); None when the profile does not record it (vLLM default)."""
+    value = shipped_flag(profile, "--max-num-batched-tokens") if profile is not None else None
+    if value is None:
+        return None
+    if not value.isdigit() or int(value) < 1:
+        raise CatalogError([Problem("profiles.yaml", f"profiles[{profile.key!r}].runtime.service.command",
+                                    f"--max-num-batched-tokens {value!r} is not a positive integer")])
+    return int(value)
+
+
+def drafter_terms(drafter: Any) -> tuple[int, int]:
+    """(speculative tokens, drafter weight bytes) a profile's drafter adds.
+
+    Drafter KV: built-in MTP heads add their layers through the config (``num_nextn_predict_layers``).
+    The Gemma 4 external MTP "assistant" (``mtp_assistant``) has no k/v projections: all its layers
+    are KV-sharing layers (num_kv_shared_layers == num_hidden_layers) that read the target's cache, so
+    it allocates no KV of its own; only its weights count (VLLM_MEMORY.md §5.9, docs/ACCURACY.md).
+    """
+    if drafter is None:
+        return 0, 0
+    spec = int(drafter.n_default or 0) if drafter.method in SPECULATIVE_METHODS else 0
+    return spec, int(drafter.vram_footprint_bytes or 0)
+
+
+def profile_shape(profile: Any, catalog: Any, *, drafter: bool = True, **overrides: Any) -> ServeShape:
+    """The :class:`memory.ServeShape` a catalog profile serves with, plus explicit overrides.
+
+    ``profile_shape(profile, catalog, *, drafter=True, **overrides) -> ServeShape``
+
+    From the profile: ``tp``, ``pp``, ``mem_util``, ``max_model_len`` (``max_ctx``), ``max_num_seqs``,
+    ``kv_cache_dtype`` (``kv_format``), ``max_num_batched_tokens`` (the shipped compose's
+    ``--max-num-batched-tokens``; None = vLLM's default) and ``vllm_version`` (the profile's engine;
+    None for nightlies = the newest known). With ``drafter=True`` the profile's drafter adds its
+    speculative tokens and weights (:func:`drafter_terms`); ``drafter=False`` prices the profile
+    without speculation.
+
+    ``overrides`` are :class:`ServeShape` field names (``tp=4``, ``mem_util=0.9``,
+    ``max_model_len=...``, ``kv_cache_dtype=...``, ``num_speculative_tokens=...``,
+    ``extra_weights_bytes=...``, ``device_name=...``, ...). A value of ``None`` means "not given" and
+    keeps the profile's setting, so CLI flags can be passed straight through. An unknown name raises
+    ``TypeError``. ``profile=None`` gives vLLM's defaults plus the overrides (``catalog`` may then be
+    None too).
+    """
+    unknown = sorted(set(overrides) - set(SHAPE_FIELDS))
+    if unknown:
+        raise TypeError(f"profile_shape: unknown ServeShape field(s): {', '.join(unknown)}")
+    base: dict[str, Any] = {}
+    if profile is not None:
+        engine = catalog.engines[profile.engine]
+        base = {
+            "tp": int(profile.tp), "pp": int(profile.pp), "mem_util": profile.mem_util,
+            "max_model_len": profile.max_ctx, "max_num_seqs": profile.max_num_seqs,
+            "max_num_batched_tokens": profile_batched_tokens(profile),
+            "kv_cache_dtype": profile.kv_format or "auto",
+            "vllm_version": engine.vllm_version,
+        }
+        if drafter and profile.drafter:
+            spec, extra = drafter_terms(catalog.drafters[profile.drafter])
+            base["num_speculative_tokens"], base["extra_weights_bytes"] = spec, extra
+    base.update({k: v for k, v in overrides.items() if v is not None})
+    return ServeShape(**base)

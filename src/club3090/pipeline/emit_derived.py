@@ -1,0 +1,344 @@
+"""Pull-Emit-Derived ``[E]`` (SYSTEM.md section 12): after a satisfied Path-B terminal for a
+non-curated repo, emit the derived compose, download the repo, boot it, smoke it, capture it.
+
+``run`` is called by ``pull.evaluate`` only; every side effect is a seam of ``EStages`` (the
+Hub fetcher, the docker runner, the HTTP client, ``which``, the clocks, progress). A stage's
+failure or exception is recorded in the ``EReport`` (stage + token), never raised, and never
+changes the gate's result: ``pull`` only turns a failed ``[E]`` into exit 2.
+
+Stages and their failure tokens:
+
+- ``emit``: ``derived-runtime-unsupported:<clause>`` (``compose.derived_compose``),
+  ``write-failed``; without a known GPU topology ``[E]`` is skipped (``gpu-topology-undetermined``).
+- ``download``: ``download.TOKENS`` (``no-etag``, ``sha-mismatch``, ``gated-401``, ``disk``,
+  ``in-progress``, ``fallback-failed``).
+- ``boot``: ``compose-up-failed``, ``boot-timeout``; skipped with a notice under ``--no-boot`` or
+  when ``docker`` is not on PATH.
+- ``smoke``: ``floor-red`` (plain chat or streaming failed).
+- any stage: ``stage-error`` (an unexpected exception, recorded with its message).
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Mapping
+
+from club3090.compose.generate import derived_compose
+from club3090.edges import boot as boot_mod
+from club3090.edges import download
+from club3090.edges.files import atomic_write_text, write_output_text
+from club3090.errors import Club3090Error
+from club3090.gate.outcome import Notice, NoticeCode
+from club3090.reports import capture
+
+if TYPE_CHECKING:
+    from club3090.catalog.model import Catalog, Profile
+    from club3090.gate.gates import HardwareFacts
+    from club3090.model.spec import ModelSpec
+    from club3090.settings import Settings
+
+STAGES = ("emit", "download", "boot", "smoke")
+GPU_TOPOLOGY_UNDETERMINED = "gpu-topology-undetermined"
+WRITE_FAILED = "write-failed"
+STAGE_ERROR = "stage-error"
+PREDICTOR_ID = "club3090-memory"
+_TOPOLOGY_SOURCES = ("gpus-flag", "detected")
+
+
+@dataclass(frozen=True)
+class EStages:
+    """The seams of ``[E]``. ``None`` means the real thing."""
+
+    fetch: download.Fetch | None = None                 # None: download.hub_fetcher(settings)
+    runner: boot_mod.Runner | None = None               # docker; None: subprocess
+    http: boot_mod.Http | None = None                   # None: urllib (loopback, no proxy)
+    which: Callable[[str], str | None] = shutil.which
+    clock: Callable[[], float] = time.monotonic
+    sleep: Callable[[float], None] = time.sleep
+    progress: Callable[[str], None] | None = None       # the CLI prints to stderr
+    no_boot: bool = False                               # --no-boot: download + compose only
+    emit_only: bool = False                             # library callers: write the compose, nothing else
+    boot_deadline_s: float = boot_mod.BOOT_DEADLINE_S
+    poll_interval_s: float = boot_mod.POLL_INTERVAL_S
+
+
+@dataclass(frozen=True)
+class EReport:
+    ran: bool
+    stage: str | None = None                  # the failed stage, None when nothing failed
+    failure: str | None = None                # its token
+    detail: str = ""
+    compose_path: Path | None = None
+    compose_text: str | None = None
+    wrote_out: bool = False                   # the compose went to --out
+    max_model_len: int | None = None
+    download: download.DownloadReport | None = None
+    boot: boot_mod.BootReport | None = None
+    smoke: boot_mod.SmokeReport | None = None
+    boot_skipped: str | None = None           # why boot/smoke did not run
+    bundle: Path | None = None
+    notices: tuple[Notice, ...] = ()
+
+    @property
+    def ok(self) -> bool:
+        return self.stage is None
+
+    @property
+    def download_ok(self) -> bool | None:
+        return None if self.download is None else self.download.ok
+
+    @property
+    def boot_ok(self) -> bool | None:
+        return None if self.boot is None else self.boot.ok
+
+    @property
+    def outcome(self) -> str:
+        if not self.ok:
+            return "failed"
+        if self.boot_skipped or self.smoke is None or self.smoke.partial:
+            return "partial"
+        return "ok"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "ran": self.ran, "ok": self.ok, "stage": self.stage, "failure": self.failure, "detail": self.detail,
+            "compose": str(self.compose_path) if self.compose_path is not None else None,
+            "max_model_len": self.max_model_len,
+            "download": ({**self.download.to_point(), "dest": str(self.download.dest)}
+                         if self.download is not None else None),
+            "boot": self.boot.to_point() if self.boot is not None else None,
+            "boot_skipped": self.boot_skipped,
+            "smoke": self.smoke.to_point() if self.smoke is not None else None,
+            "outcome": self.outcome if self.ran else None,
+            "bundle": str(self.bundle) if self.bundle is not None else None,
+        }
+
+
+@dataclass
+class _State:
+    notices: list[Notice] = field(default_factory=list)
+    stage: str | None = None
+    failure: str | None = None
+    detail: str = ""
+
+    def fail(self, stage: str, token: str, detail: str) -> None:
+        if self.stage is None:
+            self.stage, self.failure, self.detail = stage, token, detail
+
+
+# every source the fit engine's numbers depend on (SYSTEM.md section 12, kv_calc_version)
+ESTIMATOR_SOURCES = ("model/architecture.py", "fit/memory.py", "fit/kv_formats.py", "fit/shape.py")
+
+
+def kv_calc_version() -> str:
+    """``club3090-memory+<12 hex>`` over the estimator sources and the calibration anchors."""
+    here = Path(__file__).resolve().parents[1]  # the club3090 package
+    return capture.kv_calc_version(PREDICTOR_ID, [here / name for name in ESTIMATOR_SOURCES],
+                                   [here / "catalog" / "data" / "anchors.yaml"])
+
+
+def served_name(outcome: Any) -> str:
+    """The ``--served-model-name`` the derived compose carries (compose owns the rule)."""
+    command = list(outcome.launch.service["command"])
+    return str(command[command.index("--served-model-name") + 1])
+
+
+def chosen_context(fit: Any) -> tuple[int, Notice | None]:
+    """The profile's context, or the fit engine's largest fitting one when the profile's is too large
+    (with a ``context-fitted`` notice)."""
+    ctx = int(fit.max_model_len)
+    fitted = int(fit.max_model_len_fit or 0)
+    if 0 < fitted < ctx:
+        return fitted, Notice(NoticeCode.CONTEXT_FITTED,
+                              f"[E] the profile's context {ctx} does not fit this rig; the derived compose uses "
+                              f"the largest that fits, {fitted}", {"profile_ctx": ctx, "max_model_len": fitted})
+    return ctx, None
+
+
+def run(*, spec: "ModelSpec", profile: "Profile", catalog: "Catalog", settings: "Settings",
+        hardware: "HardwareFacts | None", fit: Any, terminal: str | None, trust_remote_code: bool,
+        out: Path | None, force: bool, stages: EStages, gate: Mapping[str, Any],
+        manifest_fields: Mapping[str, Any], captures_root: Path | None,
+        now: Callable[[], datetime]) -> EReport:
+    """Run ``[E]`` for one satisfied Path-B verdict; see the module docstring."""
+    st = _State()
+    hw = hardware
+    if hw is None or hw.memory_source not in _TOPOLOGY_SOURCES or not hw.count:
+        return EReport(ran=False, notices=(Notice(NoticeCode.GPU_TOPOLOGY_UNDETERMINED,
+                                                  f"{GPU_TOPOLOGY_UNDETERMINED}: [E] skipped (name the GPUs "
+                                                  "with --gpus, or run where they are visible)"),))
+    say = stages.progress or (lambda _m: None)
+
+    # emit
+    ctx, ctx_note = chosen_context(fit)
+    if ctx_note:
+        st.notices.append(ctx_note)
+    hf_home = Path(settings.hf_home).expanduser().absolute()
+    local = spec.source == "local" and spec.local_path is not None
+    pull_dir = download.pull_dir(hf_home, spec.ref)
+    snapshot = Path(spec.local_path).absolute() if local else pull_dir
+    # without --out the compose lives in our own pulls folder, never next to a user's folder
+    compose_path = Path(out) if out is not None else pull_dir.parent / f"{pull_dir.name}.compose.yml"
+    text: str | None = None
+    served: str | None = None
+    try:
+        outcome = derived_compose(spec, profile.key, catalog, snapshot_dir=snapshot, hf_home=hf_home,
+                                  max_model_len=ctx, trust_remote_code=trust_remote_code,
+                                  gpu_indices=tuple(range(hw.count)), out_name=str(compose_path))
+        if outcome.refusal is not None or not outcome.text:
+            st.fail("emit", outcome.refusal or STAGE_ERROR, outcome.detail or "")
+        else:
+            text = outcome.text
+            served = served_name(outcome)
+            st.notices.extend(outcome.notices)
+            if out is not None:
+                write_output_text(compose_path, text, force=force)
+            else:
+                atomic_write_text(compose_path, text)
+            say(f"[pull] e: compose written to {compose_path}")
+    except (Club3090Error, OSError) as exc:
+        st.fail("emit", WRITE_FAILED, str(exc))
+        text = None
+    except Exception as exc:  # noqa: BLE001 - recorded, never raised
+        st.fail("emit", STAGE_ERROR, f"{type(exc).__name__}: {exc}")
+        text = None
+
+    if stages.emit_only:
+        return EReport(ran=True, stage=st.stage, failure=st.failure, detail=st.detail,
+                       compose_path=compose_path if text is not None else None, compose_text=text,
+                       wrote_out=text is not None and out is not None, max_model_len=ctx,
+                       boot_skipped="emit-only", notices=tuple(st.notices))
+
+    # download
+    dl = None
+    if st.stage is None and not local:
+        try:
+            fetch = stages.fetch or _fetcher(spec, settings)
+            dl = download.download(spec.ref, spec.download_files, snapshot, fetch=fetch, progress=say)
+        except Exception as exc:  # noqa: BLE001
+            dl = download.DownloadReport(False, snapshot, failure=STAGE_ERROR, detail=f"{type(exc).__name__}: {exc}")
+        if not dl.ok:
+            st.fail("download", dl.failure or STAGE_ERROR, dl.detail)
+    elif st.stage is None:
+        st.notices.append(Notice(NoticeCode.LOCAL_FOLDER,
+                                 f"[E] local folder: nothing to download; the compose mounts {snapshot}",
+                                 {"snapshot": str(snapshot)}))
+
+    # boot + smoke
+    booted = smoked = None
+    skipped = None
+    runner = None
+    log_for_actual = ""
+    try:
+        if st.stage is None:
+            if stages.no_boot:
+                skipped = "--no-boot"
+            elif stages.runner is None and stages.which("docker") is None:
+                skipped = "docker-not-on-path"
+            if skipped:
+                st.notices.append(Notice(
+                    NoticeCode.BOOT_SKIPPED,
+                    f"[E] boot and smoke skipped ({skipped}); start it yourself with: docker compose "
+                    f"--project-directory {compose_path.parent} -f {compose_path} up -d",
+                    {"why": skipped, "compose": str(compose_path), "project_directory": str(compose_path.parent)}))
+            else:
+                endpoint = f"http://127.0.0.1:{profile.port}"
+                runner = boot_mod.ComposeBoot(
+                    compose_path, compose_path.parent, endpoint,
+                    runner=stages.runner or boot_mod.subprocess_runner, http=stages.http or boot_mod.urllib_http,
+                    clock=stages.clock, sleep=stages.sleep, deadline_s=stages.boot_deadline_s,
+                    interval_s=stages.poll_interval_s)
+                say(f"[pull] e: booting {compose_path} (waiting up to {stages.boot_deadline_s:.0f}s for "
+                    f"{endpoint}/v1/models)")
+                try:
+                    booted = runner.start()
+                except Exception as exc:  # noqa: BLE001
+                    booted = boot_mod.BootReport(False, 0.0, STAGE_ERROR, f"{type(exc).__name__}: {exc}")
+                if not booted.ok:
+                    st.fail("boot", booted.failure or STAGE_ERROR, booted.detail)
+                    log_for_actual = booted.log_excerpt or ""
+                else:
+                    say(f"[pull] e: ready after {booted.seconds:.0f}s; smoke test")
+                    smoked = boot_mod.smoke(endpoint, served or "", http=stages.http or boot_mod.urllib_http)
+                    if not smoked.floor_green:
+                        st.fail("smoke", boot_mod.FLOOR_RED,
+                                "; ".join(f"{c}: {smoked.detail[c]['error']}" for c in smoked.red))
+                    if terminal == "override-accepted":
+                        log_for_actual = runner.logs()
+
+        report = EReport(ran=True, stage=st.stage, failure=st.failure, detail=st.detail,
+                         compose_path=compose_path if text is not None else None, compose_text=text,
+                         wrote_out=text is not None and out is not None, max_model_len=ctx, download=dl,
+                         boot=booted, smoke=smoked, boot_skipped=skipped, notices=tuple(st.notices))
+        if captures_root is not None:
+            try:
+                bundle = _write(report, gate=gate, manifest_fields=manifest_fields, captures_root=captures_root,
+                                fit=fit, terminal=terminal, log=log_for_actual, slug=spec.ref, now=now,
+                                secrets=settings.redaction_secrets)
+                report = replace(report, bundle=bundle)
+            except (OSError, ValueError, TypeError) as exc:
+                report = replace(report, notices=report.notices + (Notice(
+                    NoticeCode.BUNDLE_WRITE_FAILED, f"could not write the capture bundle: {exc}",
+                    {"error": str(exc)}),))
+        return report
+    finally:
+        if runner is not None:
+            try:
+                down = runner.teardown()
+                if down is not None and down.returncode != 0:
+                    say(f"[pull] e: docker compose down exited {down.returncode}")
+            except Exception:  # noqa: BLE001 - teardown is best effort, after capture
+                pass
+
+
+def _fetcher(spec: "ModelSpec", settings: "Settings") -> download.Fetch:
+    """The Hub, or (a repo found in the HF cache while offline) the cached snapshot."""
+    if spec.source == "cache" and spec.local_path is not None:
+        return download.folder_fetcher(Path(spec.local_path))
+    return download.hub_fetcher(settings, revision=spec.commit or spec.revision)
+
+
+def _write(report: EReport, *, gate: Mapping[str, Any], manifest_fields: Mapping[str, Any], captures_root: Path,
+           fit: Any, terminal: str | None, log: str, slug: str, now: Callable[[], datetime],
+           secrets: tuple[str, ...]) -> Path:
+    points: dict[str, Mapping[str, Any]] = {}
+    if report.download is not None:
+        points["download"] = report.download.to_point()
+    if report.boot is not None:
+        points["boot"] = report.boot.to_point()
+    if report.smoke is not None:
+        points["smoke"] = report.smoke.to_point()
+    if terminal == "override-accepted":
+        points["override_capture"] = _override_point(report, fit, log)
+    manifest = dict(manifest_fields)
+    manifest.update(kv_calc_version=kv_calc_version(), selected_ctx=report.max_model_len,
+                    smoke_capability_set=list(report.smoke.capability_set) if report.smoke is not None else [])
+    return capture.write_e_bundle(captures_root, slug=slug, gate=gate, points=points, manifest_fields=manifest,
+                                  outcome=report.outcome, now=now(), secrets=secrets)
+
+
+def _override_point(report: EReport, fit: Any, log: str) -> dict[str, Any]:
+    breakdown = fit.to_json() if fit is not None else None
+    actual = boot_mod.parse_actual(log) if log else {}
+    peak = actual.get("gpu_worker_reported_mib")
+    got = None if not actual or all(v is None for v in actual.values()) else {
+        "boot_peak_mib": peak if peak is not None else actual.get("attempted_alloc_mib"),
+        "gpu_worker_reported_mib": peak}
+    delta = None
+    if got is not None and got["boot_peak_mib"] is not None and breakdown is not None:
+        per_gpu = breakdown["per_gpu"]
+        predicted = sum(per_gpu[k] for k in ("weights_bytes", "non_torch_bytes", "activation_bytes",
+                                             "cudagraph_bytes", "kv_pool_bytes"))
+        delta = round(got["boot_peak_mib"] - predicted / 2**20, 1)
+    summary = None
+    if report.stage is not None:
+        summary = f"{report.stage}: {report.failure}" + (f": {report.detail}" if report.detail else "")
+    return {"predicted_b_breakdown": breakdown, "actual": got, "predicted_vs_actual_delta_mib": delta,
+            "exit_error_summary": summary}
+
+
+__all__ = ["EReport", "EStages", "STAGES", "chosen_context", "kv_calc_version", "run", "served_name"]
