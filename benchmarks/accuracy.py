@@ -31,10 +31,10 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from club3090.model.architecture import parse_config  # noqa: E402
 from club3090.fit.estimate import weights_per_rank_bytes  # noqa: E402
 from club3090.fit.memory import GiB, ServeShape, UnpriceableModel, predict  # noqa: E402
 from club3090.fit.shape import profile_shape  # noqa: E402
+from club3090.model.architecture import parse_config  # noqa: E402
 
 DEFAULT_CASES = ROOT.parent / "shared" / "calibration" / "vllm_startup_cases.json"
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 import math
 import struct
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from club3090.errors import InputError
 from club3090.model.safetensors import (

@@ -466,7 +466,7 @@ def _imports_after(argv: list[str], tmp_path: Path) -> tuple[int, list[str]]:
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
                           cwd=tmp_path, env=env)
     line = next(x for x in proc.stderr.splitlines() if x.startswith("HEAVY"))
-    return proc.returncode, eval(line[len("HEAVY "):])  # noqa: S307 - our own repr of a list of str
+    return proc.returncode, eval(line[len("HEAVY "):])
 
 
 def test_help_and_local_pull_import_nothing_heavy(tmp_path):

@@ -130,7 +130,7 @@ class TestStratum2:
 
 class TestC0:
     def test_exactly_three_states(self):
-        assert gates.C0_STATES == {"engine-supported", "engine-support-unknown", "needs-trust-remote-code-ack"}
+        assert {"engine-supported", "engine-support-unknown", "needs-trust-remote-code-ack"} == gates.C0_STATES
         assert {s.value for s in C0SubReason} == {"no-arch-row", "runtime-incompatible"}
 
     def test_supported(self):
@@ -349,8 +349,8 @@ class TestC1:
     def test_table_is_total_with_nine_cells_and_four_terminals(self):
         assert set(gates.C1_TABLE) == {(c, v) for c in gates.CONFIDENCES for v in gates.RAW_VERDICTS}
         assert len(gates.C1_TABLE) == 9
-        assert gates.LOCKED_TERMINALS == {t.value for t in Terminal}
-        assert gates.LOCKED_TERMINALS == {"proceed", "confirm→proceed", "hard-block", "override-accepted"}
+        assert {t.value for t in Terminal} == gates.LOCKED_TERMINALS
+        assert {"proceed", "confirm→proceed", "hard-block", "override-accepted"} == gates.LOCKED_TERMINALS
         assert {cell.terminal.value for cell in gates.C1_TABLE.values()} == gates.LOCKED_TERMINALS
 
     def test_only_exact_fits_clean_is_silent(self):
@@ -398,7 +398,7 @@ def test_token_enums_have_one_definition():
 
     assert gates.RAW_VERDICTS is VERDICTS and gates.CONFIDENCES is CONFIDENCES
     assert {s.value for s in C0State} <= {r.value for r in Reason}
-    assert gates.LOCKED_TERMINALS == {t.value for t in Terminal}
+    assert {t.value for t in Terminal} == gates.LOCKED_TERMINALS
     assert set(gates.C1_TABLE) == {(c, v) for c in CONFIDENCES for v in VERDICTS}
 
 

@@ -312,7 +312,7 @@ def test_shared_gpu_constants_have_one_definition():
     from club3090.rig import gpus
 
     assert hardware.MAX_GPUS is gpus.MAX_GPUS and hardware.NON_NVIDIA_SM is gpus.NON_NVIDIA_SM
-    assert gates.NON_NVIDIA_SM is gpus.NON_NVIDIA_SM and gpus.NON_NVIDIA_SM == Decimal("8.0")
+    assert gates.NON_NVIDIA_SM is gpus.NON_NVIDIA_SM and Decimal("8.0") == gpus.NON_NVIDIA_SM
 
 
 @pytest.mark.parametrize("cap, sm", [("8.6", Decimal("8.6")), ("12.0", Decimal("12.0")), ("[N/A]", None),

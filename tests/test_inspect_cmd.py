@@ -37,7 +37,7 @@ def test_json_for_a_dense_repo(fake_hub: FakeHub, capsys: pytest.CaptureFixture[
     code, out, err = _run(capsys, "meta-llama/Llama-3.1-8B", "--json")
     assert code == 0, err
     data = json.loads(out)
-    assert REQUIRED_KEYS <= set(data)
+    assert set(data) >= REQUIRED_KEYS
     assert data["architecture"] == "LlamaForCausalLM" and data["num_key_value_heads"] == 8
     assert data["weights_bytes"] == 16_060_522_496 and data["source"] == "hub"
     assert data["confidence"] == "estimated-lower-bound" and data["quantization"] is None

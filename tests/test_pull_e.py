@@ -6,11 +6,12 @@ from __future__ import annotations
 import json
 import os
 import threading
+from collections.abc import Iterator
 from datetime import datetime, timezone
 from decimal import Decimal
 from http.server import ThreadingHTTPServer
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import pytest
@@ -382,7 +383,7 @@ def test_cli_no_boot_downloads_and_reports(hub, tmp_path, monkeypatch, capsys):
 
 def test_no_boot_flag_is_in_help():
     parser = cli.build_parser()
-    text = parser._subparsers._group_actions[0].choices["pull"].format_help()  # noqa: SLF001
+    text = parser._subparsers._group_actions[0].choices["pull"].format_help()
     assert "--no-boot" in text
 
 

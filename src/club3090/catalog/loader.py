@@ -10,11 +10,12 @@ from __future__ import annotations
 import difflib
 import hashlib
 import re
+from collections.abc import Callable, Mapping
 from decimal import Decimal, InvalidOperation
 from functools import lru_cache
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from club3090.errors import CatalogError, Problem
 
@@ -791,7 +792,7 @@ def _parse(name: str, blob: bytes, c: _Collector) -> Any:
     import yaml
     duplicates: list[tuple[str, int]] = []
     try:
-        doc = yaml.load(blob.decode("utf-8"), Loader=_strict_loader(yaml, duplicates))  # noqa: S506 - safe loader
+        doc = yaml.load(blob.decode("utf-8"), Loader=_strict_loader(yaml, duplicates))
     except (yaml.YAMLError, UnicodeDecodeError) as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}" if mark is not None else "<file>"

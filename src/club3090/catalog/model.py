@@ -7,10 +7,11 @@ dicts and lists so it can be dumped as JSON or YAML directly; treat it as read-o
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
 from types import MappingProxyType
-from typing import Any, Mapping
+from typing import Any
 
 from club3090.model.spec import CONFIDENCES
 

@@ -17,7 +17,8 @@ import importlib
 import json
 import os
 import sys
-from typing import Callable, NoReturn, Sequence
+from collections.abc import Callable, Sequence
+from typing import NoReturn
 
 from club3090.errors import (
     CatalogError,
@@ -185,7 +186,7 @@ def _main(argv: Sequence[str] | None) -> int:
         code = int(args.run(args, settings))
         sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's exit flush
         return code
-    except BaseException as exc:  # noqa: BLE001 - the one translation point
+    except BaseException as exc:
         if isinstance(exc, SystemExit):
             raise
         if isinstance(exc, BrokenPipeError) and _reader_gone():

@@ -16,9 +16,10 @@ import json
 import posixpath
 import re
 import shlex
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from club3090.compose.launch import (
     Launch,
@@ -679,7 +680,7 @@ def derived_compose(spec: "ModelSpec", profile_key: str, catalog: "Catalog", *, 
     }
     notices: list[Notice] = []
     snap = PurePosixPath(posixpath.normpath(str(snapshot_dir)))
-    if not PurePosixPath(posixpath.normpath(str(hf_home))) in (snap, *snap.parents):
+    if PurePosixPath(posixpath.normpath(str(hf_home))) not in (snap, *snap.parents):
         notices.append(Notice(NoticeCode.SNAPSHOT_OUTSIDE_HF_HOME, "the snapshot folder is outside HF_HOME",
                               {"snapshot": str(snapshot_dir), "hf_home": str(hf_home)}))
     trc_note = "emitted (the gate permitted it)" if trust_remote_code else "not emitted"

@@ -13,9 +13,10 @@ from __future__ import annotations
 import json
 import re
 import shlex
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 FORMATS = ("compose", "vllm-serve", "json")
 

@@ -19,9 +19,10 @@ import json
 import re
 import subprocess
 import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any
 
 # the wire is club3090.edges.openai_client's (one owner); Http, HttpResponse and urllib_http are re-exported for [E]
 from club3090.edges.openai_client import Http, HttpResponse, parse_sse_body, urllib_http

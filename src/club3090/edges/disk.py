@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 
 def free_bytes_at(path: Path, *, statvfs: Callable[[str], Any] = os.statvfs) -> int | None:

@@ -32,9 +32,10 @@ import os
 import re
 import shutil
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 from club3090.compose.generate import MAX_SLUG
 from club3090.model.slug import sanitize_slug
@@ -401,5 +402,14 @@ def download(repo_id: str, files: Sequence["RepoFile"], dest: Path, *, fetch: Fe
         lock.release()
 
 
-__all__ = ["DownloadReport", "SlugLock", "TOKENS", "download", "folder_fetcher", "git_blob_id", "hub_fetcher",
-           "pull_dir", "pulls_root"]
+__all__ = [
+    "TOKENS",
+    "DownloadReport",
+    "SlugLock",
+    "download",
+    "folder_fetcher",
+    "git_blob_id",
+    "hub_fetcher",
+    "pull_dir",
+    "pulls_root",
+]

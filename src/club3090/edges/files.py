@@ -6,7 +6,7 @@ import os
 import stat
 import tempfile
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from club3090.errors import InputError, UsageError
 from club3090.model.budgets import MAX_JSON_BYTES, parse_json_capped

@@ -17,9 +17,10 @@ import json
 import subprocess
 import sys
 import threading
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any
 
 from club3090.rig.gpus import MAX_GPUS, NON_NVIDIA_SM, parse_sm
 

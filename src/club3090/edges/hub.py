@@ -19,11 +19,12 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 
 from club3090.edges.files import MAX_JSON_BYTES, parse_json_capped
 from club3090.errors import (
@@ -231,7 +232,7 @@ class HubClient:
             try:
                 with online():
                     return fn()
-            except Exception as exc:  # noqa: BLE001 - classified below, re-raised when unknown
+            except Exception as exc:
                 if _retryable(exc) and attempt < self.retries:
                     self._sleep(self.backoff * (2 ** attempt))
                     attempt += 1

@@ -24,16 +24,17 @@ for a Hub repo, ``estimated-lower-bound`` for a local folder.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from club3090.edges.files import read_json_capped
 from club3090.errors import InputError, UsageError
 from club3090.gate.outcome import Stop
 from club3090.model.spec import ModelSource
 
-__all__ = ["ModelSource", "resolve_source", "folder_weights"]
+__all__ = ["ModelSource", "folder_weights", "resolve_source"]
 
 
 def folder_weights(folder: Path) -> tuple[int | None, str]:

@@ -21,9 +21,21 @@ from club3090.fit.memory import GiB, ServeShape, UnpriceableModel, predict
 from club3090.fit.shape import drafter_terms, profile_shape
 from club3090.model.architecture import parse_config
 
-__all__ = ["UPSTREAM_SETS", "CONTEXT_RESERVE_BYTES", "PEAK_TOLERANCE_BYTES", "KV_TOKEN_TOLERANCE",
-           "AnchorInputs", "AnchorScore", "SetTally", "CalibrationReport", "anchor_set", "anchor_inputs",
-           "score_anchors", "upstream_tally", "calibrate"]
+__all__ = [
+    "CONTEXT_RESERVE_BYTES",
+    "KV_TOKEN_TOLERANCE",
+    "PEAK_TOLERANCE_BYTES",
+    "UPSTREAM_SETS",
+    "AnchorInputs",
+    "AnchorScore",
+    "CalibrationReport",
+    "SetTally",
+    "anchor_inputs",
+    "anchor_set",
+    "calibrate",
+    "score_anchors",
+    "upstream_tally",
+]
 
 # upstream's two kv-calc calibration sets and their row counts
 UPSTREAM_SETS = (("kvcalc-22of22-historical", 22), ("kvcalc-current-8of8", 8))

@@ -24,7 +24,7 @@ from club3090.rig.gpus import parse_gpus
 if TYPE_CHECKING:
     from club3090.model.spec import ModelSource
 
-__all__ = ["DEFAULT_GPU", "Overrides", "Estimate", "NoFit", "estimate", "weights_per_rank_bytes"]
+__all__ = ["DEFAULT_GPU", "Estimate", "NoFit", "Overrides", "estimate", "weights_per_rank_bytes"]
 
 DEFAULT_GPU = "rtx-3090"
 

@@ -14,8 +14,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from fractions import Fraction
 
-__all__ = ["KvFormat", "KV_FORMATS", "kv_format", "dtype_bytes", "canonical_dtype", "DTYPE_ALIASES",
-           "MODEL_DTYPES"]
+__all__ = [
+    "DTYPE_ALIASES",
+    "KV_FORMATS",
+    "MODEL_DTYPES",
+    "KvFormat",
+    "canonical_dtype",
+    "dtype_bytes",
+    "kv_format",
+]
 
 
 @dataclass(frozen=True, slots=True)

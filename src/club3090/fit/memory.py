@@ -18,18 +18,32 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from fractions import Fraction
-from typing import Any, Sequence
+from typing import Any
 
 from club3090.errors import Club3090Error
 from club3090.fit.kv_formats import KvFormat, canonical_dtype, dtype_bytes, kv_format
 from club3090.model.architecture import Architecture, LayerSpec
 
 __all__ = [
-    "ServeShape", "FitResult", "RankBreakdown", "KvGroup", "UnpriceableModel", "predict",
-    "resolve_defaults", "parse_version", "capture_sizes", "kv_page_layout", "NEWEST_KNOWN_VLLM",
-    "VERDICTS", "GiB", "MiB", "tp_geometry_problem", "mamba_groups",
+    "NEWEST_KNOWN_VLLM",
+    "VERDICTS",
+    "FitResult",
+    "GiB",
+    "KvGroup",
+    "MiB",
+    "RankBreakdown",
+    "ServeShape",
+    "UnpriceableModel",
+    "capture_sizes",
+    "kv_page_layout",
+    "mamba_groups",
+    "parse_version",
+    "predict",
+    "resolve_defaults",
+    "tp_geometry_problem",
 ]
 
 GiB = 1 << 30

@@ -17,7 +17,7 @@ from club3090.compose.launch import InterpolationError, interpolate
 from club3090.errors import CatalogError, Problem
 from club3090.fit.memory import ServeShape
 
-__all__ = ["shipped_flag", "profile_batched_tokens", "drafter_terms", "profile_shape", "SHAPE_FIELDS"]
+__all__ = ["SHAPE_FIELDS", "drafter_terms", "profile_batched_tokens", "profile_shape", "shipped_flag"]
 
 SHAPE_FIELDS = tuple(f.name for f in fields(ServeShape))
 SPECULATIVE_METHODS = ("mtp", "mtp_assistant", "dflash", "eagle3")

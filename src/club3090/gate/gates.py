@@ -8,11 +8,12 @@ and runs these functions in stratum order.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from decimal import Decimal
 from enum import Enum
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Iterable, Mapping
+from typing import TYPE_CHECKING, Any
 
 from club3090.catalog.model import NOT_EMITTABLE_TEXT
 from club3090.fit.memory import VERDICTS, GiB, tp_geometry_problem
@@ -534,10 +535,33 @@ def given_flags(*, yes: bool = False, force_download: bool = False, experimental
 
 
 __all__ = [
-    "BYPASS_EXPERIMENTAL_ARCH", "BYPASS_TRUST_REMOTE_CODE", "C0Inputs", "C0Result", "C0State",
-    "C0SubReason", "C0_STATES", "C1Cell", "C1Outcome", "C1_TABLE", "CONFIDENCES", "DiskResult",
-    "FLAG_FORCE_DOWNLOAD", "FLAG_YES", "HardwareFacts", "LOCKED_TERMINALS", "RAW_VERDICTS", "Terminal",
-    "c0_engine_support", "c0_findings", "c1_terminal", "c2a_disk", "eligibility",
-    "find_arch_row", "given_flags", "required_sm", "resolve_hardware",
-    "stratum2_profile_like", "tp_geometry_problem",
+    "BYPASS_EXPERIMENTAL_ARCH",
+    "BYPASS_TRUST_REMOTE_CODE",
+    "C0_STATES",
+    "C1_TABLE",
+    "CONFIDENCES",
+    "FLAG_FORCE_DOWNLOAD",
+    "FLAG_YES",
+    "LOCKED_TERMINALS",
+    "RAW_VERDICTS",
+    "C0Inputs",
+    "C0Result",
+    "C0State",
+    "C0SubReason",
+    "C1Cell",
+    "C1Outcome",
+    "DiskResult",
+    "HardwareFacts",
+    "Terminal",
+    "c0_engine_support",
+    "c0_findings",
+    "c1_terminal",
+    "c2a_disk",
+    "eligibility",
+    "find_arch_row",
+    "given_flags",
+    "required_sm",
+    "resolve_hardware",
+    "stratum2_profile_like",
+    "tp_geometry_problem",
 ]

@@ -3,10 +3,11 @@ coded notices (`Notice`) attached to a decision."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum, IntEnum
 from types import MappingProxyType
-from typing import Any, Mapping
+from typing import Any
 
 
 class Stratum(IntEnum):

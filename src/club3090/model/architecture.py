@@ -25,12 +25,24 @@ Pure: no I/O, no environment, no printing.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Mapping
+from typing import Any
 
-__all__ = ["Architecture", "LayerSpec", "LAYER_KINDS", "ATTENTION_KINDS", "STATE_KINDS", "DIMENSION_CAPS",
-           "Family", "FAMILIES", "GENERIC", "family", "parse_config"]
+__all__ = [
+    "ATTENTION_KINDS",
+    "DIMENSION_CAPS",
+    "FAMILIES",
+    "GENERIC",
+    "LAYER_KINDS",
+    "STATE_KINDS",
+    "Architecture",
+    "Family",
+    "LayerSpec",
+    "family",
+    "parse_config",
+]
 
 LAYER_KINDS = ("full", "sliding", "chunked", "mla", "gdn", "mamba2", "linear", "none")
 ATTENTION_KINDS = frozenset({"full", "sliding", "chunked", "mla"})

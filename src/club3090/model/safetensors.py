@@ -16,9 +16,10 @@ sub-byte dtypes (F4, F6_*) only need room for their packed bits, since writers m
 from __future__ import annotations
 
 import struct
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Mapping
+from typing import Any
 
 from club3090.errors import InputError
 from club3090.model.budgets import parse_json_capped

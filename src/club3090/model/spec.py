@@ -7,10 +7,11 @@ compose generator. Geometry lives in ``architecture.Architecture`` (parsed from 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Literal, Mapping, get_args
+from typing import TYPE_CHECKING, Literal, get_args
 
 if TYPE_CHECKING:
     from club3090.model.architecture import Architecture

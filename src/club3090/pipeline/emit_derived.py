@@ -22,10 +22,11 @@ from __future__ import annotations
 
 import shutil
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
 from club3090.compose.generate import derived_compose
 from club3090.edges import boot as boot_mod
@@ -341,4 +342,4 @@ def _override_point(report: EReport, fit: Any, log: str) -> dict[str, Any]:
             "exit_error_summary": summary}
 
 
-__all__ = ["EReport", "EStages", "STAGES", "chosen_context", "kv_calc_version", "run", "served_name"]
+__all__ = ["STAGES", "EReport", "EStages", "chosen_context", "kv_calc_version", "run", "served_name"]

@@ -9,11 +9,12 @@ root. The decisions themselves live in ``club3090.gate.gates`` and ``club3090.fi
 from __future__ import annotations
 
 import posixpath
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from decimal import Decimal
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 from club3090.edges.files import write_output_text
 from club3090.fit.memory import ServeShape, UnpriceableModel

@@ -23,13 +23,14 @@ import math
 import os
 import re
 import socket
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields, is_dataclass
 from datetime import datetime, timezone
 from decimal import Decimal
 from enum import Enum
 from pathlib import Path, PurePath
 from types import MappingProxyType
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 from club3090.edges.files import atomic_write_text, read_bytes_capped, read_json_capped
 from club3090.errors import InputError

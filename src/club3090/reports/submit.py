@@ -13,9 +13,10 @@ import json
 import re
 import shutil
 import subprocess
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, TextIO
+from typing import Any, TextIO
 from urllib.parse import quote, urlencode
 
 from club3090.model.slug import sanitize_slug

@@ -16,8 +16,9 @@ Exit code: 0 every run answered, 1 a run failed, 2 the server was unreachable.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from club3090.edges.openai_client import ChatResult, OpenAIClient
 from club3090.validate.stats import summary
@@ -190,4 +191,4 @@ def _brief(run: Run) -> str:
     return f"{run.tokens} tokens ({run.tokens_source}) in {run.wall_s:.2f}s, TTFT {ttft}, decode {dec} tok/s"
 
 
-__all__ = ["BenchReport", "PROMPTS", "Run", "bench", "haystack"]
+__all__ = ["PROMPTS", "BenchReport", "Run", "bench", "haystack"]

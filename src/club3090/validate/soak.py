@@ -20,9 +20,10 @@ from __future__ import annotations
 import csv
 import io
 import json
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from club3090.edges.openai_client import OpenAIClient
 from club3090.validate.stats import median
@@ -322,4 +323,4 @@ def soak(client: OpenAIClient, options: SoakOptions, *, model: str | None = None
                       elapsed_s=clock() - t0)
 
 
-__all__ = ["GpuSample", "MODES", "SoakOptions", "SoakReport", "Turn", "soak", "write_files"]
+__all__ = ["MODES", "GpuSample", "SoakOptions", "SoakReport", "Turn", "soak", "write_files"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from typing import Sequence
+from collections.abc import Sequence
 
 
 def summary(values: Sequence[float]) -> dict[str, float | int | None]:

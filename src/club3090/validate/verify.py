@@ -13,8 +13,9 @@ Exit code: 0 every check passed or was skipped, 1 any failed, 2 the server was u
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from club3090.edges.openai_client import ChatResult, OpenAIClient
 
@@ -252,4 +253,4 @@ def verify(client: OpenAIClient, *, model: str | None = None, full: bool = False
     return VerifyReport(client.base, model, full, tuple(checks))
 
 
-__all__ = ["Check", "VerifyReport", "WEATHER_TOOL", "repeated_window", "verify"]
+__all__ = ["WEATHER_TOOL", "Check", "VerifyReport", "repeated_window", "verify"]

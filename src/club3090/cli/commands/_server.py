@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import argparse
 import os
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from club3090.cli.commands._types import seconds
 

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import argparse
 import json
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from club3090.cli.commands._server import add_common, make_client, stderr_progress
 from club3090.cli.commands._types import bounded, token_count
