@@ -43,6 +43,7 @@ __all__ = [
     "LlamaCppArgs",
     "LlamaCppBreakdown",
     "fewest_offloaded",
+    "cache_types",
     "kv_cache",
     "largest_context",
     "predict",
@@ -56,6 +57,9 @@ CONFIDENCE = "estimated"
 # llama.cpp's --cache-type-k/-v choices; forks add their own (given by the catalog).
 KV_CACHE_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")
 SPLIT_MODES = ("layer", "row", "none")
+# catalog KV formats that name a K/V pair rather than one llama.cpp type
+KV_FORMAT_PAIRS = {"k8v4": ("q8_0", "q4_0"), "auto": ("f16", "f16"), "fp16": ("f16", "f16"),
+                   "bf16": ("bf16", "bf16"), "fp32": ("f32", "f32")}
 
 
 def _pad(n: int, to: int) -> int:
@@ -144,6 +148,15 @@ def _cache_type(name: str) -> GgmlType:
     if kind is None:
         raise UnpriceableModel(f"unknown llama.cpp cache type {name!r}; known: {', '.join(KV_CACHE_TYPES)}")
     return kind
+
+
+def cache_types(kv_format: str) -> tuple[str, str]:
+    """(--cache-type-k, --cache-type-v) for a catalog KV format (q4_0, q8_0, k8v4, ...)."""
+    name = kv_format.strip().lower()
+    if name in KV_FORMAT_PAIRS:
+        return KV_FORMAT_PAIRS[name]
+    _cache_type(name)
+    return name, name
 
 
 def _context(args: LlamaCppArgs) -> tuple[int, int, int]:
