@@ -112,9 +112,18 @@ def test_gguf_repo_with_several_quants(fake_hub, tmp_path: Path, monkeypatch: py
     assert code == 0 and doc["quant"] == "Q8_0" and doc["engine"] == "llama.cpp"
 
 
+def test_override_tensor_flag(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (path,) = write(tmp_path, "moe", Spec(n_expert=4, n_expert_used=2, weight_type=Q.Q4_K))
+    _, base = _run(capsys, str(path), "--gpus", "1x3090")
+    _, moved = _run(capsys, str(path), "--gpus", "1x3090", "-ot", r"blk\.0\.ffn_.*_exps=CPU", "-ot", r"blk\.1\.ffn_up_exps=CPU")
+    _, flag = _run(capsys, str(path), "--gpus", "1x3090", "--n-cpu-moe", "1")
+    assert moved["devices"][1]["weights_bytes"] > flag["devices"][1]["weights_bytes"] > base["devices"][1]["weights_bytes"]
+    assert moved["args"]["override_tensors"][0] == [r"blk\.0\.ffn_.*_exps", "CPU"]
+
+
 def test_bad_llamacpp_flags_are_usage_errors(tmp_path: Path) -> None:
     (path,) = write(tmp_path, "m", Spec())
-    for bad in (["-ctk", "q9_9"], ["-ts", "a,b"], ["-ts", "0,0"], ["-fa", "maybe"]):
+    for bad in (["-ctk", "q9_9"], ["-ts", "a,b"], ["-ts", "0,0"], ["-fa", "maybe"], ["-ot", "nobuffer"]):
         with pytest.raises(SystemExit) as exc:
             main(["kv-calc", str(path), *bad])
         assert exc.value.code == 64, bad

@@ -34,6 +34,17 @@ def cache_type(text: str) -> str:
     return text.lower()
 
 
+def override(text: str) -> tuple[tuple[str, str], ...]:
+    """``PATTERN=BUFFER[,PATTERN=BUFFER...]`` as llama.cpp's ``-ot`` takes it."""
+    rules = []
+    for item in text.split(","):
+        pattern, sep, buffer = item.partition("=")
+        if not sep or not pattern or not buffer:
+            raise argparse.ArgumentTypeError(f"expected PATTERN=BUFFER (e.g. exps=CPU), got {item!r}")
+        rules.append((pattern, buffer))
+    return tuple(rules)
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("GGUF models (llama.cpp's memory model; llama.cpp's flag names)")
     g.add_argument("--quant", help="which quant of a GGUF repo to price (Q4_K_M, ...)")
@@ -45,6 +56,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--split-mode", "-sm", choices=("layer", "row", "none"), help="how to split across GPUs")
     g.add_argument("--main-gpu", "-mg", type=non_negative_int, help="GPU for --split-mode none/row")
     g.add_argument("--n-cpu-moe", type=non_negative_int, help="keep the MoE experts of the first N layers on the CPU")
+    g.add_argument("--override-tensor", "-ot", type=override, action="append",
+                   help="PATTERN=BUFFER: tensors whose name matches go to BUFFER (CPU, CUDA0, ...)")
     g.add_argument("--parallel", "-np", type=positive_int, help="server slots")
     g.add_argument("--batch-size", "-b", type=positive_int, help="logical batch")
     g.add_argument("--ubatch-size", "-ub", type=positive_int, help="physical batch")
@@ -73,6 +86,8 @@ def _llama_args(args: argparse.Namespace, profile: Any) -> Any:
     out = replace(base, **{k: v for k, v in given.items() if v is not None})
     if args.flash_attn is not None:
         out = replace(out, flash_attn=args.flash_attn != "off")
+    if args.override_tensor:
+        out = replace(out, override_tensors=tuple(r for group in args.override_tensor for r in group))
     if args.swa_full:
         out = replace(out, swa_full=True)
     if args.no_kv_offload:
