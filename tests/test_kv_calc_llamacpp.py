@@ -121,6 +121,18 @@ def test_override_tensor_flag(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     assert moved["args"]["override_tensors"][0] == [r"blk\.0\.ffn_.*_exps", "CPU"]
 
 
+def test_shared_flags_mean_the_same_and_vllm_flags_are_refused(tmp_path: Path,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    (path,) = write(tmp_path, "m", Spec())
+    _, doc = _run(capsys, str(path), "--max-model-len", "5000", "--max-num-seqs", "2", "--kv-cache-dtype", "k8v4",
+                  "--tp", "2")
+    assert (doc["args"]["ctx_size"], doc["args"]["parallel"]) == (5000, 2)
+    assert (doc["args"]["cache_type_k"], doc["args"]["cache_type_v"]) == ("q8_0", "q4_0")
+    assert [d["name"] for d in doc["devices"]] == ["CUDA0", "CUDA1", "CPU"]
+    assert main(["kv-calc", str(path), "--mem-util", "0.9"]) == 64
+    assert "--mem-util" in capsys.readouterr().err
+
+
 def test_bad_llamacpp_flags_are_usage_errors(tmp_path: Path) -> None:
     (path,) = write(tmp_path, "m", Spec())
     for bad in (["-ctk", "q9_9"], ["-ts", "a,b"], ["-ts", "0,0"], ["-fa", "maybe"], ["-ot", "nobuffer"]):

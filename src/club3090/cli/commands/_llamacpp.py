@@ -72,6 +72,23 @@ def wants_llamacpp(args: argparse.Namespace, catalog: Any) -> bool:
     return is_gguf_path(args.model) or llamacpp_profile(catalog, args.profile or args.model) is not None
 
 
+# vLLM-only kv-calc flags: a GGUF model refuses them rather than ignoring them
+VLLM_ONLY = ("pp", "mem_util", "max_num_batched_tokens", "block_size", "dtype", "weights_gib", "vllm_version",
+             "num_speculative_tokens")
+
+
+def _check_flags(args: argparse.Namespace) -> None:
+    from club3090.errors import UsageError
+
+    given = [name for name in VLLM_ONLY if getattr(args, name, None) is not None]
+    if getattr(args, "enforce_eager", False):
+        given.append("enforce_eager")
+    if given:
+        flags = ", ".join("--" + g.replace("_", "-") for g in given)
+        raise UsageError(f"{flags}: vLLM settings; a GGUF model is priced with llama.cpp's flags "
+                         "(--ctx-size, --cache-type-k/-v, --n-gpu-layers, ...)")
+
+
 def _llama_args(args: argparse.Namespace, profile: Any) -> Any:
     from club3090.fit.llamacpp import LlamaCppArgs, cache_types
 
@@ -79,6 +96,14 @@ def _llama_args(args: argparse.Namespace, profile: Any) -> Any:
     if profile is not None:
         k, v = cache_types(profile.kv_format)
         base = replace(base, ctx_size=profile.max_ctx, parallel=profile.max_num_seqs, cache_type_k=k, cache_type_v=v)
+    # the shared kv-calc flags, in llama.cpp's terms
+    if args.max_model_len is not None:
+        base = replace(base, ctx_size=args.max_model_len)
+    if args.max_num_seqs is not None:
+        base = replace(base, parallel=args.max_num_seqs)
+    if args.kv_cache_dtype is not None:
+        k, v = cache_types(args.kv_cache_dtype)
+        base = replace(base, cache_type_k=k, cache_type_v=v)
     given = {"ctx_size": args.ctx_size, "cache_type_k": args.cache_type_k, "cache_type_v": args.cache_type_v,
              "n_gpu_layers": args.n_gpu_layers, "tensor_split": args.tensor_split, "split_mode": args.split_mode,
              "main_gpu": args.main_gpu, "n_cpu_moe": args.n_cpu_moe, "parallel": args.parallel,
@@ -105,9 +130,11 @@ def run(args: argparse.Namespace, settings: Any, catalog: Any) -> int:
     from club3090.fit.memory import UnpriceableModel
     from club3090.rig.gpus import parse_gpus
 
+    _check_flags(args)
     src = resolve_gguf(args.model, catalog, settings, profile_key=args.profile, quant=args.quant)
     prof = src.profile
-    spec = args.gpus or f"{prof.tp if prof is not None else 1}x{prof.reference_gpu if prof is not None else DEFAULT_GPU}"
+    count = args.tp or (prof.tp if prof is not None else 1)
+    spec = args.gpus or f"{count}x{prof.reference_gpu if prof is not None else DEFAULT_GPU}"
     gpu_bytes = list(parse_gpus(spec, catalog).memory_bytes)
     try:
         largs = _llama_args(args, prof)
