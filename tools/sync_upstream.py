@@ -34,6 +34,8 @@ from typing import Any
 
 import yaml
 
+from club3090.catalog.schema import engine_pin_tag, engine_release
+
 ROOT = Path(__file__).resolve().parents[1]
 _SAFE = getattr(yaml, "CSafeLoader", yaml.SafeLoader)       # both are the safe loader
 DEFAULT_CATALOG = ROOT / "src" / "club3090" / "catalog" / "data"
@@ -98,6 +100,8 @@ SHARED: Mapping[str, tuple[str, ...]] = {
     "patches": ("models", "load_bearing_composes", "on_fail", "capability", "foundational",
                 "deprecated_on"),
 }
+# Compared and reported, but never written: the loader reads them from other fields.
+DERIVED: Mapping[str, tuple[str, ...]] = {"engines": ("pin", "vllm_version")}
 FILE_OF = {"profiles": "profiles.yaml", "engines": "engines.yaml", "drafters": "drafters.yaml",
            "models": "models.yaml", "patches": "patches.yaml", "gpus": "gpus.yaml"}
 SECTIONS = ("engines", "drafters", "models", "patches", "profiles", "gpus")
@@ -122,23 +126,6 @@ def gb_to_bytes(value: Any) -> int | None:
     return round(value * GB)
 
 
-def pin_tag(method: str, spec: str) -> str:
-    if method == "pip":
-        return spec[len("vllm=="):] if spec.startswith("vllm==") else spec[len("vllm"):]
-    if "@sha256:" in spec:
-        return spec.split("@", 1)[1]
-    tag = spec.rsplit(":", 1)[1] if ":" in spec.rsplit("/", 1)[-1] else "latest"
-    return tag[len("nightly-"):] if tag.startswith("nightly-") else tag
-
-
-def vllm_version(engine_type: str, method: str, spec: str) -> str | None:
-    if engine_type != "vllm":
-        return None
-    found = (re.fullmatch(r"vllm==(\d+\.\d+\.\d+)", spec) if method == "pip"
-             else re.search(r":v(\d+\.\d+\.\d+)$", spec))
-    return found.group(1) if found else None
-
-
 def map_profile(e: Mapping[str, Any]) -> dict[str, Any]:
     return {
         "model": e["model"], "weights_variant": e["weights_variant"], "workload": e["workload"],
@@ -156,7 +143,8 @@ def map_engine(e: Mapping[str, Any]) -> dict[str, Any]:
     method, spec = e["install"]["method"], e["install"]["spec"]
     return {
         "display_name": e["display_name"], "type": e["type"], "install_method": method, "image": spec,
-        "pin": f"{e['id']}@{pin_tag(method, spec)}", "vllm_version": vllm_version(e["type"], method, spec),
+        "pin": f"{e['id']}@{engine_pin_tag(method, spec)}",
+        "vllm_version": engine_release(e["type"], method, spec),
         "min_sm": sm(e["min_sm"]), "supported_kv_formats": list(e.get("supported_kv_formats") or []),
         "supported_weight_formats": list(e.get("supported_weight_formats") or []),
         "required_genesis": bool(e.get("required_genesis")),
@@ -315,8 +303,12 @@ def _protected_paths(doc: Mapping[str, Any]) -> set[str]:
     return {p for c in doc.get("corrections") or [] for p in c.get("paths") or []}
 
 
-def _ours(section: str, record: Mapping[str, Any]) -> dict[str, Any]:
+def _ours(section: str, rid: str, record: Mapping[str, Any]) -> dict[str, Any]:
     out = {k: record.get(k) for k in SHARED.get(section, ())}
+    if section == "engines":
+        method, image = record.get("install_method", ""), record.get("image", "")
+        out["pin"] = f"{rid}@{engine_pin_tag(method, image)}"
+        out["vllm_version"] = engine_release(record.get("type", ""), method, image)
     if section == "models":
         out["weights"] = sorted(record.get("weights") or {})
     for k, v in out.items():
@@ -337,7 +329,7 @@ def compare(upstream: Mapping[str, Mapping[str, Any]], docs: Mapping[str, Any]) 
         report.added[section] = sorted(set(theirs) - set(ours))
         report.removed[section] = sorted(set(ours) - set(theirs))
         for rid in sorted(set(theirs) & set(ours)):
-            mine = _ours(section, ours[rid])
+            mine = _ours(section, rid, ours[rid])
             for key in SHARED.get(section, ()):
                 upstream_value = theirs[rid][key]
                 if key == "weights":          # the catalog may curate more variants than upstream
@@ -393,7 +385,8 @@ def propose(upstream: Mapping[str, Mapping[str, Any]], docs: Mapping[str, Any], 
         if missing:
             report.pending.append((section, rid, f"{what}: not in the catalog: {', '.join(missing)}"))
             return False
-        new[FILE_OF[section]][section][rid] = record
+        derived = DERIVED.get(section, ())
+        new[FILE_OF[section]][section][rid] = {k: v for k, v in record.items() if k not in derived}
         return True
 
     for section in ("engines", "drafters"):
@@ -403,6 +396,8 @@ def propose(upstream: Mapping[str, Mapping[str, Any]], docs: Mapping[str, Any], 
         p = {**upstream["profiles"][rid], "status_note": None, "reference_gpu": REFERENCE_GPU, "runtime": None}
         take("profiles", rid, p, "added upstream")
     for section, rid, key, _ours_value, theirs in report.changed:
+        if key in DERIVED.get(section, ()):
+            continue                            # follows from the fields it is read from
         if section == "models":
             detail = (f"variants {', '.join(theirs)} added upstream" if key == "weights"
                       else f"{key} differs")

@@ -83,8 +83,9 @@ class Engine:
     type: str                          # "vllm" | "llama.cpp"
     install_method: str                # docker_image | pip
     image: str                         # install spec: image reference or pip requirement
-    pin: str                           # "<engine-id>@<tag-or-sha>"
-    vllm_version: str | None           # "0.22.0" for release tags; None for nightlies / llama.cpp
+    pin: str                           # "<engine-id>@<tag-or-sha>", read from image by the loader
+    vllm_version: str | None           # "0.22.0" for release tags (read from image); None for
+                                       # nightlies / llama.cpp
     min_sm: Decimal
     supported_kv_formats: tuple[str, ...]
     supported_weight_formats: tuple[str, ...]
