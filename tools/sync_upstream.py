@@ -24,7 +24,6 @@ import argparse
 import difflib
 import json
 import os
-import re
 import sys
 import tempfile
 from collections.abc import Mapping
