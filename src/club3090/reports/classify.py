@@ -266,8 +266,8 @@ def kv_calc_evidence(points: Mapping[str, Mapping[str, Any]]) -> tuple[bool, flo
 
 
 def _boot_green(points: Mapping[str, Mapping[str, Any]]) -> bool:
-    boot = points.get("boot")
-    return bool(boot) and boot.get("ok") is True
+    boot = points.get("boot") or {}
+    return boot.get("ok") is True
 
 
 def _smoke_results(points: Mapping[str, Mapping[str, Any]]) -> Mapping[str, Any]:
