@@ -302,8 +302,14 @@ def write_e_bundle(root: Path, *, slug: str, gate: Mapping[str, Any], points: Ma
 def local_folder(source: str) -> list[str]:
     """``[source]`` when it names a folder on this machine (a model given as ``DIR``), else ``[]``:
     such a name is local to this machine and is redacted like a path."""
+    if not source:
+        return []
     try:
-        return [source] if source and Path(source).expanduser().is_dir() else []
+        path = Path(source).expanduser()
+    except RuntimeError:   # "~someone/x" for a user this machine does not know: not a folder here
+        path = Path(source)
+    try:
+        return [source] if path.is_dir() else []
     except (OSError, ValueError):
         return [source]
 
