@@ -32,7 +32,7 @@ from tests.test_capture import (
 
 GH = "/usr/local/bin/gh"
 LABELS = ["label-create"] * 3          # the three labels are bootstrapped before `issue create`
-SECRETS = PLANTED + ["sekrit-token-123", "s3cr3t-value"]
+SECRETS = [*PLANTED, "sekrit-token-123", "s3cr3t-value"]
 
 
 class Ask:
@@ -106,7 +106,7 @@ def everything_sent(run: FakeGh) -> str:
     (EOFError(), False), (KeyboardInterrupt(), False),
 ])
 def test_consent_matrix(tmp_path, reply, proceeds):
-    result, out, ask, run = run_submit(make_bundle(tmp_path), reply)
+    result, _out, ask, run = run_submit(make_bundle(tmp_path), reply)
     assert ask.prompts == [submit_mod.PROMPT]                    # asked exactly once
     if proceeds:
         assert result.action == "created" and result.sent and result.issue == 42
@@ -182,7 +182,7 @@ def test_payload_is_re_redacted_even_if_the_bundle_on_disk_was_not(tmp_path):
 
 
 def test_without_gh_a_filed_class_spools_to_the_dedup_queue(tmp_path):
-    result, out, _, run = run_submit(make_bundle(tmp_path), "y", gh=None)
+    result, _out, _, run = run_submit(make_bundle(tmp_path), "y", gh=None)
     assert result.action == "spooled" and not result.sent and run.calls == []
     assert result.spool == tmp_path / "_dedup-queue" / f"{result.dedup_hash}.json"
     entry = json.loads(result.spool.read_text())
@@ -214,7 +214,7 @@ def test_no_url_link_is_sent_anywhere_but_printed(tmp_path):
 def test_url_is_capped_under_8_kb_with_a_note(tmp_path):
     gate = planted_gate()
     gate["notices"] = [f"notice {i}: " + "ä" * 200 for i in range(100)]   # ~40 KB of body
-    result, out, _, _ = run_submit(make_bundle(tmp_path, gate=gate), "y", gh=None)
+    result, _out, _, _ = run_submit(make_bundle(tmp_path, gate=gate), "y", gh=None)
     assert len(result.url) <= MAX_URL_BYTES < 8192
     body = parse_qs(urlsplit(result.url).query)["body"][0]
     assert body.endswith(submit_mod.TRUNCATION_NOTE)
@@ -345,7 +345,7 @@ def test_an_e_bundle_with_a_cuda_oom_in_its_boot_log_is_genuine_oom_and_filed(tm
     excerpt = fixture_path("logs", "oom_v1_wrapped.log").read_text()
     bundle = e_bundle(tmp_path, failed_boot(excerpt))
     assert read_bundle(bundle).points["boot"]["actual"]["attempted_alloc_mib"] == 2560.0
-    result, out, ask, run = run_submit(bundle, "y")
+    result, _out, ask, _run = run_submit(bundle, "y")
     assert result.failure_class == "genuine-oom" and result.classification.tier == "tier1-oom"
     assert result.action == "created" and "class:genuine-oom" in result.payload.labels
     assert "Tried to allocate 2.50 GiB" in result.payload.body
@@ -368,14 +368,14 @@ def test_a_cold_start_that_smoked_green_is_suppressed(tmp_path):
              "results": {"plain-chat": "green", "streaming": "green"}, "partial": False,
              "results_detail": {"plain-chat": {"status": "green", "error": None},
                                 "streaming": {"status": "green", "error": None}}}
-    result, out, ask, run = run_submit(e_bundle(tmp_path, failed_boot(""), smoke, outcome="partial"), "y")
+    result, _out, ask, run = run_submit(e_bundle(tmp_path, failed_boot(""), smoke, outcome="partial"), "y")
     assert (result.failure_class, result.action) == ("benign-cold-start", "suppressed")
     assert ask.prompts == [] and run.calls == []
 
 
 def test_an_unclassified_e_bundle_goes_to_review_not_public(tmp_path):
     bundle = e_bundle(tmp_path, failed_boot("ERROR 01-01 00:00:00 [x.py:1] ValueError: never seen before\n"))
-    result, out, ask, run = run_submit(bundle, "y")
+    result, _out, ask, run = run_submit(bundle, "y")
     assert result.action == "review-queued" and ask.prompts == [] and run.calls == []
     entry = json.loads(result.spool.read_text())
     assert entry["failure_class"] == "unknown" and "never seen before" in entry["body"]
