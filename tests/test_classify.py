@@ -232,3 +232,14 @@ def test_the_table_loader_is_strict(tmp_path):
     with pytest.raises(InputError, match="predicate"):
         load_table(bad)
     assert load_table(extra_exact={"0123456789ab": "genuine-oom"}).exact == {"0123456789ab": "genuine-oom"}
+
+
+def test_classes_routes_and_environment_tokens_are_documented():
+    from pathlib import Path
+
+    from club3090.reports.classify import ENVIRONMENT_RULES
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    for token in (*FAILURE_CLASSES, ROUTE_FILE, ROUTE_LOCAL, ROUTE_REVIEW, ROUTE_SUPPRESSED,
+                  *(rule[0] for rule in ENVIRONMENT_RULES)):
+        assert f"`{token}`" in readme, token
