@@ -96,7 +96,7 @@ def test_dead_and_duplicate_fields_stay_gone():
     text = "\n".join(p.read_text(encoding="utf-8")
                      for p in Path(str(resources.files("club3090.catalog").joinpath("data"))).glob("*.yaml"))
     for key in ("param_slots", "trust_remote_code_in_shipped", "facts", "compatible_drafters",
-                "valid_tp", "max_ctx_supported", "kvcalc_key", "bandwidth_gbps"):
+                "valid_tp", "max_ctx_supported", "max_ctx", "kvcalc_key", "bandwidth_gbps", "pin"):
         assert not re.search(rf"^\s*{key}:", text, re.M), key
     assert not re.search(r"^    architecture:", text, re.M)     # read from hf_config
 

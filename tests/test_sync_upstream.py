@@ -85,7 +85,7 @@ def test_newest_snapshot_reports_the_documented_differences():
     assert changes("patches", "deprecated_on") == {
         "qwen-vllm-marlin-pad": (None, "2026-07-02"),
         "qwen-vllm-pr41800-truncate-prompt-tokens": (None, "2026-08-16")}
-    # nothing else in the shared profile fields moved (no compose_path, tp, max_ctx or port change)
+    # nothing else in the shared profile fields moved (no compose_path, tp, max_model_len or port change)
     assert {k for _s, _r, k, _o, _t in report.changed if _s == "profiles"} == {"status", "kv_format",
                                                                                 "drafter", "engine"}
 

@@ -89,7 +89,7 @@ SUPPORTED_UPSTREAM_SCHEMA = (1,)
 # The catalog fields each section shares with upstream (the rest is ours: captures, evidence).
 SHARED: Mapping[str, tuple[str, ...]] = {
     "profiles": ("model", "weights_variant", "workload", "engine", "drafter", "kv_format", "tp", "pp",
-                 "max_ctx", "max_num_seqs", "mem_util", "port", "status", "required_sm", "fallback_sm",
+                 "max_model_len", "max_num_seqs", "mem_util", "port", "status", "required_sm", "fallback_sm",
                  "requires_nvlink", "required_engine_features", "compose_path"),
     "engines": ("display_name", "type", "install_method", "image", "pin", "vllm_version", "min_sm",
                 "supported_kv_formats", "supported_weight_formats", "required_genesis"),
@@ -129,7 +129,7 @@ def map_profile(e: Mapping[str, Any]) -> dict[str, Any]:
     return {
         "model": e["model"], "weights_variant": e["weights_variant"], "workload": e["workload"],
         "engine": e["engine"], "drafter": e.get("drafter"), "kv_format": e["kv_format"],
-        "tp": e["tp"], "pp": e.get("pp", 1), "max_ctx": e["max_ctx"],
+        "tp": e["tp"], "pp": e.get("pp", 1), "max_model_len": e["max_ctx"],
         "max_num_seqs": e["max_num_seqs"], "mem_util": e.get("mem_util"), "port": e["default_port"],
         "status": e["status"], "required_sm": sm(e.get("required_sm")),
         "fallback_sm": sm(e.get("fallback_sm")), "requires_nvlink": bool(e.get("requires_nvlink")),

@@ -140,7 +140,7 @@ class Profile:
     kv_format: str
     tp: int
     pp: int
-    max_ctx: int
+    max_model_len: int                 # context length served (vLLM --max-model-len)
     max_num_seqs: int
     mem_util: float | None             # None for llama.cpp profiles
     port: int

@@ -421,7 +421,7 @@ PROFILE_SPEC: Spec = {
     "kv_format": req(t_id, "KV format (id in kv_formats.yaml)."),
     "tp": req(t_pos_int, "Tensor-parallel size."),
     "pp": opt(t_pos_int, "Pipeline-parallel size.", 1),
-    "max_ctx": req(t_pos_int, "Context length the profile serves (vLLM `--max-model-len`)."),
+    "max_model_len": req(t_pos_int, "Context length the profile serves (vLLM `--max-model-len`)."),
     "max_num_seqs": req(t_pos_int, "Concurrent sequences (vLLM `--max-num-seqs`)."),
     "mem_util": req(nullable(t_fraction), "vLLM `--gpu-memory-utilization`; required for vLLM "
                     "profiles, null for llama.cpp."),
