@@ -95,7 +95,7 @@ def _llama_args(args: argparse.Namespace, profile: Any) -> Any:
     base = LlamaCppArgs(ctx_size=4096)
     if profile is not None:
         k, v = cache_types(profile.kv_format)
-        base = replace(base, ctx_size=profile.max_ctx, parallel=profile.max_num_seqs, cache_type_k=k, cache_type_v=v)
+        base = replace(base, ctx_size=profile.max_model_len, parallel=profile.max_num_seqs, cache_type_k=k, cache_type_v=v)
     # the shared kv-calc flags, in llama.cpp's terms
     if args.max_model_len is not None:
         base = replace(base, ctx_size=args.max_model_len)
