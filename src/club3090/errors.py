@@ -1,18 +1,19 @@
-"""Every exception club3090 raises. Verdicts are values (see ``outcome``), not exceptions.
+"""Every exception club3090 raises: the tool failing, never a verdict. Verdicts are values
+(``gate.outcome.Stop``, ``fit.memory.Unpriceable``, ``fit.estimate.NoFit``, ``emit_derived.EReport``),
+and the CLI maps each exception below to its exit code (``club3090.cli.ERRORS``).
 
 Club3090Error
- ├─ UsageError(ValueError)         bad user input the parser could not catch (exit 64)
- ├─ HubError(OSError)              repo_id
+ ├─ UsageError(ValueError)           bad user input the parser could not catch (exit 64)
+ ├─ HubError(OSError)                repo_id
  │   ├─ RepoNotFound
  │   │   └─ GatedRepo
  │   ├─ RevisionNotFound
- │   ├─ EntryNotFound              file: the missing file, when known
- │   ├─ FileMetadataMissing        a file's answer lacked its ETag / commit headers
- │   └─ HubUnreachable             network outage: not a verdict (exit 69)
- ├─ InputError(ValueError)         a file we were given is malformed or over a size cap (exit 65)
- └─ CatalogError(ValueError)       problems: tuple[Problem, ...] (exit 78)
-
-[E] stage failures are values (``emit.EReport``), never exceptions.
+ │   ├─ EntryNotFound                file: the missing file, when known
+ │   ├─ FileMetadataMissing          a file's answer lacked its ETag / commit headers
+ │   └─ HubUnreachable               network outage: not a verdict (exit 69)
+ ├─ InputError(ValueError)           a file we were given is malformed or over a size cap (exit 65)
+ ├─ InterpolationError(ValueError)   a ``${...}`` expression Compose itself would reject (exit 70)
+ └─ CatalogError(ValueError)         problems: tuple[Problem, ...] (exit 78)
 """
 
 from __future__ import annotations
@@ -68,6 +69,11 @@ class InputError(Club3090Error, ValueError):
         super().__init__(f"{file}: {message}")
         self.file = file
         self.message = message
+
+
+class InterpolationError(Club3090Error, ValueError):
+    """A ``${...}`` expression Compose itself would reject (unterminated, bad name, a required
+    variable unset)."""
 
 
 @dataclass(frozen=True, slots=True)

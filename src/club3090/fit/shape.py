@@ -13,7 +13,8 @@ from __future__ import annotations
 from dataclasses import fields
 from typing import Any
 
-from club3090.compose.launch import InterpolationError, interpolate
+from club3090.compose.launch import interpolate
+from club3090.errors import InterpolationError
 from club3090.errors import CatalogError, Problem
 from club3090.fit.memory import ServeShape
 

@@ -10,6 +10,18 @@ from types import MappingProxyType
 from typing import Any
 
 
+class Outcome(str, Enum):
+    """What a command's answer amounts to; ``club3090.cli.exit_codes`` maps each to its exit code."""
+
+    OK = "ok"                        # fits / accepted / emitted
+    REFUSED = "refused"              # a stop, hard-block, does not fit, a failed [E] stage
+    NEEDS_ACK = "needs-ack"          # a terminal an acknowledgement flag would accept
+    LISTING_ONLY = "listing-only"    # compose --list: nothing generated
+
+    def __str__(self) -> str:
+        return self.value
+
+
 class Stratum(IntEnum):
     DECIDED = 0
     DERIVER = 1
@@ -86,6 +98,13 @@ class Stop:
         return self.reason.value
 
 
+def deriver_stop(reason: Reason, sub_reason: str, message: str, **extra: object) -> Stop:
+    """A stratum-1 stop. The public reason stays the bare token; ``sub_reason`` (``gguf-only``,
+    ``not-found``, ...) says which case it was, ``detail`` keeps the data (``message``, ``file``, ...)."""
+    return Stop(stratum=Stratum.DERIVER, reason=reason, sub_reason=sub_reason,
+                detail=MappingProxyType({"message": message, **extra}))
+
+
 def bypassed(stop: Stop, given: frozenset[str]) -> bool:
     """The subset rule: a stop is cleared only when every tag it names was given."""
     return bool(stop.bypassable_by) and stop.bypassable_by <= given
@@ -110,7 +129,7 @@ class NoticeCode(str, Enum):
     EMIT_ONLY = "emit-only"                                    # derived compose written, nothing downloaded
     EMIT_REFUSED = "emit-refused"                              # data: failure, detail
     BUNDLE_WRITE_FAILED = "bundle-write-failed"                # data: error
-    # hardware resolution (club3090.gate.gates.resolve_hardware)
+    # hardware resolution (club3090.rig.hardware.resolve_hardware)
     REFERENCE_GPU_PRICED = "reference-gpu-priced"              # data: gpu, count, memory_bytes
     MIXED_GPU_ARCH = "mixed-gpu-arch"                          # data: sms
     NON_NVIDIA_GPU = "non-nvidia-gpu"                          # data: name, assumed_sm
