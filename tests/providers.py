@@ -40,3 +40,8 @@ def offline_rig(settings: Settings | None = None, *, free: int | None = 10**15, 
 def factory(**kwargs: Any):
     """For ``cli.main(argv, provider=factory(...))``: the settings come from the CLI."""
     return lambda settings: offline_rig(settings, **kwargs)
+
+
+def plenty_of_disk(settings: Settings) -> LiveProvider:
+    """The live provider with 1 PB free at HF_HOME (curated checkpoints outgrow a CI disk)."""
+    return LiveProvider(settings, free_disk=lambda _p: 10**15)

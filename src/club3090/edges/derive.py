@@ -209,7 +209,25 @@ def build_spec(*, kind: str, ref: str, revision: str | None, commit: str | None,
         max_ctx_supported=max_ctx or DEFAULT_MAX_CTX)
 
 
-def _config_orderiver_stop(load: Callable[[], Any], name: str) -> Mapping[str, Any] | Stop:
+def config_only_spec(config: Mapping[str, Any], *, kind: str, ref: str,
+                     local_path: Path | None = None) -> ModelSpec:
+    """Geometry without weights: ``weights_bytes`` None (the caller supplies per-rank weights)."""
+    arch = parse_config(config)
+    resolved = resolve_quantization(arch, {}, {})
+    quant, compute = (None, None) if isinstance(resolved, Stop) else resolved[:2]
+    max_ctx = arch.max_position_embeddings
+    return ModelSpec(
+        source=kind,  # type: ignore[arg-type]
+        ref=ref, revision=None, commit=None, arch=arch, weights_bytes=None,
+        dtype_bytes=MappingProxyType({}), weight_files=(), download_files=(), footprint_bytes=0,
+        quantization=quant, compute_dtype=compute, requires_trust_remote_code=arch.auto_map,
+        has_mtp_head=arch.mtp_layers > 0, has_vision=bool(arch.has_vision),
+        confidence="estimated-lower-bound", local_path=local_path,
+        provenance=MappingProxyType({"architecture": "config", "geometry": "config"}),
+        max_ctx_supported=max_ctx or DEFAULT_MAX_CTX)
+
+
+def _config_or_stop(load: Callable[[], Any], name: str) -> Mapping[str, Any] | Stop:
     try:
         config = load()
     except InputError as exc:
@@ -263,7 +281,7 @@ def derive_folder(folder: Path, *, kind: str, ref: str, revision: str | None = N
         return deriver_stop(Reason.UNSUPPORTED_FORMAT, "gguf-only" if gguf else "no-config-json",
                      f"{where}no config.json" + (f"; GGUF files: {', '.join(gguf)}. {LLAMA_CPP_HINT}" if gguf else ""),
                      **({"gguf_files": gguf, "hint": LLAMA_CPP_HINT} if gguf else {}))
-    config = _config_orderiver_stop(lambda: read_json_capped(folder / "config.json"), str(folder / "config.json"))
+    config = _config_or_stop(lambda: read_json_capped(folder / "config.json"), str(folder / "config.json"))
     if isinstance(config, Stop):
         return config
     weights = select_weight_set(files, lambda n: read_json_capped(folder / n), where=where,
@@ -273,7 +291,7 @@ def derive_folder(folder: Path, *, kind: str, ref: str, revision: str | None = N
     quant_files: dict[str, Any] = {}
     for name in QUANT_FILES:
         if name in files:
-            loaded = _config_orderiver_stop(lambda: read_json_capped(folder / name), str(folder / name))
+            loaded = _config_or_stop(lambda: read_json_capped(folder / name), str(folder / name))
             if isinstance(loaded, Stop):
                 return loaded
             quant_files[name] = loaded
@@ -324,7 +342,7 @@ def derive_hub(client: "HubSource", repo_id: str, revision: str | None, *, has_t
                      f"{where}no config.json" + (f"; GGUF files: {', '.join(gguf)}. {LLAMA_CPP_HINT}" if gguf else ""),
                      **({"gguf_files": gguf, "hint": LLAMA_CPP_HINT} if gguf else {}))
     try:
-        config = _config_orderiver_stop(lambda: fetch("config.json"), f"{repo_id}/config.json")
+        config = _config_or_stop(lambda: fetch("config.json"), f"{repo_id}/config.json")
         if isinstance(config, Stop):
             return config
         weights = select_weight_set(files, fetch, where=where, file_label=file_label(repo_id))
@@ -333,7 +351,7 @@ def derive_hub(client: "HubSource", repo_id: str, revision: str | None, *, has_t
         quant_files: dict[str, Any] = {}
         for name in QUANT_FILES:
             if name in files:
-                loaded = _config_orderiver_stop(lambda: fetch(name), f"{repo_id}/{name}")
+                loaded = _config_or_stop(lambda: fetch(name), f"{repo_id}/{name}")
                 if isinstance(loaded, Stop):
                     return loaded
                 quant_files[name] = loaded

@@ -4,9 +4,9 @@
 the same model everywhere. Precedence, first match wins:
 
 1. ``org/name@`` with nothing after ``@``: a stop (most likely an unset ``$REV``);
-2. an existing local path: a folder (``config.json`` + safetensors), or a file inside one (a
-   ``config.json`` path means its folder); a name written as a path that does not exist stops
-   with ``folder-missing``;
+2. an existing local folder (``config.json`` + safetensors); a file, or a name written as a path
+   that does not exist, stops with ``folder-missing`` (a caller pricing geometry alone,
+   ``weights_optional``, may name a folder's ``config.json``);
 3. the catalog, with no network: a profile key (its model and weight variant), a model id (its
    default weight variant), or any ``hf_repos`` alias of a weight variant (case-insensitive);
 4. a name that is not a repo id stops with ``not-a-repo-id``;
@@ -47,12 +47,12 @@ _UNQUANTIZED = ("bf16", "fp16", "f16", "fp32", "bfloat16", "float16")
 
 
 def resolve(source: str, settings: "Settings", catalog: "Catalog | None" = None, *,
-            hub: "Callable[[], HubSource] | HubSource | None" = None, progress: Progress | None = None,
+            hub: "HubSource | Callable[[], HubSource] | None" = None, progress: Progress | None = None,
             weights_optional: bool = False) -> ModelSpec | Stop:
     """Resolve ``source`` in the precedence of the module docstring.
 
-    ``catalog`` None skips step 3. ``hub`` is the Hub seam (a ``HubSource``, or a function that
-    makes one on first use; default ``hub.HubClient(settings)``). ``progress(done, total)`` is
+    ``catalog`` None skips step 3. ``hub`` is the Hub seam: a ``HubSource``, or a function that
+    makes one when step 6 is reached (default ``hub.HubClient(settings)``). ``progress(done, total)`` is
     called while shard headers are read. ``weights_optional``: a local folder whose weights cannot
     be counted still gives its geometry (``weights_bytes`` None; ``kv-calc --weights-gib``).
     Raises ``HubUnreachable`` on network failure or an offline cache miss, ``InputError`` on a
@@ -68,10 +68,10 @@ def resolve(source: str, settings: "Settings", catalog: "Catalog | None" = None,
         path = Path(source).expanduser()
     except RuntimeError:  # "~user/..." for an unknown user: no such folder
         return deriver_stop(Reason.REPO_NOT_FOUND, "folder-missing", f"{source}: no such folder")
-    if path.exists():
+    if path.is_dir() or (weights_optional and path.is_file() and path.name == "config.json"):
         folder = path if path.is_dir() else path.parent
         return derive_folder(folder, kind="local", ref=source, weights_optional=weights_optional)
-    if _looks_like_path(source):
+    if path.exists() or _looks_like_path(source):
         return deriver_stop(Reason.REPO_NOT_FOUND, "folder-missing", f"{source}: no such folder")
 
     if catalog is not None:
@@ -97,8 +97,10 @@ def resolve(source: str, settings: "Settings", catalog: "Catalog | None" = None,
         from club3090.edges.hub import HubClient
 
         client: HubSource = HubClient(settings)
+    elif hasattr(hub, "repo_info"):    # a HubSource itself, not a function that makes one
+        client = hub  # type: ignore[assignment]
     else:
-        client = hub() if callable(hub) else hub
+        client = hub()  # type: ignore[operator]
     return derive_hub(client, repo_id, revision, has_token=bool(settings.token), progress=progress)
 
 
