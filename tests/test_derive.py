@@ -6,7 +6,7 @@ import json
 import math
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 
@@ -453,8 +453,8 @@ def _catalog(fmt: str = "awq", kind: str = "main") -> Any:
                             weights={"awq-int4": variant})
 
     class Cat:
-        profiles: dict[str, Any] = {}
-        models = {model.id: model}
+        profiles: ClassVar[dict[str, Any]] = {}
+        models: ClassVar[dict[str, Any]] = {model.id: model}
 
         def find_variant(self, repo_id: str) -> Any:
             bare = repo_id.partition("@")[0].lower()

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from club3090.cli.render import spec_to_json
-from club3090.edges.resolve import resolve
 from club3090.edges import hub as H
+from club3090.edges.resolve import resolve
 from club3090.errors import (
     EntryNotFound,
     GatedRepo,

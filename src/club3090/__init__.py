@@ -26,7 +26,7 @@ stay fast.
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from club3090.version import __version__
 
@@ -84,31 +84,3 @@ def __getattr__(name: str) -> Any:
 def __dir__() -> list[str]:
     return sorted(__all__)
 
-
-if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
-    from club3090.catalog import load_catalog
-    from club3090.edges.provider import LiveProvider
-    from club3090.errors import (
-        CatalogError,
-        Club3090Error,
-        EntryNotFound,
-        GatedRepo,
-        HubError,
-        HubUnreachable,
-        InputError,
-        InterpolationError,
-        RepoNotFound,
-        RevisionNotFound,
-        UsageError,
-    )
-    from club3090.fit.estimate import Estimate, NoFit, Overrides
-    from club3090.fit.memory import FitResult, Unpriceable
-    from club3090.gate.outcome import Notice, Outcome, Stop
-    from club3090.model.spec import ModelSpec
-    from club3090.pipeline.inspect import inspect_model
-    from club3090.pipeline.kv_calc import PriceRequest
-    from club3090.pipeline.kv_calc import price as kv_calc
-    from club3090.pipeline.provider import Provider
-    from club3090.pipeline.pull import PullRequest, PullResult
-    from club3090.pipeline.pull import evaluate as evaluate_pull
-    from club3090.settings import Settings

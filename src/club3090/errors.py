@@ -30,6 +30,8 @@ class UsageError(Club3090Error, ValueError):
 
 
 class HubError(Club3090Error, OSError):
+    """The Hub answered in a way that is not a model (``repo_id``; ``detail`` when known)."""
+
     def __init__(self, repo_id: str, detail: str = "") -> None:
         super().__init__(f"{repo_id}: {detail}" if detail else repo_id)
         self.repo_id = repo_id
@@ -37,29 +39,31 @@ class HubError(Club3090Error, OSError):
 
 
 class RepoNotFound(HubError):
-    pass
+    """No such repo, or a private one without a token that can read it."""
 
 
 class GatedRepo(RepoNotFound):
-    pass
+    """A gated repo whose terms the token has not accepted (or no token)."""
 
 
 class RevisionNotFound(HubError):
-    pass
+    """The repo exists; the ``@revision`` does not."""
 
 
 class EntryNotFound(HubError):
+    """A file the listing named was not served (``file`` names it when known)."""
+
     def __init__(self, repo_id: str, detail: str = "", *, file: str | None = None) -> None:
         super().__init__(repo_id, detail)
         self.file = file
 
 
 class FileMetadataMissing(HubError):
-    pass
+    """A file's answer lacked the ETag / commit headers every Hub answer carries."""
 
 
 class HubUnreachable(HubError):
-    pass
+    """The network or the Hub is down, or the repo is not cached while offline: not a verdict."""
 
 
 class InputError(Club3090Error, ValueError):
@@ -87,6 +91,8 @@ class Problem:
 
 
 class CatalogError(Club3090Error, ValueError):
+    """The packaged catalog failed validation; ``problems`` lists every problem at once."""
+
     def __init__(self, problems: tuple[Problem, ...] | list[Problem]) -> None:
         self.problems = tuple(problems)
         super().__init__(f"catalog invalid ({len(self.problems)} problems)")

@@ -21,6 +21,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, NoReturn
 
+from club3090.cli.exit_codes import CONFIG, DATAERR, INTERRUPTED, PIPE, SOFTWARE, UNAVAILABLE, USAGE, VERDICT_CODES
 from club3090.errors import (
     CatalogError,
     Club3090Error,
@@ -32,7 +33,6 @@ from club3090.errors import (
     RevisionNotFound,
     UsageError,
 )
-from club3090.cli.exit_codes import CONFIG, DATAERR, INTERRUPTED, PIPE, SOFTWARE, UNAVAILABLE, USAGE, VERDICT_CODES
 from club3090.gate.outcome import Outcome
 from club3090.settings import Settings
 from club3090.version import __version__

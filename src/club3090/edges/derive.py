@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
@@ -291,7 +292,7 @@ def derive_folder(folder: Path, *, kind: str, ref: str, revision: str | None = N
     quant_files: dict[str, Any] = {}
     for name in QUANT_FILES:
         if name in files:
-            loaded = _config_or_stop(lambda: read_json_capped(folder / name), str(folder / name))
+            loaded = _config_or_stop(partial(read_json_capped, folder / name), str(folder / name))
             if isinstance(loaded, Stop):
                 return loaded
             quant_files[name] = loaded
@@ -351,7 +352,7 @@ def derive_hub(client: "HubSource", repo_id: str, revision: str | None, *, has_t
         quant_files: dict[str, Any] = {}
         for name in QUANT_FILES:
             if name in files:
-                loaded = _config_or_stop(lambda: fetch(name), f"{repo_id}/{name}")
+                loaded = _config_or_stop(partial(fetch, name), f"{repo_id}/{name}")
                 if isinstance(loaded, Stop):
                     return loaded
                 quant_files[name] = loaded

@@ -128,7 +128,7 @@ def detect(*, enabled: bool = True, nvml: Any = None, run: Runner = subprocess.r
         why: list[str] = []
         try:
             gpus = probe(why)
-        except Exception as exc:  # a probe must never take detection down; the next one gets a turn
+        except Exception as exc:  # noqa: BLE001 - a probe must never take detection down; the next one gets a turn
             notes.append(f"{source}: {_describe(exc)}")
             continue
         if gpus:
@@ -151,7 +151,7 @@ def _probe_nvml(nvml: Any, timeout_s: float, why: list[str]) -> tuple[DetectedGp
     if nvml is None:
         try:
             import pynvml as nvml  # nvidia-ml-py; imported here so importing us never loads it
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - a broken install is "no NVML", recorded
             why.append(f"pynvml unavailable ({_describe(exc)})")
             return ()
     return _bounded(lambda: _read_nvml(nvml), timeout_s, why) or ()
@@ -414,7 +414,7 @@ def _bounded(fn: Callable[[], tuple[DetectedGpu, ...]], timeout_s: float,
     def target() -> None:
         try:
             result.append(fn())
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - a driver fault is "no answer", recorded
             failure.append(_describe(exc))
 
     worker = threading.Thread(target=target, name="club3090-nvml", daemon=True)

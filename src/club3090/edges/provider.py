@@ -47,7 +47,7 @@ class LiveProvider:
                 progress: Callable[[int, int], None] | None = None) -> "ModelSpec | Stop":
         from club3090.edges.resolve import resolve
 
-        return resolve(source, self.settings, catalog, hub=self.hub, progress=progress or self.progress,
+        return resolve(source, self.settings, catalog, hub_factory=self.hub, progress=progress or self.progress,
                        weights_optional=weights_optional)
 
     def hub(self) -> "HubSource":

@@ -47,12 +47,12 @@ _UNQUANTIZED = ("bf16", "fp16", "f16", "fp32", "bfloat16", "float16")
 
 
 def resolve(source: str, settings: "Settings", catalog: "Catalog | None" = None, *,
-            hub: "HubSource | Callable[[], HubSource] | None" = None, progress: Progress | None = None,
-            weights_optional: bool = False) -> ModelSpec | Stop:
+            hub: "HubSource | None" = None, hub_factory: "Callable[[], HubSource] | None" = None,
+            progress: Progress | None = None, weights_optional: bool = False) -> ModelSpec | Stop:
     """Resolve ``source`` in the precedence of the module docstring.
 
-    ``catalog`` None skips step 3. ``hub`` is the Hub seam: a ``HubSource``, or a function that
-    makes one when step 6 is reached (default ``hub.HubClient(settings)``). ``progress(done, total)`` is
+    ``catalog`` None skips step 3. ``hub`` is the Hub seam, or ``hub_factory`` makes one when step 6
+    is reached (default ``hub.HubClient(settings)``). ``progress(done, total)`` is
     called while shard headers are read. ``weights_optional``: a local folder whose weights cannot
     be counted still gives its geometry (``weights_bytes`` None; ``kv-calc --weights-gib``).
     Raises ``HubUnreachable`` on network failure or an offline cache miss, ``InputError`` on a
@@ -93,15 +93,13 @@ def resolve(source: str, settings: "Settings", catalog: "Catalog | None" = None,
                                           f"({settings.hub_cache})")
         return derive_folder(snapshot, kind="cache", ref=repo_id, revision=revision, commit=snapshot.name)
 
+    if hub is None and hub_factory is not None:
+        hub = hub_factory()
     if hub is None:
         from club3090.edges.hub import HubClient
 
-        client: HubSource = HubClient(settings)
-    elif hasattr(hub, "repo_info"):    # a HubSource itself, not a function that makes one
-        client = hub  # type: ignore[assignment]
-    else:
-        client = hub()  # type: ignore[operator]
-    return derive_hub(client, repo_id, revision, has_token=bool(settings.token), progress=progress)
+        hub = HubClient(settings)
+    return derive_hub(hub, repo_id, revision, has_token=bool(settings.token), progress=progress)
 
 
 def split_source(source: str) -> tuple[str, str | None]:
@@ -125,8 +123,8 @@ def _catalog_entry(source: str, catalog: "Catalog") -> "tuple[Model, WeightVaria
     """Step 3: a profile key, a model id, or a weight variant's ``hf_repos`` alias."""
     profile = catalog.profiles.get(source)
     if profile is not None:
-        model = catalog.models[profile.model]
-        return model, model.weights.get(profile.weights_variant)
+        own = catalog.models[profile.model]
+        return own, own.weights.get(profile.weights_variant)
     model = catalog.models.get(source)
     if model is not None:
         return model, model.weights.get(model.default_weight_variant)

@@ -82,9 +82,3 @@ def terminal_for(confidence: str, raw_verdict: str, given: frozenset[str] | set[
         return TerminalOutcome(cell.terminal, True, None, cell.note)
     return TerminalOutcome(cell.terminal, False, cell.needs, cell.note)
 
-
-def given_flags(*, yes: bool = False, force_download: bool = False, experimental_arch: bool = False,
-                trust_remote_code: bool = False) -> frozenset[str]:
-    flags = {FLAG_YES: yes, FLAG_FORCE_DOWNLOAD: force_download,
-             BYPASS_EXPERIMENTAL_ARCH: experimental_arch, BYPASS_TRUST_REMOTE_CODE: trust_remote_code}
-    return frozenset(k for k, v in flags.items() if v)

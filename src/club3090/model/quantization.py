@@ -10,7 +10,6 @@ from club3090.gate.outcome import Reason, Stop, deriver_stop
 from club3090.model.architecture import Architecture
 from club3090.model.spec import Quantization
 
-
 _METHOD_ALIASES = {"intel/auto-round": "auto-round", "auto_round": "auto-round", "autoround": "auto-round",
                    "compressed_tensors": "compressed-tensors", "bnb": "bitsandbytes",
                    "modelopt_fp4": "modelopt", "modelopt_fp8": "modelopt"}
@@ -71,9 +70,9 @@ def _widest_group_bits(qc: Mapping[str, Any]) -> int | None:
     groups = qc.get("config_groups")
     if not isinstance(groups, Mapping):
         return None
-    bits = [_int_value(g.get("weights", {}).get("num_bits")) for g in groups.values()
-            if isinstance(g, Mapping) and isinstance(g.get("weights"), Mapping)]
-    bits = [b for b in bits if b]
+    declared = [_int_value(g.get("weights", {}).get("num_bits")) for g in groups.values()
+                if isinstance(g, Mapping) and isinstance(g.get("weights"), Mapping)]
+    bits = [b for b in declared if b]
     return max(bits) if bits else None
 
 
@@ -104,9 +103,9 @@ def _quant_from(qc: Mapping[str, Any], default_method: str | None) -> Quantizati
         scheme = algo
         if bits is None:
             if algo.upper() == "MIXED_PRECISION" and isinstance(qc.get("quantized_layers"), Mapping):
-                found = [_algo_bits(v.get("quant_algo")) for v in qc["quantized_layers"].values()
-                         if isinstance(v, Mapping)]
-                found = [b for b in found if b]
+                per_layer = [_algo_bits(v.get("quant_algo")) for v in qc["quantized_layers"].values()
+                             if isinstance(v, Mapping)]
+                found = [b for b in per_layer if b]
                 bits = max(found) if found else None
             else:
                 bits = _algo_bits(algo)

@@ -38,8 +38,8 @@ from club3090.reports import capture
 
 if TYPE_CHECKING:
     from club3090.catalog.model import Catalog, Profile
-    from club3090.rig.hardware import HardwareFacts
     from club3090.model.spec import ModelSpec
+    from club3090.rig.hardware import HardwareFacts
     from club3090.settings import Settings
 
 STAGES = ("emit", "download", "boot", "smoke")

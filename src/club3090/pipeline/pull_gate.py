@@ -246,7 +246,7 @@ def with_fit(at: Gate, catalog: "Catalog") -> Gate | Stop:
     """[B]: the fit on the GPUs in use; an unpriceable shape is a stratum-5 stop. On wont-fit, the
     closest fits (a shorter context, another KV format, more GPUs) become suggestions."""
     spec, variant, shape, hw = at.spec, at.variant, at.shape, at.hardware
-    assert spec is not None and shape is not None and hw is not None and at.engine is not None
+    assert spec is not None and shape is not None and hw is not None
     weights = int(variant.size_bytes if variant is not None and variant.size_bytes else spec.weights_bytes or 0)
     fit = predict(spec.arch, weights_bytes=weights, gpu_memory_bytes=hw.selected_memory(shape.tp), shape=shape,
                   confidence=spec.confidence)
@@ -256,7 +256,9 @@ def with_fit(at: Gate, catalog: "Catalog") -> Gate | Stop:
     at = replace(at, fit=fit)
     if fit.raw_verdict != "wont-fit":
         return at
-    return replace(at, suggestions=closest_fit(fit, spec, weights, shape, hw, at.engine, catalog))
+    engine = at.engine
+    assert engine is not None
+    return replace(at, suggestions=closest_fit(fit, spec, weights, shape, hw, engine, catalog))
 
 
 def accept(at: Gate, catalog: "Catalog", *, compose: ComposeStep, e_enabled: bool) -> Verdict:

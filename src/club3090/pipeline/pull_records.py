@@ -148,7 +148,7 @@ def bundle_fields(verdict: "Verdict") -> tuple[dict[str, Any], dict[str, Any]]:
     arch = spec.arch if spec is not None else None
     quant = spec.quantization if spec is not None else None
     past_c0 = verdict.stratum == Stratum.DECIDED or verdict.stratum > Stratum.ENGINE_SUPPORT
-    in_use = (list(zip(hw.names, hw.selected_memory(profile.tp if profile is not None else 1)))
+    in_use = (list(zip(hw.names, hw.selected_memory(profile.tp if profile is not None else 1), strict=False))
               if hw is not None and len(hw.names) == len(hw.memory_bytes) else [])
     manifest = {
         "model": curated.model_id if curated else at.slug,

@@ -152,7 +152,6 @@ def run_calibration(args: argparse.Namespace, catalog: Any) -> int:
         AnchorScore,
         calibrate,
     )
-
     from club3090.gate.outcome import Outcome
 
     report = calibrate(catalog)

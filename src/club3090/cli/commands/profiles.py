@@ -9,9 +9,9 @@ whether the rig has enough GPUs for the profile's TP and a high enough SM; memor
 from __future__ import annotations
 
 import argparse
-from typing import Any
 import json
 import sys
+from typing import Any
 
 
 def add_parser(sub) -> None:
