@@ -44,7 +44,7 @@ Progress = Callable[[int, int], None]
 DEFAULT_MAX_CTX = 131072
 LLAMA_CPP_HINT = "GGUF checkpoints run under llama.cpp: see `club3090 profiles` for the llama.cpp profiles"
 
-# Metadata files counted in the download set when the repo has them (SYSTEM.md 3.5, plus the
+# Metadata files counted in the download set when the repo has them (docs/DESIGN.md, plus the
 # quantization/processor configs vLLM reads at load time).
 METADATA_FILES = ("config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json",
                   "tokenizer.model", "special_tokens_map.json", "vocab.json", "merges.txt",
@@ -57,7 +57,7 @@ _LAYER_INDEX = re.compile(r"(?:^|\.)layers\.(\d+)\.")
 
 
 # ---------------------------------------------------------------------------------------------
-# weight-set selection (SYSTEM.md 3.3)
+# weight-set selection (docs/DESIGN.md)
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,7 +8,7 @@ them as ``detection_notes``).
 
 NVIDIA GPUs carry their real compute capability and memory. AMD (``amd-smi`` / ``rocm-smi``)
 and Apple (``sysctl`` / ``system_profiler``) GPUs are reported with ``vendor != "nvidia"`` and
-SM ``8.0`` (SYSTEM.md section 6): that number feeds the SM gate only. Their memory is never
+SM ``8.0`` (docs/DESIGN.md): that number feeds the SM gate only. Their memory is never
 offered to the fit: ``DetectedGpus.memory_bytes`` and ``min_memory_bytes`` return ``None`` as
 soon as a selected GPU is not NVIDIA.
 """

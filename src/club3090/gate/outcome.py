@@ -44,7 +44,7 @@ STRATUM_NAMES: Mapping[Stratum, str] = MappingProxyType({
 
 
 class Reason(str, Enum):
-    """Public reason tokens (SYSTEM.md section 4). Values are stable; wording lives in the CLI."""
+    """Public reason tokens (docs/DESIGN.md). Values are stable; wording lives in the CLI."""
 
     # stratum 1
     REPO_NOT_FOUND = "repo-not-found"
@@ -88,7 +88,7 @@ class Stop:
 
     @property
     def token(self) -> str:
-        """The abort reason as printed (SYSTEM.md section 4): ``d-refused:<token>`` at stratum 6,
+        """The abort reason as printed (docs/DESIGN.md): ``d-refused:<token>`` at stratum 6,
         ``<state>/<sub-reason>`` for a [C0] finding (``engine-support-unknown/no-arch-row``), else
         the bare reason: a stratum-1 stop prints the seed token, its case stays in ``sub_reason``."""
         if self.reason is Reason.D_REFUSED:

@@ -44,7 +44,7 @@ class HardwareFacts:
 
 def resolve_hardware(*, tp: int, hardware_sm: Decimal | None = None, gpu_set: Any = None,
                      detected: Any = None, reference_gpu: "Gpu | None" = None) -> HardwareFacts:
-    """Pick the SM and per-GPU memory sources in SYSTEM.md section 6's order.
+    """Pick the SM and per-GPU memory sources in the order of docs/DESIGN.md.
 
     SM: ``--hardware`` > ``--gpus`` > the minimum SM of detected NVIDIA GPUs 0..tp-1 > a
     non-NVIDIA probe (8.0, SM gate only) > unknown. Memory: ``--gpus`` > detected NVIDIA GPUs

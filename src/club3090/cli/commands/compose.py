@@ -1,4 +1,4 @@
-"""`club3090 compose --profile KEY`: replay a curated profile's shipped compose (SYSTEM.md section 11).
+"""`club3090 compose --profile KEY`: replay a curated profile's shipped compose (docs/DESIGN.md).
 
 Exit codes: 0 emitted, 2 refused (stratum-6 token), 3 degraded without --accept-degraded,
 4 candidates listed (the tuple form: --model/--engine/--kv/--tp instead of --profile),

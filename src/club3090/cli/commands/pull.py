@@ -62,7 +62,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--hardware", type=parse_sm, metavar="SM", help="override the compute capability, e.g. 8.6")
     p.add_argument("--gpus", metavar="SPEC",
                    help="override the GPU topology: 2x3090, 4xH100-80GB, 2x24GiB, or 'MiB:NAME,...'")
-    # upstream's spelling, accepted as SYSTEM.md section 10 asks; hidden from --help
+    # upstream's spelling, accepted; hidden from --help
     p.add_argument("--hardware-gpus", dest="gpus", metavar="SPEC", help=argparse.SUPPRESS)
     p.add_argument("--recommend", action="store_true", help="append a plain-language recommendation")
     p.add_argument("--json", action="store_true", help="print the whole decision as one JSON object")
