@@ -13,6 +13,7 @@ Club3090Error
  │   └─ HubUnreachable               network outage: not a verdict (exit 69)
  ├─ InputError(ValueError)           a file we were given is malformed or over a size cap (exit 65)
  ├─ InterpolationError(ValueError)   a ``${...}`` expression Compose itself would reject (exit 70)
+ ├─ RedactionError                   redaction could not run, so nothing was written or sent (exit 70)
  └─ CatalogError(ValueError)         problems: tuple[Problem, ...] (exit 78)
 """
 
@@ -78,6 +79,11 @@ class InputError(Club3090Error, ValueError):
 class InterpolationError(Club3090Error, ValueError):
     """A ``${...}`` expression Compose itself would reject (unterminated, bad name, a required
     variable unset)."""
+
+
+class RedactionError(Club3090Error):
+    """Redaction could not run (this machine's home, user or host name is unreadable, or a value
+    could not be scrubbed); the bundle, receipt or payload it guarded was not written or sent."""
 
 
 @dataclass(frozen=True, slots=True)
