@@ -217,7 +217,7 @@ def test_path_b_clamps_context_to_the_model(catalog):
     r = _run(catalog, PullRequest("org/x", "vllm/minimal", gpus="1x3090", yes=True), spec=_spec(config))
     assert r.fit.max_model_len == 4096
     notice = next(n for n in r.notices if n.code == "context-capped-to-model")
-    assert notice.data["model_max"] == 4096 and notice.data["max_ctx"] > 4096
+    assert notice.data["model_max"] == 4096 and notice.data["max_model_len"] > 4096
 
 
 def test_local_folder_skips_the_disk_gate(catalog):

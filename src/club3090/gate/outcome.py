@@ -119,7 +119,7 @@ class NoticeCode(str, Enum):
     PROFILE_NOT_LAUNCHABLE = "profile-not-launchable"          # data: profile, status
     PATH_A_IGNORES_EXPERIMENTAL_ARCH = "path-a-ignores-experimental-arch"
     BYPASSED = "bypassed"                                      # data: token, flags
-    CONTEXT_CAPPED_TO_MODEL = "context-capped-to-model"        # data: profile, max_ctx, model_max
+    CONTEXT_CAPPED_TO_MODEL = "context-capped-to-model"        # data: profile, max_model_len, model_max
     OVERRIDE_ACCEPTED = "override-accepted"
     NO_DOWNLOAD_YET = "no-download-yet"                        # Path B, non-curated, no --out, no [E]
     CURATED_NEEDS_OUT = "curated-needs-out"                    # data: profile

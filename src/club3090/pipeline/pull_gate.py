@@ -228,16 +228,16 @@ def with_shape(at: Gate, catalog: "Catalog") -> Gate:
     spec, profile, hw = at.spec, at.profile, at.hardware
     assert spec is not None and profile is not None
     model_max = spec.arch.max_position_embeddings
-    max_model_len = profile.max_ctx
+    max_model_len = profile.max_model_len
     if at.path != "A" and spec.curated is None and model_max and max_model_len > model_max:
         at = at.noting(Notice(NoticeCode.CONTEXT_CAPPED_TO_MODEL,
                               f"{profile.key} asks for {max_model_len} tokens of context but the model supports "
                               f"{model_max}; priced at {model_max}",
-                              {"profile": profile.key, "max_ctx": max_model_len, "model_max": int(model_max)}))
+                              {"profile": profile.key, "max_model_len": max_model_len, "model_max": int(model_max)}))
         max_model_len = model_max
     shape = profile_shape(profile, catalog, drafter=at.path == "A",
                           mem_util=UNSET_MEM_UTIL_DEFAULT if profile.mem_util is None else None,
-                          max_model_len=max_model_len if max_model_len != profile.max_ctx else None,
+                          max_model_len=max_model_len if max_model_len != profile.max_model_len else None,
                           device_name=hw.names[0] if hw is not None and hw.names else None)
     return replace(at, shape=shape)
 

@@ -159,7 +159,7 @@ def bundle_fields(verdict: "Verdict") -> tuple[dict[str, Any], dict[str, Any]]:
         "engine_pin": engine.pin if engine is not None and past_c0 else None,
         "engine_version": engine.vllm_version if engine is not None and past_c0 else None,
         "kv_format": profile.kv_format if profile is not None and past_c0 else None,
-        "selected_ctx": profile.max_ctx if profile is not None and past_c0 else None,
+        "selected_ctx": profile.max_model_len if profile is not None and past_c0 else None,
         **(capture.topology_fields(in_use) if past_c0 else {}),
     }
     return gate, manifest
