@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
 import tempfile
@@ -32,10 +33,8 @@ def atomic_write_bytes(path: Path, data: bytes, *, overwrite: bool = True) -> No
             os.link(tmp, path)  # fails with FileExistsError instead of clobbering
             os.unlink(tmp)
     except BaseException:
-        try:
+        with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
-        except FileNotFoundError:
-            pass
         raise
 
 

@@ -9,6 +9,11 @@
 - ``translate`` is the one place that maps huggingface_hub / transport exceptions to ``errors``.
 - Transport faults, truncated bodies and 5xx/429 answers are retried a bounded number of times,
   then reported as ``errors.HubUnreachable`` (the CLI exits 69): an outage is not a verdict.
+- Time is bounded (``request_budget``): each attempt has a deadline covering connect, first byte
+  and the whole body (``Settings.hub_deadline_s``), and all attempts of one client share the
+  command's deadline (``Settings.hub_command_deadline_s``); no retry starts after it. A redirect
+  loop, an answer that is not the JSON the client expects, or a missed deadline is
+  ``HubUnreachable`` too. Messages never carry credentials written into ``HF_ENDPOINT``.
 - Safetensors headers are read with ranged GETs through the client's own session, every shard in
   parallel, streaming and stopping after the bytes asked for (so a server that ignores ``Range``
   still costs one header, not the file). JSON files (config, index) are fetched the same way,
@@ -27,7 +32,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from club3090.edges.files import MAX_JSON_BYTES, parse_json_capped
+from club3090.edges.request_budget import Budget, bounded, install_policy
 from club3090.errors import (
+    Club3090Error,
     EntryNotFound,
     FileMetadataMissing,
     GatedRepo,
@@ -44,6 +51,7 @@ from club3090.model.safetensors import (
     parse_header,
 )
 from club3090.model.spec import RepoFile
+from club3090.settings import redact_url_credentials
 
 if TYPE_CHECKING:
     from club3090.settings import Settings
@@ -159,7 +167,7 @@ def _describe(exc: BaseException) -> str:
     status = _status(exc)
     head = f"HTTP {status}" if status is not None else type(exc).__name__
     text = str(exc).splitlines()[0] if str(exc) else ""
-    return f"{head}: {text}"[:300] if text else head
+    return redact_url_credentials(f"{head}: {text}"[:300] if text else head)
 
 
 def translate(exc: BaseException, repo_id: str, has_token: bool) -> HubError | None:
@@ -170,6 +178,8 @@ def translate(exc: BaseException, repo_id: str, has_token: bool) -> HubError | N
         return exc
     if isinstance(exc, hf_errors.OfflineModeIsEnabled):
         return HubUnreachable(repo_id, "HF_HUB_OFFLINE is set")
+    if type(exc).__name__ == "TooManyRedirects":  # httpx / httpx2: a redirect loop is an unusable Hub
+        return HubUnreachable(repo_id, f"too many redirects ({_describe(exc)})")
     if isinstance(exc, hf_errors.GatedRepoError):  # subclass of RepositoryNotFoundError: test it first
         return RepoNotFound(repo_id, "gated") if has_token else GatedRepo(repo_id, "gated")
     if isinstance(exc, hf_errors.RepositoryNotFoundError):
@@ -195,16 +205,21 @@ class HubClient:
 
     def __init__(self, settings: "Settings", *, timeout: float | None = None, retries: int | None = None,
                  backoff: float | None = None, max_workers: int = MAX_WORKERS,
-                 sleep: Callable[[float], None] = time.sleep) -> None:
+                 sleep: Callable[[float], None] = time.sleep,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         # None -> the module defaults, read at construction so tests can shorten them
         self.endpoint = settings.endpoint.rstrip("/")
         self._token = settings.token or None
         self.offline = settings.offline
-        self.timeout = DEFAULT_TIMEOUT_S if timeout is None else timeout
+        self.timeout = min(DEFAULT_TIMEOUT_S, settings.hub_deadline_s) if timeout is None else timeout
         self.retries = DEFAULT_RETRIES if retries is None else retries
         self.backoff = DEFAULT_BACKOFF_S if backoff is None else backoff
         self.max_workers = max_workers
         self._sleep = sleep
+        self._clock = clock
+        self.deadline_s = settings.hub_deadline_s
+        self._command_deadline = clock() + settings.hub_command_deadline_s
+        install_policy()
 
     def __repr__(self) -> str:  # never show the token
         return f"HubClient(endpoint={self.endpoint!r}, token={'<set>' if self._token else None})"
@@ -229,17 +244,26 @@ class HubClient:
             raise HubUnreachable(repo_id, "HF_HUB_OFFLINE is set: no Hub requests")
         attempt = 0
         while True:
+            budget = Budget.for_request(self.deadline_s, not_after=self._command_deadline, clock=self._clock)
             try:
-                with online():
+                with online(), bounded(budget):
                     return fn()
             except Exception as exc:
-                if _retryable(exc) and attempt < self.retries:
-                    self._sleep(self.backoff * (2 ** attempt))
+                pause = self.backoff * (2 ** attempt)
+                if _retryable(exc) and attempt < self.retries and self._clock() + pause < self._command_deadline:
+                    self._sleep(pause)
                     attempt += 1
                     continue
                 mapped = translate(exc, repo_id, self._token is not None)
+                if mapped is None and isinstance(exc, (ValueError, TypeError, KeyError, AttributeError)) \
+                        and not isinstance(exc, Club3090Error):
+                    # the Hub answered, but not with what the client parses (HTML, a list, no "id")
+                    mapped = HubUnreachable(repo_id, f"the Hub's answer is not what the API returns "
+                                                     f"({type(exc).__name__}); check HF_ENDPOINT")
                 if mapped is None:
                     raise
+                if isinstance(mapped, HubUnreachable) and budget.spent:
+                    mapped = HubUnreachable(repo_id, f"{mapped.detail}: {budget.spent}")
                 if isinstance(mapped, HubUnreachable) and attempt:
                     mapped = HubUnreachable(repo_id, f"{mapped.detail} (after {attempt + 1} attempts)")
                 raise mapped from None
