@@ -21,7 +21,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
-from club3090.edges.files import read_json_capped
+from club3090.edges.files import path_exists, read_json_capped
 from club3090.errors import (
     EntryNotFound,
     GatedRepo,
@@ -32,6 +32,7 @@ from club3090.errors import (
 )
 from club3090.gate.outcome import Reason, Stop, Stratum
 from club3090.model.architecture import Architecture, parse_config
+from club3090.model.repo_id import repo_id_problem, revision_problem, source_problem
 from club3090.model.safetensors import (
     PREFIX_BYTES,
     SafetensorsHeader,
@@ -57,10 +58,6 @@ METADATA_FILES = ("config.json", "generation_config.json", "tokenizer.json", "to
                   "processor_config.json", "chat_template.json")
 QUANT_FILES = ("quantize_config.json", "hf_quant_config.json")
 
-# huggingface_hub's validate_repo_id rules (ASCII only): each part 1-96 characters, starting and
-# ending with a letter, digit or '_'; no '--' or '..'; no '.git' suffix (see is_repo_id).
-_PART = r"[A-Za-z0-9_](?:[A-Za-z0-9_.\-]{0,94}[A-Za-z0-9_])?"
-_REPO_ID = re.compile(rf"^{_PART}/{_PART}$")
 _ADAPTER_MARKS = ("adapter_model", "adapter-model", "lora", "/adapter")
 _LAYER_INDEX = re.compile(r"(?:^|\.)layers\.(\d+)\.")
 
@@ -78,8 +75,12 @@ def derive(source: str, settings: "Settings", catalog: Any = None, *, client: "H
     shard headers are read. Raises ``HubUnreachable`` on network failure or offline cache miss,
     ``InputError`` on a malformed safetensors header or index.
     """
+    if (problem := source_problem(source)) is not None:
+        return _stop(Reason.REPO_NOT_FOUND, "not-a-repo-id", problem)
     source = source.strip()
     repo_id, revision = split_source(source)
+    if revision is not None and (problem := revision_problem(revision)) is not None:
+        return _stop(Reason.REPO_NOT_FOUND, "not-a-repo-id", problem)
 
     if source.endswith("@") and is_repo_id(repo_id) and not Path(source).exists():
         # most likely `org/name@$REV` with REV unset: do not silently answer for the default branch
@@ -95,8 +96,8 @@ def derive(source: str, settings: "Settings", catalog: Any = None, *, client: "H
         path = Path(source).expanduser()
     except RuntimeError:  # "~user/..." for an unknown user: no such folder
         return _stop(Reason.REPO_NOT_FOUND, "folder-missing", f"{source}: no such folder")
-    if _looks_like_path(source) or path.exists():
-        if path.is_dir():
+    if _looks_like_path(source) or path_exists(path):
+        if path_exists(path) and path.is_dir():
             return derive_folder(path, kind="local", ref=source)
         return _stop(Reason.REPO_NOT_FOUND, "folder-missing", f"{source}: no such folder")
 
@@ -129,8 +130,7 @@ def split_source(source: str) -> tuple[str, str | None]:
 
 
 def is_repo_id(text: str) -> bool:
-    return (bool(_REPO_ID.match(text)) and ".." not in text and "--" not in text
-            and not text.endswith(".git"))
+    return repo_id_problem(text) is None
 
 
 def _looks_like_path(source: str) -> bool:

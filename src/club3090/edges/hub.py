@@ -44,6 +44,7 @@ from club3090.errors import (
     RepoNotFound,
     RevisionNotFound,
 )
+from club3090.model.budgets import header_bytes_budget
 from club3090.model.safetensors import (
     PREFIX_BYTES,
     SafetensorsHeader,
@@ -66,6 +67,27 @@ MAX_WORKERS = 8
 
 _TRANSPORT_NAMES = frozenset({"TransportError", "TimeoutException", "NetworkError", "ProtocolError",
                               "StreamError", "ConnectError", "ReadError", "WriteError", "PoolTimeout"})
+
+
+class HeaderAllowance:
+    """The safetensors header bytes one repo may still cost (``budgets.header_bytes_budget``)."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.used = 0
+        self._lock = threading.Lock()
+        self._taken: set[str] = set()
+
+    def take(self, name: str, nbytes: int) -> None:
+        """Reserve ``nbytes`` for file ``name`` (once per file; retries do not pay twice)."""
+        with self._lock:
+            if name in self._taken:
+                return
+            if self.used + nbytes > self.limit:
+                raise InputError(name, f"a {nbytes}-byte safetensors header takes this repo's headers past "
+                                       f"their {self.limit}-byte budget")
+            self.used += nbytes
+            self._taken.add(name)
 
 
 class TruncatedBody(Exception):
@@ -346,7 +368,8 @@ class HubClient:
                     break
             return b"".join(chunks)
 
-    def read_header(self, repo_id: str, file: RepoFile, revision: str | None) -> SafetensorsHeader:
+    def read_header(self, repo_id: str, file: RepoFile, revision: str | None,
+                    allowance: HeaderAllowance | None = None) -> SafetensorsHeader:
         url = self._url(repo_id, file.name, revision)
         name = f"{repo_id}/{file.name}"
         size = file.size_bytes
@@ -355,6 +378,8 @@ class HubClient:
             want = FIRST_READ_BYTES if size is None else max(1, min(FIRST_READ_BYTES, size))
             first = self._get(url, start=0, length=want, ranged=True)
             n = header_length(first[:PREFIX_BYTES], file=name)
+            if allowance is not None:
+                allowance.take(name, n)
             if size is not None and PREFIX_BYTES + n > size:
                 raise InputError(name, f"truncated: header of {n} bytes does not fit in a {size}-byte file")
             if len(first) >= PREFIX_BYTES + n:
@@ -369,8 +394,11 @@ class HubClient:
 
     def read_headers(self, repo_id: str, files: Sequence[RepoFile], revision: str | None,
                      progress: Progress | None = None) -> dict[str, SafetensorsHeader]:
-        """Read every file's header in parallel; the first failure cancels the rest and is raised."""
-        return read_all(lambda f: self.read_header(repo_id, f, revision), files, progress,
+        """Read every file's header in parallel; the first failure cancels the rest and is raised.
+
+        All headers together stay within ``budgets.header_bytes_budget(len(files))``."""
+        allowance = HeaderAllowance(header_bytes_budget(len(files)))
+        return read_all(lambda f: self.read_header(repo_id, f, revision, allowance), files, progress,
                         max_workers=self.max_workers)
 
 

@@ -29,7 +29,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from club3090.edges.files import read_json_capped
+from club3090.edges.files import path_exists, read_json_capped
 from club3090.errors import InputError, UsageError
 from club3090.gate.outcome import Stop
 from club3090.model.spec import ModelSource
@@ -40,6 +40,7 @@ __all__ = ["ModelSource", "folder_weights", "resolve_source"]
 def folder_weights(folder: Path) -> tuple[int | None, str]:
     """(weight bytes from the selected safetensors' headers, a note); (None, why) when there are none."""
     from club3090.edges.derive import read_local_header, select_weight_set
+    from club3090.model.safetensors import unique_data_bytes
 
     names = [p.name for p in folder.iterdir() if p.is_file()]
     if not any(n.endswith(".safetensors") for n in names):
@@ -48,7 +49,7 @@ def folder_weights(folder: Path) -> tuple[int | None, str]:
                                file_label=lambda n: str(folder / n))
     if isinstance(chosen, Stop):
         return None, str(chosen.detail.get("message") or chosen.token)
-    total = sum(read_local_header(folder / name).data_bytes for name in chosen.files)
+    total = unique_data_bytes({n: read_local_header(folder / n) for n in chosen.files}, label=lambda n: str(folder / n))
     return total, f"{len(chosen.files)} safetensors header(s)"
 
 
@@ -59,7 +60,7 @@ def _existing_path(model: str | None) -> Path | None:
         path = Path(model).expanduser()
     except RuntimeError:        # "~user/..." for an unknown user: no such path
         return None
-    return path if path.exists() else None
+    return path if path_exists(path) else None
 
 
 def resolve_source(model: str | None, catalog: Any, settings: Any, *, profile_key: str | None = None,
