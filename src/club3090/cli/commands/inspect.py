@@ -16,6 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
+from club3090.cli.render import safe, terminal_console
 from club3090.fit.memory import GiB
 
 
@@ -65,22 +66,21 @@ def run(args: argparse.Namespace, settings: Any) -> int:
     if isinstance(result, Stop):
         payload = stop_to_json(result)
         if args.json:
-            print(json.dumps(payload, ensure_ascii=False))
+            print(safe(json.dumps(payload, ensure_ascii=False)))
         else:
-            print(f"[inspect] stratum 1 stop: {payload['reason']} ({payload['detail']})")
+            print(safe(f"[inspect] stratum 1 stop: {payload['reason']} ({payload['detail']})"))
             if payload.get("message"):
-                print(f"[inspect] {payload['message']}")
+                print(safe(f"[inspect] {payload['message']}"))
         return 2
     data = spec_to_json(result)
     if args.json:
-        print(json.dumps(data, ensure_ascii=False))
+        print(safe(json.dumps(data, ensure_ascii=False)))
         return 0
     _render(data)
     return 0
 
 
 def _render(d: dict[str, Any]) -> None:
-    from rich.console import Console
     from rich.table import Table
 
     rows: list[tuple[str, str]] = [
@@ -126,4 +126,4 @@ def _render(d: dict[str, Any]) -> None:
     table.add_column()
     for key, value in rows:
         table.add_row(key, value)
-    Console(file=sys.stdout, highlight=False, soft_wrap=True).print(table)
+    terminal_console(file=sys.stdout, soft_wrap=True).print(table)

@@ -26,6 +26,7 @@ from club3090.cli.commands._types import (
     positive_int,
     positive_number,
 )
+from club3090.cli.render import safe, terminal_console
 from club3090.fit.kv_formats import KV_FORMATS, MODEL_DTYPES, canonical_dtype, kv_format
 from club3090.fit.memory import GiB as GIB
 
@@ -101,10 +102,9 @@ def _gib(value: int) -> str:
 
 
 def render_human(est: Any) -> None:
-    from rich.console import Console
     from rich.table import Table
 
-    console = Console(highlight=False)
+    console = terminal_console()
     result, s = est.result, est.result.settings
     head = (f"{est.model} ({est.architecture or 'unknown architecture'}) on {est.gpus}, "
             f"TP {est.tp} PP {est.pp}, vLLM {s.vllm_version}")
@@ -215,18 +215,18 @@ def run(args: argparse.Namespace, settings: Any) -> int:
     if isinstance(src, Stop):           # the deriver's stratum-1 stop: a verdict, as inspect gives it
         payload = stop_to_json(src)
         if args.json:
-            print(json.dumps(payload, ensure_ascii=False))
+            print(safe(json.dumps(payload, ensure_ascii=False)))
         else:
-            print(f"[kv-calc] stratum 1 stop: {payload['reason']} ({payload['detail']})", file=sys.stderr)
+            print(safe(f"[kv-calc] stratum 1 stop: {payload['reason']} ({payload['detail']})"), file=sys.stderr)
             if payload["message"]:
-                print(f"[kv-calc] {payload['message']}", file=sys.stderr)
+                print(safe(f"[kv-calc] {payload['message']}"), file=sys.stderr)
         return 2
     est = estimate(src, _overrides(args), catalog)
     if isinstance(est, NoFit):          # a verdict about the model (exit 2), not a tool failure
         if args.json:
             print(json.dumps(est.to_json()))
         else:
-            print(f"no-fit-model: {est.model}: {est.error}", file=sys.stderr)
+            print(safe(f"no-fit-model: {est.model}: {est.error}"), file=sys.stderr)
         return 2
     if args.json:
         print(json.dumps(est.to_json(), indent=1))

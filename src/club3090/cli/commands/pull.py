@@ -17,6 +17,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+from club3090.cli.render import safe
 from club3090.fit.memory import GiB
 from club3090.rig import gpus
 
@@ -109,7 +110,7 @@ def run(args: argparse.Namespace, settings: Any) -> int:
         payload = result.to_json()
         if args.recommend:
             payload["recommend"] = recommend_line(result)
-        print(json.dumps(payload, ensure_ascii=False, indent=2, default=str))
+        print(safe(json.dumps(payload, ensure_ascii=False, indent=2, default=str), multiline=True))
     else:
         print(render(result, recommend=args.recommend))
     return result.exit_code
@@ -122,7 +123,7 @@ def _e_stages(args: argparse.Namespace) -> Any:
     from club3090.pipeline.emit_derived import EStages
 
     def progress(message: str) -> None:
-        print(message, file=sys.stderr, flush=True)
+        print(safe(message), file=sys.stderr, flush=True)
     return EStages(progress=progress, no_boot=args.no_boot)
 
 
@@ -239,7 +240,7 @@ def render(result: Any, *, recommend: bool = False) -> str:
     lines.append(f"[pull] {summary_line(result)}")
     if recommend:
         lines.append(f"recommend: {recommend_line(result)}")
-    return "\n".join(lines)
+    return "\n".join(safe(line) for line in lines)   # each line: a newline inside a value is shown, not obeyed
 
 
 # --------------------------------------------------------------------------------------------
