@@ -20,9 +20,6 @@ import io
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
-
-import pytest
 
 from tests.fakehub import FakeHub, _Handler, _Server
 
@@ -118,8 +115,8 @@ class HostileHub(FakeHub):
         return None
 
 
-@pytest.fixture
-def hostile_hub() -> Iterator[HostileHub]:
+def serve() -> Iterator[HostileHub]:
+    """Body of a fixture: a started hostile Hub, stopped afterwards (``yield from serve()``)."""
     from huggingface_hub.utils import close_session
 
     hub = HostileHub().start()
@@ -128,6 +125,3 @@ def hostile_hub() -> Iterator[HostileHub]:
     finally:
         hub.stop()
         close_session()
-
-
-__all__: list[Any] = ["KINDS", "HostileHub", "Misbehaviour", "hostile_hub"]

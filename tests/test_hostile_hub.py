@@ -12,18 +12,24 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.fakehub import FIXTURES
-from tests.hostilehub import HostileHub, hostile_hub  # noqa: F401 - the fixture
+from tests.hostilehub import HostileHub, serve
 
 REPO = "acme/small"
 RIG = ["--profile-like", "vllm/minimal", "--gpus", "1x3090"]
 OUTER_TIMEOUT_S = 120     # far above the 1 s / 3 s deadlines below: only a hang reaches it
 MAIN = "import sys; from club3090.cli import main; sys.exit(main(sys.argv[1:]))"
 SRC = Path(__file__).resolve().parents[1] / "src"
+
+
+@pytest.fixture
+def hostile_hub() -> Iterator[HostileHub]:
+    yield from serve()
 
 
 def _env(hub: HostileHub, tmp_path: Path, **extra: str) -> dict[str, str]:

@@ -4,7 +4,6 @@ OpenAI server), bundles. Real docker never runs (tests/conftest.py makes it an e
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import threading
@@ -223,10 +222,10 @@ def test_exactly_one_of_many_concurrent_takers_holds_the_lock(tmp_path):
         locks = [download.SlugLock(path) for _ in range(8)]
         won: list[bool] = []
 
-        def take(lock: download.SlugLock) -> None:
+        def take(lock: download.SlugLock, barrier: threading.Barrier, won: list[bool]) -> None:
             barrier.wait()
             won.append(lock.acquire())
-        threads = [threading.Thread(target=take, args=(lock,)) for lock in locks]
+        threads = [threading.Thread(target=take, args=(lock, barrier, won)) for lock in locks]
         for t in threads:
             t.start()
         for t in threads:

@@ -273,7 +273,8 @@ def _single_stream(settings: "Settings", url: str, filename: str, staging: Path,
                    timeout: float) -> Path:
     """Rung 3: GET the resolve URL (redirects followed) into the staging folder, reading at most
     ``size + 1`` bytes; a longer body is refused rather than written."""
-    from huggingface_hub.utils import build_hf_headers, get_session, hf_raise_for_status
+    from huggingface_hub import get_session, hf_raise_for_status
+    from huggingface_hub.utils._headers import build_hf_headers
 
     target = staging / filename
     target.parent.mkdir(parents=True, exist_ok=True)

@@ -31,7 +31,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from club3090.edges.files import MAX_JSON_BYTES, parse_json_capped
 from club3090.edges.request_budget import Budget, bounded, install_policy
 from club3090.errors import (
     Club3090Error,
@@ -44,7 +43,7 @@ from club3090.errors import (
     RepoNotFound,
     RevisionNotFound,
 )
-from club3090.model.budgets import header_bytes_budget
+from club3090.model.budgets import MAX_JSON_BYTES, header_bytes_budget, parse_json_capped
 from club3090.model.safetensors import (
     PREFIX_BYTES,
     SafetensorsHeader,
@@ -251,7 +250,7 @@ class HubClient:
         return self._token if self._token else False
 
     def _headers(self, extra: dict[str, str] | None = None) -> dict[str, str]:
-        from huggingface_hub.utils import build_hf_headers
+        from huggingface_hub.utils._headers import build_hf_headers
 
         return build_hf_headers(token=self._auth(), library_name="club3090", headers=extra)
 
@@ -292,7 +291,7 @@ class HubClient:
 
     def _get(self, url: str, *, start: int = 0, length: int, ranged: bool) -> bytes:
         """GET ``length`` bytes from ``start`` (Range when ``ranged``); stream and stop early."""
-        from huggingface_hub.utils import get_session, hf_raise_for_status
+        from huggingface_hub import get_session, hf_raise_for_status
 
         extra = {"range": f"bytes={start}-{start + length - 1}"} if ranged else None
         with get_session().stream("GET", url, headers=self._headers(extra), timeout=self.timeout) as resp:
@@ -353,7 +352,7 @@ class HubClient:
         return parse_json_capped(raw, name=f"{repo_id}/{filename}", limit=limit)
 
     def _get_whole(self, url: str, limit: int) -> bytes:
-        from huggingface_hub.utils import get_session, hf_raise_for_status
+        from huggingface_hub import get_session, hf_raise_for_status
 
         with get_session().stream("GET", url, headers=self._headers(), timeout=self.timeout) as resp:
             if resp.status_code >= 400:
@@ -390,7 +389,8 @@ class HubClient:
                     raise InputError(name, f"truncated: got {len(raw)} of {n} header bytes")
             return parse_header(raw, file=name, file_size=size)
 
-        return _naming(file.name, lambda: self._call(repo_id, attempt))
+        header: SafetensorsHeader = _naming(file.name, lambda: self._call(repo_id, attempt))
+        return header
 
     def read_headers(self, repo_id: str, files: Sequence[RepoFile], revision: str | None,
                      progress: Progress | None = None) -> dict[str, SafetensorsHeader]:

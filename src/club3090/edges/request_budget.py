@@ -201,7 +201,7 @@ class _BoundedBackend:
 def _wrap_pool(transport: Any) -> bool:
     pool = getattr(transport, "_pool", None)
     backend = getattr(pool, "_network_backend", None)
-    if backend is None:
+    if pool is None or backend is None:
         return False
     if not isinstance(backend, _BoundedBackend):
         pool._network_backend = _BoundedBackend(backend)
@@ -241,7 +241,7 @@ def install_policy() -> None:
 
 
 def is_installed() -> bool:
-    from huggingface_hub.utils import get_session
+    from huggingface_hub import get_session
 
     session = get_session()
     pool = getattr(getattr(session, "_transport", None), "_pool", None)

@@ -15,7 +15,6 @@ sub-byte dtypes (F4, F6_*) only need room for their packed bits, since writers m
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -82,7 +81,7 @@ def header_length(prefix: bytes, *, file: str, limit: int = MAX_HEADER_BYTES) ->
     """Decode the 8-byte prefix; refuse short files and headers over ``limit`` bytes."""
     if len(prefix) < PREFIX_BYTES:
         raise InputError(file, f"not a safetensors file: {len(prefix)} bytes, need at least 8")
-    (n,) = struct.unpack("<Q", prefix[:PREFIX_BYTES])
+    n = int.from_bytes(prefix[:PREFIX_BYTES], "little")
     if n > limit:
         raise InputError(file, f"safetensors header of {n} bytes is over the {limit}-byte limit")
     if n < 2:
