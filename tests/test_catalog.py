@@ -67,7 +67,7 @@ def test_seed_profiles_present_with_fields(cat):
         assert p.key == key
         assert p.model in cat.models and p.weights_variant in cat.models[p.model].weights
         assert p.engine in cat.engines and p.kv_format in cat.kv_formats
-        assert p.tp >= 1 and p.pp >= 1 and p.max_ctx > 0 and p.max_num_seqs >= 1 and p.port > 0
+        assert p.tp >= 1 and p.pp >= 1 and p.max_model_len > 0 and p.max_num_seqs >= 1 and p.port > 0
         assert p.reference_gpu == "rtx-3090"
         assert p.compose_path.startswith("models/")
     for key in SEED_VLLM_PROFILES:

@@ -243,3 +243,9 @@ def test_classes_routes_and_environment_tokens_are_documented():
     for token in (*FAILURE_CLASSES, ROUTE_FILE, ROUTE_LOCAL, ROUTE_REVIEW, ROUTE_SUPPRESSED,
                   *(rule[0] for rule in ENVIRONMENT_RULES)):
         assert f"`{token}`" in readme, token
+
+
+def test_info_advice_about_memory_is_not_an_oom():
+    # a boot that timed out after the v0.5 CUDA-graph advice line: no error line, no OOM
+    got = classify(boot_failed(log("startup_v05_weights.log")))
+    assert got.failure_class == "unknown" and got.tier == "none" and got.error_source == "pt3.failure"

@@ -42,7 +42,7 @@ def _runtime(genesis=False):
 def _profile(key="vllm/p", model="m", variant="v", engine="vllm-x", kv="fp8_e5m2", tp=1,
              required_sm=None, fallback_sm=None, runtime=True, genesis=False):
     return Profile(key=key, model=model, weights_variant=variant, workload="fast-chat", engine=engine,
-                   drafter=None, kv_format=kv, tp=tp, pp=1, max_ctx=32768, max_num_seqs=1, mem_util=0.9,
+                   drafter=None, kv_format=kv, tp=tp, pp=1, max_model_len=32768, max_num_seqs=1, mem_util=0.9,
                    port=8000, status="production",
                    required_sm=Decimal(required_sm) if required_sm else None,
                    fallback_sm=Decimal(fallback_sm) if fallback_sm else None,

@@ -153,3 +153,15 @@ def test_loop_needs_an_action(argv, capsys):
     with pytest.raises(SystemExit) as exc:
         raise SystemExit(cli.main(argv))
     assert exc.value.code == cli.EXIT_USAGE
+
+
+def test_classify_shows_class_route_and_the_fingerprint_line(tmp_path, capsys):
+    from tests.test_submit import e_bundle as failed_e_bundle
+    from tests.test_submit import failed_boot
+    failed_e_bundle(tmp_path, failed_boot(fixture_path("logs", "undefined_symbol.log").read_text()))
+    code, out, _ = run(["loop", "classify", str(tmp_path), "--as", "kernel-unsupported"], capsys)
+    assert code == 0 and "overlay-arch-drift -> file" in out and "undefined symbol" in out
+    (line,) = [ln for ln in out.splitlines() if "exact_fingerprints line" in ln]
+    code, out, _ = run(["loop", "classify", str(tmp_path), "--json"], capsys)
+    (row,) = json.loads(out)["bundles"]
+    assert line.endswith(f"{row['fingerprint']}: kernel-unsupported") and len(row["fingerprint"]) == 12

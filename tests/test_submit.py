@@ -379,3 +379,15 @@ def test_an_unclassified_e_bundle_goes_to_review_not_public(tmp_path):
     assert result.action == "review-queued" and ask.prompts == [] and run.calls == []
     entry = json.loads(result.spool.read_text())
     assert entry["failure_class"] == "unknown" and "never seen before" in entry["body"]
+
+
+def test_a_local_model_folder_never_reaches_the_payload(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    Path("client-acme/secret-proj").mkdir(parents=True)
+    bundle = write_gate_bundle(tmp_path / "caps", slug="client-acme/secret-proj", gate=planted_gate(),
+                               manifest_fields={**MANIFEST_FIELDS, "model_id": "client-acme/secret-proj",
+                                                "model": "./client-acme/secret-proj"}, now=NOW, **IDENTITY)
+    result, out, _, run = run_submit(bundle, "y")
+    shown = out + everything_sent(run) + result.payload.body + result.payload.title
+    for planted in ("secret-proj", "client-acme", *SECRETS):
+        assert planted not in shown, planted

@@ -50,6 +50,8 @@ from .schema import (
     Nested,
     Spec,
     describe,
+    engine_pin_tag,
+    engine_release,
     t_id,
 )
 
@@ -176,11 +178,11 @@ def _build_engines(c: _Collector, body: dict[str, Any]) -> dict[str, m.Engine]:
                 overlays.append(m.VendoredOverlay(**o))
             else:
                 ok = False
-        if rec["pin"] and not str(rec["pin"]).startswith(f"{eid}@"):
-            c.add(f"{path}.pin", f"expected '{eid}@<tag-or-sha>', got {describe(rec['pin'])}")
-            ok = False
         if ok:
-            out[eid] = m.Engine(id=eid, vendored_overlays=tuple(overlays), **rec)
+            pin = f"{eid}@{engine_pin_tag(rec['install_method'], rec['image'])}"
+            release = engine_release(rec["type"], rec["install_method"], rec["image"])
+            out[eid] = m.Engine(id=eid, vendored_overlays=tuple(overlays), pin=pin,
+                                vllm_version=release, **rec)
     return out
 
 

@@ -53,6 +53,16 @@ and key path, e.g. `profiles.yaml: profiles['vllm/minimal'].mem_util: expected a
 - Fields marked *evidence* are for reviewers (why a value is what it is); no code decides on them.
 
 Sizes are integer bytes; compute capabilities are strings such as `'8.6'`.
+
+## Syncing with upstream club-3090
+
+`python tools/sync_upstream.py --from <club-3090 checkout or snapshot> [--diff FILE] [--json]`
+compares upstream's registry, engines, drafters, models, hardware and patches with the fields the
+catalog shares with them and prints what changed (added and removed entries, pin and status
+changes, other field changes, values kept by `corrections`, and what needs curating by hand).
+`--diff FILE` writes the proposed change as a unified diff for review (`git apply FILE`); the tool
+never writes the catalog, and refuses (exit 2) an upstream file with a key it does not know,
+naming the file and key. Exit codes: 0 no change, 1 changes found, 2 refused, 64 usage.
 """
 
 

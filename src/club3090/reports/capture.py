@@ -39,6 +39,7 @@ from club3090.version import __version__
 CAPTURES_DIRNAME = ".pull-captures"   # under the working directory; the CLI's default root
 LAST_FILE = ".last"
 MANIFEST_FILE = "manifest.json"
+RECEIPT_FILE = "receipt.json"          # an [E] boot's calibration receipt, next to the points
 TS_FORMAT = "%Y%m%dT%H%M%SZ"
 BUNDLE_JSON_LIMIT = 4 * 1024 * 1024   # pt3 log excerpts are <= 64 KiB; anything near this is junk
 SEP = "\x1f"
@@ -275,7 +276,7 @@ def write_e_bundle(root: Path, *, slug: str, gate: Mapping[str, Any], points: Ma
                    manifest_fields: Mapping[str, Any], outcome: str, now: datetime,
                    home: str | os.PathLike[str] | None = None, user: str | None = None,
                    host: str | None = None, secrets: Iterable[str] = (),
-                   local_paths: Iterable[str] = ()) -> Path:
+                   local_paths: Iterable[str] = (), boot_log: str | None = None) -> Path:
     """Write a schema-1 bundle for a run that entered Pull-Emit-Derived ``[E]`` and point
     ``<root>/.last`` at it.
 
@@ -283,7 +284,8 @@ def write_e_bundle(root: Path, *, slug: str, gate: Mapping[str, Any], points: Ma
     ``boot`` / ``smoke`` / ``override_capture`` to their keys (``POINT_KEYS`` are required, a
     ``detail`` and other extras are kept); only the stages that ran are given. ``outcome`` is
     ``ok``, ``partial`` or ``failed``. Same redaction, atomic writes and errors as
-    ``write_gate_bundle``.
+    ``write_gate_bundle``. ``boot_log`` (vLLM's start-up output) adds ``receipt.json``, the
+    boot's calibration receipt, when it holds start-up lines.
     """
     for name, point in points.items():
         if name not in POINT_KEYS:
@@ -293,10 +295,16 @@ def write_e_bundle(root: Path, *, slug: str, gate: Mapping[str, Any], points: Ma
             raise ValueError(f"capture point {name!r} lacks {missing}")
     if outcome not in ("ok", "partial", "failed"):
         raise ValueError(f"an [E] bundle's outcome is ok, partial or failed, not {outcome!r}")
-    return _write_bundle(root, schema=1, slug=slug, gate=gate, points=points, manifest_fields=manifest_fields,
-                         outcome=outcome, now=now,
-                         redactor=Redactor(home=home, user=user, host=host, secrets=secrets,
-                                           local_paths=[*local_paths, *local_folder(slug)]))
+    redactor = Redactor(home=home, user=user, host=host, secrets=secrets,
+                        local_paths=[*local_paths, *local_folder(slug)])
+    bundle = _write_bundle(root, schema=1, slug=slug, gate=gate, points=points, manifest_fields=manifest_fields,
+                           outcome=outcome, now=now, redactor=redactor)
+    if boot_log:
+        from club3090.reports.receipt import receipt_for_boot
+        receipt = receipt_for_boot(boot_log, manifest_fields, redactor, club3090_commit=club3090_commit())
+        if receipt is not None:
+            atomic_write_text(bundle / RECEIPT_FILE, dump_json(receipt), overwrite=False)
+    return bundle
 
 
 def local_folder(source: str) -> list[str]:

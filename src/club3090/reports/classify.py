@@ -159,11 +159,19 @@ def _bounded(text: str) -> str:
     return " ".join(text.split())[:ERROR_TEXT_LIMIT]
 
 
+_NOT_AN_ERROR = re.compile(r"(?:^|[\s)|\]])(?:INFO|DEBUG|WARNING|WARN)\s+\d\d-\d\d\s+\d\d:\d\d:\d\d")
+
+
 def error_lines(log: str) -> list[str]:
-    """The error lines of a log, oldest first, prefixes stripped, generic wrappers dropped."""
+    """The error lines of a log, oldest first, prefixes stripped, generic wrappers dropped.
+
+    Lines logged at INFO / DEBUG / WARNING are advice, not errors (vLLM prints "If you are
+    running out of memory, consider ..." on every boot that captures CUDA graphs)."""
     lines = (log or "").splitlines()[-_LINE_LIMIT:]
     out = []
     for raw in lines:
+        if _NOT_AN_ERROR.search(raw[:300]):
+            continue
         line = _strip_prefixes(raw)
         if not line or line.startswith('File "') or not _ERROR_LINE.search(line):
             continue

@@ -24,6 +24,7 @@ from club3090.errors import InputError
 from club3090.reports.capture import (
     CONSENSUS_FIELDS,
     MANIFEST_FILE,
+    RECEIPT_FILE,
     Bundle,
     consensus_key,
     read_bundle,
@@ -139,6 +140,8 @@ def find_inputs(paths: Iterable[Path]) -> tuple[list[Path], list[Path]]:
             return
         if (path / MANIFEST_FILE).is_file():
             bundles.append(path)
+            if (path / RECEIPT_FILE).is_file():
+                receipts.append(path / RECEIPT_FILE)
             return
         if depth >= WALK_DEPTH:
             return

@@ -8,12 +8,14 @@ shape with the per-term error (predicted - measured). Receipts are redacted like
 
 from __future__ import annotations
 
+import ast
 import hashlib
+import re
 from collections.abc import Mapping
 from typing import Any
 
 from club3090.reports.redact import Redactor
-from club3090.reports.vllm_log import StartupLog, inferred_keys, serving_shape
+from club3090.reports.vllm_log import StartupLog, fill_missing, inferred_keys, parse_startup, serving_shape
 
 RECEIPT_SCHEMA = 1
 RECEIPT_KIND = "vllm-startup-receipt"
@@ -30,8 +32,8 @@ _GIB = 2**30
 def predict_terms(log: StartupLog, config: Mapping[str, Any], *, gpu_memory_gib: float | None,
                   gpu_name: str | None) -> tuple[dict[str, Any] | None, str | None]:
     """The fit engine's terms for the log's shape, or (None, why not)."""
+    from club3090.fit import memory as fit_memory
     from club3090.fit.estimate import weights_per_rank_bytes
-    from club3090.fit.memory import UnpriceableModel, predict
     from club3090.fit.shape import profile_shape
     from club3090.model.architecture import parse_config
 
@@ -52,11 +54,13 @@ def predict_terms(log: StartupLog, config: Mapping[str, Any], *, gpu_memory_gib:
             enforce_eager=bool(shape.get("enforce_eager")), vllm_version=log.vllm_version,
             dtype=shape.get("dtype") if shape.get("dtype") not in (None, "auto") else None,
             device_name=gpu_name)
-        result = predict(parse_config(dict(config)), weights_bytes=0,
-                         weights_bytes_per_rank=weights_per_rank_bytes(float(weights)),
-                         gpu_memory_bytes=[int(memory * _GIB)], shape=serve)
-    except (UnpriceableModel, ValueError, TypeError) as exc:
+        result = fit_memory.predict(parse_config(dict(config)), weights_bytes=0,
+                                    weights_bytes_per_rank=weights_per_rank_bytes(float(weights)),
+                                    gpu_memory_bytes=[int(memory * _GIB)], shape=serve)
+    except (ValueError, TypeError) as exc:   # an unpriceable shape, raised or (below) returned
         return None, f"the fit engine cannot price this shape: {exc}"
+    if not isinstance(result, fit_memory.FitResult):
+        return None, f"the fit engine cannot price this shape: {result}"
     return {
         "available_kv_cache_gib": round(result.per_gpu.kv_pool_bytes / _GIB, 4),
         "gpu_kv_cache_tokens": result.kv_cache_tokens,
@@ -142,3 +146,30 @@ def validate_receipt(data: object, where: str) -> list[str]:
         if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0):
             problems.append(f"{where}: measured.{term} must be a non-negative number")
     return problems
+
+
+_TOPOLOGY_CLASS = re.compile(r"(\d+)x(\d+)MiB\Z")
+
+
+def receipt_for_boot(log_text: str, manifest: Mapping[str, Any], redactor: Redactor, *,
+                     club3090_commit: str | None = None) -> dict[str, Any] | None:
+    """The receipt of an ``[E]`` boot: its log, with the GPUs from the bundle's manifest."""
+    log = parse_startup(log_text)
+    if not log.found:
+        return None
+    gpu_name = gpu_memory_gib = gpu_count = None
+    m = _TOPOLOGY_CLASS.match(str(manifest.get("topology_class") or ""))
+    if m is not None:
+        gpu_count, gpu_memory_gib = int(m.group(1)), int(m.group(2)) / 1024
+    try:
+        pairs = ast.literal_eval(str(manifest.get("topology_summary_canonical") or "[]"))
+        names = {str(p[0]) for p in pairs if isinstance(p, (list, tuple)) and p}
+        gpu_name = names.pop() if len(names) == 1 else None
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        gpu_name = None
+    fill_missing(log, {k: v for k, v in (("model", manifest.get("model_id")),
+                                         ("max_model_len", manifest.get("selected_ctx")),
+                                         ("vllm_version", manifest.get("engine_version"))) if v is not None})
+    return build_receipt(log, log_bytes=log_text.encode("utf-8"), source_name="pt3-boot",
+                         redactor=redactor, gpu_name=gpu_name, gpu_memory_gib=gpu_memory_gib, gpu_count=gpu_count,
+                         club3090_commit=club3090_commit)

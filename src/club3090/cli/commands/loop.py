@@ -1,4 +1,4 @@
-"""``club3090 loop ingest DIR... | list | promote ID``: the Loop's trust pipeline on this machine.
+"""``club3090 loop ingest DIR... | list | promote ID | classify DIR...``: the Loop on this machine.
 
 ``ingest`` reads capture bundles and calibration receipts (and the receipts kept with
 ``calibrate --save``), re-derives each bundle's fingerprint, graduates green capabilities only,
@@ -6,6 +6,8 @@ counts consensus by the 9-tuple (bundles) or the serving shape (receipts), and r
 group as candidate, validated or tier1 in the local overlay. ``list`` shows the last ingest.
 ``promote ID`` is the maintainer's promotion: it writes the group as a validated entry into the
 local overlay (a refusal, exit 2, when the group's evidence disagrees or its topology is not sane).
+``classify`` shows how each bundle is classified and routed; with ``--as CLASS`` it prints the
+``exact_fingerprints`` line a maintainer adds to the shipped table to pin that error text.
 """
 
 from __future__ import annotations
@@ -31,11 +33,16 @@ def add_parser(sub: Any) -> None:
     promote.add_argument("group", metavar="ID", help="a group id from `club3090 loop list`")
     promote.add_argument("--by", metavar="NAME", default="maintainer", help="who promotes (recorded)")
     promote.add_argument("--json", action="store_true", help="print the written entry as JSON")
+    classify = actions.add_parser("classify", help="show each bundle's class, route and error fingerprint")
+    classify.add_argument("dirs", nargs="+", type=Path, metavar="DIR", help="bundles or capture folders")
+    classify.add_argument("--as", dest="as_class", metavar="CLASS",
+                          help="print the exact_fingerprints line that pins these errors to CLASS")
+    classify.add_argument("--json", action="store_true", help="print the classifications as JSON")
     p.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace, settings: Any) -> int:
-    action = {"ingest": _ingest, "list": _list, "promote": _promote}[args.loop_action]
+    action = {"ingest": _ingest, "list": _list, "promote": _promote, "classify": _classify}[args.loop_action]
     return action(args)
 
 
@@ -133,4 +140,40 @@ def _promote(args: argparse.Namespace) -> int:
         sys.stdout.write(json.dumps({"path": str(path), "entry": entry}, indent=2, ensure_ascii=False) + "\n")
     else:
         print(f"[loop] promoted {group['id']} as {status}: {path}")
+    return 0
+
+
+def _classify(args: argparse.Namespace) -> int:
+    from club3090.errors import UsageError
+    from club3090.reports.capture import read_bundle
+    from club3090.reports.classify import FAILURE_CLASSES
+    from club3090.reports.loop import find_inputs
+    from club3090.reports.redact import Redactor
+    from club3090.reports.submit import classify
+
+    if args.as_class is not None and args.as_class not in FAILURE_CLASSES:
+        raise UsageError(f"--as {args.as_class!r}: one of {', '.join(FAILURE_CLASSES)}")
+    for d in args.dirs:
+        if not d.exists():
+            raise UsageError(f"{d}: no such file or folder")
+    folders, _ = find_inputs(args.dirs)
+    redactor = Redactor()
+    rows = []
+    for folder in folders:
+        verdict = classify(read_bundle(folder))
+        rows.append({"bundle": redactor.text(str(folder)), **redactor.value(verdict.to_json())})
+    if args.json:
+        sys.stdout.write(json.dumps({"bundles": rows}, indent=2, ensure_ascii=False) + "\n")
+        return 0
+    for row in rows:
+        print(f"{row['bundle']}: {row['failure_class']} -> {row['route']} ({row['tier']}"
+              + (f", {row['rule']}" if row["rule"] else "") + ")")
+        if row["error_text"]:
+            print(f"  error ({row['error_source']}): {row['error_text']}")
+        if row["environment"]:
+            print(f"  fix: {row['next_step']}")
+        if args.as_class is not None and row["fingerprint"]:
+            print(f"  exact_fingerprints line:  {row['fingerprint']}: {args.as_class}")
+    if not rows:
+        print("[loop] no capture bundles found")
     return 0
