@@ -10,7 +10,7 @@ from typing import Any, ClassVar
 
 import pytest
 
-from club3090.cli.render import spec_to_json, stop_to_json
+from club3090.cli.model_json import spec_to_json, stop_to_json
 from club3090.edges import derive as D
 from club3090.edges import hub as H
 from club3090.edges.resolve import resolve

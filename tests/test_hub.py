@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from club3090.cli.render import spec_to_json
+from club3090.cli.model_json import spec_to_json
 from club3090.edges import hub as H
 from club3090.edges.resolve import resolve
 from club3090.errors import (
@@ -290,7 +290,7 @@ import huggingface_hub  # imported with HF_HUB_OFFLINE=1 in the environment
 from huggingface_hub import constants
 assert constants.HF_HUB_OFFLINE is True
 from pathlib import Path
-from club3090.cli.render import spec_to_json
+from club3090.cli.model_json import spec_to_json
 from club3090.edges.resolve import resolve
 from club3090.settings import Settings
 from club3090.model.spec import ModelSpec

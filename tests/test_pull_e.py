@@ -4,7 +4,8 @@ OpenAI server), bundles. Real docker never runs (tests/conftest.py makes it an e
 from __future__ import annotations
 
 import json
-import os
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from decimal import Decimal
@@ -122,7 +123,7 @@ def _bundle(result) -> dict[str, dict]:
 
 
 def _dest(tmp_path: Path) -> Path:
-    return tmp_path / "hf" / "club3090" / "pulls" / SLUG
+    return download.pull_dir(tmp_path / "hf", REPO)
 
 
 # --------------------------------------------------------------------------------------------
@@ -142,11 +143,11 @@ def test_download_verifies_hashes_into_the_pulls_folder(catalog, hub, tmp_path):
     assert (dest / "config.json").is_file() and (dest / "model.safetensors.index.json").is_file()
     assert {"config.json", "model.safetensors.index.json", "model-00001-of-00002.safetensors"} <= set(dl.files)
     assert not (dest / ".incomplete").exists()                       # staging removed
-    assert not any((dest.parent / ".locks").iterdir())                # lock released
+    assert download.SlugLock(dest.parent / ".locks" / f"{dest.name}.flock").acquire()   # lock released
     assert hub.requests("GET", "/cdn/")                                # LFS through the CDN redirect
     # the compose mounts that folder read-only, at the fit's context
     text = r.e.compose_path.read_text(encoding="utf-8")
-    assert r.e.compose_path == dest.parent / f"{SLUG}.compose.yml" and str(dest) in text
+    assert r.e.compose_path == dest.parent / f"{dest.name}.compose.yml" and str(dest) in text
     assert "--max-model-len" in text and r.e.boot_skipped == "--no-boot" and r.e.outcome == "partial"
     files = _bundle(r)
     assert set(files) == {"pt1-gate.json", "pt2-download.json", "manifest.json"}
@@ -193,27 +194,60 @@ def test_missing_lfs_hash_is_no_etag_before_any_download(catalog, hub, tmp_path)
     assert not whole and not _dest(tmp_path).exists()        # only the gate's header reads happened
 
 
-def test_a_live_lock_is_in_progress_and_a_dead_one_is_reclaimed(catalog, hub, tmp_path):
-    lock = _dest(tmp_path).parent / ".locks" / f"{SLUG}.lock"
-    lock.mkdir(parents=True)
-    (lock / "pid").write_text(f"{os.getpid()}\n")
+def test_a_held_lock_is_in_progress_and_released_with_its_holder(catalog, hub, tmp_path):
+    dest = _dest(tmp_path)
+    argv = [sys.executable, "-c", HOLD_LOCK, str(dest.parent / ".locks" / f"{dest.name}.flock")]
+    with subprocess.Popen(argv, stdout=subprocess.PIPE, stdin=subprocess.PIPE, text=True) as holder:
+        try:
+            assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+            r = _pull(catalog, hub, tmp_path, _stages(no_boot=True))
+            assert (r.exit_code, r.e.stage, r.e.failure) == (2, "download", "in-progress")
+        finally:
+            holder.kill()          # a holder that dies releases the lock with its process
     r = _pull(catalog, hub, tmp_path, _stages(no_boot=True))
-    assert (r.exit_code, r.e.stage, r.e.failure) == (2, "download", "in-progress")
-    assert lock.exists()                                   # someone else's lock is left alone
-    (lock / "pid").write_text("999999999\n")               # no such process: stale
-    r = _pull(catalog, hub, tmp_path, _stages(no_boot=True))
-    assert r.e.download.ok and not lock.exists()
+    assert r.e.download.ok
 
 
-def test_a_lock_without_pid_file_is_reclaimed_after_the_grace(tmp_path):
-    path = tmp_path / "x.lock"
-    path.mkdir()
-    now = path.stat().st_mtime
-    assert not download.SlugLock(path, clock=lambda: now + 1).acquire()
-    lock = download.SlugLock(path, clock=lambda: now + download.LOCK_GRACE_S + 1)
-    assert lock.acquire() and (path / "pid").read_text().strip() == str(os.getpid())
-    lock.release()
-    assert not path.exists()
+HOLD_LOCK = ("import os, sys, filelock; os.makedirs(os.path.dirname(sys.argv[1]), exist_ok=True); "
+             "lock = filelock.FileLock(sys.argv[1]); lock.acquire(); "
+             "print('held', flush=True); sys.stdin.read()")
+
+
+def test_exactly_one_of_many_concurrent_takers_holds_the_lock(tmp_path):
+    path = tmp_path / ".locks" / "x.flock"
+    for _trial in range(20):
+        barrier = threading.Barrier(8)
+        locks = [download.SlugLock(path) for _ in range(8)]
+        won: list[bool] = []
+
+        def take(lock: download.SlugLock, barrier: threading.Barrier, won: list[bool]) -> None:
+            barrier.wait()
+            won.append(lock.acquire())
+        threads = [threading.Thread(target=take, args=(lock, barrier, won)) for lock in locks]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert sorted(won) == [False] * 7 + [True]
+        for lock in locks:
+            lock.release()
+    assert download.SlugLock(path).acquire()
+
+
+def test_a_small_file_already_in_the_folder_is_checked_by_hash_not_size(catalog, hub, tmp_path):
+    assert _pull(catalog, hub, tmp_path, _stages(no_boot=True)).e.download.ok
+    config = _dest(tmp_path) / "config.json"
+    real = config.read_bytes()
+    config.write_bytes(b"{" + b" " * (len(real) - 2) + b"}")     # same size, other bytes
+    r = _pull(catalog, hub, tmp_path, _stages(no_boot=True))
+    assert r.e.download.ok and config.read_bytes() == real
+
+
+def test_distinct_repo_ids_never_share_a_pull_folder(tmp_path):
+    ids = ["coll/a-b", "coll-a/b", "Coll/A-B", "coll/a.b", "coll/a_b"]
+    folders = {download.pull_dir(tmp_path, i) for i in ids}
+    assert len(folders) == len(ids)
+    assert all(f.parent == download.pulls_root(tmp_path) and len(f.name) <= 200 for f in folders)
 
 
 def test_size_mismatch_on_a_metadata_file(tmp_path):

@@ -213,6 +213,9 @@ def _main(argv: Sequence[str] | None, make_provider: ProviderFactory | None) -> 
 
 
 def _report(args: argparse.Namespace, code: int, message: str) -> None:
+    from club3090.cli.render import safe
+
+    message = safe(message, multiline=True)   # names from a repo or the Hub are data, never terminal control
     print(message, file=sys.stderr)
     if getattr(args, "json", False):
         _json_error(code, message)

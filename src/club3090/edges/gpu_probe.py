@@ -150,10 +150,11 @@ def _describe(exc: BaseException) -> str:
 def _probe_nvml(nvml: Any, timeout_s: float, why: list[str]) -> tuple[DetectedGpu, ...]:
     if nvml is None:
         try:
-            import pynvml as nvml  # nvidia-ml-py; imported here so importing us never loads it
+            import pynvml  # nvidia-ml-py; imported here so importing us never loads it
         except Exception as exc:  # noqa: BLE001 - a broken install is "no NVML", recorded
             why.append(f"pynvml unavailable ({_describe(exc)})")
             return ()
+        nvml = pynvml
     return _bounded(lambda: _read_nvml(nvml), timeout_s, why) or ()
 
 
@@ -193,9 +194,10 @@ def memory_used_bytes(*, enabled: bool = True, nvml: Any = None,
         return None
     if nvml is None:
         try:
-            import pynvml as nvml  # nvidia-ml-py; imported here so importing us never loads it
+            import pynvml  # nvidia-ml-py; imported here so importing us never loads it
         except Exception:
             return None
+        nvml = pynvml
 
     def read() -> tuple[int, ...]:
         nvml.nvmlInit()

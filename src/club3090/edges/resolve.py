@@ -19,17 +19,18 @@ the same model everywhere. Precedence, first match wins:
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING
 
 from club3090.edges.derive import LLAMA_CPP_HINT, derive_folder, derive_hub
+from club3090.edges.files import path_exists
 from club3090.errors import HubUnreachable
 from club3090.gate.outcome import Reason, Stop, deriver_stop
 from club3090.model.architecture import parse_config
 from club3090.model.quantization import default_bits, normalize_method
+from club3090.model.repo_id import repo_id_problem, revision_problem, source_problem
 from club3090.model.spec import CuratedHit, ModelSpec, Quantization
 
 if TYPE_CHECKING:
@@ -39,10 +40,6 @@ if TYPE_CHECKING:
 
 Progress = Callable[[int, int], None]
 
-# huggingface_hub's validate_repo_id rules (ASCII only): each part 1-96 characters, starting and
-# ending with a letter, digit or '_'; no '--' or '..'; no '.git' suffix (see is_repo_id).
-_PART = r"[A-Za-z0-9_](?:[A-Za-z0-9_.\-]{0,94}[A-Za-z0-9_])?"
-_REPO_ID = re.compile(rf"^{_PART}/{_PART}$")
 _UNQUANTIZED = ("bf16", "fp16", "f16", "fp32", "bfloat16", "float16")
 
 
@@ -58,9 +55,13 @@ def resolve(source: str, settings: "Settings", catalog: "Catalog | None" = None,
     Raises ``HubUnreachable`` on network failure or an offline cache miss, ``InputError`` on a
     malformed safetensors header or index.
     """
+    if (problem := source_problem(source)) is not None:
+        return deriver_stop(Reason.REPO_NOT_FOUND, "not-a-repo-id", problem)
     source = source.strip()
     repo_id, revision = split_source(source)
-    if source.endswith("@") and is_repo_id(repo_id) and not Path(source).exists():
+    if revision is not None and (problem := revision_problem(revision)) is not None:
+        return deriver_stop(Reason.REPO_NOT_FOUND, "not-a-repo-id", problem)
+    if source.endswith("@") and is_repo_id(repo_id) and not path_exists(Path(source)):
         return deriver_stop(Reason.REPO_NOT_FOUND, "not-a-repo-id",
                             f"{source!r}: nothing after '@'; give org/name or org/name@REVISION")
 
@@ -68,10 +69,11 @@ def resolve(source: str, settings: "Settings", catalog: "Catalog | None" = None,
         path = Path(source).expanduser()
     except RuntimeError:  # "~user/..." for an unknown user: no such folder
         return deriver_stop(Reason.REPO_NOT_FOUND, "folder-missing", f"{source}: no such folder")
-    if path.is_dir() or (weights_optional and path.is_file() and path.name == "config.json"):
+    exists = path_exists(path)
+    if exists and (path.is_dir() or (weights_optional and path.is_file() and path.name == "config.json")):
         folder = path if path.is_dir() else path.parent
         return derive_folder(folder, kind="local", ref=source, weights_optional=weights_optional)
-    if path.exists() or _looks_like_path(source):
+    if exists or _looks_like_path(source):
         return deriver_stop(Reason.REPO_NOT_FOUND, "folder-missing", f"{source}: no such folder")
 
     if catalog is not None:
@@ -111,8 +113,7 @@ def split_source(source: str) -> tuple[str, str | None]:
 
 
 def is_repo_id(text: str) -> bool:
-    return (bool(_REPO_ID.match(text)) and ".." not in text and "--" not in text
-            and not text.endswith(".git"))
+    return repo_id_problem(text) is None
 
 
 def _looks_like_path(source: str) -> bool:

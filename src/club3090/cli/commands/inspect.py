@@ -17,6 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
+from club3090.cli.render import safe, terminal_console
 from club3090.fit.memory import GiB
 
 
@@ -54,7 +55,7 @@ def _gib(n: int | None) -> str:
 
 def run(args: argparse.Namespace, provider: Any) -> int:
     from club3090.cli.exit_codes import exit_code
-    from club3090.cli.render import spec_to_json, stop_to_json
+    from club3090.cli.model_json import spec_to_json, stop_to_json
     from club3090.gate.outcome import Stop
     from club3090.pipeline.inspect import inspect_model, inspect_outcome
 
@@ -62,20 +63,19 @@ def run(args: argparse.Namespace, provider: Any) -> int:
     if isinstance(result, Stop):
         payload = stop_to_json(result)
         if args.json:
-            print(json.dumps(payload, ensure_ascii=False))
+            print(safe(json.dumps(payload, ensure_ascii=False)))
         else:
-            print(f"[inspect] stratum 1 stop: {payload['reason']} ({payload['detail']})")
+            print(safe(f"[inspect] stratum 1 stop: {payload['reason']} ({payload['detail']})"))
             if payload.get("message"):
-                print(f"[inspect] {payload['message']}")
+                print(safe(f"[inspect] {payload['message']}"))
     elif args.json:
-        print(json.dumps(spec_to_json(result), ensure_ascii=False))
+        print(safe(json.dumps(spec_to_json(result), ensure_ascii=False)))
     else:
         _render(spec_to_json(result))
     return exit_code(inspect_outcome(result))
 
 
 def _render(d: dict[str, Any]) -> None:
-    from rich.console import Console
     from rich.table import Table
 
     rows: list[tuple[str, str]] = [
@@ -121,4 +121,4 @@ def _render(d: dict[str, Any]) -> None:
     table.add_column()
     for key, value in rows:
         table.add_row(key, value)
-    Console(file=sys.stdout, highlight=False, soft_wrap=True).print(table)
+    terminal_console(file=sys.stdout, soft_wrap=True).print(table)

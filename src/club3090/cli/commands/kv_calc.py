@@ -27,6 +27,7 @@ from club3090.cli.commands._types import (
     positive_int,
     positive_number,
 )
+from club3090.cli.render import safe, terminal_console
 from club3090.fit.kv_formats import KV_FORMATS, MODEL_DTYPES, canonical_dtype, kv_format
 from club3090.fit.memory import GiB as GIB
 
@@ -102,10 +103,9 @@ def _gib(value: int) -> str:
 
 
 def render_human(est: Any) -> None:
-    from rich.console import Console
     from rich.table import Table
 
-    console = Console(highlight=False)
+    console = terminal_console()
     result, s = est.result, est.result.settings
     head = (f"{est.model} ({est.architecture or 'unknown architecture'}) on {est.gpus}, "
             f"TP {est.tp} PP {est.pp}, vLLM {s.vllm_version}")
@@ -205,7 +205,7 @@ def request_of(args: argparse.Namespace) -> Any:
 
 def run(args: argparse.Namespace, provider: Any) -> int:
     from club3090.cli.exit_codes import exit_code
-    from club3090.cli.render import stop_to_json
+    from club3090.cli.model_json import stop_to_json
     from club3090.fit.estimate import NoFit
     from club3090.gate.outcome import Stop
     from club3090.pipeline.kv_calc import price, price_outcome
@@ -216,16 +216,16 @@ def run(args: argparse.Namespace, provider: Any) -> int:
     if isinstance(result, Stop):        # the resolver's stratum-1 stop: a verdict, as inspect gives it
         payload = stop_to_json(result)
         if args.json:
-            print(json.dumps(payload, ensure_ascii=False))
+            print(safe(json.dumps(payload, ensure_ascii=False)))
         else:
-            print(f"[kv-calc] stratum 1 stop: {payload['reason']} ({payload['detail']})", file=sys.stderr)
+            print(safe(f"[kv-calc] stratum 1 stop: {payload['reason']} ({payload['detail']})"), file=sys.stderr)
             if payload["message"]:
-                print(f"[kv-calc] {payload['message']}", file=sys.stderr)
+                print(safe(f"[kv-calc] {payload['message']}"), file=sys.stderr)
     elif isinstance(result, NoFit):     # a verdict about the model, not a tool failure
         if args.json:
             print(json.dumps(result.to_json()))
         else:
-            print(f"no-fit-model: {result.model}: {result.error}", file=sys.stderr)
+            print(safe(f"no-fit-model: {result.model}: {result.error}"), file=sys.stderr)
     elif args.json:
         print(json.dumps(result.to_json(), indent=1))
     else:

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from club3090.cli.exit_codes import UNAVAILABLE, exit_code
+from club3090.cli.render import safe
 from club3090.fit.memory import GiB
 from club3090.gate.outcome import Outcome
 from club3090.rig import gpus
@@ -97,12 +98,12 @@ def run(args: argparse.Namespace, provider: Any) -> int:
                       stages=_e_stages(args, provider))
     if provider.settings.debug:
         for note in result.detection_notes:
-            print(f"[pull] debug: GPU probe {note}", file=sys.stderr)
+            print(safe(f"[pull] debug: GPU probe {note}"), file=sys.stderr)
     if args.json:
         payload = result.to_json()
         if args.recommend:
             payload["recommend"] = recommend_line(result)
-        print(json.dumps(payload, ensure_ascii=False, indent=2, default=str))
+        print(safe(json.dumps(payload, ensure_ascii=False, indent=2, default=str), multiline=True))
     else:
         print(render(result, recommend=args.recommend))
     return exit_code(result.outcome)
@@ -123,7 +124,7 @@ def _e_stages(args: argparse.Namespace, provider: Any) -> Any:
         return None
 
     def progress(message: str) -> None:
-        print(message, file=sys.stderr, flush=True)
+        print(safe(message), file=sys.stderr, flush=True)
     return provider.derived_stages(no_boot=args.no_boot, progress=progress)
 
 
@@ -240,7 +241,7 @@ def render(result: Any, *, recommend: bool = False) -> str:
     lines.append(f"[pull] {summary_line(result)}")
     if recommend:
         lines.append(f"recommend: {recommend_line(result)}")
-    return "\n".join(lines)
+    return "\n".join(safe(line) for line in lines)   # each line: a newline inside a value is shown, not obeyed
 
 
 # --------------------------------------------------------------------------------------------
