@@ -15,7 +15,7 @@ from club3090.fit.llamacpp import (
     largest_context,
     predict,
 )
-from club3090.fit.memory import UnpriceableModel
+from club3090.fit.memory import Unpriceable
 from club3090.model.gguf import parse_header
 from club3090.model.gguf_model import GgufModel, from_files
 from tests.gguf_fixtures import Q, Spec, write
@@ -82,8 +82,7 @@ def test_tensor_split_and_modes(models: dict[str, GgufModel]) -> None:
     assert none[0].weights_bytes == 0 and none[1].layers == m.n_layer + 1
     row = predict(m, LlamaCppArgs(ctx_size=4096, split_mode="row"), [24 * GiB, 24 * GiB]).devices
     assert abs(row[0].weights_bytes - row[1].weights_bytes) <= m.output_bytes + 4
-    with pytest.raises(UnpriceableModel):
-        predict(m, LlamaCppArgs(ctx_size=4096, tensor_split=(1,)), [24 * GiB, 24 * GiB])
+    assert isinstance(predict(m, LlamaCppArgs(ctx_size=4096, tensor_split=(1,)), [24 * GiB, 24 * GiB]), Unpriceable)
 
 
 def test_n_cpu_moe_keeps_experts_on_the_host(models: dict[str, GgufModel]) -> None:
@@ -121,11 +120,11 @@ def test_swa_layers_at_their_window(models: dict[str, GgufModel]) -> None:
 
 
 def test_unknown_or_misfit_cache_type(models: dict[str, GgufModel]) -> None:
-    with pytest.raises(UnpriceableModel, match="unknown"):
-        kv_cache(models["dense"], LlamaCppArgs(ctx_size=512, cache_type_k="q3_zz"))
+    unknown = kv_cache(models["dense"], LlamaCppArgs(ctx_size=512, cache_type_k="q3_zz"))
+    assert isinstance(unknown, Unpriceable) and "unknown" in unknown.reason
     odd = replace(models["dense"], head_dim_k=48, head_dim_v=48)
-    with pytest.raises(UnpriceableModel, match="multiple of 256"):
-        kv_cache(odd, LlamaCppArgs(ctx_size=512, cache_type_k="q4_k"))
+    misfit = kv_cache(odd, LlamaCppArgs(ctx_size=512, cache_type_k="q4_k"))
+    assert isinstance(misfit, Unpriceable) and "multiple of 256" in misfit.reason
 
 
 def test_recurrent_state_per_sequence(models: dict[str, GgufModel]) -> None:
@@ -181,10 +180,8 @@ def test_override_tensors_move_matching_tensors(models: dict[str, GgufModel]) ->
     first_wins = predict(m, replace(args, override_tensors=(("attn_q", "CUDA0"), ("attn", "CPU"))), [24 * GiB])
     moved = sum(n for name, n in m.tensors if "attn" in name and "attn_q." not in name)
     assert first_wins.host.weights_bytes == base.host.weights_bytes + moved
-    with pytest.raises(UnpriceableModel):
-        predict(m, replace(args, override_tensors=(("x", "CUDA3"),)), [24 * GiB])
-    with pytest.raises(UnpriceableModel):
-        predict(m, replace(args, override_tensors=(("(", "CPU"),)), [24 * GiB])
+    assert isinstance(predict(m, replace(args, override_tensors=(("x", "CUDA3"),)), [24 * GiB]), Unpriceable)
+    assert isinstance(predict(m, replace(args, override_tensors=(("(", "CPU"),)), [24 * GiB]), Unpriceable)
 
 
 def test_catalog_llamacpp_engines_kv_formats_are_priced() -> None:
@@ -197,10 +194,15 @@ def test_catalog_llamacpp_engines_kv_formats_are_priced() -> None:
     assert len(engines) >= 2
     for engine in engines:
         for fmt in engine.supported_kv_formats:
-            k, v = cache_types(fmt)
-            assert kv_cache(replace(MODEL_FOR_TYPES, head_dim_k=256, head_dim_v=256),
-                            LlamaCppArgs(ctx_size=512, cache_type_k=k, cache_type_v=v)).total_bytes > 0
+            pair = cache_types(fmt)
+            assert isinstance(pair, tuple), fmt
+            k, v = pair
+            cache = kv_cache(replace(MODEL_FOR_TYPES, head_dim_k=256, head_dim_v=256),
+                             LlamaCppArgs(ctx_size=512, cache_type_k=k, cache_type_v=v))
+            assert not isinstance(cache, Unpriceable) and cache.total_bytes > 0
     for profile in catalog.profiles.values():
         if catalog.engines[profile.engine].type == "llama.cpp":
-            assert cache_types(profile.kv_format)[0] in ("q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "f16")
+            pair = cache_types(profile.kv_format)
+            assert isinstance(pair, tuple) and pair[0] in ("q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "f16")
     assert cache_types("k8v4") == ("q8_0", "q4_0")
+    assert isinstance(cache_types("fp8_e5m2"), Unpriceable)

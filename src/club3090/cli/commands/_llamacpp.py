@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from dataclasses import asdict, replace
 from typing import Any
 
@@ -91,19 +92,25 @@ def _check_flags(args: argparse.Namespace) -> None:
 
 def _llama_args(args: argparse.Namespace, profile: Any) -> Any:
     from club3090.fit.llamacpp import LlamaCppArgs, cache_types
+    from club3090.fit.memory import Unpriceable
 
     base = LlamaCppArgs(ctx_size=4096)
     if profile is not None:
-        k, v = cache_types(profile.kv_format)
-        base = replace(base, ctx_size=profile.max_model_len, parallel=profile.max_num_seqs, cache_type_k=k, cache_type_v=v)
+        pair = cache_types(profile.kv_format)
+        if isinstance(pair, Unpriceable):
+            return pair
+        base = replace(base, ctx_size=profile.max_model_len, parallel=profile.max_num_seqs,
+                       cache_type_k=pair[0], cache_type_v=pair[1])
     # the shared kv-calc flags, in llama.cpp's terms
     if args.max_model_len is not None:
         base = replace(base, ctx_size=args.max_model_len)
     if args.max_num_seqs is not None:
         base = replace(base, parallel=args.max_num_seqs)
     if args.kv_cache_dtype is not None:
-        k, v = cache_types(args.kv_cache_dtype)
-        base = replace(base, cache_type_k=k, cache_type_v=v)
+        pair = cache_types(args.kv_cache_dtype)
+        if isinstance(pair, Unpriceable):
+            return pair
+        base = replace(base, cache_type_k=pair[0], cache_type_v=pair[1])
     given = {"ctx_size": args.ctx_size, "cache_type_k": args.cache_type_k, "cache_type_v": args.cache_type_v,
              "n_gpu_layers": args.n_gpu_layers, "tensor_split": args.tensor_split, "split_mode": args.split_mode,
              "main_gpu": args.main_gpu, "n_cpu_moe": args.n_cpu_moe, "parallel": args.parallel,
@@ -125,9 +132,12 @@ def _mib(n: int) -> str:
 
 
 def run(args: argparse.Namespace, settings: Any, catalog: Any) -> int:
+    from club3090.cli.exit_codes import exit_code
+    from club3090.cli.render import safe
     from club3090.edges.gguf_source import resolve_gguf
     from club3090.fit.llamacpp import fewest_offloaded, largest_context, predict
-    from club3090.fit.memory import UnpriceableModel
+    from club3090.fit.memory import Unpriceable
+    from club3090.gate.outcome import Outcome
     from club3090.rig.gpus import parse_gpus
 
     _check_flags(args)
@@ -136,23 +146,26 @@ def run(args: argparse.Namespace, settings: Any, catalog: Any) -> int:
     count = args.tp or (prof.tp if prof is not None else 1)
     spec = args.gpus or f"{count}x{prof.reference_gpu if prof is not None else DEFAULT_GPU}"
     gpu_bytes = list(parse_gpus(spec, catalog).memory_bytes)
-    try:
-        largs = _llama_args(args, prof)
-        result = predict(src.model, largs, gpu_bytes)
-        best = largest_context(src.model, largs, gpu_bytes, limit=max(src.model.ctx_train or 0, largs.ctx_size))
-        if args.solve_max_ctx and best:
-            result = predict(src.model, replace(largs, ctx_size=best), gpu_bytes)
-        rescue = None if result.fits else fewest_offloaded(src.model, largs, gpu_bytes)
-    except UnpriceableModel as exc:
-        payload = {"ok": False, "reason": "no-fit-model", "error": str(exc), "model": src.label}
-        print(json.dumps(payload) if args.json else f"no-fit-model: {src.label}: {exc}")
-        return 2
+    largs = _llama_args(args, prof)
+    result = largs if isinstance(largs, Unpriceable) else predict(src.model, largs, gpu_bytes)
+    if isinstance(result, Unpriceable):      # a verdict about the model or flags (no-fit-model), not a crash
+        payload = {"ok": False, "reason": "no-fit-model", "error": result.reason, "model": src.label}
+        if args.json:
+            print(json.dumps(payload))
+        else:
+            print(safe(f"no-fit-model: {src.label}: {result.reason}"), file=sys.stderr)
+        return exit_code(Outcome.REFUSED)
+    best = largest_context(src.model, largs, gpu_bytes, limit=max(src.model.ctx_train or 0, largs.ctx_size))
+    if args.solve_max_ctx and best:
+        solved = predict(src.model, replace(largs, ctx_size=best), gpu_bytes)
+        result = solved if not isinstance(solved, Unpriceable) else result
+    rescue = None if result.fits else fewest_offloaded(src.model, largs, gpu_bytes)
     verdict = "fits-clean" if result.fits else "wont-fit"
     if args.json:
         print(json.dumps(_to_json(src, spec, result, verdict, best, rescue), indent=1))
     else:
         _render(src, spec, result, verdict, best, rescue)
-    return 0 if result.fits else 2
+    return exit_code(Outcome.OK if result.fits else Outcome.REFUSED)
 
 
 def _to_json(src: Any, spec: str, result: Any, verdict: str, best: int | None, rescue: Any) -> dict[str, Any]:
@@ -170,11 +183,12 @@ def _to_json(src: Any, spec: str, result: Any, verdict: str, best: int | None, r
 
 
 def _render(src: Any, spec: str, result: Any, verdict: str, best: int | None, rescue: Any) -> None:
-    from rich.console import Console
     from rich.table import Table
 
+    from club3090.cli.render import terminal_console
+
     m, a, kv = src.model, result.args, result.kv
-    console = Console(highlight=False)
+    console = terminal_console()
     console.print(f"{src.label} ({m.arch}, {src.quant or 'GGUF'}, {m.weights_bytes / (1 << 30):.2f} GiB of "
                   f"weights from {src.where}) on {spec}, llama.cpp")
     console.print(f"-c {a.ctx_size:,}  -np {a.parallel}  -b {a.batch_size}  -ub {a.ubatch_size}  "
