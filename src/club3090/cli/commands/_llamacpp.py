@@ -138,14 +138,15 @@ def run(args: argparse.Namespace, settings: Any, catalog: Any) -> int:
     from club3090.fit.llamacpp import fewest_offloaded, largest_context, predict
     from club3090.fit.memory import Unpriceable
     from club3090.gate.outcome import Outcome
-    from club3090.rig.gpus import parse_gpus
+    from club3090.pipeline.stages import gpu_set
 
     _check_flags(args)
     src = resolve_gguf(args.model, catalog, settings, profile_key=args.profile, quant=args.quant)
     prof = src.profile
     count = args.tp or (prof.tp if prof is not None else 1)
     spec = args.gpus or f"{count}x{prof.reference_gpu if prof is not None else DEFAULT_GPU}"
-    gpu_bytes = list(parse_gpus(spec, catalog).memory_bytes)
+    gpus = gpu_set(spec, catalog)
+    gpu_bytes = list(gpus.memory_bytes) if gpus is not None else []
     largs = _llama_args(args, prof)
     result = largs if isinstance(largs, Unpriceable) else predict(src.model, largs, gpu_bytes)
     if isinstance(result, Unpriceable):      # a verdict about the model or flags (no-fit-model), not a crash
