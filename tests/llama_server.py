@@ -20,6 +20,7 @@ starts the server and waits for ``/v1/models`` (``LlamaServer.stop()`` ends it).
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import os
 import socket
@@ -122,7 +123,7 @@ def build_vocab() -> Vocab:
     chain(add_word(TRIGGER_TOOL), list(TOOL_PIECES))
     default = _words(DEFAULT_TOKENS, 50_000)
     default_ids = [add(p, -1.0) for p in default]
-    for a, b in zip(default_ids, default_ids[1:]):
+    for a, b in itertools.pairwise(default_ids):
         successor[a] = b
     successor[default_ids[-1]] = 2
     return Vocab(tokens, [int(t) for t in types], scores, successor, default_ids[0], 2)

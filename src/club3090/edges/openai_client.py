@@ -13,7 +13,8 @@ The HTTP policy (``http_request``, the real transport; ``http.client``, proxies 
 - ``timeout`` is a deadline for the whole request: connect, first byte and the whole body. A
   watchdog shuts the socket when it passes, so a server that trickles one byte a second cannot
   stretch a read.
-- ``stall_s``: once the body has started, the longest silence allowed between two reads.
+- ``stall_s``: once the body has started, the longest silence allowed between two reads (before
+  it, only the deadline: a long prefill may precede the first byte).
 - Redirects: at most ``MAX_REDIRECTS``; a redirect to another origin (scheme, host, port) drops
   ``Authorization``, so the API key never reaches another host.
 - Bodies are capped (``MAX_BODY_BYTES``, lines ``MAX_LINE_BYTES``) and JSON is parsed under a
@@ -167,13 +168,15 @@ def _one_request(method: str, url: str, data: bytes | None, headers: dict[str, s
         resp = conn.getresponse()
         if resp.status in _REDIRECTS and resp.getheader("location"):
             return (resp.status, resp.getheader("location") or "")
-        if stall_s is not None and conn.sock is not None:
-            conn.sock.settimeout(max(0.001, stall_s))
+
+        def started() -> None:     # the stall limit starts with the body: a long prefill may precede it
+            if stall_s is not None and conn.sock is not None:
+                conn.sock.settimeout(max(0.001, min(stall_s, timeout)))
         if resp.status >= 400:
-            return HttpResponse(resp.status, _read_all(resp, MAX_ERROR_BYTES))
+            return HttpResponse(resp.status, _read_all(resp, MAX_ERROR_BYTES, started))
         if on_line is None:
-            return HttpResponse(resp.status, _read_all(resp, MAX_BODY_BYTES))
-        return HttpResponse(resp.status, _read_lines(resp, on_line))
+            return HttpResponse(resp.status, _read_all(resp, MAX_BODY_BYTES, started))
+        return HttpResponse(resp.status, _read_lines(resp, on_line, started))
     except (OSError, http.client.HTTPException, ValueError) as exc:
         if dog.fired:
             return HttpResponse(0, b"", f"deadline: no complete answer within {timeout:g}s")
@@ -186,19 +189,21 @@ def _one_request(method: str, url: str, data: bytes | None, headers: dict[str, s
         conn.close()
 
 
-def _read_all(resp: Any, cap: int) -> bytes:
+def _read_all(resp: Any, cap: int, started: Callable[[], None]) -> bytes:
     chunks: list[bytes] = []
     size = 0
     while size < cap:
         chunk = resp.read1(min(READ_CHUNK, cap - size))
         if not chunk:
             break
+        if not chunks:
+            started()
         chunks.append(chunk)
         size += len(chunk)
     return b"".join(chunks)
 
 
-def _read_lines(resp: Any, on_line: LineSink) -> bytes:
+def _read_lines(resp: Any, on_line: LineSink, started: Callable[[], None]) -> bytes:
     """Read in chunks (each bounded by the socket timeout), hand out complete lines as they arrive."""
     kept: list[bytes] = []
     size = 0
@@ -207,6 +212,8 @@ def _read_lines(resp: Any, on_line: LineSink) -> bytes:
         chunk = resp.read1(READ_CHUNK)
         if not chunk:
             break
+        if not size:
+            started()
         size += len(chunk)
         pending += chunk
         while True:
@@ -376,6 +383,10 @@ class ModelsResult:
     status: int
     ids: tuple[str, ...] = ()
     error: str | None = None
+    contexts: Mapping[str, int] = field(default_factory=dict)   # id -> max_model_len, where the server says
+
+    def context(self, model: str | None) -> int | None:
+        return self.contexts.get(model) if model is not None else None
 
     @property
     def unreachable(self) -> bool:
@@ -461,10 +472,22 @@ class OpenAIClient:
             return ModelsResult(resp.status, (), self._status_error(resp))
         try:
             data = loads(resp.body)
-            ids = tuple(str(m["id"]) for m in data["data"] if isinstance(m, Mapping) and "id" in m)
+            entries = [m for m in data["data"] if isinstance(m, Mapping) and "id" in m]
         except (ValueError, KeyError, TypeError):
             return ModelsResult(resp.status, (), "not an OpenAI model list")
-        return ModelsResult(resp.status, ids)
+        contexts = {str(m["id"]): n for m in entries if (n := _int(m.get("max_model_len")))}
+        return ModelsResult(resp.status, tuple(str(m["id"]) for m in entries), None, contexts)
+
+    def metrics(self, *, timeout: float | None = None) -> tuple[str | None, str | None]:
+        """(text, None) of the server's Prometheus ``/metrics`` (beside ``/v1``), or (None, error)."""
+        limit = self._limit(timeout)
+        if limit is None:
+            return None, self.deadline_message()
+        root = self.base.removesuffix("/v1")
+        resp = self.http("GET", f"{root}/metrics", None, limit, headers=self._headers(), stall_s=self.stall_s)
+        if resp.status != 200:
+            return None, self._status_error(resp)
+        return resp.body.decode("utf-8", "replace"), None
 
     def chat(self, body: Mapping[str, Any], *, stream: bool = False, timeout: float | None = None) -> ChatResult:
         limit = self._limit(timeout)
