@@ -21,7 +21,8 @@ Hostile switches (issue: a server that fights the client): ``trickle`` (seconds:
 dribble one byte every 0.05 s for that long; ``trickle_done`` tells whether the server got to
 the end, i.e. the client did not hang up first), ``redirect`` (a base URL: every request not yet
 redirected answers 307 to ``<redirect>/redirected<path>``), ``redirect_loop`` (302 to itself),
-``nested`` (a stream event nested 100,000 levels deep), ``non_json`` (200 HTML for everything).
+``nested`` (a stream event nested 100,000 levels deep), ``non_json`` (200 HTML for everything),
+``stall`` (seconds: one stream chunk, then silence).
 ``log`` holds (method, path, json body) and ``headers`` the lowercased request headers (plus
 ``host``).
 """
@@ -122,6 +123,8 @@ class OpenAIHandler(BaseHTTPRequestHandler):
             return self._send(int(self.mode["status"]), b'{"error": "internal server error"}')
         if self.mode.get("trickle"):
             return self._trickle(float(self.mode["trickle"]))
+        if self.mode.get("stall"):
+            return self._stall(float(self.mode["stall"]))
         if self.mode.get("no_vision") and any(isinstance(m.get("content"), list) for m in body["messages"]):
             return self._send(400, b'{"error": "this model does not take images"}')
         reasoning, words, tool = self._answer(body)
@@ -226,6 +229,20 @@ class OpenAIHandler(BaseHTTPRequestHandler):
             self.server.trickle_done = True  # type: ignore[attr-defined]
         except OSError:
             self.server.trickle_done = False  # type: ignore[attr-defined]
+        self.close_connection = True
+
+
+    def _stall(self, seconds: float) -> None:
+        """One chunk of a stream, then silence for ``seconds`` (the connection stays open)."""
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.end_headers()
+        try:
+            self.wfile.write(b'data: {"id": "s", "choices": [{"index": 0, "delta": {"content": "Hel"}}]}\n\n')
+            self.wfile.flush()
+            time.sleep(seconds)
+        except OSError:
+            pass
         self.close_connection = True
 
 

@@ -237,13 +237,17 @@ def _models_ready(url: str) -> bool:
 
 
 def start_server(model_path: Path, port: int, *, log_path: Path | None = None, n_ctx: int = N_CTX,
-                 alias: str = MODEL_ID, timeout_s: float = STARTUP_TIMEOUT_S,
+                 alias: str = MODEL_ID, timeout_s: float = STARTUP_TIMEOUT_S, interrupt_requests: bool = False,
                  python: str = sys.executable) -> LlamaServer:
-    """Start ``python -m llama_cpp.server`` on ``model_path`` at 127.0.0.1:``port``; wait for ``/v1/models``."""
+    """Start ``python -m llama_cpp.server`` on ``model_path`` at 127.0.0.1:``port``; wait for ``/v1/models``.
+
+    ``interrupt_requests`` is llama-cpp-python's own default (True): a new request cuts a running
+    stream short. Off here, so that concurrent streams queue and complete.
+    """
     log_path = log_path or model_path.with_suffix(".log")
     argv = [python, "-m", "llama_cpp.server", "--model", str(model_path), "--model_alias", alias,
             "--host", "127.0.0.1", "--port", str(port), "--n_ctx", str(n_ctx), "--n_threads", "1",
-            "--n_threads_batch", "1", "--verbose", "False"]
+            "--n_threads_batch", "1", "--verbose", "False", "--interrupt_requests", str(interrupt_requests)]
     env = {k: v for k, v in os.environ.items() if not k.upper().endswith("_PROXY")}
     t0 = time.monotonic()
     with open(log_path, "wb") as log:

@@ -101,9 +101,9 @@ def _origin(url: str) -> tuple[str, str, int | None]:
 class _Watchdog:
     """Shuts a connection's socket when the request's deadline passes (unblocks any read)."""
 
-    def __init__(self, conn: Any, seconds: float) -> None:
+    def __init__(self, seconds: float) -> None:
         self.fired = False
-        self._conn = conn
+        self.sock: Any = None          # set once connected; kept: http.client drops conn.sock early
         self._timer = threading.Timer(max(0.0, seconds), self._fire)
         self._timer.daemon = True
         self._timer.start()
@@ -112,10 +112,9 @@ class _Watchdog:
         import socket
 
         self.fired = True
-        sock = getattr(self._conn, "sock", None)
-        if sock is not None:
+        if self.sock is not None:
             with contextlib.suppress(OSError):
-                sock.shutdown(socket.SHUT_RDWR)
+                self.sock.shutdown(socket.SHUT_RDWR)
 
     def cancel(self) -> None:
         self._timer.cancel()
@@ -162,25 +161,35 @@ def _one_request(method: str, url: str, data: bytes | None, headers: dict[str, s
         return HttpResponse(0, b"", "ValueError: invalid port in URL")
     conn_cls = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
     conn = conn_cls(parts.hostname, port, timeout=left)
-    dog = _Watchdog(conn, left)
+    dog = _Watchdog(left)
+    body_started = False
+    deadline = HttpResponse(0, b"", f"deadline: no complete answer within {timeout:g}s")
     try:
+        conn.connect()
+        dog.sock = conn.sock
+        if dog.fired:
+            return deadline
         conn.request(method, target, body=data, headers=headers)
         resp = conn.getresponse()
         if resp.status in _REDIRECTS and resp.getheader("location"):
             return (resp.status, resp.getheader("location") or "")
 
         def started() -> None:     # the stall limit starts with the body: a long prefill may precede it
-            if stall_s is not None and conn.sock is not None:
-                conn.sock.settimeout(max(0.001, min(stall_s, timeout)))
+            nonlocal body_started
+            body_started = True
+            if stall_s is not None and dog.sock is not None:
+                dog.sock.settimeout(max(0.001, min(stall_s, timeout)))
         if resp.status >= 400:
-            return HttpResponse(resp.status, _read_all(resp, MAX_ERROR_BYTES, started))
-        if on_line is None:
-            return HttpResponse(resp.status, _read_all(resp, MAX_BODY_BYTES, started))
-        return HttpResponse(resp.status, _read_lines(resp, on_line, started))
+            got = HttpResponse(resp.status, _read_all(resp, MAX_ERROR_BYTES, started))
+        elif on_line is None:
+            got = HttpResponse(resp.status, _read_all(resp, MAX_BODY_BYTES, started))
+        else:
+            got = HttpResponse(resp.status, _read_lines(resp, on_line, started))
+        return deadline if dog.fired else got
     except (OSError, http.client.HTTPException, ValueError) as exc:
         if dog.fired:
-            return HttpResponse(0, b"", f"deadline: no complete answer within {timeout:g}s")
-        if isinstance(exc, TimeoutError) and stall_s is not None:
+            return deadline
+        if isinstance(exc, TimeoutError) and stall_s is not None and body_started:
             return HttpResponse(0, b"", f"stalled: no data for {stall_s:g}s")
         reason = getattr(exc, "reason", None) or exc
         return HttpResponse(0, b"", f"{type(exc).__name__}: {reason}")
@@ -538,7 +547,7 @@ class OpenAIClient:
             resp = self.http("POST", url, sent, limit, headers=self._headers(), on_line=on_line,
                              stall_s=self.stall_s)
         except _Deadline:
-            return ChatResult(200, f"timed out: no end of stream after {limit:.0f}s", wall_s=self.clock() - t0,
+            return ChatResult(0, f"deadline: no complete answer within {limit:g}s", wall_s=self.clock() - t0,
                               ttft_s=first[0] if first else None, chunks=parser.chunks)
         wall = self.clock() - t0
         if resp.status != 200:

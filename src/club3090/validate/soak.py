@@ -2,7 +2,8 @@
 
 Modes: ``fresh`` (20 sessions x 5 turns; every session a new conversation), ``continuous``
 (5 x 5, one conversation whose context ramps toward ``target_tokens``: each turn adds filler so
-that the last turn's prompt is about the target), ``quick`` (8 x 5, fresh). Each turn is one
+that the last turn's prompt is about the target; characters per token are measured from each
+turn's ``usage.prompt_tokens``), ``quick`` (8 x 5, fresh). Each turn is one
 streamed chat; recorded: latency, TTFT, tokens, decode TPS, silent-empty (HTTP 200, no text),
 errors. GPU memory in use is sampled before the first turn and after each turn through
 ``club3090.edges.gpu_probe.memory_used_bytes`` when NVML is available, else "not sampled".
@@ -298,7 +299,7 @@ def soak(client: OpenAIClient, options: SoakOptions, *, model: str | None = None
     sessions, per_session = options.plan
     total = sessions * per_session
     continuous = options.mode == "continuous"
-    target_chars = options.target_tokens * CHARS_PER_TOKEN if continuous else 0.0
+    chars_per_token = CHARS_PER_TOKEN      # first guess; then measured from usage.prompt_tokens
 
     gpu: list[GpuSample] = []
 
@@ -365,7 +366,8 @@ def soak(client: OpenAIClient, options: SoakOptions, *, model: str | None = None
             question = QUESTIONS[(index - 1) % len(QUESTIONS)]
             if continuous:      # top the context up to its share of the target: the last turn is at the target
                 have = sum(len(m["content"]) for m in messages) + len(question)
-                content = f"{_filler(index, int(target_chars * index / total - have))}\n\n{question}"
+                want = options.target_tokens * chars_per_token * index / total
+                content = f"{_filler(index, int(want - have))}\n\n{question}"
             else:
                 content = question
             messages.append({"role": "user", "content": content})
@@ -374,6 +376,9 @@ def soak(client: OpenAIClient, options: SoakOptions, *, model: str | None = None
                 deadline_hit = True
                 break
             turns.append(turn)
+            if continuous and turn.prompt_tokens:   # the server's tokenizer, not a guess, sizes the next turn
+                sent = sum(len(m["content"]) for m in messages)
+                chars_per_token = max(0.5, min(16.0, sent / turn.prompt_tokens))
             messages.append({"role": "assistant", "content": reply or "(no answer)"})
             sample(index)
             progress(f"[soak] session {s + 1}/{sessions} turn {k + 1}/{per_session}: " + _state(turn))

@@ -113,8 +113,8 @@ def tool_round_trip(client: OpenAIClient, model: str) -> tuple[str, str]:
     if not isinstance(args, dict):
         return FAIL, f"tool-call arguments are not a JSON object: {call.arguments[:80]!r}"
     call_id = call.id or "call_1"
-    result = {"city": str(args.get("city", "?"))[:80], "temperature_c": 21, "sky": "clear"}
-    messages += [{"role": "assistant", "content": None,
+    result = {"city": str(args.get("city", "?"))[:80], "sky": "clear", "temperature_c": 21}
+    messages += [{"role": "assistant", "content": "",       # "" not null: some servers refuse null
                   "tool_calls": [{"id": call_id, "type": "function",
                                   "function": {"name": call.name, "arguments": call.arguments}}]},
                  {"role": "tool", "tool_call_id": call_id, "content": json.dumps(result)}]

@@ -235,12 +235,14 @@ def check_long_output(client: OpenAIClient, model: str) -> tuple[str, str]:
 
 
 def probe_vision(client: OpenAIClient, model: str) -> str:
-    """``accepted`` (an image part was taken and answered), ``unsupported`` (refused with 4xx), or ``error``."""
+    """``supported`` (a red pixel was called red), ``answered-unverified`` (an image part was taken and
+    answered, but not with its colour: the server may have dropped the image), ``unsupported``
+    (refused with 4xx), or ``error``."""
     r = client.chat({"model": model, "max_tokens": 16, "temperature": 0, **_thinking(False),
                      "messages": [{"role": "user", "content": [{"type": "text", "text": VISION_PROMPT},
                                                                {"type": "image_url", "image_url": {"url": RED_PIXEL}}]}]})
     if r.error is None and not r.empty:
-        return "accepted"
+        return "supported" if "red" in r.content.lower() else "answered-unverified"
     return "unsupported" if 400 <= r.status < 500 else "error"
 
 
