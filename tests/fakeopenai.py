@@ -153,7 +153,7 @@ class OpenAIHandler(BaseHTTPRequestHandler):
         last = str(body.get("messages", [{}])[-1].get("content") or "")
         thinking = (body.get("chat_template_kwargs") or {}).get("enable_thinking")
         reasoning = ["Let ", "me ", "think ", "it ", "through."] if thinking and not mode.get("no_reasoning") else []
-        if body.get("tools") and not mode.get("no_tool_call"):
+        if body.get("tools") and body.get("tool_choice") != "none" and not mode.get("no_tool_call"):
             args = '{"city": "Par' if mode.get("bad_tool_args") else '{"city": "Paris"}'
             return reasoning, [], ("get_weather", args)
         max_tokens = int(body.get("max_tokens") or 16)

@@ -35,11 +35,11 @@ from pathlib import Path
 import pytest
 
 MODEL_ID = "tiny-llama"
-N_CTX = 4096
+N_CTX = 8192
 N_EMBD = 256
 N_HEAD = 4
 N_FF = 32
-LONG_TOKENS = 1400
+LONG_TOKENS = 1100
 DEFAULT_TOKENS = 24
 STARTUP_TIMEOUT_S = 120.0
 SPACE = "\u2581"             # SentencePiece's word-boundary mark
@@ -91,6 +91,13 @@ def build_vocab() -> Vocab:
         types.append(byte)
         scores.append(0.0)
     index: dict[str, int] = {}
+    # the word mark and printable ASCII as tokens of their own: about one token per character, as
+    # real tokenizers (byte fallback alone would spend three tokens on every space)
+    for ch in [SPACE, *map(chr, range(33, 127))]:
+        index[ch] = len(tokens)
+        tokens.append(ch)
+        types.append(normal)
+        scores.append(0.0)
 
     def add(text: str, score: float) -> int:
         if text in index:
@@ -202,6 +209,7 @@ class LlamaServer:
     model_path: Path
     log_path: Path
     startup_s: float
+    n_ctx: int = N_CTX
 
     @property
     def url(self) -> str:
@@ -252,7 +260,7 @@ def start_server(model_path: Path, port: int, *, log_path: Path | None = None, n
     t0 = time.monotonic()
     with open(log_path, "wb") as log:
         process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
-    server = LlamaServer(process, port, model_path, log_path, 0.0)
+    server = LlamaServer(process, port, model_path, log_path, 0.0, n_ctx)
     while time.monotonic() - t0 < timeout_s:
         if process.poll() is not None:
             raise RuntimeError(f"llama.cpp server exited with {process.returncode}:\n{server.log_tail()}")

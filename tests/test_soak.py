@@ -194,3 +194,26 @@ def test_cli_samples_gpus_only_when_settings_allow(fake_openai, tmp_path, monkey
     assert soak_cmd.run(args, settings, clock=clock, sleep=clock.sleep) == 0
     assert seen and set(seen) == {gpu_detect}
     assert json.loads(capsys.readouterr().out)["gpu"]["sampled"] is gpu_detect
+
+
+def test_real_server_quick(llama_server, tmp_path, capsys):
+    """The tolerance is wide here on purpose: a shared CI machine's noise is not what this test is about
+    (the criterion itself is tested above); the real wire is."""
+    out = tmp_path / "soak"
+    assert cli.main(["soak", "--url", llama_server.url, "--mode", "quick", "--tolerance", "0.5", "--json",
+                     "--out-dir", str(out)]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["verdict"] == "pass" and data["turns_done"] == 40 and data["errors"] == data["silent_empty"] == 0
+    assert data["retention"] > 0 and data["retention_floor"] <= 0.48 + 1e-9
+    rows = list(csv.DictReader((out / "turn-log.csv").read_text().splitlines()))
+    assert len(rows) == 50 and all(float(r["decode_tps"]) > 0 for r in rows)
+
+
+def test_real_server_continuous_ramps(llama_server, tmp_path, capsys):
+    """The context grows turn by turn toward --target-tokens; the probes stay short and identical."""
+    assert cli.main(["soak", "--url", llama_server.url, "--mode", "continuous", "--target-tokens", "1500",
+                     "--tolerance", "0.5", "--json", "--out-dir", str(tmp_path / "c")]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["turns_done"] == 25 and data["errors"] == 0 and data["verdict"] == "pass"
+    rows = list(csv.DictReader((tmp_path / "c" / "turn-log.csv").read_text().splitlines()))
+    assert [r["phase"] for r in rows].count("turn") == 25
