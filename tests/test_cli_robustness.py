@@ -478,3 +478,12 @@ def test_help_and_local_pull_import_nothing_heavy(tmp_path):
     assert code in (0, 2, 3) and heavy == []
     code, heavy = _imports_after(["pull", CURATED, *RIG, "--dry-run"], tmp_path)
     assert code == 0 and heavy == []
+
+
+def test_python_dash_m_runs_the_cli() -> None:
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-m", "club3090", "--version"], capture_output=True, text=True,
+                          timeout=60, check=False)
+    assert proc.returncode == 0 and proc.stdout.startswith("club3090 ")

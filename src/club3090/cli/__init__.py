@@ -53,6 +53,8 @@ COMMANDS: tuple[tuple[str, str], ...] = (
     ("verify-stress", "club3090.cli.commands.verify_stress"),
     ("bench", "club3090.cli.commands.bench"),
     ("soak", "club3090.cli.commands.soak"),
+    ("calibrate", "club3090.cli.commands.calibrate"),
+    ("loop", "club3090.cli.commands.loop"),
 )
 
 
