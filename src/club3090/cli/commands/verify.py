@@ -74,9 +74,16 @@ def launch_facts(args: argparse.Namespace) -> Any:
     profile = catalog.profiles.get(args.profile)
     if profile is None:
         raise UsageError(f"unknown --profile {args.profile!r}; `club3090 profiles` lists them")
-    patches = tuple(PatchRef(p.id, tuple(p.files)) for p in catalog.patches.values()
+    patches = tuple(PatchRef(p.id, _payload_files(p)) for p in catalog.patches.values()
                     if args.profile in p.load_bearing_composes and not p.deprecated)
     return LaunchFacts(args.profile, patches, profile.drafter, log_text, args.mtp_min)
+
+
+def _payload_files(patch: Any) -> tuple[str, ...]:
+    """A patch's payload file names: its ``files`` when the catalog lists them, and its mounts' sources."""
+    files = [str(f) for f in getattr(patch, "files", ()) or ()]
+    files += [str(m).split(":", 1)[0] for m in getattr(patch, "mounts", ()) or ()]
+    return tuple(f for f in files if f.strip("./"))
 
 
 def run(args: argparse.Namespace, settings: Any, *, http: Any = None, clock: Callable[[], float] | None = None,
