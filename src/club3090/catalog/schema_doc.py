@@ -14,6 +14,7 @@ from typing import Any
 from .schema import (
     CORRECTION_SPEC,
     FILE_SCHEMAS,
+    RETIRED_KEYS,
     SUPPORTED_SCHEMA_VERSIONS,
     Field,
     FileSchema,
@@ -144,6 +145,10 @@ def render(corrections: Any = None) -> str:
     for fs in FILE_SCHEMAS:
         lines += _file_section(fs)
     lines += _corrections_section(corrections)
+    lines += ["", "## Retired keys", "",
+              "Keys earlier catalogs carried; the loader rejects them and says where the fact lives now.",
+              "", "| Key | Now |", "|---|---|"]
+    lines += [f"| `{key}` | {_cell(now)} |" for key, now in sorted(RETIRED_KEYS.items())]
     return "\n".join(lines) + "\n"
 
 
