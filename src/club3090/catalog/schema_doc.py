@@ -28,10 +28,12 @@ COMMAND = "python -m club3090.catalog.schema_doc > docs/CATALOG.md"
 INTRO = f"""\
 # The club3090 catalog
 
-<!-- Generated from the loader's schema (src/club3090/catalog/schema.py) and the shipped data's
-     corrections. Do not edit by hand: change the schema or the data, then regenerate with
-     `{COMMAND}` (from the repository root, with the package importable). A test fails when this
-     file is stale. -->
+> Generated from the loader's schema (`src/club3090/catalog/schema.py`) and the shipped data's
+> corrections; do not edit by hand. After changing either, regenerate from the repository root:
+>
+>     {COMMAND}
+>
+> `tests/test_catalog_schema.py` fails while this file is stale.
 
 The catalog is the YAML under `src/club3090/catalog/data/`. It is canonical and edited by hand:
 nothing generates it, and the package reads it once per process (`club3090.catalog.load_catalog()`;
