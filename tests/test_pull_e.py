@@ -8,7 +8,6 @@ import subprocess
 import sys
 import threading
 from collections.abc import Iterator
-from datetime import datetime, timezone
 from decimal import Decimal
 from http.server import ThreadingHTTPServer
 from pathlib import Path
@@ -19,16 +18,16 @@ import pytest
 
 from club3090 import cli
 from club3090.catalog import load_catalog
+from club3090.cli import exit_codes
 from club3090.edges import boot, download
-from club3090.edges.gpu_probe import DetectedGpus
 from club3090.model.spec import RepoFile
-from club3090.pipeline import pull as pull_mod
 from club3090.pipeline.emit_derived import EStages
 from club3090.pipeline.pull import PullRequest, evaluate
 from club3090.reports.capture import latest_bundle, read_bundle
 from tests import fakeopenai
 from tests.fakehub import FakeHub
 from tests.fixtures_path import fixture_path
+from tests.providers import offline_rig, plenty_of_disk
 
 REPO = "club3090-tests/tiny-qwen"
 SLUG = "club3090-tests-tiny-qwen"
@@ -114,10 +113,8 @@ def _stages(**kw: Any) -> EStages:
 def _pull(catalog, hub: FakeHub, tmp_path: Path, stages: EStages | None, *, profile: str = "vllm/minimal",
           gpus: str | None = "1x3090", **req: Any):
     request = PullRequest(REPO, profile, gpus=gpus, **{"yes": True, **req})
-    return evaluate(request, catalog=catalog, settings=hub.settings(hf_home=tmp_path / "hf"),
-                    detect=lambda: DetectedGpus((), "none"), free_bytes=lambda _p: 10**15,
-                    captures_root=tmp_path / ".pull-captures", stages=stages,
-                    clock=lambda: datetime(2026, 1, 2, 3, 4, 5, tzinfo=timezone.utc))
+    return evaluate(request, offline_rig(hub.settings(hf_home=tmp_path / "hf")), catalog=catalog,
+                    captures_root=tmp_path / ".pull-captures", stages=stages)
 
 
 def _bundle(result) -> dict[str, dict]:
@@ -406,9 +403,8 @@ def test_cli_no_boot_downloads_and_reports(hub, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("HF_ENDPOINT", hub.url)
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
-    monkeypatch.setattr(pull_mod, "_default_free_bytes", lambda _p: 10**15)
     argv = ["pull", REPO, "--profile-like", "vllm/minimal", "--gpus", "1x3090", "--yes", "--no-boot"]
-    assert cli.main(argv) == 0
+    assert cli.main(argv, provider=plenty_of_disk) == 0
     captured = capsys.readouterr()
     bundle = latest_bundle(tmp_path / ".pull-captures")
     assert bundle is not None
@@ -422,7 +418,7 @@ def test_cli_no_boot_downloads_and_reports(hub, tmp_path, monkeypatch, capsys):
     assert "[pull] download" not in captured.out
     hub.repos[REPO].files["model-00001-of-00002.safetensors"]._sha256 = "f" * 64
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf2"))
-    assert cli.main([*argv, "--json"]) == 2
+    assert cli.main([*argv, "--json"], provider=plenty_of_disk) == 2
     data = json.loads(capsys.readouterr().out)
     assert data["ok"] is True and data["exit_code"] == 2 and data["e"]["failure"] == "sha-mismatch"
 
@@ -451,10 +447,8 @@ def _remote_code_repo(hub: FakeHub) -> None:
 
 def _evaluate(catalog, hub: FakeHub, tmp_path: Path, source: str, stages: EStages | None, settings=None, **req):
     request = PullRequest(source, "vllm/minimal", gpus="1x3090", **{"yes": True, **req})
-    return evaluate(request, catalog=catalog, settings=settings or hub.settings(hf_home=tmp_path / "hf"),
-                    detect=lambda: DetectedGpus((), "none"), free_bytes=lambda _p: 10**15,
-                    captures_root=tmp_path / ".pull-captures", stages=stages,
-                    clock=lambda: datetime(2026, 1, 2, 3, 4, 5, tzinfo=timezone.utc))
+    return evaluate(request, offline_rig(settings or hub.settings(hf_home=tmp_path / "hf")), catalog=catalog,
+                    captures_root=tmp_path / ".pull-captures", stages=stages)
 
 
 @pytest.mark.parametrize("source,flag,emitted", [
@@ -507,7 +501,7 @@ def test_out_is_checked_before_the_gate_runs(hub, tmp_path, monkeypatch):
     out = tmp_path / "exists.yml"
     out.write_text("keep\n", encoding="utf-8")
     code = cli.main(["pull", REPO, "--profile-like", "vllm/minimal", "--gpus", "1x3090", "--out", str(out)])
-    assert code == cli.EXIT_USAGE and hub.log == [] and out.read_text(encoding="utf-8") == "keep\n"
+    assert code == exit_codes.USAGE and hub.log == [] and out.read_text(encoding="utf-8") == "keep\n"
     assert not (tmp_path / ".pull-captures").exists()
 
 
