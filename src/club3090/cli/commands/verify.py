@@ -52,8 +52,8 @@ def render(report: Any, tool: str = "verify") -> str:
     return "\n".join(lines)
 
 
-def launch_facts(args: argparse.Namespace) -> Any:
-    """``LaunchFacts`` from ``--profile`` (catalog) and ``--log`` (a file)."""
+def launch_facts(args: argparse.Namespace, provider: Any = None) -> Any:
+    """``LaunchFacts`` from ``--profile`` (the provider's catalog) and ``--log`` (a file)."""
     from pathlib import Path
 
     from club3090.errors import UsageError
@@ -68,9 +68,12 @@ def launch_facts(args: argparse.Namespace) -> Any:
             raise UsageError(f"cannot read --log {args.log}: {exc.strerror or exc}") from None
     if not args.profile:
         return LaunchFacts(log_text=log_text, min_acceptance=args.mtp_min)
-    from club3090.catalog import load_catalog
+    if provider is not None:
+        catalog = provider.catalog()
+    else:
+        from club3090.catalog import load_catalog
 
-    catalog = load_catalog()
+        catalog = load_catalog()
     profile = catalog.profiles.get(args.profile)
     if profile is None:
         raise UsageError(f"unknown --profile {args.profile!r}; `club3090 profiles` lists them")
@@ -86,11 +89,11 @@ def _payload_files(patch: Any) -> tuple[str, ...]:
     return tuple(f for f in files if f.strip("./"))
 
 
-def run(args: argparse.Namespace, settings: Any, *, http: Any = None, clock: Callable[[], float] | None = None,
+def run(args: argparse.Namespace, provider: Any, *, http: Any = None, clock: Callable[[], float] | None = None,
         env: Any = None) -> int:
     from club3090.validate.verify import verify
 
-    facts = launch_facts(args)
+    facts = launch_facts(args, provider)
     client, model = make_client(args, env=env, http=http, clock=clock)
     report = verify(client, model=model, full=args.full, skip_tools=args.skip_tools, launch=facts,
                     context=args.context, progress=(lambda _s: None) if args.json else stderr_progress(args))

@@ -37,7 +37,7 @@ def add_parser(sub: Any) -> None:
     p.set_defaults(run=run)
 
 
-def run(args: argparse.Namespace, settings: Any, *, http: Any = None, clock: Callable[[], float] | None = None,
+def run(args: argparse.Namespace, provider: Any, *, http: Any = None, clock: Callable[[], float] | None = None,
         env: Any = None) -> int:
     from club3090.cli.commands.verify import render
     from club3090.validate.stress import stress
