@@ -85,6 +85,7 @@ def test_generic_wrappers_and_info_lines_are_not_the_error():
     ("no_kernel_image.log", "kernel-unsupported", "kernel-unsupported-sm"),
     ("unknown_architecture.log", "kernel-unsupported", "engine-arch-unknown"),
     ("quant_not_supported.log", "quant-unsupported", "quant-method-unsupported"),
+    ("quant_config_missing.log", "quant-unsupported", "quant-weightload-dtype"),
     ("undefined_symbol.log", "overlay-arch-drift", "overlay-arch-drift-missing-symbol"),
 ])
 def test_appendix_a_log_matchers_on_real_errors(name, cls, rule):
