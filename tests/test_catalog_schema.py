@@ -24,7 +24,7 @@ SRC = ROOT / "src" / "club3090"
 RECORDS = (
     (schema.GPU_SPEC, {}, m.Gpu, {"id"}),
     (schema.KV_SPEC, {}, m.KvFormat, {"id"}),
-    (schema.ENGINE_SPEC, schema.ENGINE_NESTED, m.Engine, {"id"}),
+    (schema.ENGINE_SPEC, schema.ENGINE_NESTED, m.Engine, {"id", "pin", "vllm_version"}),
     (schema.OVERLAY_SPEC, {}, m.VendoredOverlay, set()),
     (schema.DRAFTER_SPEC, {}, m.Drafter, {"id"}),
     (schema.MODEL_SPEC, schema.MODEL_NESTED, m.Model, {"id", "architecture", "max_ctx_supported"}),
@@ -96,7 +96,7 @@ def test_dead_and_duplicate_fields_stay_gone():
     text = "\n".join(p.read_text(encoding="utf-8")
                      for p in Path(str(resources.files("club3090.catalog").joinpath("data"))).glob("*.yaml"))
     for key in ("param_slots", "trust_remote_code_in_shipped", "facts", "compatible_drafters",
-                "valid_tp", "max_ctx_supported", "kvcalc_key", "bandwidth_gbps"):
+                "valid_tp", "max_ctx_supported", "max_ctx", "kvcalc_key", "bandwidth_gbps", "pin"):
         assert not re.search(rf"^\s*{key}:", text, re.M), key
     assert not re.search(r"^    architecture:", text, re.M)     # read from hf_config
 
@@ -171,3 +171,37 @@ def test_model_geometry_is_read_from_its_config(tmp_path):
     assert ("models.yaml", "models['gemma-4-12b'].hf_config.max_position_embeddings") in problems
     assert ("models.yaml", "models['gemma-4-31b'].hf_config.architectures") in problems
     assert not any("deckard" in p for _f, p in problems)
+
+
+def test_engine_pin_and_release_are_read_from_the_image():
+    cat = load_catalog()
+    assert (cat.engines["vllm-stable"].pin, cat.engines["vllm-stable"].vllm_version) == \
+        ("vllm-stable@v0.22.0", "0.22.0")
+    assert cat.engines["vllm-nightly-clean"].pin == \
+        "vllm-nightly-clean@bf610c2f56764e1b30bc6065f4ceace3d6e59036"
+    assert cat.engines["vllm-nightly-clean"].vllm_version is None
+    assert (cat.engines["vllm-pip-baseline"].pin, cat.engines["vllm-pip-baseline"].vllm_version) == \
+        ("vllm-pip-baseline@0.20.2", "0.20.2")
+    assert cat.engines["vllm-diffusion-gemma"].pin.startswith("vllm-diffusion-gemma@sha256:")
+    assert cat.engines["llama-cpp-local"].vllm_version is None
+    assert schema.engine_pin_tag("docker_image", "registry:5000/vllm") == "latest"
+    assert schema.engine_release("vllm", "docker_image", "vllm/vllm-openai:v0.27.1") == "0.27.1"
+    assert schema.engine_release("vllm", "pip", "vllm>=0.21.0rc0,<0.21.0") is None
+
+
+def test_retired_keys_say_where_the_fact_lives_now(tmp_path):
+    root = _copy(tmp_path)
+
+    def old_profile(doc):
+        doc["profiles"]["vllm/minimal"]["max_ctx"] = doc["profiles"]["vllm/minimal"].pop("max_model_len")
+
+    _edit(root, "profiles.yaml", old_profile)
+    _edit(root, "engines.yaml", lambda d: d["engines"]["vllm-stable"].update(pin="vllm-stable@v0.22.0"))
+    with pytest.raises(CatalogError) as info:
+        load_catalog(root)
+    problems = list(map(str, info.value.problems))
+    assert "profiles.yaml: profiles['vllm/minimal'].max_ctx: unknown key; no longer a catalog field: " \
+           "renamed to 'max_model_len'" in problems
+    assert "profiles.yaml: profiles['vllm/minimal'].max_model_len: missing required key" in problems
+    assert "engines.yaml: engines['vllm-stable'].pin: unknown key; no longer a catalog field: read from " \
+           "'image' (<engine-id>@<tag>)" in problems

@@ -152,7 +152,7 @@ def test_replay_keeps_shipped_service_and_changes_only_slots(catalog):
 def test_param_slots_follow_the_profile(catalog):
     key = "vllm/qwen-35b-a3b-dual"
     p = catalog.profiles[key]
-    changed = dataclasses.replace(p, tp=1, max_ctx=1000, mem_util=0.5, max_num_seqs=7, port=9999)
+    changed = dataclasses.replace(p, tp=1, max_model_len=1000, mem_util=0.5, max_num_seqs=7, port=9999)
     cat = dataclasses.replace(catalog, profiles={**catalog.profiles, key: changed})
     text = generate(key, cat).text
     cmd = yaml.safe_load(text)["services"][p.runtime.service_name]["command"]
@@ -456,7 +456,7 @@ def test_derived_dispatch(catalog):
     trc = cmd(derive(catalog, make_spec(), trust_remote_code=True))
     assert "--trust-remote-code" in trc
     default_ctx = cmd(derive(catalog, make_spec(), max_model_len=None))
-    assert default_ctx[default_ctx.index("--max-model-len") + 1] == str(catalog.profiles["vllm/minimal"].max_ctx)
+    assert default_ctx[default_ctx.index("--max-model-len") + 1] == str(catalog.profiles["vllm/minimal"].max_model_len)
 
 
 def test_derived_gpu_selection(catalog):

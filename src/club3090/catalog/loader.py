@@ -42,6 +42,7 @@ from .schema import (
     PIN_SPEC,
     PROFILE_NESTED,
     PROFILE_SPEC,
+    RETIRED_KEYS,
     RUNTIME_SPEC,
     SCHEMA_BY_FILE,
     SUPPORTED_SCHEMA_VERSIONS,
@@ -50,6 +51,8 @@ from .schema import (
     Nested,
     Spec,
     describe,
+    engine_pin_tag,
+    engine_release,
     t_id,
 )
 
@@ -81,7 +84,8 @@ class _Collector:
         for key in data:
             if key not in known:
                 close = difflib.get_close_matches(str(key), known, n=1, cutoff=0.6)
-                hint = f"; did you mean '{close[0]}'?" if close else f"; allowed: {', '.join(known)}"
+                hint = (f"; no longer a catalog field: {RETIRED_KEYS[key]}" if key in RETIRED_KEYS
+                        else f"; did you mean '{close[0]}'?" if close else f"; allowed: {', '.join(known)}")
                 self.add(f"{path}.{key}", "unknown key" + hint)
                 ok = False
         for key, f in spec.items():
@@ -176,11 +180,11 @@ def _build_engines(c: _Collector, body: dict[str, Any]) -> dict[str, m.Engine]:
                 overlays.append(m.VendoredOverlay(**o))
             else:
                 ok = False
-        if rec["pin"] and not str(rec["pin"]).startswith(f"{eid}@"):
-            c.add(f"{path}.pin", f"expected '{eid}@<tag-or-sha>', got {describe(rec['pin'])}")
-            ok = False
         if ok:
-            out[eid] = m.Engine(id=eid, vendored_overlays=tuple(overlays), **rec)
+            pin = f"{eid}@{engine_pin_tag(rec['install_method'], rec['image'])}"
+            release = engine_release(rec["type"], rec["install_method"], rec["image"])
+            out[eid] = m.Engine(id=eid, vendored_overlays=tuple(overlays), pin=pin,
+                                vllm_version=release, **rec)
     return out
 
 

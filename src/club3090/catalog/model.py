@@ -83,8 +83,9 @@ class Engine:
     type: str                          # "vllm" | "llama.cpp"
     install_method: str                # docker_image | pip
     image: str                         # install spec: image reference or pip requirement
-    pin: str                           # "<engine-id>@<tag-or-sha>"
-    vllm_version: str | None           # "0.22.0" for release tags; None for nightlies / llama.cpp
+    pin: str                           # "<engine-id>@<tag-or-sha>", read from image by the loader
+    vllm_version: str | None           # "0.22.0" for release tags (read from image); None for
+                                       # nightlies / llama.cpp
     min_sm: Decimal
     supported_kv_formats: tuple[str, ...]
     supported_weight_formats: tuple[str, ...]
@@ -139,7 +140,7 @@ class Profile:
     kv_format: str
     tp: int
     pp: int
-    max_ctx: int
+    max_model_len: int                 # context length served (vLLM --max-model-len)
     max_num_seqs: int
     mem_util: float | None             # None for llama.cpp profiles
     port: int

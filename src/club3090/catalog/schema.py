@@ -201,6 +201,28 @@ def map_of(check: Check) -> Check:
     return run
 
 
+# ----------------------------------------------------------------------------- derived facts
+
+def engine_pin_tag(install_method: str, image: str) -> str:
+    """The tag an engine is pinned at, read from its install spec: a digest (``sha256:...``), a
+    nightly's commit (``nightly-<sha>`` -> ``<sha>``), an image tag, or a pip version spec."""
+    if install_method == "pip":
+        return image[len("vllm=="):] if image.startswith("vllm==") else image[len("vllm"):]
+    if "@sha256:" in image:
+        return image.split("@", 1)[1]
+    tag = image.rsplit(":", 1)[1] if ":" in image.rsplit("/", 1)[-1] else "latest"
+    return tag[len("nightly-"):] if tag.startswith("nightly-") else tag
+
+
+def engine_release(engine_type: str, install_method: str, image: str) -> str | None:
+    """The vLLM release an install spec pins (``0.22.0``), or None (nightly, range, llama.cpp)."""
+    if engine_type != "vllm":
+        return None
+    found = (re.fullmatch(r"vllm==(\d+\.\d+\.\d+)", image) if install_method == "pip"
+             else re.search(r":v(\d+\.\d+\.\d+)$", image))
+    return found.group(1) if found else None
+
+
 # ----------------------------------------------------------------------------- field specs
 
 @dataclass(frozen=True, slots=True)
@@ -274,10 +296,10 @@ ENGINE_SPEC: Spec = {
                 "by `compose` or priced by the vLLM memory model."),
     "install_method": req(enum("docker_image", "pip"), "How the engine is installed; derived composes "
                           "need `docker_image`."),
-    "image": req(t_str, "Install spec: the Docker image reference (or pip requirement)."),
-    "pin": req(t_str, "`<engine-id>@<tag-or-sha>`; matched against arch rows' `engine_pins`."),
-    "vllm_version": req(nullable(t_str), "vLLM release of the image (`0.22.0`); selects the memory "
-                        "model's version defaults. Null for nightlies and llama.cpp."),
+    "image": req(t_str, "Install spec: the Docker image reference (or pip requirement). The "
+                 "engine's pin `<engine-id>@<tag>` (matched against arch rows' `engine_pins`) and its "
+                 "vLLM release (the memory model's version defaults) are read from it: a `:vX.Y.Z` "
+                 "tag or `vllm==X.Y.Z` is a release; nightlies and llama.cpp have none."),
     "min_sm": req(t_sm, "Lowest compute capability the engine build supports."),
     "supported_kv_formats": req(list_of(t_id, unique=True), "KV formats (ids in kv_formats.yaml) the "
                                 "engine serves."),
@@ -399,7 +421,7 @@ PROFILE_SPEC: Spec = {
     "kv_format": req(t_id, "KV format (id in kv_formats.yaml)."),
     "tp": req(t_pos_int, "Tensor-parallel size."),
     "pp": opt(t_pos_int, "Pipeline-parallel size.", 1),
-    "max_ctx": req(t_pos_int, "Context length the profile serves (vLLM `--max-model-len`)."),
+    "max_model_len": req(t_pos_int, "Context length the profile serves (vLLM `--max-model-len`)."),
     "max_num_seqs": req(t_pos_int, "Concurrent sequences (vLLM `--max-num-seqs`)."),
     "mem_util": req(nullable(t_fraction), "vLLM `--gpu-memory-utilization`; required for vLLM "
                     "profiles, null for llama.cpp."),
@@ -465,6 +487,23 @@ CORRECTION_SPEC: Spec = {
                  "reports problems (`arches['X'].tp_divisors`); each must name a record of this file."),
     "upstream": req(t_any, "What upstream's data says."),
     "evidence": Field(t_str, True, None, "Why the catalog deviates, with the evidence.", documentary=True),
+}
+
+
+# Keys earlier catalogs carried, and where the fact lives now: an old copy gets this instead of a
+# bare "unknown key".
+RETIRED_KEYS: Mapping[str, str] = {
+    "max_ctx": "renamed to 'max_model_len'",
+    "pin": "read from 'image' (<engine-id>@<tag>)",
+    "vllm_version": "read from 'image'",
+    "architecture": "read from hf_config.architectures[0]",
+    "max_ctx_supported": "read from hf_config max_position_embeddings",
+    "attention_k_eq_v": "read from hf_config",
+    "facts": "the model's geometry is its hf_config only",
+    "compatible_drafters": "list the model in a drafter's 'model_compat'",
+    "param_slots": "compose's PARAM_SLOTS table applies to the captured service",
+    "trust_remote_code_in_shipped": "read from the captured service",
+    "deprecated": "set 'deprecated_on' to the retirement date",
 }
 
 

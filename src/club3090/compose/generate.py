@@ -340,7 +340,7 @@ def _has_relative_mounts(service: Mapping[str, Any]) -> bool:
 # ``requires_nvlink``; see ``_replay_service``.)
 PARAM_SLOTS: tuple[tuple[str, str], ...] = (
     ("--tensor-parallel-size", "tp"),
-    ("--max-model-len", "max_ctx"),
+    ("--max-model-len", "max_model_len"),
     ("--gpu-memory-utilization", "mem_util"),
     ("--kv-cache-dtype", "kv_format"),
     ("--max-num-seqs", "max_num_seqs"),
@@ -603,7 +603,7 @@ def derived_compose(spec: "ModelSpec", profile_key: str, catalog: "Catalog", *, 
                     out_name: str | None = None) -> ComposeOutcome:
     """A patchless vLLM service for a non-curated model that passed the gate.
 
-    ``max_model_len`` overrides the profile's ``max_ctx`` (the fit engine's largest fitting
+    ``max_model_len`` overrides the profile's (the fit engine's largest fitting
     context); ``gpu_indices`` are the visible GPUs, of which the first ``tp`` are used.
     Raises ``InputError`` for names or paths carrying control characters, ``UsageError`` for an
     unknown profile.
@@ -666,7 +666,7 @@ def derived_compose(spec: "ModelSpec", profile_key: str, catalog: "Catalog", *, 
     slug = sanitize_slug(spec.ref, max_len=MAX_SLUG)
     served = slug[:MAX_SERVED_NAME]
     model_path = f"{PULLS_MOUNT_ROOT}/{slug}"
-    ctx = max_model_len if max_model_len is not None else profile.max_ctx
+    ctx = max_model_len if max_model_len is not None else profile.max_model_len
     port = str(profile.port)
     devices = ",".join(str(g) for g in selected)
 

@@ -23,7 +23,6 @@ from dataclasses import asdict, dataclass, field, replace
 from fractions import Fraction
 from typing import Any
 
-from club3090.errors import Club3090Error
 from club3090.fit.kv_formats import KvFormat, canonical_dtype, dtype_bytes, kv_format
 from club3090.model.architecture import Architecture, LayerSpec
 
@@ -36,7 +35,7 @@ __all__ = [
     "MiB",
     "RankBreakdown",
     "ServeShape",
-    "UnpriceableModel",
+    "Unpriceable",
     "capture_sizes",
     "kv_page_layout",
     "mamba_groups",
@@ -53,8 +52,20 @@ VERDICTS = ("fits-clean", "fits-constrained", "wont-fit")
 CONSTRAINED_SLACK = Fraction(105, 100)   # requested concurrency may exceed the pool by 5 % and stay "clean"
 
 
-class UnpriceableModel(Club3090Error, ValueError):
-    """The fit engine cannot price this model/shape (unmodelled layer type, impossible TP, ...)."""
+@dataclass(frozen=True, slots=True)
+class Unpriceable:
+    """The fit engine cannot price this model/shape (unmodelled layer type, impossible TP, ...):
+    a verdict (``no-fit-model``), returned by :func:`predict` instead of a ``FitResult``."""
+
+    reason: str
+
+    def __str__(self) -> str:
+        return self.reason
+
+
+class _CannotPrice(Exception):
+    """Raised deep in the pricing maths, turned into :class:`Unpriceable` by :func:`predict`;
+    never leaves this module."""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -306,7 +317,7 @@ def tp_geometry_problem(tp: int, heads: int | None, kv_heads: int | None) -> str
     return None
 
 
-def mamba_groups(n_groups: int, tp: int) -> int:
+def mamba_groups(n_groups: int, tp: int) -> int | Unpriceable:
     """Mamba-2 groups across all ranks after vLLM's replication (MambaMixer2,
     ``extra_groups_for_head_shards``): TP dividing the groups shards them as they are; a single
     group is replicated once per rank; any other non-dividing count vLLM refuses to load."""
@@ -314,7 +325,7 @@ def mamba_groups(n_groups: int, tp: int) -> int:
         return n_groups
     if n_groups == 1:
         return tp
-    raise UnpriceableModel(f"{n_groups} Mamba groups are neither divisible by TP {tp} nor a single group")
+    return Unpriceable(f"{n_groups} Mamba groups are neither divisible by TP {tp} nor a single group")
 
 
 def _state_bytes(layer: LayerSpec, tp: int, num_spec: int, conv_bytes: int, ssm_bytes: int) -> int:
@@ -326,11 +337,14 @@ def _state_bytes(layer: LayerSpec, tp: int, num_spec: int, conv_bytes: int, ssm_
         recurrent = (layer.linear_num_value_heads // tp) * layer.linear_value_head_dim * layer.linear_key_head_dim
         return conv * conv_bytes + recurrent * ssm_bytes
     if layer.kind == "mamba2":
-        conv_dim = layer.mamba_intermediate + 2 * mamba_groups(layer.n_groups, tp) * layer.ssm_state_size
+        groups = mamba_groups(layer.n_groups, tp)
+        if isinstance(groups, Unpriceable):
+            raise _CannotPrice(groups.reason)
+        conv_dim = layer.mamba_intermediate + 2 * groups * layer.ssm_state_size
         conv = (conv_dim // tp) * (layer.conv_kernel - 1 + num_spec)
         recurrent = (layer.mamba_num_heads // tp) * layer.mamba_head_dim * layer.ssm_state_size
         return conv * conv_bytes + recurrent * ssm_bytes
-    raise UnpriceableModel(f"layer kind {layer.kind!r} has no state model")
+    raise _CannotPrice(f"layer kind {layer.kind!r} has no state model")
 
 
 @dataclass(frozen=True, slots=True)
@@ -525,45 +539,55 @@ def _weights_per_rank(arch: Architecture, weights_bytes: int, tp: int, pp: int, 
 
 def predict(arch: Architecture, *, weights_bytes: int, gpu_memory_bytes: Sequence[int], shape: ServeShape,
             weights_bytes_per_rank: int | None = None,
-            confidence: str = "estimated-lower-bound") -> FitResult:
+            confidence: str = "estimated-lower-bound") -> FitResult | Unpriceable:
+    """vLLM's start-up memory split for ``arch`` on these GPUs at ``shape``, or why it cannot be priced."""
+    try:
+        return _predict(arch, weights_bytes=weights_bytes, gpu_memory_bytes=gpu_memory_bytes, shape=shape,
+                        weights_bytes_per_rank=weights_bytes_per_rank, confidence=confidence)
+    except _CannotPrice as exc:
+        return Unpriceable(str(exc))
+
+
+def _predict(arch: Architecture, *, weights_bytes: int, gpu_memory_bytes: Sequence[int], shape: ServeShape,
+             weights_bytes_per_rank: int | None, confidence: str) -> FitResult:
     if arch.unpriceable_reason:
-        raise UnpriceableModel(arch.unpriceable_reason)
+        raise _CannotPrice(arch.unpriceable_reason)
     tp, pp = int(shape.tp), int(shape.pp)
     if tp < 1 or pp < 1:
-        raise UnpriceableModel("tensor and pipeline parallel sizes must be >= 1")
+        raise _CannotPrice("tensor and pipeline parallel sizes must be >= 1")
     if any(layer.kind in ("full", "sliding", "chunked", "mla") for layer in arch.layers):
         kv_split = any(layer.kind in ("full", "sliding", "chunked") for layer in arch.layers)
         problem = tp_geometry_problem(tp, arch.num_attention_heads,
                                       arch.num_key_value_heads if kv_split else None)
         if problem:
-            raise UnpriceableModel(problem)
+            raise _CannotPrice(problem)
     for layer in arch.layers:
         if layer.kind == "gdn" and (layer.linear_num_key_heads % tp or layer.linear_num_value_heads % tp):
-            raise UnpriceableModel(f"linear-attention heads are not divisible by TP {tp}")
+            raise _CannotPrice(f"linear-attention heads are not divisible by TP {tp}")
         if layer.kind == "mamba2" and layer.mamba_num_heads % tp:
-            raise UnpriceableModel(f"Mamba heads are not divisible by TP {tp}")
+            raise _CannotPrice(f"Mamba heads are not divisible by TP {tp}")
         if layer.kind == "linear":
-            raise UnpriceableModel("unmodelled linear-attention layer")
+            raise _CannotPrice("unmodelled linear-attention layer")
     if pp > arch.num_hidden_layers:
-        raise UnpriceableModel(f"PP {pp} exceeds {arch.num_hidden_layers} layers")
+        raise _CannotPrice(f"PP {pp} exceeds {arch.num_hidden_layers} layers")
     world = tp * pp
     mems = list(gpu_memory_bytes)
     if not mems:
-        raise UnpriceableModel("no GPU memory given")
+        raise _CannotPrice("no GPU memory given")
     if len(mems) == 1:
         mems = mems * world
     if len(mems) < world:
-        raise UnpriceableModel(f"{len(mems)} GPUs given for TP {tp} x PP {pp}")
+        raise _CannotPrice(f"{len(mems)} GPUs given for TP {tp} x PP {pp}")
     mems = mems[:world]
     fmt = kv_format(shape.kv_cache_dtype)
     if fmt is None:
-        raise UnpriceableModel(f"unknown KV cache dtype {shape.kv_cache_dtype!r}")
+        raise _CannotPrice(f"unknown KV cache dtype {shape.kv_cache_dtype!r}")
     if fmt.mla_bytes_per_token is not None and not any(layer.kind == "mla" for layer in arch.layers):
-        raise UnpriceableModel(f"KV cache dtype {fmt.name} applies to MLA models only")
+        raise _CannotPrice(f"KV cache dtype {fmt.name} applies to MLA models only")
 
     res = resolve_defaults(arch, shape, mems)
     if res.max_model_len <= 0:
-        raise UnpriceableModel("max_model_len unknown: the config has no max_position_embeddings")
+        raise _CannotPrice("max_model_len unknown: the config has no max_position_embeddings")
     notes: list[str] = []
     model_bytes = dtype_bytes(res.model_dtype)
     ssm_name = shape.mamba_ssm_cache_dtype or arch.mamba_ssm_cache_dtype
@@ -622,7 +646,7 @@ def predict(arch: Architecture, *, weights_bytes: int, gpu_memory_bytes: Sequenc
             layouts.append(layout)
 
     if not any(lay.groups for lay in layouts):
-        raise UnpriceableModel("the model has no KV cache or state layers to size")
+        raise _CannotPrice("the model has no KV cache or state layers to size")
     # a PP stage holding no cache layers (Nemotron-H's trailing MLP stages) allocates no KV and
     # cannot limit the pool: only stages with groups compete
     limiting = min((i for i in range(len(ranks)) if layouts[i].groups),

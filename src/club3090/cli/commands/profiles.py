@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from typing import Any
 
 
 def add_parser(sub) -> None:
@@ -25,13 +26,12 @@ def add_parser(sub) -> None:
     p.set_defaults(run=run)
 
 
-def run(args: argparse.Namespace, settings) -> int:
-    from club3090.catalog import load_catalog
+def run(args: argparse.Namespace, provider: Any) -> int:
     from club3090.catalog.listing import profile_rows
-    from club3090.rig.gpus import parse_gpus
+    from club3090.pipeline.stages import gpu_set
 
-    catalog = load_catalog()
-    gpus = parse_gpus(args.gpus, catalog) if args.gpus is not None else None
+    catalog = provider.catalog()
+    gpus = gpu_set(args.gpus, catalog)
     rows = profile_rows(catalog, gpus)
     if args.json:
         doc = {"catalog": catalog.version, "schema_version": catalog.schema_version,
@@ -54,7 +54,7 @@ def _render(rows: list[dict], version: str, gpus) -> None:
         title += f" on {gpus.spec}"
     table = Table(title=title, title_justify="left", box=None, pad_edge=False)
     for name, justify in (("profile", "left"), ("model", "left"), ("variant", "left"),
-                          ("engine", "left"), ("kv", "left"), ("tp", "right"), ("max_ctx", "right"),
+                          ("engine", "left"), ("kv", "left"), ("tp", "right"), ("max_model_len", "right"),
                           ("mem", "right"), ("status", "left"), ("emit", "left")):
         table.add_column(name, justify=justify, no_wrap=True)
     if gpus is not None:
@@ -62,7 +62,7 @@ def _render(rows: list[dict], version: str, gpus) -> None:
     for r in rows:
         emit = "yes" if r["emittable"] else f"no ({NOT_EMITTABLE_TEXT[r['not_emittable_reason']][1]})"
         cells = [r["key"], r["model"], r["weights_variant"], r["engine"], r["kv_format"], str(r["tp"]),
-                 str(r["max_ctx"]), "-" if r["mem_util"] is None else f"{r['mem_util']:.2f}",
+                 str(r["max_model_len"]), "-" if r["mem_util"] is None else f"{r['mem_util']:.2f}",
                  r["status"], emit]
         if gpus is not None:
             rig = r["rig"]
