@@ -127,3 +127,18 @@ def test_the_download_fallback_drops_authorization_across_origins(fake_hub: Fake
     cdn = fake_hub.requests("GET", "/cdn/")
     assert cdn and all("authorization" not in r.headers for r in cdn)      # the CDN never saw the token
     assert any(r.headers.get("authorization") == f"Bearer {token}" for r in fake_hub.requests("GET", "/resolve/"))
+
+
+@pytest.mark.parametrize("repo_id,revision", [("acme/small\n", None), ("acme/small", ".."), ("a/b", "x" * 300),
+                                              ("../etc", None)])
+def test_the_client_builds_no_url_from_an_inexact_reference(fake_hub: FakeHub, repo_id, revision) -> None:
+    from club3090.errors import UsageError
+    from club3090.model.spec import RepoFile
+
+    client = H.HubClient(fake_hub.settings())
+    for call in (lambda: client.repo_info(repo_id, revision),
+                 lambda: client.fetch_json(repo_id, "config.json", revision),
+                 lambda: client.read_header(repo_id, RepoFile("model.safetensors", 100, None), revision)):
+        with pytest.raises(UsageError):
+            call()
+    assert fake_hub.requests() == []

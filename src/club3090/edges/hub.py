@@ -42,8 +42,10 @@ from club3090.errors import (
     InputError,
     RepoNotFound,
     RevisionNotFound,
+    UsageError,
 )
 from club3090.model.budgets import MAX_JSON_BYTES, header_bytes_budget, parse_json_capped
+from club3090.model.repo_id import repo_id_problem, revision_problem
 from club3090.model.safetensors import (
     PREFIX_BYTES,
     SafetensorsHeader,
@@ -329,6 +331,7 @@ class HubClient:
     def repo_info(self, repo_id: str, revision: str | None) -> RepoInfo:
         from huggingface_hub import HfApi
 
+        _check_reference(repo_id, revision)
         api = HfApi(endpoint=self.endpoint, token=self._auth(), library_name="club3090")
         info = self._call(repo_id, lambda: api.model_info(repo_id, revision=revision, files_metadata=True,
                                                           timeout=self.timeout))
@@ -347,6 +350,7 @@ class HubClient:
     def fetch_json(self, repo_id: str, filename: str, revision: str | None,
                    *, limit: int = MAX_JSON_BYTES) -> Any:
         """Fetch and parse a JSON file of the repo (capped at ``limit`` bytes; over -> InputError)."""
+        _check_reference(repo_id, revision)
         url = self._url(repo_id, filename, revision)
         raw = _naming(filename, lambda: self._call(repo_id, lambda: self._get_whole(url, limit + 1)))
         return parse_json_capped(raw, name=f"{repo_id}/{filename}", limit=limit)
@@ -369,6 +373,7 @@ class HubClient:
 
     def read_header(self, repo_id: str, file: RepoFile, revision: str | None,
                     allowance: HeaderAllowance | None = None) -> SafetensorsHeader:
+        _check_reference(repo_id, revision)
         url = self._url(repo_id, file.name, revision)
         name = f"{repo_id}/{file.name}"
         size = file.size_bytes
@@ -400,6 +405,13 @@ class HubClient:
         allowance = HeaderAllowance(header_bytes_budget(len(files)))
         return read_all(lambda f: self.read_header(repo_id, f, revision, allowance), files, progress,
                         max_workers=self.max_workers)
+
+
+def _check_reference(repo_id: str, revision: str | None) -> None:
+    """No URL is built from an inexact repo id or revision (callers check first; this is the floor)."""
+    problem = repo_id_problem(repo_id) or (revision_problem(revision) if revision is not None else None)
+    if problem is not None:
+        raise UsageError(problem)
 
 
 def _naming(filename: str, call: Callable[[], Any]) -> Any:
