@@ -14,12 +14,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from club3090.edges.gguf_remote import QuantFile, list_quants, load_local, load_remote, read_cached
-from club3090.edges.hub import HubClient
 from club3090.errors import UsageError
-from club3090.model.gguf_model import GgufModel
+
+if TYPE_CHECKING:   # the readers load lazily: kv-calc on a safetensors folder never pays for them
+    from club3090.edges.gguf_remote import QuantFile
+    from club3090.model.gguf_model import GgufModel
 
 __all__ = ["GgufSource", "is_gguf_path", "llamacpp_profile", "resolve_gguf"]
 
@@ -47,7 +48,7 @@ def llamacpp_profile(catalog: Any, key: str | None) -> Any:
     return profile if engine is not None and engine.type == "llama.cpp" else None
 
 
-def _pick(quants: list[QuantFile], quant: str | None, repo_id: str) -> QuantFile:
+def _pick(quants: list["QuantFile"], quant: str | None, repo_id: str) -> QuantFile:
     if not quants:
         raise UsageError(f"{repo_id}: no GGUF model files in the repository")
     if quant is None:
@@ -62,7 +63,10 @@ def _pick(quants: list[QuantFile], quant: str | None, repo_id: str) -> QuantFile
 
 
 def _from_repo(repo_id: str, files: tuple[str, ...], revision: str | None, settings: Any,
-               quant: str | None) -> tuple[GgufModel, str, str | None, tuple[QuantFile, ...]]:
+               quant: str | None) -> tuple["GgufModel", str, str | None, tuple["QuantFile", ...]]:
+    from club3090.edges.gguf_remote import QuantFile, list_quants, load_remote, read_cached
+    from club3090.edges.hub import HubClient
+
     if files:
         cached = read_cached(repo_id, files, revision, settings.hub_cache)
         if cached is not None:
@@ -80,6 +84,8 @@ def _from_repo(repo_id: str, files: tuple[str, ...], revision: str | None, setti
 
 def resolve_gguf(model: str | None, catalog: Any, settings: Any, *, profile_key: str | None = None,
                  quant: str | None = None) -> GgufSource:
+    from club3090.edges.gguf_remote import load_local
+
     profile = llamacpp_profile(catalog, profile_key or model)
     if model and is_gguf_path(model):
         facts = load_local(Path(model).expanduser())

@@ -68,7 +68,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def wants_llamacpp(args: argparse.Namespace, catalog: Any) -> bool:
-    from club3090.edges.gguf_source import is_gguf_path, llamacpp_profile
+    from club3090.edges.gguf_source import is_gguf_path, llamacpp_profile  # light: the readers load lazily
 
     return is_gguf_path(args.model) or llamacpp_profile(catalog, args.profile or args.model) is not None
 
