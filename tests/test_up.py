@@ -1,0 +1,194 @@
+"""`club3090 up` end to end with real parts: the loopback fake Hub (real huggingface_hub), a loopback
+file server for the pinned patch payloads, and a stand-in `vllm` executable that accepts vLLM's
+flags and execs llama.cpp's server on a tiny generated GGUF model, so the real native launcher
+(detached start, PID file, log capture, readiness wait, verify, down) runs against a real server."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import stat
+import sys
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from club3090 import cli
+from club3090.catalog import load_catalog
+from club3090.catalog.model import UpstreamFile
+from club3090.edges import launchers
+from club3090.edges.provider import LiveProvider
+from tests.fakehub import FakeHub
+from tests.llama_server import free_port, write_model
+
+CURATED = "Lorbus/Qwen3.6-27B-int4-AutoRound"
+CURATED_PROFILE = "vllm/minimal"
+DERIVED = "club3090-tests/tiny-qwen"
+TEMPLATE_PATH = "models/qwen3.6-27b/vllm/patches/froggeric-chat-template/chat_template.jinja"
+COMMIT = "0123456789abcdef0123456789abcdef01234567"
+TEMPLATE = b"{% for m in messages %}{{ m['content'] }}{% endfor %}\n"
+TENSORS = {"model.embed_tokens.weight": ("BF16", [256, 64]), "lm_head.weight": ("BF16", [256, 64]),
+           "model.norm.weight": ("BF16", [64])}
+
+STANDIN = '''#!{python}
+"""A stand-in for `vllm`: takes vLLM's flags, checks the model folder, execs llama.cpp's server."""
+import os, sys
+args = sys.argv[1:]
+if args[:1] == ["--version"]:
+    print("{version}")
+    sys.exit(0)
+assert args[0] == "serve", args
+model = args[1]
+def flag(name, default=None):
+    return args[args.index(name) + 1] if name in args else default
+print("stand-in vllm: serving", model, "as", flag("--served-model-name"), flush=True)
+if not os.path.isfile(os.path.join(model, "config.json")):
+    print("stand-in vllm: no config.json in", model, flush=True)
+    sys.exit(3)
+for arg in args:
+    if arg.startswith("/root/") or arg.startswith("/etc/"):
+        print("stand-in vllm: container-only path", arg, flush=True)
+        sys.exit(4)
+os.execv(sys.executable, [sys.executable, "-m", "llama_cpp.server", "--model", {gguf!r},
+         "--model_alias", flag("--served-model-name", "model"), "--host", flag("--host", "127.0.0.1"),
+         "--port", flag("--port"), "--n_ctx", "8192", "--n_threads", "1", "--n_threads_batch", "1",
+         "--verbose", "False", "--interrupt_requests", "False"])
+'''
+
+
+@pytest.fixture(scope="module")
+def gguf(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_model(tmp_path_factory.mktemp("gguf") / "tiny.gguf")
+
+
+def standin(folder: Path, gguf: Path, version: str = "0.22.0") -> Path:
+    path = folder / "vllm-standin"
+    path.write_text(STANDIN.format(python=sys.executable, gguf=str(gguf), version=version), encoding="utf-8")
+    path.chmod(path.stat().st_mode | stat.S_IXUSR)
+    return path
+
+
+class _Files(BaseHTTPRequestHandler):
+    files: dict[str, bytes] = {}
+    hits: list[str] = []
+
+    def log_message(self, *_a: Any) -> None:
+        pass
+
+    def do_GET(self) -> None:
+        self.hits.append(self.path)
+        body = self.files.get(self.path)
+        self.send_response(200 if body is not None else 404)
+        self.send_header("Content-Length", str(len(body or b"")))
+        self.end_headers()
+        self.wfile.write(body or b"")
+
+
+@pytest.fixture
+def upstream() -> Iterator[type[_Files]]:
+    handler = type("Files", (_Files,), {"files": {}, "hits": []})
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    worker = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    worker.start()
+    handler.url = f"http://127.0.0.1:{server.server_address[1]}"  # type: ignore[attr-defined]
+    try:
+        yield handler
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.fixture
+def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fake_hub: FakeHub, upstream: Any) -> dict[str, Any]:
+    """An empty HF cache, the fake Hub, the payload server; a catalog copy pinning our payload."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    monkeypatch.setenv("HF_ENDPOINT", fake_hub.url)
+    monkeypatch.setenv("CLUB3090_UPSTREAM_URL", upstream.url)
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    fake_hub.add_fixture("Qwen--Qwen2.5-0.5B", repo_id=CURATED, tensors=TENSORS, shards=2)
+    fake_hub.add_fixture("Qwen--Qwen2.5-0.5B", repo_id=DERIVED, tensors=TENSORS, shards=1)
+    upstream.files[f"/{COMMIT}/{TEMPLATE_PATH}"] = TEMPLATE
+    base = load_catalog()
+    pinned = dict(base.upstream_files)
+    pinned[TEMPLATE_PATH] = UpstreamFile(TEMPLATE_PATH, COMMIT, len(TEMPLATE), hashlib.sha256(TEMPLATE).hexdigest(),
+                                         False)
+    catalog = dataclasses.replace(base, upstream_files=pinned)
+
+    def provider(settings: Any) -> LiveProvider:
+        return LiveProvider(settings, free_disk=lambda _p: 10**15, load=lambda: catalog)
+    return {"provider": provider, "hub": fake_hub, "upstream": upstream, "tmp": tmp_path, "catalog": catalog}
+
+
+def up(env: dict[str, Any], *argv: str) -> int:
+    return cli.main(["up", *argv], provider=env["provider"])
+
+
+@pytest.fixture
+def stopper() -> Iterator[list[Path]]:
+    dirs: list[Path] = []
+    yield dirs
+    for d in dirs:
+        launchers.stop_native(d)
+
+
+def test_curated_native_end_to_end(env, gguf, stopper, capsys):
+    run = env["tmp"] / "run"
+    stopper.append(run)
+    vllm = standin(env["tmp"], gguf)
+    port = free_port()
+    code = up(env, CURATED, "--gpus", "1x3090", "--profile-like", CURATED_PROFILE, "--dir", str(run),
+              "--launcher", "native", "--vllm", str(vllm), "--port", str(port), "--skip-tools")
+    cap = capsys.readouterr()
+    out = cap.out
+    assert code == 0, out + cap.err + launchers.log_tail(run / "logs" / "server.log")
+    assert "[pull] FITS" in out
+    assert f"[up] URL: http://127.0.0.1:{port}/v1" in out and "[up] SERVING: verified" in out
+    assert "curl -s" in out
+    # the bundle: self-contained, the template fetched and verified, served from the HF cache snapshot
+    for name in ("compose.yml", ".env", "serve.sh", "launch.json"):
+        assert (run / name).is_file(), name
+    assert (run / "files" / TEMPLATE_PATH).read_bytes() == TEMPLATE
+    serve = (run / "serve.sh").read_text(encoding="utf-8")
+    assert "/root/" not in serve and "/etc/" not in serve
+    assert str(run / "files" / TEMPLATE_PATH) in serve
+    snap = next((env["tmp"] / "hf" / "hub" / "models--Lorbus--Qwen3.6-27B-int4-AutoRound" / "snapshots").iterdir())
+    assert (snap / "config.json").is_file() and str(snap) in serve
+    assert sorted(p.name for p in snap.glob("*.safetensors")) == ["model-00001-of-00002.safetensors",
+                                                                 "model-00002-of-00002.safetensors"]
+    state = json.loads((run / "state.json").read_text(encoding="utf-8"))
+    pid = state["pid"]
+    assert launchers.alive(pid) and (run / "server.pid").read_text().strip() == str(pid)
+    assert "stand-in vllm: serving" in (run / "logs" / "server.log").read_text(encoding="utf-8")
+
+    assert cli.main(["status", str(run)]) == 0
+    status = capsys.readouterr().out
+    assert status.startswith(f"[status] running: http://127.0.0.1:{port}/v1") and f"PID {pid}" in status
+    assert cli.main(["logs", str(run)]) == 0
+    assert "stand-in vllm" in capsys.readouterr().out
+    assert cli.main(["down", str(run)]) == 0
+    assert "stopped PID" in capsys.readouterr().out
+    assert not launchers.alive(pid) and not (run / "server.pid").exists()
+    assert cli.main(["status", str(run)]) == 1
+    assert capsys.readouterr().out.startswith("[status] stopped")
+
+
+def test_derived_native_end_to_end(env, gguf, stopper, capsys):
+    run = env["tmp"] / "run"
+    stopper.append(run)
+    vllm = standin(env["tmp"], gguf)
+    port = free_port()
+    code = up(env, DERIVED, "--gpus", "1x3090", "--profile-like", "vllm/minimal", "--yes", "--dir", str(run),
+              "--launcher", "native", "--vllm", str(vllm), "--port", str(port))
+    cap = capsys.readouterr()
+    out = cap.out
+    assert code == 0, out + cap.err + launchers.log_tail(run / "logs" / "server.log")
+    assert "[up] SERVING: verified" in out
+    compose = (run / "compose.yml").read_text(encoding="utf-8")
+    assert DERIVED in compose and "--revision" in compose
+    assert cli.main(["down", str(run)]) == 0
