@@ -14,7 +14,7 @@ import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 
@@ -74,8 +74,8 @@ def standin(folder: Path, gguf: Path, version: str = "0.22.0") -> Path:
 
 
 class _Files(BaseHTTPRequestHandler):
-    files: dict[str, bytes] = {}
-    hits: list[str] = []
+    files: ClassVar[dict[str, bytes]] = {}
+    hits: ClassVar[list[str]] = []
 
     def log_message(self, *_a: Any) -> None:
         pass

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import errno
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -75,8 +76,7 @@ def fetch_into_cache(settings: "Settings", repo_id: str, commit: str, files: Seq
                      bar: bool = True) -> dl.DownloadReport:
     """Download ``files`` of ``repo_id@commit`` into the HF cache and verify them; never raises for a
     download problem (the report carries the token). ``bar`` shows huggingface_hub's progress bar."""
-    from huggingface_hub import hf_hub_download
-    from huggingface_hub.utils import disable_progress_bars, enable_progress_bars
+    from huggingface_hub import disable_progress_bars, enable_progress_bars, hf_hub_download
 
     say = progress or (lambda _m: None)
     hub_cache = Path(settings.hub_cache)
@@ -143,7 +143,7 @@ def fetch_into_cache(settings: "Settings", repo_id: str, commit: str, files: Seq
         lock.release()
 
 
-def _online():  # type: ignore[no-untyped-def]
+def _online() -> AbstractContextManager[None]:
     from club3090.edges import hub
 
     return hub.online()

@@ -10,6 +10,7 @@ file server); the file's URL is ``<base>/<commit>/<path>``.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import ipaddress
 import urllib.error
@@ -75,10 +76,8 @@ def fetch_file(f: "UpstreamFile", *, base: str, cache: Path, timeout: float) -> 
     problem = _check(f, data)
     if problem is not None:
         raise IntegrityError(f.id, f"{problem}; refused, nothing was started")
-    try:
+    with contextlib.suppress(OSError):   # the cache is an optimisation; the verified bytes are returned either way
         atomic_write_bytes(cached, data)
-    except OSError:
-        pass      # the cache is an optimisation; the verified bytes are returned either way
     return data
 
 

@@ -97,7 +97,7 @@ def plan(launch: Launch, *, directory: Path, repo_id: str, commit: str, snapshot
 
     command = [str(a) for a in svc.get("command") or []]
     command = _swap_model(command, model_target, repo_id)
-    command = _drop_flag(command, "--revision") + ["--revision", commit]
+    command = [*_drop_flag(command, "--revision"), "--revision", commit]
     served = _flag_value(command, "--served-model-name") or repo_id
     container_port = _container_port(svc, command)
     svc["command"] = command

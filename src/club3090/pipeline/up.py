@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from club3090.edges import launchers
+from club3090.edges.openai_client import urllib_http
 from club3090.errors import InputError, IntegrityError, UsageError
 from club3090.pipeline import bundle as bundle_mod
 
@@ -55,7 +56,7 @@ class UpSeams:
 
     run: Any = None                                     # boot.Runner for docker / vllm --version
     which: Callable[[str], str | None] | None = None
-    payload: Callable[[str], bytes] | None = None       # upstream path -> verified bytes (patches)
+    payload: Callable[[str], Mapping[str, bytes]] | None = None   # upstream path -> {file: verified bytes}
     http: Any = None
     say: Callable[[str], None] = lambda _m: None        # progress lines (stderr)
     spin: Callable[[str], None] | None = None           # the spinner line (stderr, rewritten in place)
@@ -168,8 +169,8 @@ def up(req: UpRequest, provider: "Provider", seams: UpSeams) -> UpResult:
         raise UsageError(f"--launcher must be one of {', '.join(LAUNCHERS)}")
     directory = Path(req.directory).absolute()
     if (directory / bundle_mod.STATE).exists() and not req.force:
-        state = read_state(directory)
-        if state.get("launcher") == "native" and launchers.read_pid(directory) is not None:
+        prior = read_state(directory)
+        if prior.get("launcher") == "native" and launchers.read_pid(directory) is not None:
             pid = launchers.read_pid(directory)
             if pid is not None and launchers.alive(pid):
                 raise UsageError(f"{directory} is serving (PID {pid}); `club3090 down {directory}` first")
@@ -283,7 +284,7 @@ def _start(req: UpRequest, plan: bundle_mod.Bundle, state: dict[str, Any], resul
             return (launchers.docker_logs(compose, run, 1) or "").strip()
     write_state(directory, state)
     ready = launchers.wait_ready(url, running=running, last_line=last, show=seams.spin,
-                                 http=seams.http or launchers.urllib_http, deadline_s=seams.ready_deadline_s)
+                                 http=seams.http or urllib_http, deadline_s=seams.ready_deadline_s)
     if not ready.ok:
         tail = (launchers.log_tail(logs / launchers.LOG_NAME, 40) if native is not None
                 else launchers.docker_logs(compose, run, 40))
