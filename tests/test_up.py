@@ -192,3 +192,109 @@ def test_derived_native_end_to_end(env, gguf, stopper, capsys):
     compose = (run / "compose.yml").read_text(encoding="utf-8")
     assert DERIVED in compose and "--revision" in compose
     assert cli.main(["down", str(run)]) == 0
+
+
+# --------------------------------------------------------------------------------------------
+# refusals before anything starts
+# --------------------------------------------------------------------------------------------
+
+MARKER_STANDIN = '''#!/bin/sh
+if [ "$1" = "--version" ]; then echo 0.22.0; exit 0; fi
+touch "$(dirname "$0")/started"
+exit 1
+'''
+
+
+def marker_standin(folder: Path) -> Path:
+    path = folder / "vllm-marker"
+    path.write_text(MARKER_STANDIN, encoding="utf-8")
+    path.chmod(0o755)
+    return path
+
+
+def test_a_corrupted_payload_is_refused_and_nothing_starts(env, capsys):
+    env["upstream"].files[f"/{COMMIT}/{TEMPLATE_PATH}"] = TEMPLATE.replace(b"m in", b"x in")   # same size
+    vllm = marker_standin(env["tmp"])
+    run = env["tmp"] / "run"
+    code = up(env, CURATED, "--gpus", "1x3090", "--profile-like", CURATED_PROFILE, "--dir", str(run),
+              "--launcher", "native", "--vllm", str(vllm))
+    err = capsys.readouterr().err
+    assert code == 65 and TEMPLATE_PATH in err and "sha256" in err
+    assert not run.exists() and not (env["tmp"] / "started").exists()
+
+
+def test_a_corrupted_weight_file_is_refused_and_nothing_starts(env, capsys):
+    shard = env["hub"].repos[DERIVED].files["model.safetensors"]
+    shard._sha256 = "0" * 64                           # the Hub's LFS sha256 no longer matches the bytes
+    vllm = marker_standin(env["tmp"])
+    run = env["tmp"] / "run"
+    code = up(env, DERIVED, "--gpus", "1x3090", "--profile-like", "vllm/minimal", "--yes", "--dir", str(run),
+              "--launcher", "native", "--vllm", str(vllm))
+    err = capsys.readouterr().err
+    assert code == 65 and "sha256" in err and "model.safetensors" in err, err
+    assert not (env["tmp"] / "started").exists() and not (run / "state.json").exists()
+    snapshots = env["tmp"] / "hf" / "hub" / "models--club3090-tests--tiny-qwen" / "snapshots"
+    assert not list(snapshots.glob("*/model.safetensors"))          # the bad file was deleted
+
+
+def test_an_interrupted_download_resumes(env, capsys):
+    hub = env["hub"]
+    shard = hub.repos[CURATED].files["model-00002-of-00002.safetensors"]
+    hub.fault("truncate", match=shard.sha256, times=None)          # half the bytes, then the line drops
+    run = env["tmp"] / "run"
+    argv = [CURATED, "--gpus", "1x3090", "--profile-like", CURATED_PROFILE, "--dir", str(run), "--no-start"]
+    assert up(env, *argv) != 0                                       # the second shard cannot be completed
+    first = capsys.readouterr()
+    partial = list((env["tmp"] / "hf" / "hub").rglob("*.club3090-partial"))
+    assert partial, first.err + str(list((env["tmp"] / "hf").rglob("*")))
+    assert 0 < partial[0].stat().st_size < shard.size
+    hub.faults.clear()
+    hub.clear_log()
+    assert up(env, *argv) == 0
+    assert "not started (--no-start)" in capsys.readouterr().out
+    gets = [r for r in hub.log if r.method == "GET" and (".safetensors" in r.path or shard.sha256 in r.path)]
+    assert gets and all("model-00001" not in r.path for r in gets)   # the verified first shard is not fetched again
+    ranged = [r.headers.get("range", "") for r in gets if shard.sha256 in r.path]
+    assert any(h.startswith("bytes=") and not h.startswith("bytes=0-") for h in ranged), ranged   # resumed
+    assert (run / "state.json").is_file() and not (run / "server.pid").exists()
+
+
+# --------------------------------------------------------------------------------------------
+# Docker preflight: fake `docker` executables on PATH
+# --------------------------------------------------------------------------------------------
+
+def fake_docker(folder: Path, *, info_rc: int = 0, runtimes: str = '{"nvidia":{},"runc":{}}',
+                compose_rc: int = 0) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    script = folder / "docker"
+    script.write_text(f'''#!/bin/sh
+case "$1" in
+  info) [ {info_rc} -eq 0 ] || {{ echo "Cannot connect to the Docker daemon" >&2; exit {info_rc}; }}
+        echo '{runtimes}'; exit 0;;
+  compose) if [ "$2" = version ]; then exit {compose_rc}; fi; touch "$(dirname "$0")/compose-ran"; exit 0;;
+esac
+exit 0
+''', encoding="utf-8")
+    script.chmod(0o755)
+
+
+@pytest.mark.parametrize(("kind", "fix"), [
+    ("missing", "install Docker Engine"),
+    ("engine", "systemctl start docker"),
+    ("compose", "docker-compose-plugin"),
+    ("nvidia", "nvidia-ctk runtime configure"),
+])
+def test_docker_preflight_names_the_fix(env, monkeypatch, capsys, kind, fix):
+    bin_dir = env["tmp"] / "bin"
+    bin_dir.mkdir()
+    if kind != "missing":
+        fake_docker(bin_dir, info_rc=1 if kind == "engine" else 0, compose_rc=1 if kind == "compose" else 0,
+                    runtimes='{"runc":{}}' if kind == "nvidia" else '{"nvidia":{},"runc":{}}')
+    monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
+    if kind == "missing":
+        monkeypatch.setenv("PATH", str(bin_dir))
+    run = env["tmp"] / "run"
+    code = up(env, CURATED, "--gpus", "1x3090", "--profile-like", CURATED_PROFILE, "--dir", str(run))
+    err = capsys.readouterr().err
+    assert code == 69 and fix in err
+    assert not run.exists() and not (bin_dir / "compose-ran").exists()

@@ -76,7 +76,8 @@ def fetch_into_cache(settings: "Settings", repo_id: str, commit: str, files: Seq
                      bar: bool = True) -> dl.DownloadReport:
     """Download ``files`` of ``repo_id@commit`` into the HF cache and verify them; never raises for a
     download problem (the report carries the token). ``bar`` shows huggingface_hub's progress bar."""
-    from huggingface_hub import disable_progress_bars, enable_progress_bars, hf_hub_download
+    from huggingface_hub import hf_hub_download
+    from huggingface_hub import utils as hf_utils
 
     say = progress or (lambda _m: None)
     hub_cache = Path(settings.hub_cache)
@@ -95,7 +96,7 @@ def fetch_into_cache(settings: "Settings", repo_id: str, commit: str, files: Seq
     if not lock.acquire():
         return dl.DownloadReport(False, dest, failure=dl.IN_PROGRESS, detail=f"another download holds {lock.path}")
     install_policy()
-    (enable_progress_bars if bar else disable_progress_bars)()
+    getattr(hf_utils, "enable_progress_bars" if bar else "disable_progress_bars")()
     done: list[str] = []
     total_bytes = 0
     try:
@@ -112,9 +113,15 @@ def fetch_into_cache(settings: "Settings", repo_id: str, commit: str, files: Seq
                 say(f"[up] weights {i}/{len(files)} {f.name} ({size})")
                 try:
                     with _online(), bounded(Budget.for_stream(settings.download_stall_s, dl.STALL_BYTES)):
-                        cached = Path(hf_hub_download(repo_id, f.name, revision=commit, cache_dir=str(hub_cache),
-                                                      endpoint=settings.endpoint, token=settings.token or False,
-                                                      library_name="club3090", etag_timeout=dl.TIMEOUT_S))
+                        if dl._is_weights(f.name):
+                            cached = _resumable(settings, repo_id, commit, f, hub_cache, bar=bar)
+                        else:
+                            cached = Path(hf_hub_download(repo_id, f.name, revision=commit,
+                                                          cache_dir=str(hub_cache), endpoint=settings.endpoint,
+                                                          token=settings.token or False, library_name="club3090",
+                                                          etag_timeout=dl.TIMEOUT_S))
+                except dl._Failed:
+                    raise
                 except Exception as exc:  # noqa: BLE001 - classified once, like download.hub_fetcher
                     raise dl._hub_failure(exc, repo_id, f.name) or dl._Failed(
                         dl.FALLBACK_FAILED, f"{f.name}: {dl._one(exc)} (re-run to resume)", f.name) from None
@@ -122,12 +129,6 @@ def fetch_into_cache(settings: "Settings", repo_id: str, commit: str, files: Seq
                 if problem is not None:
                     _drop(cached)
                     raise dl._Failed(dl.FALLBACK_FAILED, problem, f.name)
-                if dl._is_weights(f.name):
-                    got = dl._sha256(cached)
-                    if got != f.sha256:
-                        _drop(cached)
-                        raise dl._Failed(dl.SHA_MISMATCH, f"{f.name}: sha256 {got}, the Hub says {f.sha256}",
-                                         f.name)
             done.append(f.name)
             total_bytes += cached.stat().st_size
         return dl.DownloadReport(True, dest, files=tuple(done), bytes=total_bytes,
@@ -141,6 +142,66 @@ def fetch_into_cache(settings: "Settings", repo_id: str, commit: str, files: Seq
                                  detail=dl._one(exc))
     finally:
         lock.release()
+
+
+PARTIAL = ".club3090-partial"
+
+
+def _resumable(settings: "Settings", repo_id: str, commit: str, f: "RepoFile", hub_cache: Path, *,
+               bar: bool) -> Path:
+    """One weight file into the cache layout (``blobs/<sha256>`` + the snapshot link), resuming a
+    ``<sha256>.club3090-partial`` left by an interrupted run with a ranged GET. The blob is only
+    renamed into place after its sha256 matched, so the cache never holds an unverified weight file.
+    (huggingface_hub downloads to a per-process temporary file and cannot resume across runs.)"""
+    import os
+
+    from huggingface_hub import get_session, hf_hub_url, hf_raise_for_status
+    from huggingface_hub.utils._headers import build_hf_headers
+    from tqdm.auto import tqdm
+
+    assert f.sha256 is not None
+    blobs = repo_folder(hub_cache, repo_id) / "blobs"
+    blob, part = blobs / f.sha256, blobs / (f.sha256 + PARTIAL)
+    if blob.is_file() and dl._sha256(blob) != f.sha256:
+        blob.unlink()
+    if not blob.is_file():
+        blobs.mkdir(parents=True, exist_ok=True)
+        start = part.stat().st_size if part.is_file() else 0
+        if f.size_bytes is not None and start > f.size_bytes:
+            part.unlink()
+            start = 0
+        headers = build_hf_headers(token=settings.token or False, library_name="club3090")
+        if start:
+            headers["Range"] = f"bytes={start}-"
+        url = hf_hub_url(repo_id, f.name, revision=commit, endpoint=settings.endpoint)
+        # httpx drops Authorization on a redirect to another origin (the LFS CDN)
+        with get_session().stream("GET", url, headers=headers, timeout=dl.TIMEOUT_S, follow_redirects=True) as resp:
+            if resp.status_code >= 400:
+                resp.read()
+                hf_raise_for_status(resp)
+            got = start if start and resp.status_code == 206 else 0
+            with open(part, "ab" if got else "wb") as fh, tqdm(total=f.size_bytes, initial=got, unit="B",
+                                                              unit_scale=True, desc=f.name, disable=not bar,
+                                                              leave=False) as progress:
+                for chunk in resp.iter_bytes():
+                    got += len(chunk)
+                    if f.size_bytes is not None and got > f.size_bytes:
+                        part.unlink(missing_ok=True)
+                        raise dl._Failed(dl.FALLBACK_FAILED, f"{f.name}: the body is longer than the "
+                                                             f"{f.size_bytes} bytes the Hub lists", f.name)
+                    fh.write(chunk)
+                    progress.update(len(chunk))
+        digest = dl._sha256(part)
+        if digest != f.sha256:
+            part.unlink(missing_ok=True)
+            raise dl._Failed(dl.SHA_MISMATCH, f"{f.name}: sha256 {digest}, the Hub says {f.sha256}", f.name)
+        os.replace(part, blob)
+    link = snapshot_dir(hub_cache, repo_id, commit) / f.name
+    link.parent.mkdir(parents=True, exist_ok=True)
+    if not link.exists():
+        link.unlink(missing_ok=True)
+        os.symlink(os.path.relpath(blob, link.parent), link)
+    return link
 
 
 def _online() -> AbstractContextManager[None]:

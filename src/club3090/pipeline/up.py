@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from club3090.edges import launchers
 from club3090.edges.openai_client import urllib_http
-from club3090.errors import InputError, IntegrityError, UsageError
+from club3090.errors import HubUnreachable, InputError, IntegrityError, UsageError
 from club3090.pipeline import bundle as bundle_mod
 
 if TYPE_CHECKING:
@@ -235,7 +235,7 @@ def up(req: UpRequest, provider: "Provider", seams: UpSeams) -> UpResult:
         if report.failure == "sha-mismatch":
             raise IntegrityError(report.failed_file or spec.ref, f"{report.detail}; the file was deleted, nothing "
                                                                   "was started (re-run to download it again)")
-        raise UsageError(f"download failed ({report.failure}): {report.detail}")
+        raise HubUnreachable(spec.ref, f"download failed ({report.failure}): {report.detail}")
     result.lines.append(f"[up] weights: {len(report.files)} files, {report.bytes / 2**30:.2f} GiB in the HF cache"
                         + (", sha256 verified" if report.sha_verified else ""))
     url = f"http://127.0.0.1:{port}"
