@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import posixpath
+import re
 import shlex
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -35,6 +36,8 @@ LOGS = "logs"
 STATE = "state.json"
 PID = "server.pid"
 BUNDLE_FILES = ("compose.yml", ".env", "serve.sh", "launch.json")
+_MODEL_REF = re.compile(r"/root/\.cache/huggingface/[^\s\"',]+")
+_CONTAINER_ROOTS = ("/root/", "/etc/", "/usr/", "/opt/", "/app/", "/workspace/")
 _HF_TOKEN_VARS = ("HUGGING_FACE_HUB_TOKEN", "HF_TOKEN")
 
 
@@ -51,6 +54,7 @@ class Bundle:
     port: int
     container_name: str
     container_only: tuple[str, ...] = ()     # steps serve.sh cannot do (overlays into the image)
+    unresolved: tuple[str, ...] = ()         # container model paths the bundle cannot serve (a drafter's weights)
     upstream_files: Mapping[str, str] = field(default_factory=dict)  # bundle path -> upstream path
 
 
@@ -122,8 +126,9 @@ def plan(launch: Launch, *, directory: Path, repo_id: str, commit: str, snapshot
         "serve.sh": _serve_sh(argv, env_pairs, container_only, launch.header),
         "launch.json": json.dumps(description, indent=2, ensure_ascii=False) + "\n",
     }
+    unresolved = tuple(sorted({m.group(0) for a in argv for m in _MODEL_REF.finditer(a)}))
     return Bundle(directory, files, {}, tuple(argv), dict(env_pairs), served, port, container,
-                  tuple(container_only), upstream)
+                  container_only=tuple(container_only), upstream_files=upstream, unresolved=unresolved)
 
 
 def _swap_model(command: list[str], model_target: str, repo_id: str) -> list[str]:
@@ -194,13 +199,13 @@ def _native(launch: Launch, directory: Path, snapshot: Path, port: int
     command = _drop_flag(_drop_flag(command, "--revision"), "--host")
     command = _drop_flag(command, "--port")
     i = command.index("--model") if "--model" in command else -1
-    args: list[str] = []
-    for a in command:
+
+    def to_host(a: str) -> str:
         for host, target in mounts:
             if a == target or a.startswith(target.rstrip("/") + "/"):
-                a = host + a[len(target.rstrip("/")):]
-                break
-        args.append(a)
+                return host + a[len(target.rstrip("/")):]
+        return a
+    args = [to_host(a) for a in command]
     if i >= 0:                       # `vllm serve MODEL`: the positional form, for every vLLM release
         del args[i:i + 2]
     elif args and not args[0].startswith("-"):
@@ -214,6 +219,10 @@ def _native(launch: Launch, directory: Path, snapshot: Path, port: int
         if name == "NVIDIA_VISIBLE_DEVICES":
             if value and value not in ("all", "none", "void"):
                 env.append(("CUDA_VISIBLE_DEVICES", value))
+            continue
+        value = to_host(value)
+        if value.startswith(_CONTAINER_ROOTS):
+            container_only.append(f"{name}={value} (a path inside the image)")
             continue
         env.append((name, value))
     entry = [str(e) for e in svc.get("entrypoint") or []]

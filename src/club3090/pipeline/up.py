@@ -211,6 +211,10 @@ def up(req: UpRequest, provider: "Provider", seams: UpSeams) -> UpResult:
     port = req.port or profile.port
     plan = bundle_mod.plan(launch, directory=directory, repo_id=spec.ref, commit=commit, snapshot=snapshot,
                            hub_cache=hub_cache, port=port, upstream_base=base)
+    if plan.unresolved:
+        raise UsageError(f"{req.profile_like} also serves {', '.join(plan.unresolved)} (a drafter's weights); "
+                         "`up` does not fetch drafter weights yet: use a profile without a drafter, or "
+                         "`club3090 compose` and place the drafter yourself")
     payloads: dict[str, bytes] = {}
     for _inside, upstream in plan.upstream_files.items():
         if seams.payload is None:
