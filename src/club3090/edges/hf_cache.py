@@ -157,7 +157,7 @@ def _resumable(settings: "Settings", repo_id: str, commit: str, f: "RepoFile", h
 
     from huggingface_hub import get_session, hf_hub_url, hf_raise_for_status
     from huggingface_hub.utils._headers import build_hf_headers
-    from tqdm.auto import tqdm
+    from tqdm.auto import tqdm  # type: ignore[import-untyped]
 
     assert f.sha256 is not None
     blobs = repo_folder(hub_cache, repo_id) / "blobs"
