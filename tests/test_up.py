@@ -298,3 +298,17 @@ def test_docker_preflight_names_the_fix(env, monkeypatch, capsys, kind, fix):
     err = capsys.readouterr().err
     assert code == 69 and fix in err
     assert not run.exists() and not (bin_dir / "compose-ran").exists()
+
+
+def test_offline_serves_from_the_cache_without_a_network_call(env, monkeypatch, capsys):
+    run = env["tmp"] / "run"
+    argv = [CURATED, "--gpus", "1x3090", "--profile-like", CURATED_PROFILE, "--dir", str(run), "--no-start"]
+    assert up(env, *argv) == 0
+    capsys.readouterr()
+    env["hub"].clear_log()
+    env["upstream"].hits.clear()
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    assert up(env, *argv, "--force") == 0
+    cap = capsys.readouterr()
+    assert "in the HF cache, checked" in cap.err and "sha256 verified" in cap.out
+    assert env["hub"].log == [] and env["upstream"].hits == []     # the Hub and upstream were not asked

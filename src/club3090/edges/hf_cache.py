@@ -43,6 +43,19 @@ def snapshot_dir(hub_cache: Path, repo_id: str, commit: str) -> Path:
     return repo_folder(hub_cache, repo_id) / "snapshots" / commit
 
 
+def cached_snapshot(hub_cache: Path, repo_id: str, commit: str | None) -> Path | None:
+    """Offline: the snapshot at ``commit``, else the newest one holding a config.json (``up`` pins
+    snapshots by commit, so no ``refs/main`` exists for them)."""
+    snaps = repo_folder(hub_cache, repo_id) / "snapshots"
+    if commit:
+        return snaps / commit if (snaps / commit / "config.json").is_file() else None
+    try:
+        found = [p for p in snaps.iterdir() if (p / "config.json").is_file()]
+    except OSError:
+        return None
+    return max(found, key=lambda p: p.stat().st_mtime, default=None)
+
+
 def cached_bytes(hub_cache: Path, repo_id: str, commit: str | None, files: Sequence["RepoFile"]) -> int:
     """Bytes of ``files`` already complete in the cache at ``commit`` (the disk check subtracts them)."""
     if not commit:
@@ -210,4 +223,4 @@ def _online() -> AbstractContextManager[None]:
     return hub.online()
 
 
-__all__ = ["OFFLINE_MISSING", "cached_bytes", "fetch_into_cache", "repo_folder", "serving_files", "snapshot_dir"]
+__all__ = ["OFFLINE_MISSING", "cached_bytes", "cached_snapshot", "fetch_into_cache", "repo_folder", "serving_files", "snapshot_dir"]

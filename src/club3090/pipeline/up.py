@@ -112,9 +112,9 @@ def _served_files(spec: "ModelSpec", provider: "Provider") -> tuple[str, tuple["
         return spec.commit, serving_files(spec.download_files)
     settings = provider.settings
     if settings.offline:
-        from club3090.edges.hub import cached_snapshot
+        from club3090.edges.hf_cache import cached_snapshot
 
-        snap = cached_snapshot(spec.ref, spec.revision, settings.hub_cache)
+        snap = cached_snapshot(settings.hub_cache, spec.ref, spec.commit)
         if snap is None:
             raise UsageError(f"{spec.ref} is not in the HF cache and HF_HUB_OFFLINE is set; run once online")
         files = []
