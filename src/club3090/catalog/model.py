@@ -115,8 +115,19 @@ class Gpu:
     memory_bytes: int                  # total as the driver reports it (nvidia-smi "Total")
     sm: Decimal
     nvlink: bool
-    arch: str                          # ampere, ada, hopper, blackwell, turing
+    arch: str                          # ampere, ada, hopper, blackwell, turing, cdna3, apple-m3, ...
     vendor: str = "nvidia"
+    # required in gpus.yaml; None only on records built by hand (the speed estimate then has none)
+    memory_bandwidth_gb_s: Decimal | None = None   # peak, vendor specification
+    bf16_tflops: Decimal | None = None             # dense, fp32 accumulate
+    usable_memory_fraction: float | None = None   # unified memory: share the GPU may allocate
+
+    @property
+    def usable_memory_bytes(self) -> int:
+        """What a named card offers the fit: all of it, or the stated share of unified memory."""
+        if self.usable_memory_fraction is None:
+            return self.memory_bytes
+        return int(self.memory_bytes * self.usable_memory_fraction)
 
 
 @dataclass(frozen=True, slots=True)

@@ -286,9 +286,19 @@ GPU_SPEC: Spec = {
     "sm": req(t_sm, "CUDA compute capability; gates engine, profile and KV-format SM floors."),
     "nvlink": req(t_bool, "Whether the card has an NVLink bridge connector (rigs of such cards may "
                   "report NVLink)."),
-    "arch": req(t_str, "GPU generation (ampere, ada, hopper, blackwell, turing); shown in rig notes."),
-    "vendor": opt(enum("nvidia", "amd"), "GPU vendor; non-NVIDIA cards are refused by the vLLM gate.",
-                  "nvidia"),
+    "arch": req(t_str, "GPU generation (volta, turing, ampere, ada, hopper, blackwell, cdna3, rdna3, "
+                "apple-m3, ...); shown in rig notes."),
+    "vendor": opt(enum("nvidia", "amd", "apple"), "GPU vendor; non-NVIDIA cards are refused by the vLLM "
+                  "gate (their `sm` is the assumed 8.0 of the SM gate, never a CUDA capability).", "nvidia"),
+    "memory_bandwidth_gb_s": req(t_decimal, "Peak memory bandwidth in GB/s (10^9 bytes/s) from the vendor's "
+                                 "specification; the speed estimate's decode rate is priced from it."),
+    "bf16_tflops": req(t_decimal, "Dense (no sparsity) bf16 tensor throughput in TFLOP/s with fp32 "
+                       "accumulation, from the vendor's specification (GeForce parts run it at half their "
+                       "fp16-accumulate rate); the speed estimate's prefill rate is priced from it."),
+    "usable_memory_fraction": opt(nullable(t_fraction), "Unified-memory machines (Apple silicon, DGX Spark, "
+                                  "MI300A): the fraction of `memory_bytes` the GPU may allocate (Apple's "
+                                  "default wired-memory limit, the OS and CPU share); `--gpus NAME` prices "
+                                  "`memory_bytes` times it. Null for discrete cards.", None),
 }
 KV_SPEC: Spec = {
     "min_sm": req(nullable(t_sm), "Lowest compute capability the format runs on (null: no floor)."),
