@@ -97,7 +97,7 @@ def _shape(case: dict[str, Any], pool_bytes: int | None = None) -> ServeShape:
         max_model_len=case.get("max_model_len"),
         max_num_seqs=case.get("max_num_seqs"),
         max_num_batched_tokens=case.get("max_num_batched_tokens"),
-        block_size=case.get("block_size") if not case.get("block_size") == 16 else None,
+        block_size=case.get("block_size") if case.get("block_size") != 16 else None,
         kv_cache_dtype=kv,
         enforce_eager=bool(case.get("enforce_eager")),
         vllm_version=_version_for(case),

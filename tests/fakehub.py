@@ -43,6 +43,7 @@ recording in its ``finally`` raced the test's assertions).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import math
@@ -353,10 +354,8 @@ class _Handler(BaseHTTPRequestHandler):
                 fault = None
             if fault is not None and fault.kind == "drop":
                 self.close_connection = True
-                try:
+                with contextlib.suppress(OSError):
                     self.connection.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
                 return
             if fault is not None and fault.kind in ("500", "503"):
                 self._reply(int(fault.kind), {"Content-Type": "application/json"},
@@ -527,10 +526,8 @@ class _Handler(BaseHTTPRequestHandler):
         if limit < length:
             self.wfile.flush()
             self.close_connection = True
-            try:
+            with contextlib.suppress(OSError):
                 self.connection.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
 
 
 class FakeHub:
