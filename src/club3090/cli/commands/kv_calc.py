@@ -21,6 +21,7 @@ import sys
 from typing import Any
 
 from club3090.cli.commands._types import (
+    add_shape_flags,
     bounded,
     fraction,
     non_negative_int,
@@ -71,15 +72,9 @@ def add_parser(sub) -> None:
     p.add_argument("model", nargs="?", help="local folder, config.json path, profile key, model id, or org/name")
     p.add_argument("--profile", help="curated profile key whose settings to use")
     p.add_argument("--gpus", help="GPU set: 1x3090, 2xrtx-4090, 2x24GiB, MiB:NAME,...")
-    p.add_argument("--tp", type=positive_int, help="tensor-parallel size")
-    p.add_argument("--pp", type=positive_int, help="pipeline-parallel size")
-    p.add_argument("--mem-util", type=fraction, help="--gpu-memory-utilization (fraction of total memory, (0, 1])")
-    p.add_argument("--max-model-len", type=positive_int, help="context length per request")
-    p.add_argument("--max-num-seqs", type=positive_int, help="concurrent sequences (sampler, graphs, verdict)")
+    add_shape_flags(p, aliases=True)
     p.add_argument("--max-num-batched-tokens", type=positive_int, help="tokens per scheduler step")
     p.add_argument("--block-size", type=block_size, help=f"KV block size in tokens (1..{MAX_BLOCK_SIZE})")
-    p.add_argument("--kv-cache-dtype", type=kv_cache_dtype, metavar="FORMAT",
-                   help="KV cache element format: " + ", ".join(KV_FORMATS))
     p.add_argument("--dtype", type=model_dtype, help=f"model dtype ({', '.join(MODEL_DTYPES)})")
     p.add_argument("--weights-gib", type=positive_number,
                    help="weights loaded per GPU rank, as vLLM's 'Model loading took X GiB'")
@@ -195,12 +190,14 @@ def request_of(args: argparse.Namespace) -> Any:
     from club3090.fit.estimate import Overrides
     from club3090.pipeline.kv_calc import PriceRequest
 
+    auto_len = args.max_model_len == "auto"
     return PriceRequest(model=args.model, profile=args.profile, gpus=args.gpus, overrides=Overrides(
-        tp=args.tp, pp=args.pp, mem_util=args.mem_util, max_model_len=args.max_model_len,
+        tp=args.tp, pp=args.pp, mem_util=args.mem_util, max_model_len=None if auto_len else args.max_model_len,
         max_num_seqs=args.max_num_seqs, max_num_batched_tokens=args.max_num_batched_tokens,
         block_size=args.block_size, kv_cache_dtype=args.kv_cache_dtype, dtype=args.dtype,
         vllm_version=args.vllm_version, num_speculative_tokens=args.num_speculative_tokens,
-        enforce_eager=args.enforce_eager, weights_gib=args.weights_gib, solve_max_ctx=args.solve_max_ctx))
+        enforce_eager=args.enforce_eager, weights_gib=args.weights_gib,
+        solve_max_ctx=args.solve_max_ctx or auto_len))
 
 
 def run(args: argparse.Namespace, provider: Any) -> int:
