@@ -64,7 +64,7 @@ def test_pull_tp_flag_pins_the_shape(hub, capsys):
     code, out = _json(capsys, "pull", "microsoft/phi-4", "--gpus", "4x3090", "--dry-run", "--tensor-parallel-size",
                       "2", "--gpu-memory-utilization", "0.9", "--max-model-len", "8192", "--kv-cache-dtype", "fp8")
     chosen = out["shape"]["chosen"]
-    assert (chosen["tensor_parallel_size"], chosen["max_model_len"], chosen["kv_cache_dtype"]) == (2, 8192, "fp8")
+    assert (chosen["tensor_parallel_size"], chosen["max_model_len"], chosen["kv_cache_dtype"]) == (2, 8192, "fp8_e4m3")
     assert chosen["gpu_memory_utilization"] == pytest.approx(0.9) and code == 0
     code, out = _json(capsys, "pull", "microsoft/phi-4", "--gpus", "4x3090", "--dry-run", "-tp", "4")
     assert code == 2 and "10 KV heads" in out["detail"]          # phi-4's 10 KV heads do not split 4 ways

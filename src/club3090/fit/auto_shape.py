@@ -155,6 +155,20 @@ def model_kv(spec: "ModelSpec") -> str:
     return "fp16" if canonical_dtype(spec.arch.torch_dtype) == "float16" else "bf16"
 
 
+def catalog_kv_id(catalog: "Catalog", engine: "Engine | None", name: str, own: str) -> str:
+    """A --kv-cache-dtype as vLLM spells it (``fp8``, ``auto``) -> the catalog id this engine lists."""
+    wanted = name.strip().lower()
+    if engine is None or wanted in engine.supported_kv_formats:
+        return wanted
+    if wanted == "auto":
+        return own
+    for kv in engine.supported_kv_formats:
+        fmt = catalog.kv_formats.get(kv)
+        if fmt is not None and fmt.vllm_arg == wanted:
+            return kv
+    return wanted
+
+
 def kv_choices(catalog: "Catalog", engine: "Engine", sm: Decimal | None, own: str = "bf16") -> list[str]:
     """The model's dtype, then the compact formats this engine serves on this SM."""
     out = [own if own in engine.supported_kv_formats else "auto"]
@@ -193,7 +207,7 @@ def choose_shape(spec: "ModelSpec", gpu_memory_bytes: Sequence[int], catalog: "C
     need = max(min_context or 0, 0)
     floor = max(need, min(MIN_USEFUL_CONTEXT, wanted or MIN_USEFUL_CONTEXT))
     if o.kv_cache_dtype:
-        kvs = [o.kv_cache_dtype]
+        kvs = [catalog_kv_id(catalog, engine, o.kv_cache_dtype, model_kv(spec))]
     elif vary_kv and engine is not None:
         kvs = kv_choices(catalog, engine, sm, model_kv(spec))
     else:
@@ -221,7 +235,7 @@ def choose_shape(spec: "ModelSpec", gpu_memory_bytes: Sequence[int], catalog: "C
                            unpriceable=unpriceable or "no valid parallel size")
     chosen = _pick(priced, wanted, floor)
     best = chosen or max(priced, key=lambda c: (c.fit.max_model_len_fit, -c.gpus))
-    reason = _reason(chosen, best, priced, wanted, model_max, floor, len(mems))
+    reason = _reason(chosen, best, priced, wanted, model_max, floor, len(mems), pinned_kv=bool(o.kv_cache_dtype))
     return ShapeChoice(engine_id, chosen, best, reason, _runner_ups(best, priced))
 
 
@@ -284,7 +298,7 @@ def _pick(priced: list[Candidate], wanted: int, floor: int) -> Candidate | None:
 
 
 def _reason(chosen: Candidate | None, best: Candidate | None, priced: list[Candidate], wanted: int,
-            model_max: int, floor: int, count: int) -> str:
+            model_max: int, floor: int, count: int, *, pinned_kv: bool = False) -> str:
     if chosen is None:
         most = best.fit.max_model_len_fit if best is not None else 0
         return (f"no shape on {count} GPU(s) reaches {floor:,} tokens of context "
@@ -298,10 +312,13 @@ def _reason(chosen: Candidate | None, best: Candidate | None, priced: list[Candi
     if chosen.shape.pp > 1:
         why.append("pipeline parallel because no tensor-parallel size fits")
     if chosen.context >= wanted:
-        why.append(f"the {'model' if wanted == model_max else 'requested'}'s full {wanted:,}-token context fits")
+        why.append(f"the model's full {wanted:,}-token context fits" if wanted == model_max
+                   else f"the requested {wanted:,}-token context fits")
     else:
         why.append(f"the {wanted:,}-token maximum does not fit; {chosen.context:,} is the largest that does")
-    if chosen.shape.kv_cache_dtype not in OWN_KV:
+    if pinned_kv:
+        why.append(f"{chosen.shape.kv_cache_dtype} KV as requested")
+    elif chosen.shape.kv_cache_dtype not in OWN_KV:
         why.append(f"{chosen.shape.kv_cache_dtype} KV because the model's own dtype holds less")
     return "; ".join(why)
 

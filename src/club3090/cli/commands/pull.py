@@ -266,7 +266,8 @@ def rig_text(result: Any) -> str:
     tp = len(result.fit.ranks) if result.fit is not None else hw.count
     names = list(hw.names[:tp]) or ["GPU"]
     gpus = load_catalog().gpus
-    shown = [gpus[n].display_name if n in gpus else n for n in names]
+    shown = [(gpus[n].display_name if n in gpus else n).removeprefix("NVIDIA ").removeprefix("GeForce ")
+             for n in names]
     first = shown[0]
     return f"{len(shown)}x {first}" if len(set(shown)) == 1 else ", ".join(shown)
 
