@@ -233,7 +233,7 @@ def choose_shape(spec: "ModelSpec", gpu_memory_bytes: Sequence[int], catalog: "C
     if not priced:
         return ShapeChoice(engine_id, None, None, f"cannot be priced: {unpriceable or 'no valid parallel size'}",
                            unpriceable=unpriceable or "no valid parallel size")
-    chosen = _pick(priced, wanted, floor)
+    chosen = _pick(priced, wanted, floor, need)
     best = chosen or max(priced, key=lambda c: (c.fit.max_model_len_fit, -c.gpus))
     reason = _reason(chosen, best, priced, wanted, model_max, floor, len(mems), pinned_kv=bool(o.kv_cache_dtype))
     return ShapeChoice(engine_id, chosen, best, reason, _runner_ups(best, priced))
@@ -284,10 +284,10 @@ def _solve(spec: "ModelSpec", weights: int, mems: list[int], shape: ServeShape, 
     return best or Candidate(shape, fit)
 
 
-def _pick(priced: list[Candidate], wanted: int, floor: int) -> Candidate | None:
+def _pick(priced: list[Candidate], wanted: int, floor: int, need: int = 0) -> Candidate | None:
     """Fewest GPUs first; at a GPU count, the full context in the model's dtype before a compact
     KV format; with no full context anywhere, the fewest GPUs reaching ``floor`` with the most context."""
-    full = [c for c in priced if c.fits and c.context >= wanted]
+    full = [c for c in priced if c.fits and c.context >= max(wanted, need)]
     if full:
         return min(full, key=lambda c: (c.gpus, c.shape.pp, 0 if c.shape.kv_cache_dtype in OWN_KV else 1))
     useful = [c for c in priced if c.fits and c.context >= floor]
