@@ -126,6 +126,7 @@ def test_llama_without_code_needs_no_trust_remote_code(hub, capsys):
     code, out = _json(capsys, "pull", "meta-llama/Llama-3.1-8B", "--profile-like", "vllm/minimal",
                       "--gpus", "1x3090")
     assert out["stratum"] != 3, out["reason"]
+    assert code == 3 and out["reason"] == "confirm→proceed:needs --yes"     # on to [C1], no ack needed
     assert out["c0"]["state"] == "engine-supported"
     assert "trust-remote-code-not-needed" in out["notice_codes"]
     note = next(n for n in out["notices"] if "auto_map" in n)

@@ -32,7 +32,7 @@ if TYPE_CHECKING:  # pragma: no cover - typing only
     from club3090.catalog.model import ArchRow, Catalog, Engine
     from club3090.model.spec import ModelSpec
 
-__all__ = ["COMPACT_KV", "DEFAULT_ENGINE", "MIN_USEFUL_CONTEXT", "Candidate", "ShapeChoice", "ShapeOverrides",
+__all__ = ["COMPACT_KV", "DEFAULT_ENGINE", "MIN_USEFUL_CONTEXT", "NO_OVERRIDES", "Candidate", "ShapeChoice", "ShapeOverrides",
            "choose_shape", "pick_engine", "round_to_block", "valid_tp_sizes"]
 
 DEFAULT_ENGINE = "vllm-stable"
@@ -55,6 +55,9 @@ class ShapeOverrides:
     max_model_len: int | None = None          # None or vLLM's ``auto``: solved
     kv_cache_dtype: str | None = None
     max_num_seqs: int | None = None
+
+
+NO_OVERRIDES = ShapeOverrides()
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,7 +187,7 @@ def kv_choices(catalog: "Catalog", engine: "Engine", sm: Decimal | None, own: st
 
 def choose_shape(spec: "ModelSpec", gpu_memory_bytes: Sequence[int], catalog: "Catalog", *,
                  sm: Decimal | None, weights_bytes: int | None = None,
-                 overrides: ShapeOverrides = ShapeOverrides(), target_concurrency: int = 1,
+                 overrides: ShapeOverrides = NO_OVERRIDES, target_concurrency: int = 1,
                  min_context: int | None = None, device_name: str | None = None,
                  row: "ArchRow | None" = None, engine: "Engine | None" = None,
                  vary_kv: bool = True, solve_length: bool = True,

@@ -12,7 +12,7 @@ from dataclasses import replace
 from types import MappingProxyType
 from typing import TYPE_CHECKING
 
-from club3090.fit.auto_shape import Candidate, ShapeChoice, ShapeOverrides, choose_shape, pick_engine
+from club3090.fit.auto_shape import NO_OVERRIDES, Candidate, ShapeChoice, ShapeOverrides, choose_shape, pick_engine
 from club3090.gate.engine_support import find_arch_row
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
@@ -54,7 +54,7 @@ def weights_of(spec: "ModelSpec", catalog: "Catalog") -> int | None:
 
 
 def derive_choice(spec: "ModelSpec", hw: "HardwareFacts", catalog: "Catalog", *,
-                  overrides: ShapeOverrides = ShapeOverrides(), target_concurrency: int = 1,
+                  overrides: ShapeOverrides = NO_OVERRIDES, target_concurrency: int = 1,
                   min_context: int | None = None) -> ShapeChoice:
     """The derived shape for ``spec`` on the rig ``hw`` (all its GPUs are candidates)."""
     row = find_arch_row(catalog, curated_model=spec.curated.model_id if spec.curated else None,
@@ -71,7 +71,8 @@ def auto_profile(choice: ShapeChoice, candidate: Candidate, spec: "ModelSpec", c
     from club3090.catalog.model import Profile
 
     shape, fit = candidate.shape, candidate.fit
-    reference = reference_gpu if reference_gpu in catalog.gpus else next(iter(catalog.gpus), "rtx-3090")
+    reference = reference_gpu if reference_gpu is not None and reference_gpu in catalog.gpus \
+        else next(iter(catalog.gpus), "rtx-3090")
     return Profile(
         key=AUTO_KEY, model=spec.curated.model_id if spec.curated else "",
         weights_variant=spec.curated.variant_id if spec.curated else "", workload="fast-chat",

@@ -31,7 +31,7 @@ class FitsRequest:
     models: tuple[str, ...] = ()             # none: every catalog model
     gpus: str | None = None
     min_context: int | None = None
-    overrides: ShapeOverrides = ShapeOverrides()
+    overrides: ShapeOverrides = field(default_factory=ShapeOverrides)
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,8 +8,8 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from club3090.errors import UsageError
-from club3090.fit.estimate import Estimate, NoFit, Overrides, default_gpus, estimate, serving_shape
 from club3090.fit.auto_shape import choose_shape
+from club3090.fit.estimate import Estimate, NoFit, Overrides, default_gpus, estimate, serving_shape
 from club3090.gate.engine_support import find_arch_row
 from club3090.gate.outcome import Outcome, Stop
 from club3090.pipeline.auto_profile import curated_default, weights_of
@@ -52,7 +52,7 @@ def price(request: PriceRequest, provider: "Provider") -> Estimate | NoFit | Sto
         return facts
     o = request.overrides
     auto = shape_profile is None and gpus is not None and o.tp is None and o.pp is None
-    if auto and facts.curated is not None and o == Overrides(solve_max_ctx=o.solve_max_ctx,
+    if auto and gpus is not None and facts.curated is not None and o == Overrides(solve_max_ctx=o.solve_max_ctx,
                                                              weights_gib=o.weights_gib):
         key = curated_default(catalog, facts, gpus.count)
         shape_profile = catalog.profiles[key] if key is not None else None

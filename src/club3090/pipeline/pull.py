@@ -8,7 +8,7 @@ value; every side effect goes through the ``Provider``. The result is built once
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -49,7 +49,7 @@ class PullRequest:
     hardware_sm: Decimal | None = None       # --hardware
     gpus: str | None = None                  # --gpus SPEC
     path: PathName | None = None             # explicit path (library callers and tests)
-    shape_overrides: ShapeOverrides = ShapeOverrides()   # vLLM flags pinning the automatic shape
+    shape_overrides: ShapeOverrides = field(default_factory=ShapeOverrides)   # vLLM flags pinning the shape
 
     @property
     def given(self) -> frozenset[str]:

@@ -23,7 +23,6 @@ from typing import Any
 from club3090.cli.commands._types import (
     add_shape_flags,
     bounded,
-    fraction,
     non_negative_int,
     positive_int,
     positive_number,
