@@ -99,6 +99,9 @@ def run(args: argparse.Namespace, provider: Any) -> int:
         return _submit(args, provider.settings)
     if not args.source:
         raise UsageError("pull needs SLUG|DIR (or --submit-last / --submit DIR)")
+    if args.profile_like is not None and not args.profile_like.strip():
+        raise UsageError("--profile-like needs a KEY (see `club3090 profiles`), or leave it out for the "
+                         "automatic shape")
     if args.profile_like and shape_overrides(args) != ShapeOverrides():
         raise UsageError("--profile-like gives the whole serving shape; drop it to choose the shape "
                          "with vLLM flags (-tp, --max-model-len, ...)")
