@@ -60,5 +60,6 @@ def _hermetic(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPath
     monkeypatch.setattr(club3090.edges.boot, "subprocess_runner", no_docker)
 
 
-# the loopback fakes: the Hub (fixture `fake_hub`) and an OpenAI-compatible server (fixture `fake_openai`)
-pytest_plugins = ["tests.fakehub", "tests.fakeopenai"]
+# the loopback fakes: the Hub (`fake_hub`), an OpenAI-compatible server (`fake_openai`); a real llama.cpp
+# server on a tiny generated model (`llama_server`, session-scoped)
+pytest_plugins = ["tests.fakehub", "tests.fakeopenai", "tests.llama_server"]

@@ -52,6 +52,7 @@ COMMANDS: tuple[tuple[str, str], ...] = (
     ("compose", "club3090.cli.commands.compose"),
     ("profiles", "club3090.cli.commands.profiles"),
     ("verify", "club3090.cli.commands.verify"),
+    ("verify-stress", "club3090.cli.commands.verify_stress"),
     ("bench", "club3090.cli.commands.bench"),
     ("soak", "club3090.cli.commands.soak"),
     ("calibrate", "club3090.cli.commands.calibrate"),
