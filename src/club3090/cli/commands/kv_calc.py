@@ -98,11 +98,41 @@ def _gib(value: int) -> str:
     return f"{value / GIB:.2f} GiB"
 
 
+CONFIDENCE = {"exact": "exact (curated)", "derived": "derived", "estimated-lower-bound": "estimated"}
+
+
+def headline(est: Any) -> str:
+    """One sentence first: fits (context, concurrency) or not, and by how much, with the next step."""
+    r = est.result
+    conf = CONFIDENCE.get(r.confidence, r.confidence)
+    where = f"{est.gpus} (TP {est.tp}" + (f" x PP {est.pp})" if est.pp > 1 else ")")
+    ctx = f"{r.max_model_len // 1024}K" if r.max_model_len % 1024 == 0 else f"{r.max_model_len:,}"
+    if r.raw_verdict != "wont-fit":
+        n = int(r.max_concurrency)
+        return (f"Fits on {where}: {ctx} context, {n} concurrent full-length request{'s' if n != 1 else ''}"
+                f" - {conf}")
+    g = r.per_gpu
+    used = g.weights_bytes + g.non_torch_bytes + g.activation_bytes + g.cudagraph_bytes
+    if used >= g.budget_bytes:
+        short = (used - g.budget_bytes) / GIB
+        return (f"Does not fit on {where} - {conf}: weights and overheads need {used / GIB:.2f} GiB per GPU, "
+                f"{short:.2f} GiB more than the {g.budget_bytes / GIB:.2f} GiB budget; next: more GPUs "
+                "(--tensor-parallel-size), a smaller quantization, or a higher --gpu-memory-utilization")
+    most = r.max_model_len_fit
+    return (f"Does not fit on {where} at {ctx} context - {conf}: the largest context that fits is {most:,}; "
+            f"next: --max-model-len {most} (or auto), a compact --kv-cache-dtype, or more GPUs")
+
+
 def render_human(est: Any) -> None:
     from rich.table import Table
 
     console = terminal_console()
     result, s = est.result, est.result.settings
+    console.print(headline(est), markup=False, highlight=False, soft_wrap=True)
+    if est.choice is not None:
+        console.print(f"shape: {est.choice.reason}", markup=False, highlight=False, soft_wrap=True)
+        for cand, why in est.choice.runner_ups:
+            console.print(f"runner-up: {cand.label()} ({why})", markup=False, highlight=False, soft_wrap=True)
     head = (f"{est.model} ({est.architecture or 'unknown architecture'}) on {est.gpus}, "
             f"TP {est.tp} PP {est.pp}, vLLM {s.vllm_version}")
     console.print(head)
