@@ -280,8 +280,10 @@ def headline(result: Any) -> str:
     fit, conf = result.fit, CONFIDENCE_WORDS.get(result.confidence or "", result.confidence or "")
     if fit is not None and result.raw_verdict in ("fits-clean", "fits-constrained"):
         ranks = len(fit.ranks)
-        shape = f"TP {ranks}" if result.profile_like in (None, "auto") or result.shape_source == "derived" \
-            else f"{result.profile_like}, TP {ranks}"
+        kv = fit.settings.kv_cache_dtype
+        shape = (f"TP {ranks}" + ("" if kv in ("auto", "bf16", "fp16") else f", {kv} KV")
+                 if result.profile_like in (None, "auto") or result.shape_source == "derived"
+                 else f"{result.profile_like}, TP {ranks}")
         n = int(fit.max_concurrency)
         body = (f"Fits on {rig_text(result)} ({shape}): {tokens_text(fit.max_model_len)} context, "
                 f"{n} concurrent full-length request{'s' if n != 1 else ''} - {conf}")
