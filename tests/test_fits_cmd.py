@@ -25,10 +25,12 @@ def test_ranking_lists_every_catalog_model_with_shape_context_and_command(capsys
     contexts = [r["max_model_len"] for r in fitting]
     assert contexts == sorted(contexts, reverse=True)           # then the most context
     for r in fitting:
-        assert r["serve"].startswith("club3090 up ") and r["serve"].endswith("--gpus 1x3090")
+        assert r["serve"].startswith("club3090 up ") and "--gpus 1x3090" in r["serve"]
         assert r["tensor_parallel_size"] == 1 and r["max_concurrency"] >= 1 and r["confidence"]
     qwen = next(r for r in rows if r["model"] == "qwen3.6-27b")
     assert qwen["profile"] == "vllm/minimal" and qwen["shape_source"] == "curated-default"
+    assert qwen["serve"] == "club3090 up Lorbus/Qwen3.6-27B-int4-AutoRound --profile-like vllm/minimal " \
+                           "--gpus 1x3090 --dir run/"
 
 
 def test_ranking_human_output(capsys):
@@ -56,7 +58,8 @@ def test_one_model_fits_exits_0(hub, capsys):
     code, doc = _json(capsys, "microsoft/phi-4", "--gpus", "2x3090")
     assert code == 0 and doc["summary"] == "FITS"
     row = doc["models"][0]
-    assert row["tensor_parallel_size"] == 2 and row["serve"] == "club3090 up microsoft/phi-4 --gpus 2x3090"
+    assert row["tensor_parallel_size"] == 2
+    assert row["serve"] == "club3090 up microsoft/phi-4 --gpus 2x3090 --dir run/"
     assert main(["fits", "microsoft/phi-4", "--gpus", "2x3090"]) == 0
     first = capsys.readouterr().out.splitlines()[0]
     assert first.startswith("microsoft/phi-4: fits on 2x RTX 3090 (TP 2") and "16K context" in first

@@ -113,13 +113,19 @@ def sentence(row: Any, rig: str, *, short: bool = False) -> str:
 def detail_lines(row: Any, rig: str, gpus: str | None, *, verbose: bool) -> list[str]:
     lines = []
     if row.fits and row.repo:
-        lines.append(f"serve: club3090 up {row.repo}" + (f" --gpus {gpus}" if gpus else ""))
+        lines.append(f"serve: {serve_command(row, gpus)}")
     if verbose and row.choice is not None:
         lines.append(f"why: {row.choice.reason}")
         lines.extend(f"runner-up: {c.label()} ({why})" for c, why in row.choice.runner_ups)
     if verbose and row.profile:
         lines.append(f"why: {row.profile} is upstream's curated profile for this GPU count")
     return lines
+
+
+def serve_command(row: Any, gpus: str | None) -> str:
+    """The one command that serves this row's shape (``up`` takes the curated profile by name)."""
+    profile = f" --profile-like {row.profile}" if row.profile else ""
+    return f"club3090 up {row.repo}{profile}" + (f" --gpus {gpus}" if gpus else "") + " --dir run/"
 
 
 def to_json(report: Any, code: int, single: bool, gpus: str | None) -> dict[str, Any]:
@@ -133,8 +139,7 @@ def to_json(report: Any, code: int, single: bool, gpus: str | None) -> dict[str,
         doc.update({"summary": "STOPPED", "reason": report.stop.token,
                     "detail": report.stop.detail.get("message", ""), "models": []})
         return doc
-    rows = [{**r.to_json(), "serve": (f"club3090 up {r.repo}" + (f" --gpus {gpus}" if gpus else ""))
-             if r.fits and r.repo else None} for r in report.rows]
+    rows = [{**r.to_json(), "serve": serve_command(r, gpus) if r.fits and r.repo else None} for r in report.rows]
     doc["models"] = rows
     if single:
         row = report.rows[0]
