@@ -4,7 +4,9 @@ I/O at the edge. MODEL, first match wins:
 
 1. an existing local folder (``config.json`` + safetensors) or a ``config.json`` path: the config,
    and weights from the safetensors headers next to it (the weight-set selection and header
-   reader of :mod:`club3090.edges.derive`), unless the caller gives per-rank weights itself;
+   reader of :mod:`club3090.edges.derive`), unless the caller gives per-rank weights itself; with
+   no safetensors, a parameter-count estimate from the config (:mod:`club3090.model.param_estimate`),
+   said so in the weights note with its band;
 2. a curated profile key, a catalog model id, or any ``hf_repos`` alias of a catalog weight variant;
 3. anything else goes to :func:`club3090.edges.derive.derive` (the Hub, or the HF cache offline); its
    stratum-1 stop is returned as is (kv-calc exits 2 with its token, as ``inspect`` does).
@@ -113,7 +115,15 @@ def _from_path(path: Path, weights_given: bool) -> ModelSource:
     if not weights_given:
         weights, note = folder_weights(folder)
         if weights is None:
-            raise UsageError(f"{path}: {note}; pass --weights-gib (weights per GPU rank)")
+            # config only: a parameter-count estimate, flagged with its band
+            from club3090.model.architecture import parse_config
+            from club3090.model.param_estimate import estimate_weights
+
+            arch = parse_config(config)
+            if arch.unpriceable_reason or arch.hidden_size <= 0:
+                raise UsageError(f"{path}: {note}; pass --weights-gib (weights per GPU rank)")
+            estimate = estimate_weights(arch)
+            weights, note = estimate.bytes, f"{note}; {estimate.note}"
         fields.update(weights_bytes=weights, weights_note=note)
     return ModelSource(label=str(path), config=config, **fields)
 

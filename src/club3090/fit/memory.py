@@ -17,18 +17,35 @@ Pure: no I/O, no environment, no clock, no printing.
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from fractions import Fraction
 from typing import Any
 
 from club3090.errors import Club3090Error
+from club3090.fit import profiling
 from club3090.fit.kv_formats import KvFormat, canonical_dtype, dtype_bytes, kv_format
+from club3090.fit.vllm_rules import (
+    AUTO_FIT_FLAG_FROM,
+    AUTO_FIT_UNSET_FROM,
+    GRAPH_ESTIMATE_FROM,
+    KV_TOKENS_BY_CONCURRENCY_FROM,
+    NEWEST_KNOWN_VLLM,
+    UTIL_092_FROM,
+    VERSION_RE,
+    batch_defaults,
+    capture_sizes,
+    choose_engine,
+    mla_rule,
+    parse_version,
+    v0_batched_tokens,
+    version_note,
+)
 from club3090.model.architecture import Architecture, LayerSpec
 
 __all__ = [
     "NEWEST_KNOWN_VLLM",
+    "VERSION_RE",
     "VERDICTS",
     "FitResult",
     "GiB",
@@ -48,7 +65,6 @@ __all__ = [
 
 GiB = 1 << 30
 MiB = 1 << 20
-NEWEST_KNOWN_VLLM = "0.33.0"
 VERDICTS = ("fits-clean", "fits-constrained", "wont-fit")
 CONSTRAINED_SLACK = Fraction(105, 100)   # requested concurrency may exceed the pool by 5 % and stay "clean"
 
@@ -58,21 +74,6 @@ class UnpriceableModel(Club3090Error, ValueError):
 
 
 # ---------------------------------------------------------------------------------------------
-# fitted free terms (see docs/ACCURACY.md for the data and the fit)
-
-# non-torch memory allocated after the start-up snapshot
-NON_TORCH_TP1 = int(0.20 * GiB)            # cuBLAS/attention workspaces that appear during profiling
-NON_TORCH_MULTI = int(0.30 * GiB)          # + NCCL / custom all-reduce buffers once world size > 1
-NON_TORCH_NVSWITCH = int(1.45 * GiB)       # + NCCL NVLS (NVSwitch multicast) buffers, TP > 1 on SXM parts
-# activation peak of the profile run: max(forward pass, sampler) + fixed part
-ACT_FORWARD_COEF = 1.3                     # x the per-token activation width (bytes) x tokens
-SAMPLER_COEF = 3.75                        # x fp32 logits (num_reqs x vocab x 4 B): logits, probs, sort
-# CUDA-graph pool estimate (subtracted from v0.21.0 unless --enforce-eager). Piecewise graphs keep
-# per-layer buffers, so the pool scales with layers x hidden / TP on the rank: the first capture
-# costs about CUDAGRAPH_BASE_TOKENS tokens' worth of hidden states per layer, and vLLM extrapolates
-# each further capture size linearly (CUDAGRAPH_PER_GRAPH_TOKENS per graph).
-CUDAGRAPH_BASE_TOKENS = 2048
-CUDAGRAPH_PER_GRAPH_TOKENS = 36
 # the start-up free-memory check, and the margin vLLM suggests on top
 # K=V tied caches (Gemma 4 `attention_k_eq_v`, global layers only): vLLM's attention layer still
 # allocates a K and a V plane, so they cost full price. Evidence: vLLM PR #40391 sizes a Gemma 4
@@ -114,6 +115,13 @@ class ServeShape:
     disable_hybrid_kv_cache_manager: bool = False
     mamba_ssm_cache_dtype: str | None = None  # None: config's value, else the model dtype
     enable_prefix_caching: bool | None = None
+    # vLLM's release-line rules (fit/vllm_rules.py); None = that version's default
+    engine: str | None = None                # "v0" | "v1" (VLLM_USE_V1) on the 0.8-0.10 lines
+    enable_chunked_prefill: bool | None = None   # V0 only; V1 always chunks
+    mla_disabled: bool = False               # VLLM_MLA_DISABLE=1
+    quantization: str | None = None          # --quantization; None = the config's quant_method
+    speculative_method: str | None = None    # "mtp" | "eagle" | "eagle3" | "dflash" | "ngram" | "draft_model"
+    mm_encoder_profiling: bool = True        # False: no encoder dummy batch (language-only / images 0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,6 +166,10 @@ class Resolved:
     cudagraphs_subtracted: bool
     capture_sizes: int
     kv_tokens_formula: str          # "blocks" (<= 0.19) | "concurrency"
+    engine: str = "v1"              # "v0" | "v1"
+    chunked_prefill: bool = True
+    use_mla: bool = True
+    max_model_len_auto: bool = False   # vLLM fits max_model_len itself (-1 / auto, or unset from 0.26)
 
 
 @dataclass(frozen=True, slots=True)
@@ -213,55 +225,75 @@ class FitResult:
 # versions and defaults
 
 
-VERSION_RE = re.compile(r"\s*v?(\d+)\.(\d+)(?:\.(\d+))?")   # '0.22', 'v0.19.1', '0.8.3.dev172+g2b93162f'
-
-
-def parse_version(version: str | None) -> tuple[int, int, int]:
-    """'0.8.3.dev172+g2b93162f' -> (0, 8, 3); None/unparseable -> the newest known version."""
-    text = version if version else NEWEST_KNOWN_VLLM
-    match = VERSION_RE.match(str(text))
-    if not match:
-        match = VERSION_RE.match(NEWEST_KNOWN_VLLM)
-        assert match is not None
-    return int(match.group(1)), int(match.group(2)), int(match.group(3) or 0)
-
-
-def capture_sizes(max_num_seqs: int, num_speculative_tokens: int = 0, limit: int = 512) -> list[int]:
-    """vLLM's CUDA-graph capture sizes: [1, 2, 4] + 8..248 step 8 + 256.. step 16, cut at the max."""
-    top = min(2 * max_num_seqs * (1 + num_speculative_tokens), limit)
-    sizes = [1, 2, 4] + list(range(8, 256, 8)) + list(range(256, limit + 1, 16))
-    return [s for s in sizes if s <= top]
+def _quant_method(arch: Architecture, shape: ServeShape) -> str | None:
+    if shape.quantization:
+        return shape.quantization
+    qc = arch.quantization_config or {}
+    method = qc.get("quant_method")
+    return str(method) if method else None
 
 
 def resolve_defaults(arch: Architecture, shape: ServeShape, gpu_memory_bytes: Sequence[int]) -> Resolved:
+    """The settings vLLM would run with: the shape's, else the release line's defaults."""
     version = shape.vllm_version or NEWEST_KNOWN_VLLM
-    ver = parse_version(version)
-    util = shape.mem_util if shape.mem_util is not None else (0.92 if ver >= (0, 21, 0) else 0.90)
+    ver = parse_version(shape.vllm_version)
+    num_spec = int(shape.num_speculative_tokens or 0)
+    spec_method = shape.speculative_method or ("mtp" if num_spec and arch.mtp_layers else None)
+    choice = choose_engine(ver, requested=shape.engine, pp=int(shape.pp),
+                           kv_cache_dtype=str(shape.kv_cache_dtype or "auto"),
+                           has_state_layers=bool(arch.state_layers), spec_method=spec_method)
+    util = shape.mem_util if shape.mem_util is not None else (0.92 if ver >= UTIL_092_FROM else 0.90)
     device_gib = min(gpu_memory_bytes) / GiB if gpu_memory_bytes else 0.0
-    name = (shape.device_name or "").lower()
-    api = shape.entrypoint != "llm"
-    if ver >= (0, 10, 2) and device_gib >= 160:
-        mns, mnbt = 1024, 16384
-    elif ver >= (0, 10, 2) and device_gib >= 70 and "a100" not in name and "gb10" not in name:
-        mns, mnbt = 1024, (8192 if api else 16384)
-    else:
-        mns, mnbt = 256, (2048 if api else 8192)
+    mns, mnbt = batch_defaults(ver, choice.engine, device_gib=device_gib, device_name=shape.device_name or "",
+                               api_server=shape.entrypoint != "llm")
     max_num_seqs = shape.max_num_seqs or mns
-    max_len = shape.max_model_len or arch.derived_max_model_len or arch.max_position_embeddings or 0
+    auto = shape.max_model_len is not None and shape.max_model_len < 0
+    model_len = arch.derived_max_model_len or arch.max_position_embeddings or 0
+    max_len = model_len if auto or not shape.max_model_len else shape.max_model_len
+    if auto and ver < AUTO_FIT_FLAG_FROM:
+        raise UnpriceableModel(f"--max-model-len auto needs vLLM >= 0.12.0 (priced as {version})")
+    auto = auto or (shape.max_model_len is None and choice.engine == "v1" and ver >= AUTO_FIT_UNSET_FROM)
+    use_mla = any(layer.kind == "mla" for layer in arch.layers)
+    if use_mla:
+        use_mla = mla_rule(ver, quant_method=_quant_method(arch, shape), disabled=shape.mla_disabled)[0]
+    chunked = True
+    if choice.engine == "v0":
+        chunked, mnbt = v0_batched_tokens(
+            ver, max_model_len=max_len, chunked=shape.enable_chunked_prefill,
+            sliding_window=any(layer.kind == "sliding" for layer in arch.layers), speculative=num_spec > 0,
+            multimodal=arch.has_vision, mla=use_mla)
     if shape.max_num_batched_tokens:
         mnbt = shape.max_num_batched_tokens
-    mnbt = max(mnbt, max_num_seqs if shape.max_num_batched_tokens is None else 0, 1)
+    elif choice.engine == "v1":
+        mnbt = max(mnbt, max_num_seqs, 1)
     model_dtype = canonical_dtype(shape.dtype) if shape.dtype and shape.dtype != "auto" else None
     if model_dtype is None:
         cfg = canonical_dtype(arch.torch_dtype)
         model_dtype = "bfloat16" if cfg in (None, "float32") else cfg
-    graphs = ver >= (0, 21, 0) and not shape.enforce_eager
-    n_sizes = 0 if shape.enforce_eager else len(capture_sizes(max_num_seqs, shape.num_speculative_tokens))
+    graphs = choice.engine == "v1" and ver >= GRAPH_ESTIMATE_FROM and not shape.enforce_eager
+    if shape.enforce_eager:
+        n_sizes = 0
+    elif choice.engine == "v0":     # worker/model_runner.py: _BATCH_SIZES_TO_CAPTURE cut at max_num_seqs
+        n_sizes = len([s for s in [1, 2, 4] + list(range(8, 257, 8)) if s <= max_num_seqs])
+    else:
+        n_sizes = len(capture_sizes(max_num_seqs, num_spec))
     return Resolved(vllm_version=version, mem_util=float(util), max_model_len=int(max_len),
-                    max_num_seqs=int(max_num_seqs), max_num_batched_tokens=int(mnbt),
+                    max_num_seqs=int(max_num_seqs), max_num_batched_tokens=int(max(mnbt, 1)),
                     kv_cache_dtype=shape.kv_cache_dtype or "auto", model_dtype=model_dtype,
                     cudagraphs_subtracted=graphs, capture_sizes=n_sizes,
-                    kv_tokens_formula="concurrency" if ver >= (0, 20, 0) else "blocks")
+                    kv_tokens_formula="concurrency" if ver >= KV_TOKENS_BY_CONCURRENCY_FROM else "blocks",
+                    engine=choice.engine, chunked_prefill=chunked, use_mla=use_mla, max_model_len_auto=auto)
+
+
+def _without_mla(arch: Architecture, ver: tuple[int, int, int], quant: str | None, disabled: bool) -> Architecture:
+    """vLLM versions that did not (or could not) use MLA cache every head's K and V."""
+    _used, padded, _why = mla_rule(ver, quant_method=quant, disabled=disabled)
+    size = padded or arch.head_dim
+    full = LayerSpec(kind="full", num_kv_heads=arch.num_attention_heads, head_dim=size, v_head_dim=size)
+    layers = tuple(full if layer.kind == "mla" else layer for layer in arch.layers)
+    mtp = full if arch.mtp_layer is not None and arch.mtp_layer.kind == "mla" else arch.mtp_layer
+    return replace(arch, layers=layers, mtp_layer=mtp, num_key_value_heads=arch.num_attention_heads,
+                   layer_kinds=tuple(sorted({layer.kind for layer in layers})))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -442,48 +474,6 @@ def _bytes_needed(layout: _Layout, length: int, inflight: int, num_spec: int) ->
 
 
 # ---------------------------------------------------------------------------------------------
-# free terms
-
-
-def _activation_width(arch: Architecture, tp: int) -> int:
-    """Bytes per batched token of the largest transient in one decoder layer (bf16 activations)."""
-    h = arch.hidden_size
-    q = arch.num_attention_heads * arch.head_dim
-    kv = 2 * arch.num_key_value_heads * arch.head_dim
-    attn = (q + kv + q) // tp
-    dense = 3 * arch.intermediate_size // tp if arch.intermediate_size else 0
-    moe = 0
-    if arch.num_experts:
-        inter = arch.moe_intermediate_size or arch.intermediate_size
-        moe = arch.num_experts_per_tok * (3 * inter // tp + h)
-        if arch.shared_expert_intermediate_size:
-            moe += 3 * arch.shared_expert_intermediate_size // tp
-    return 2 * (max(attn, dense, moe) + 2 * h)
-
-
-def _activation_bytes(arch: Architecture, tp: int, tokens: int, num_seqs: int, last_stage: bool) -> int:
-    forward = ACT_FORWARD_COEF * tokens * _activation_width(arch, tp)
-    sampler = SAMPLER_COEF * min(num_seqs, tokens) * arch.vocab_size * 4 if last_stage else 0
-    return int(max(forward, sampler))
-
-
-def _non_torch_bytes(tp: int, pp: int, nvswitch: bool) -> int:
-    value = NON_TORCH_TP1
-    if tp * pp > 1:
-        value += NON_TORCH_MULTI
-    if tp > 1 and nvswitch:
-        value += NON_TORCH_NVSWITCH
-    return value
-
-
-def _cudagraph_bytes(arch: Architecture, n_sizes: int, layers_here: int, tp: int) -> int:
-    if n_sizes <= 0:
-        return 0
-    unit = layers_here * arch.hidden_size * 2 // tp
-    return unit * (CUDAGRAPH_BASE_TOKENS + CUDAGRAPH_PER_GRAPH_TOKENS * n_sizes)
-
-
-# ---------------------------------------------------------------------------------------------
 # weights per rank
 
 
@@ -531,21 +521,6 @@ def predict(arch: Architecture, *, weights_bytes: int, gpu_memory_bytes: Sequenc
     tp, pp = int(shape.tp), int(shape.pp)
     if tp < 1 or pp < 1:
         raise UnpriceableModel("tensor and pipeline parallel sizes must be >= 1")
-    if any(layer.kind in ("full", "sliding", "chunked", "mla") for layer in arch.layers):
-        kv_split = any(layer.kind in ("full", "sliding", "chunked") for layer in arch.layers)
-        problem = tp_geometry_problem(tp, arch.num_attention_heads,
-                                      arch.num_key_value_heads if kv_split else None)
-        if problem:
-            raise UnpriceableModel(problem)
-    for layer in arch.layers:
-        if layer.kind == "gdn" and (layer.linear_num_key_heads % tp or layer.linear_num_value_heads % tp):
-            raise UnpriceableModel(f"linear-attention heads are not divisible by TP {tp}")
-        if layer.kind == "mamba2" and layer.mamba_num_heads % tp:
-            raise UnpriceableModel(f"Mamba heads are not divisible by TP {tp}")
-        if layer.kind == "linear":
-            raise UnpriceableModel("unmodelled linear-attention layer")
-    if pp > arch.num_hidden_layers:
-        raise UnpriceableModel(f"PP {pp} exceeds {arch.num_hidden_layers} layers")
     world = tp * pp
     mems = list(gpu_memory_bytes)
     if not mems:
@@ -562,9 +537,24 @@ def predict(arch: Architecture, *, weights_bytes: int, gpu_memory_bytes: Sequenc
         raise UnpriceableModel(f"KV cache dtype {fmt.name} applies to MLA models only")
 
     res = resolve_defaults(arch, shape, mems)
+    notes: list[str] = []
+    unread = version_note(shape.vllm_version)
+    if unread:
+        notes.append(unread)
+    ver = parse_version(shape.vllm_version)
+    if res.engine == "v0":
+        why = choose_engine(ver, requested=shape.engine, pp=pp, kv_cache_dtype=str(shape.kv_cache_dtype or "auto"),
+                            has_state_layers=bool(arch.state_layers),
+                            spec_method=shape.speculative_method).reason
+        notes.append(f"vLLM {res.vllm_version} runs the V0 engine" + (f" ({why})" if why else "")
+                     + (": chunked prefill on" if res.chunked_prefill else
+                        f": no chunked prefill, the profile batch is {res.max_num_batched_tokens} tokens"))
+    if any(layer.kind == "mla" for layer in arch.layers) and not res.use_mla:
+        notes.append(mla_rule(ver, quant_method=_quant_method(arch, shape), disabled=shape.mla_disabled)[2] or "")
+        arch = _without_mla(arch, ver, _quant_method(arch, shape), shape.mla_disabled)
+    _check_geometry(arch, tp, pp)
     if res.max_model_len <= 0:
         raise UnpriceableModel("max_model_len unknown: the config has no max_position_embeddings")
-    notes: list[str] = []
     model_bytes = dtype_bytes(res.model_dtype)
     ssm_name = shape.mamba_ssm_cache_dtype or arch.mamba_ssm_cache_dtype
     ssm_bytes = dtype_bytes(ssm_name) if ssm_name and ssm_name != "auto" else model_bytes
@@ -582,27 +572,33 @@ def predict(arch: Architecture, *, weights_bytes: int, gpu_memory_bytes: Sequenc
 
     ranks: list[RankBreakdown] = []
     layouts: list[_Layout] = []
+    stage_graphs: list[int] = []
     start = 0
     for stage in range(pp):
         stage_layers = list(arch.layers[start:start + counts[stage]])
         start += counts[stage]
-        if stage == pp - 1:
+        last = stage == pp - 1
+        if last:
             stage_layers += mtp_layers
         layout = kv_page_layout(stage_layers, tp=tp, fmt=fmt, model_bytes=model_bytes,
                                 block_size=shape.block_size, num_spec=num_spec,
                                 conv_bytes=model_bytes, ssm_bytes=ssm_bytes,
                                 disable_hybrid=shape.disable_hybrid_kv_cache_manager,
                                 max_model_len=res.max_model_len)
-        last = stage == pp - 1
         if weights_bytes_per_rank is not None:
             weights = int(weights_bytes_per_rank)
         else:
             weights = _weights_per_rank(arch, int(weights_bytes), tp, pp, stage, counts[stage], model_bytes)
         if last and shape.extra_weights_bytes:
             weights += int(shape.extra_weights_bytes) // tp
-        non_torch = _non_torch_bytes(tp, pp, nvswitch)
-        activation = _activation_bytes(arch, tp, res.max_num_batched_tokens, res.max_num_seqs, last)
-        graphs = _cudagraph_bytes(arch, res.capture_sizes, counts[stage], tp)
+        non_torch = profiling.non_torch_bytes(tp, pp, nvswitch)
+        act = profiling.activation(arch, tp=tp, tokens=res.max_num_batched_tokens, num_seqs=res.max_num_seqs,
+                                   last_stage=last, num_spec=num_spec, engine=res.engine,
+                                   encoder=shape.mm_encoder_profiling and stage == 0)
+        # drafter layers capture their own graphs on the last stage
+        graph_layers = counts[stage] + (len(mtp_layers) if last else 0)
+        graphs = profiling.cudagraph_bytes(arch, res.capture_sizes, graph_layers, tp)
+        stage_graphs.append(graphs)
         for tp_rank in range(tp):
             idx = stage * tp + tp_rank
             budget = int(mems[idx] * util)
@@ -610,11 +606,11 @@ def predict(arch: Architecture, *, weights_bytes: int, gpu_memory_bytes: Sequenc
             if shape.kv_cache_memory_bytes is not None:
                 pool = int(shape.kv_cache_memory_bytes)
             else:
-                pool = max(0, budget - weights - non_torch - activation - subtracted)
+                pool = max(0, budget - weights - non_torch - act.total - subtracted)
             blocks = pool // layout.bytes_per_block if layout.bytes_per_block else 0
             ranks.append(RankBreakdown(rank=idx, gpu_memory_bytes=int(mems[idx]), budget_bytes=budget,
                                        weights_bytes=weights, non_torch_bytes=non_torch,
-                                       activation_bytes=activation, cudagraph_bytes=subtracted,
+                                       activation_bytes=act.total, cudagraph_bytes=subtracted,
                                        kv_pool_bytes=pool, num_blocks=blocks,
                                        bytes_per_block=layout.bytes_per_block,
                                        kv_bytes_per_token=layout.kv_bytes_per_token,
@@ -629,14 +625,6 @@ def predict(arch: Architecture, *, weights_bytes: int, gpu_memory_bytes: Sequenc
                    key=lambda i: (ranks[i].num_blocks, i))
     lim, layout = ranks[limiting], layouts[limiting]
     num_blocks = lim.num_blocks
-    length = res.max_model_len
-    per_request = max(_blocks_per_request(lay, length, inflight, num_spec) for lay in layouts if lay.groups)
-    concurrency = num_blocks / per_request if per_request else 0.0
-    if res.kv_tokens_formula == "concurrency":
-        kv_tokens = int(concurrency * length)
-    else:
-        min_block = min(g.block_size for g in layout.groups)
-        kv_tokens = num_blocks // len(layout.groups) * min_block
 
     def fits(candidate: int) -> bool:
         for rank, lay in zip(ranks, layouts):
@@ -646,13 +634,7 @@ def predict(arch: Architecture, *, weights_bytes: int, gpu_memory_bytes: Sequenc
                 return False
         return True
 
-    requested = shape.max_num_seqs or 1
-    if not fits(length):
-        verdict = "wont-fit"
-    elif requested * per_request > num_blocks * CONSTRAINED_SLACK:
-        verdict = "fits-constrained"
-    else:
-        verdict = "fits-clean"
+    length = res.max_model_len
     upper = max(length, arch.derived_max_model_len or 0)
     lo, hi = 0, upper
     while lo < hi:                               # largest length that fits (estimate_max_model_len)
@@ -662,14 +644,33 @@ def predict(arch: Architecture, *, weights_bytes: int, gpu_memory_bytes: Sequenc
         else:
             hi = mid - 1
     max_fit = lo
+    if res.max_model_len_auto and not fits(length) and max_fit > 0:
+        notes.append(f"vLLM {res.vllm_version} auto-fits max_model_len: reduced from {length} to {max_fit}")
+        length = max_fit
+        res = replace(res, max_model_len=max_fit)
+    per_request = max(_blocks_per_request(lay, length, inflight, num_spec) for lay in layouts if lay.groups)
+    concurrency = num_blocks / per_request if per_request else 0.0
+    if res.kv_tokens_formula == "concurrency":
+        kv_tokens = int(concurrency * length)
+    else:
+        min_block = min(g.block_size for g in layout.groups)
+        kv_tokens = num_blocks // len(layout.groups) * min_block
 
-    cg_est = _cudagraph_bytes(arch, res.capture_sizes, counts[limiting // tp], tp)
+    requested = shape.max_num_seqs or 1
+    if not fits(length):
+        verdict = "wont-fit"
+    elif requested * per_request > num_blocks * CONSTRAINED_SLACK:
+        verdict = "fits-constrained"
+    else:
+        verdict = "fits-clean"
+
+    cg_est = stage_graphs[limiting // tp]
     outside = 0 if res.cudagraphs_subtracted or shape.enforce_eager else cg_est
     if outside:
         notes.append(f"vLLM {res.vllm_version} captures CUDA graphs outside the budget "
                      f"(~{outside / GiB:.2f} GiB in the remaining {1 - res.mem_util:.0%})")
-    if arch.has_vision:
-        notes.append("multimodal encoder profiling is not modelled (text-only activation peak)")
+    if arch.has_vision and arch.vision is None and shape.mm_encoder_profiling:
+        notes.append("multimodal encoder profiling is not modelled for this vision tower (text-only activation peak)")
     if shape.kv_cache_memory_bytes is not None:
         notes.append("--kv-cache-memory-bytes sets the pool; util does not size the cache")
     notes.extend(arch.notes)
@@ -682,3 +683,21 @@ def predict(arch: Architecture, *, weights_bytes: int, gpu_memory_bytes: Sequenc
         max_model_len=length, max_model_len_fit=max_fit, confidence=confidence,
         error_band_bytes=band, groups=layout.groups, settings=res, notes=tuple(notes),
         cudagraph_outside_budget_bytes=outside, requested_concurrency=requested)
+
+
+def _check_geometry(arch: Architecture, tp: int, pp: int) -> None:
+    if any(layer.kind in ("full", "sliding", "chunked", "mla") for layer in arch.layers):
+        kv_split = any(layer.kind in ("full", "sliding", "chunked") for layer in arch.layers)
+        problem = tp_geometry_problem(tp, arch.num_attention_heads,
+                                      arch.num_key_value_heads if kv_split else None)
+        if problem:
+            raise UnpriceableModel(problem)
+    for layer in arch.layers:
+        if layer.kind == "gdn" and (layer.linear_num_key_heads % tp or layer.linear_num_value_heads % tp):
+            raise UnpriceableModel(f"linear-attention heads are not divisible by TP {tp}")
+        if layer.kind == "mamba2" and layer.mamba_num_heads % tp:
+            raise UnpriceableModel(f"Mamba heads are not divisible by TP {tp}")
+        if layer.kind == "linear":
+            raise UnpriceableModel("unmodelled linear-attention layer")
+    if pp > arch.num_hidden_layers:
+        raise UnpriceableModel(f"PP {pp} exceeds {arch.num_hidden_layers} layers")
