@@ -16,15 +16,23 @@ Pure: no I/O, no environment, no clock, no printing.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from fractions import Fraction
 from typing import Any
 
-from club3090.errors import Club3090Error
 from club3090.fit import profiling
-from club3090.fit.kv_formats import KvFormat, canonical_dtype, dtype_bytes, kv_format
+from club3090.fit.kv_formats import canonical_dtype, dtype_bytes, kv_format
+from club3090.fit.kv_layout import (
+    KvGroup,
+    Layout,
+    UnpriceableModel,
+    blocks_per_request,
+    bytes_needed,
+    kv_page_layout,
+    mamba_groups,
+    tp_geometry_problem,
+)
 from club3090.fit.vllm_rules import (
     AUTO_FIT_FLAG_FROM,
     AUTO_FIT_UNSET_FROM,
@@ -45,8 +53,8 @@ from club3090.model.architecture import Architecture, LayerSpec
 
 __all__ = [
     "NEWEST_KNOWN_VLLM",
-    "VERSION_RE",
     "VERDICTS",
+    "VERSION_RE",
     "FitResult",
     "GiB",
     "KvGroup",
@@ -69,19 +77,9 @@ VERDICTS = ("fits-clean", "fits-constrained", "wont-fit")
 CONSTRAINED_SLACK = Fraction(105, 100)   # requested concurrency may exceed the pool by 5 % and stay "clean"
 
 
-class UnpriceableModel(Club3090Error, ValueError):
-    """The fit engine cannot price this model/shape (unmodelled layer type, impossible TP, ...)."""
-
 
 # ---------------------------------------------------------------------------------------------
 # the start-up free-memory check, and the margin vLLM suggests on top
-# K=V tied caches (Gemma 4 `attention_k_eq_v`, global layers only): vLLM's attention layer still
-# allocates a K and a V plane, so they cost full price. Evidence: vLLM PR #40391 sizes a Gemma 4
-# global head at 1,032 B/token in int8_per_token_head (512 K + 512 V + 8 scale bytes, padded to
-# 1,040), and the measured pools (gemma-bf16-mtp 196,527 tokens, gemma-int8-mtp 447K, the 12B boot
-# log's 384,019 tokens / 8.16 GiB) are reproduced with K + V and are 2x off with K only
-# (docs/ACCURACY.md).
-K_EQ_V_STORED_ONCE = False
 ERROR_BAND_FRACTION = Fraction(3, 100)
 ERROR_BAND_FLOOR = int(0.5 * GiB)
 
@@ -122,15 +120,6 @@ class ServeShape:
     quantization: str | None = None          # --quantization; None = the config's quant_method
     speculative_method: str | None = None    # "mtp" | "eagle" | "eagle3" | "dflash" | "ngram" | "draft_model"
     mm_encoder_profiling: bool = True        # False: no encoder dummy batch (language-only / images 0)
-
-
-@dataclass(frozen=True, slots=True)
-class KvGroup:
-    kind: str                  # full | sliding | chunked | mla | state
-    num_layers: int            # real layers in this group (<= group size; the rest is padding)
-    block_size: int            # tokens per block for this group
-    page_bytes: int            # one layer's page
-    window: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -274,7 +263,7 @@ def resolve_defaults(arch: Architecture, shape: ServeShape, gpu_memory_bytes: Se
     if shape.enforce_eager:
         n_sizes = 0
     elif choice.engine == "v0":     # worker/model_runner.py: _BATCH_SIZES_TO_CAPTURE cut at max_num_seqs
-        n_sizes = len([s for s in [1, 2, 4] + list(range(8, 257, 8)) if s <= max_num_seqs])
+        n_sizes = len([s for s in [1, 2, 4, *range(8, 257, 8)] if s <= max_num_seqs])
     else:
         n_sizes = len(capture_sizes(max_num_seqs, num_spec))
     return Resolved(vllm_version=version, mem_util=float(util), max_model_len=int(max_len),
@@ -294,183 +283,6 @@ def _without_mla(arch: Architecture, ver: tuple[int, int, int], quant: str | Non
     mtp = full if arch.mtp_layer is not None and arch.mtp_layer.kind == "mla" else arch.mtp_layer
     return replace(arch, layers=layers, mtp_layer=mtp, num_key_value_heads=arch.num_attention_heads,
                    layer_kinds=tuple(sorted({layer.kind for layer in layers})))
-
-
-# ---------------------------------------------------------------------------------------------
-# KV page layout
-
-
-def _cdiv(a: int, b: int) -> int:
-    return -(-a // b)
-
-
-def _kv_heads_on_rank(total: int, tp: int) -> int:
-    return max(1, total // tp)
-
-
-def _attn_token_bytes(layer: LayerSpec, tp: int, fmt: KvFormat, model_bytes: int) -> Fraction:
-    """Bytes one token costs in one attention layer on one rank."""
-    if layer.kind == "mla":
-        if fmt.mla_bytes_per_token is not None:
-            return Fraction(fmt.mla_bytes_per_token)
-        k, _v = fmt.element_bytes(model_bytes)
-        return layer.head_dim * k                       # one latent head, never split by TP
-    heads = _kv_heads_on_rank(layer.num_kv_heads, tp)
-    k, v = fmt.element_bytes(model_bytes)
-    v_dim = layer.v_head_dim or (layer.head_dim if layer.k_eq_v else 0)
-    if layer.k_eq_v and K_EQ_V_STORED_ONCE:
-        v_dim = 0
-    per_head = layer.head_dim * k + v_dim * v + fmt.scale_bytes_per_head
-    return heads * per_head
-
-
-def tp_geometry_problem(tp: int, heads: int | None, kv_heads: int | None) -> str | None:
-    """Why vLLM cannot split attention over ``tp`` ranks, else None. The one owner of the rule
-    (the gate's [C0] and :func:`predict` both use it): the query heads must divide by TP; the KV
-    heads are split when TP divides them and replicated when TP is a multiple of them
-    (``config/model.py::get_num_kv_heads``)."""
-    if tp <= 1:
-        return None
-    if heads and heads % tp:
-        return f"tp={tp} does not divide the {heads} attention heads"
-    if kv_heads and kv_heads % tp and tp % kv_heads:
-        return f"tp={tp} neither divides nor is a multiple of the {kv_heads} KV heads"
-    return None
-
-
-def mamba_groups(n_groups: int, tp: int) -> int:
-    """Mamba-2 groups across all ranks after vLLM's replication (MambaMixer2,
-    ``extra_groups_for_head_shards``): TP dividing the groups shards them as they are; a single
-    group is replicated once per rank; any other non-dividing count vLLM refuses to load."""
-    if n_groups % tp == 0:
-        return n_groups
-    if n_groups == 1:
-        return tp
-    raise UnpriceableModel(f"{n_groups} Mamba groups are neither divisible by TP {tp} nor a single group")
-
-
-def _state_bytes(layer: LayerSpec, tp: int, num_spec: int, conv_bytes: int, ssm_bytes: int) -> int:
-    """One request's recurrent state for one layer on one rank (mamba_utils state shapes)."""
-    if layer.kind == "gdn":
-        conv_dim = (2 * layer.linear_num_key_heads * layer.linear_key_head_dim
-                    + layer.linear_num_value_heads * layer.linear_value_head_dim)
-        conv = (conv_dim // tp) * (layer.conv_kernel - 1 + num_spec)
-        recurrent = (layer.linear_num_value_heads // tp) * layer.linear_value_head_dim * layer.linear_key_head_dim
-        return conv * conv_bytes + recurrent * ssm_bytes
-    if layer.kind == "mamba2":
-        conv_dim = layer.mamba_intermediate + 2 * mamba_groups(layer.n_groups, tp) * layer.ssm_state_size
-        conv = (conv_dim // tp) * (layer.conv_kernel - 1 + num_spec)
-        recurrent = (layer.mamba_num_heads // tp) * layer.mamba_head_dim * layer.ssm_state_size
-        return conv * conv_bytes + recurrent * ssm_bytes
-    raise UnpriceableModel(f"layer kind {layer.kind!r} has no state model")
-
-
-@dataclass(frozen=True, slots=True)
-class _Layout:
-    groups: tuple[KvGroup, ...]
-    group_size: int
-    bytes_per_block: int
-    attn_block_size: int
-    kv_bytes_per_token: int
-    state_bytes_per_request: int
-    layer_needs: tuple[tuple[str, int, int, int | None], ...]  # (kind, block_size, page, window) per layer
-
-
-def kv_page_layout(layers: Sequence[LayerSpec], *, tp: int, fmt: KvFormat, model_bytes: int,
-                   block_size: int | None, num_spec: int = 0, conv_bytes: int = 2, ssm_bytes: int = 2,
-                   disable_hybrid: bool = False, max_model_len: int = 0) -> _Layout:
-    """Per-layer pages, vLLM's grouping into equal-size groups and bytes per block for one rank."""
-    attn = [layer for layer in layers if layer.is_attention]
-    state = [layer for layer in layers if layer.is_state]
-    if disable_hybrid:
-        attn = [replace(layer, kind="full", window=None) if layer.kind in ("sliding", "chunked") else layer
-                for layer in attn]
-    bs = block_size or 16
-    attn_token = [_attn_token_bytes(layer, tp, fmt, model_bytes) for layer in attn]
-    kv_per_token = sum(attn_token, Fraction(0))
-
-    state_page = 0
-    if state:
-        state_page = max(_state_bytes(layer, tp, num_spec, conv_bytes, ssm_bytes) for layer in state)
-        if attn and block_size is None:
-            # raise the attention block size until one attention page holds a state page
-            # (platforms/interface.py::update_block_size_for_backend; kernel alignment 16, 128 for MLA)
-            align = 128 if any(layer.kind == "mla" for layer in attn) else 16
-            one_token = max(attn_token)
-            bs = max(bs, align * math.ceil(Fraction(state_page) / (align * one_token)))
-
-    # one page per layer; key = spec identity (kind, page, window)
-    entries: list[tuple[str, int, int, int | None]] = []
-    for layer, token_bytes in zip(attn, attn_token):
-        entries.append((layer.kind, bs, math.ceil(bs * token_bytes), layer.window))
-    if state:
-        att_page = max((e[2] for e in entries), default=state_page)
-        padded = max(state_page, att_page)
-        entries.extend(("state", bs, padded, None) for _ in state)
-
-    if not entries:
-        return _Layout((), 0, 0, bs, 0, 0, ())
-
-    # uniform page size: layers with smaller pages get proportionally larger blocks
-    max_page = max(e[2] for e in entries)
-    unified: list[tuple[str, int, int, int | None]] = []
-    for kind, block, page, window in entries:
-        if page != max_page and kind != "state":
-            # vLLM's unify_kv_cache_spec_page_size multiplies the block size by max_page // page when it
-            # divides. Per-token-head scales break the ratio (Gemma 4 int8_per_token_head at TP2:
-            # sliding 8 heads x (256 + 256 + 8) = 4,160 B/token, global 2 x (512 + 512 + 8) = 2,064);
-            # vLLM PR #40391 (the overlay every such profile runs) pads the smaller layer's per-token
-            # bytes up to max_page / (max_page // page) (1,032 -> 1,040 B per head), so the block grows
-            # by the floor of the ratio and the page is padded to max_page.
-            block, page = block * max(1, max_page // page), max_page
-        elif kind == "state":
-            page = max_page
-        unified.append((kind, block, page, window))
-
-    buckets: dict[tuple[str, int, int | None], int] = {}
-    for kind, block, _page, window in unified:
-        buckets[(kind, block, window)] = buckets.get((kind, block, window), 0) + 1
-    counts = list(buckets.values())
-    group_size = min(counts)
-    if max(counts) < group_size * 1.25:
-        group_size = max(counts)
-    groups: list[KvGroup] = []
-    for (kind, block, window), n in buckets.items():
-        for start in range(0, n, group_size):
-            groups.append(KvGroup(kind=kind, num_layers=min(group_size, n - start), block_size=block,
-                                  page_bytes=max_page, window=window))
-    state_per_request = sum(_state_bytes(layer, tp, num_spec, conv_bytes, ssm_bytes) for layer in state)
-    return _Layout(groups=tuple(groups), group_size=group_size, bytes_per_block=group_size * max_page,
-                   attn_block_size=bs, kv_bytes_per_token=math.ceil(kv_per_token),
-                   state_bytes_per_request=state_per_request, layer_needs=tuple(unified))
-
-
-def _tokens_needed(kind: str, length: int, window: int | None, inflight: int) -> int | None:
-    if kind in ("full", "mla"):
-        return length
-    if kind == "sliding":
-        return min((window or 0) - 1 + inflight, length)
-    if kind == "chunked":
-        return min((window or 0) + inflight, length)
-    return None
-
-
-def _blocks_for(kind: str, block: int, length: int, window: int | None, inflight: int, num_spec: int) -> int:
-    tokens = _tokens_needed(kind, length, window, inflight)
-    if tokens is None:                       # state: one page (+ speculative pages) per request
-        return 1 + num_spec
-    blocks = _cdiv(tokens, block)
-    return blocks + 1 if kind == "sliding" else blocks
-
-
-def _blocks_per_request(layout: _Layout, length: int, inflight: int, num_spec: int) -> int:
-    return sum(_blocks_for(g.kind, g.block_size, length, g.window, inflight, num_spec) for g in layout.groups)
-
-
-def _bytes_needed(layout: _Layout, length: int, inflight: int, num_spec: int) -> int:
-    """vLLM's _check_enough_kv_cache_memory: sum over layers of each layer's max memory use."""
-    return sum(_blocks_for(kind, block, length, window, inflight, num_spec) * page
-               for kind, block, page, window in layout.layer_needs)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -571,7 +383,7 @@ def predict(arch: Architecture, *, weights_bytes: int, gpu_memory_bytes: Sequenc
         notes.append(f"{arch.mtp_layers} MTP layer(s) add their own KV")
 
     ranks: list[RankBreakdown] = []
-    layouts: list[_Layout] = []
+    layouts: list[Layout] = []
     stage_graphs: list[int] = []
     start = 0
     for stage in range(pp):
@@ -627,10 +439,10 @@ def predict(arch: Architecture, *, weights_bytes: int, gpu_memory_bytes: Sequenc
     num_blocks = lim.num_blocks
 
     def fits(candidate: int) -> bool:
-        for rank, lay in zip(ranks, layouts):
+        for rank, lay in zip(ranks, layouts, strict=True):
             if not lay.groups:
                 continue
-            if rank.kv_pool_bytes <= 0 or _bytes_needed(lay, candidate, inflight, num_spec) > rank.kv_pool_bytes:
+            if rank.kv_pool_bytes <= 0 or bytes_needed(lay, candidate, inflight, num_spec) > rank.kv_pool_bytes:
                 return False
         return True
 
@@ -648,7 +460,7 @@ def predict(arch: Architecture, *, weights_bytes: int, gpu_memory_bytes: Sequenc
         notes.append(f"vLLM {res.vllm_version} auto-fits max_model_len: reduced from {length} to {max_fit}")
         length = max_fit
         res = replace(res, max_model_len=max_fit)
-    per_request = max(_blocks_per_request(lay, length, inflight, num_spec) for lay in layouts if lay.groups)
+    per_request = max(blocks_per_request(lay, length, inflight, num_spec) for lay in layouts if lay.groups)
     concurrency = num_blocks / per_request if per_request else 0.0
     if res.kv_tokens_formula == "concurrency":
         kv_tokens = int(concurrency * length)

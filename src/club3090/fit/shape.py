@@ -78,7 +78,7 @@ def profile_encoder_profiling(profile: Any) -> bool:
         except ValueError:
             return True
         if isinstance(parsed, dict) and parsed and all(
-                isinstance(v, int) and v == 0 or isinstance(v, dict) and v.get("count") == 0
+                (isinstance(v, int) and v == 0) or (isinstance(v, dict) and v.get("count") == 0)
                 for v in parsed.values()):
             return False
     return True

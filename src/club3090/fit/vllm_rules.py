@@ -165,5 +165,5 @@ def capture_sizes(max_num_seqs: int, num_speculative_tokens: int = 0, limit: int
     """V1's CUDA-graph capture sizes: [1, 2, 4] + 8..248 step 8 + 256.. step 16, cut at
     ``min(2 x max_num_seqs x (1 + speculative tokens), limit)`` (``config/vllm.py::_set_cudagraph_sizes``)."""
     top = min(2 * max_num_seqs * (1 + num_speculative_tokens), limit)
-    sizes = [1, 2, 4] + list(range(8, 256, 8)) + list(range(256, limit + 1, 16))
+    sizes = [1, 2, 4, *range(8, 256, 8), *range(256, limit + 1, 16)]
     return [s for s in sizes if s <= top]

@@ -625,8 +625,7 @@ def _parse(config: Mapping[str, Any]) -> Architecture:
         else (cfg.get("quantization_config") if isinstance(cfg.get("quantization_config"), Mapping) else None)
 
     # dedupe problems, keep order
-    seen: set[str] = set()
-    unique = [p for p in problems if not (p in seen or seen.add(p))]
+    unique = list(dict.fromkeys(problems))
     return Architecture(
         architecture=architecture,
         model_type=model_type,
