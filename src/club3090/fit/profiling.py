@@ -48,7 +48,7 @@ ACT_FORWARD_COEF = 1.3                     # x the per-token activation width (b
 SAMPLER_COEF = 3.75                        # x fp32 logits (num_reqs x vocab x 4 B): logits, probs, sort
 SPEC_SAMPLER_COEF = 2.0                    # x fp32 draft-position logits per speculative token: target
                                            # logits and their softmax in the rejection sampler
-ENCODER_COEF = 1.6                         # x patches x the vision tower's per-patch width (bytes)
+ENCODER_COEF = 1.9                         # x patches x the vision tower's per-patch width (bytes)
 # CUDA-graph pool (subtracted from v0.21.0 unless --enforce-eager). Piecewise graphs keep
 # per-layer buffers, so the pool scales with layers x hidden / TP on the rank: the first capture
 # costs about CUDAGRAPH_BASE_TOKENS tokens' worth of hidden states per layer, and vLLM extrapolates
