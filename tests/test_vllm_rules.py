@@ -161,7 +161,8 @@ def test_encoder_profiling_batch_follows_the_budget():
     small = profiling.activation(a, tp=2, tokens=2048, num_seqs=4, last_stage=True)
     large = profiling.activation(a, tp=2, tokens=4096, num_seqs=4, last_stage=True)
     width = 2 * (4304 + 2 * 1152)
-    assert large.encoder == int(profiling.ENCODER_COEF * 14 * 280 * 9 * width) > small.encoder
+    assert large.encoder == pytest.approx(profiling.ENCODER_COEF * 14 * 280 * 9 * width, abs=1)
+    assert large.encoder > small.encoder
     off = profiling.activation(a, tp=2, tokens=4096, num_seqs=4, last_stage=True, encoder=False)
     assert off.encoder == 0
     text = run(arch(QWEN7), max_model_len=8192, vllm_version="0.22.0", max_num_seqs=4)
