@@ -406,7 +406,8 @@ def predict(arch: Architecture, *, weights_bytes: int, gpu_memory_bytes: Sequenc
         non_torch = profiling.non_torch_bytes(tp, pp, nvswitch)
         act = profiling.activation(arch, tp=tp, tokens=res.max_num_batched_tokens, num_seqs=res.max_num_seqs,
                                    last_stage=last, num_spec=num_spec, engine=res.engine,
-                                   encoder=shape.mm_encoder_profiling and stage == 0)
+                                   encoder=shape.mm_encoder_profiling and stage == 0,
+                                   graphs_in_budget=res.engine == "v1" and ver >= GRAPH_ESTIMATE_FROM)
         # drafter layers capture their own graphs on the last stage
         graph_layers = counts[stage] + (len(mtp_layers) if last else 0)
         graphs = profiling.cudagraph_bytes(arch, res.capture_sizes, graph_layers, tp)

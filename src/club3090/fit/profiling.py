@@ -23,6 +23,7 @@ from club3090.model.architecture import Architecture
 
 __all__ = [
     "ACT_FORWARD_COEF",
+    "ACT_FORWARD_COEF_GRAPHS",
     "CUDAGRAPH_BASE_TOKENS",
     "CUDAGRAPH_PER_GRAPH_TOKENS",
     "ENCODER_COEF",
@@ -44,7 +45,8 @@ NON_TORCH_TP1 = int(0.20 * GiB)            # cuBLAS/attention workspaces that ap
 NON_TORCH_MULTI = int(0.30 * GiB)          # + NCCL / custom all-reduce buffers once world size > 1
 NON_TORCH_NVSWITCH = int(1.45 * GiB)       # + NCCL NVLS (NVSwitch multicast) buffers, TP > 1 on SXM parts
 # activation peak: max(forward, sampler, encoder)
-ACT_FORWARD_COEF = 1.3                     # x the per-token activation width (bytes) x tokens
+ACT_FORWARD_COEF = 1.5                     # x the per-token activation width (bytes) x tokens, up to 0.20
+ACT_FORWARD_COEF_GRAPHS = 1.3              # the same from 0.21, where the graph estimate is separate
 SAMPLER_COEF = 3.75                        # x fp32 logits (num_reqs x vocab x 4 B): logits, probs, sort
 SPEC_SAMPLER_COEF = 2.0                    # x fp32 draft-position logits per speculative token: target
                                            # logits and their softmax in the rejection sampler
@@ -109,10 +111,13 @@ class Activation:
 
 
 def activation(arch: Architecture, *, tp: int, tokens: int, num_seqs: int, last_stage: bool,
-               num_spec: int = 0, engine: str = "v1", encoder: bool = True) -> Activation:
-    """The profile run's transient peak on one rank of a stage."""
+               num_spec: int = 0, engine: str = "v1", encoder: bool = True,
+               graphs_in_budget: bool = False) -> Activation:
+    """The profile run's transient peak on one rank of a stage (``graphs_in_budget``: the release
+    line subtracts a CUDA-graph estimate, 0.21 on; its forward coefficient is fitted separately)."""
     enc_peak, enc_cache = _encoder_bytes(arch, tokens) if encoder else (0, 0)
-    forward = int(ACT_FORWARD_COEF * tokens * activation_width(arch, tp)) + enc_cache
+    coef = ACT_FORWARD_COEF_GRAPHS if graphs_in_budget else ACT_FORWARD_COEF
+    forward = int(coef * tokens * activation_width(arch, tp)) + enc_cache
     sampler = 0
     if last_stage:
         reqs = num_seqs if engine == "v0" else min(num_seqs, tokens)
