@@ -48,7 +48,7 @@ NON_TORCH_NVSWITCH = int(1.45 * GiB)       # + NCCL NVLS (NVSwitch multicast) bu
 ACT_FORWARD_COEF = 1.5                     # x the per-token activation width (bytes) x tokens, up to 0.20
 ACT_FORWARD_COEF_GRAPHS = 1.3              # the same from 0.21, where the graph estimate is separate
 SAMPLER_COEF = 3.75                        # x fp32 logits (num_reqs x vocab x 4 B): logits, probs, sort
-SPEC_SAMPLER_COEF = 2.0                    # x fp32 draft-position logits per speculative token: target
+SPEC_SAMPLER_COEF = 1.75                    # x fp32 draft-position logits per speculative token: target
                                            # logits and their softmax in the rejection sampler
 ENCODER_COEF = 1.9                         # x patches x the vision tower's per-patch width (bytes)
 # CUDA-graph pool (subtracted from v0.21.0 unless --enforce-eager). Piecewise graphs keep
