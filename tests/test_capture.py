@@ -16,6 +16,7 @@ from club3090 import __version__
 from club3090.errors import InputError
 from club3090.gate.outcome import Reason, Stratum
 from club3090.reports import capture
+from club3090.reports import redact as redact_mod
 from club3090.reports.capture import (
     Bundle,
     consensus_key,
@@ -24,12 +25,12 @@ from club3090.reports.capture import (
     kv_calc_version,
     latest_bundle,
     read_bundle,
-    redact,
     sanitize_slug,
     submission_fingerprint,
     topology_fields,
     write_gate_bundle,
 )
+from club3090.reports.redact import redact
 
 NOW = datetime(2026, 8, 22, 13, 4, 5, tzinfo=timezone.utc)
 
@@ -195,9 +196,9 @@ def test_redact_is_idempotent_and_leaves_non_strings():
 
 
 def test_redact_defaults_use_this_machine(monkeypatch):
-    monkeypatch.setattr(capture.socket, "gethostname", lambda: "box-under-test")
-    monkeypatch.setattr(capture.getpass, "getuser", lambda: "tester_user")
-    monkeypatch.setattr(capture.Path, "home", classmethod(lambda cls: Path("/home/tester_user")))
+    monkeypatch.setattr(redact_mod.socket, "gethostname", lambda: "box-under-test")
+    monkeypatch.setattr(redact_mod.getpass, "getuser", lambda: "tester_user")
+    monkeypatch.setattr(redact_mod.Path, "home", classmethod(lambda cls: Path("/home/tester_user")))
     assert redact("tester_user@box-under-test:/home/tester_user/x") == "<USER>@<HOST>:~/x"
 
 
@@ -248,7 +249,7 @@ def test_planted_secrets_never_reach_the_bundle_files(tmp_path):
         **MANIFEST_FIELDS, "model_id": "/data/models/x", "model": f"{HOME}/models/x"})
     for path in bundle.iterdir():
         text = path.read_text()
-        for secret in PLANTED + ["sekrit-token-123", "s3cr3t-value"]:
+        for secret in [*PLANTED, "sekrit-token-123", "s3cr3t-value"]:
             assert secret not in text, (path.name, secret)
     manifest = json.loads((bundle / "manifest.json").read_text())
     assert manifest["slug"] == "<USER>/private-model"

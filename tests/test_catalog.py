@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 from club3090.catalog import load_catalog, loader
+from club3090.compose.generate import PARAM_SLOTS
 from club3090.errors import CatalogError
 
 SEED_VLLM_PROFILES = (
@@ -66,7 +67,7 @@ def test_seed_profiles_present_with_fields(cat):
         assert p.key == key
         assert p.model in cat.models and p.weights_variant in cat.models[p.model].weights
         assert p.engine in cat.engines and p.kv_format in cat.kv_formats
-        assert p.tp >= 1 and p.pp >= 1 and p.max_ctx > 0 and p.max_num_seqs >= 1 and p.port > 0
+        assert p.tp >= 1 and p.pp >= 1 and p.max_model_len > 0 and p.max_num_seqs >= 1 and p.port > 0
         assert p.reference_gpu == "rtx-3090"
         assert p.compose_path.startswith("models/")
     for key in SEED_VLLM_PROFILES:
@@ -77,11 +78,14 @@ def test_seed_profiles_present_with_fields(cat):
         assert rt is not None, key
         assert rt.service["image"]
         assert isinstance(rt.service["command"], list)
-        assert rt.trust_remote_code_in_shipped is ("--trust-remote-code" in rt.service["command"])
         assert set(rt.insertion_points) == {k for k in ("volumes", "entrypoint") if k in rt.service}
-        for slot in ("tensor_parallel_size", "max_model_len", "gpu_memory_utilization", "ports"):
-            assert slot in rt.param_slots, (key, slot)
-        assert ("speculative_config" in rt.param_slots) is (p.drafter is not None), key
+        # the slots replay fills (compose.generate.PARAM_SLOTS) are present in every shipped service
+        args = [str(a).split("=", 1)[0] for a in rt.service["command"]]
+        for flag, _field in PARAM_SLOTS:
+            if flag != "--kv-cache-dtype":     # bf16 composes omit it
+                assert flag in args, (key, flag)
+        assert ("--speculative-config" in args) is (p.drafter is not None), key
+        assert rt.service["ports"], key
     llama = cat.profiles["llamacpp/default"]
     assert cat.engines[llama.engine].type == "llama.cpp" and llama.runtime is None
 
@@ -138,18 +142,17 @@ def test_cross_references_resolve(cat):
         assert e.pin.startswith(e.id + "@")
     for m in cat.models.values():
         assert m.default_weight_variant in m.weights
-        assert set(m.compatible_drafters) <= set(cat.drafters)
+    for d in cat.drafters.values():
+        assert set(d.model_compat) <= set(cat.models)
 
 
 def test_models_carry_config_and_variants(cat):
     for mid, m in cat.models.items():
-        cfg = m.hf_config
-        assert cfg["architectures"][0] == m.architecture
+        cfg = m.hf_config          # the one record of the model's geometry
+        assert cfg["architectures"][0] == m.architecture, mid
         text = cfg.get("text_config", cfg)
-        assert text["hidden_size"] == m.facts["hidden_size"], mid
-        assert text["num_hidden_layers"] == m.facts["num_hidden_layers"], mid
-        assert text["num_attention_heads"] == m.facts["num_attn_heads"], mid
-        assert text["num_key_value_heads"] == m.facts["num_kv_heads"], mid
+        assert text["max_position_embeddings"] == m.max_ctx_supported, mid
+        assert text["hidden_size"] > 0 and text["num_attention_heads"] > 0, mid
     q = cat.models["qwen3.6-27b"].weights["autoround-int4"]
     assert q.hf_repos == ("Lorbus/Qwen3.6-27B-int4-AutoRound", "Intel/Qwen3.6-27B-int4-AutoRound")
     assert q.size_bytes == 17_500_000_000 and q.kind == "main" and q.format == "autoround"
@@ -525,7 +528,7 @@ def test_replayable_profile_without_arch_row_is_a_problem(tmp_path):
             row["required_patches"] = row.get("required_patches") or []
 
     _edit(root, "arches.yaml", drop_slug)
-    assert ("models.yaml", "models['qwen3.6-35b-a3b'].architecture") in _problems(root)
+    assert ("models.yaml", "models['qwen3.6-35b-a3b'].hf_config.architectures") in _problems(root)
 
 
 def test_kv_formats_priced_by_the_one_table(cat):

@@ -152,7 +152,7 @@ def test_replay_keeps_shipped_service_and_changes_only_slots(catalog):
 def test_param_slots_follow_the_profile(catalog):
     key = "vllm/qwen-35b-a3b-dual"
     p = catalog.profiles[key]
-    changed = dataclasses.replace(p, tp=1, max_ctx=1000, mem_util=0.5, max_num_seqs=7, port=9999)
+    changed = dataclasses.replace(p, tp=1, max_model_len=1000, mem_util=0.5, max_num_seqs=7, port=9999)
     cat = dataclasses.replace(catalog, profiles={**catalog.profiles, key: changed})
     text = generate(key, cat).text
     cmd = yaml.safe_load(text)["services"][p.runtime.service_name]["command"]
@@ -191,13 +191,13 @@ def test_int8_per_token_head_kv_arg(catalog, key):
 
 def test_header_is_provenance_without_timestamps(catalog):
     text = generate("vllm/dual", catalog, out_name="dual.yml").text
-    header = [l for l in text.splitlines() if l.startswith("#")]
+    header = [ln for ln in text.splitlines() if ln.startswith("#")]
     joined = "\n".join(header)
     assert f"catalog: {catalog.version}" in joined
     assert "engine pin: vllm-stable@v0.22.0" in joined
     assert "trust-remote-code: not emitted" in joined
     assert "# patches wired: qwen-froggeric-chat-template\n" in joined
-    undelivered = next(l for l in header if l.startswith("# patches undelivered: "))
+    undelivered = next(ln for ln in header if ln.startswith("# patches undelivered: "))
     assert undelivered.startswith("# patches undelivered: qwen-qwen3coder-tool-parser-deferred-commit (")
     assert "qwen-vllm-marlin-pad (removed from the shipped compose" in undelivered
     assert "qwen-vllm-pr35936-required-fallback (removed from the shipped compose" in undelivered
@@ -456,7 +456,7 @@ def test_derived_dispatch(catalog):
     trc = cmd(derive(catalog, make_spec(), trust_remote_code=True))
     assert "--trust-remote-code" in trc
     default_ctx = cmd(derive(catalog, make_spec(), max_model_len=None))
-    assert default_ctx[default_ctx.index("--max-model-len") + 1] == str(catalog.profiles["vllm/minimal"].max_ctx)
+    assert default_ctx[default_ctx.index("--max-model-len") + 1] == str(catalog.profiles["vllm/minimal"].max_model_len)
 
 
 def test_derived_gpu_selection(catalog):
@@ -513,7 +513,7 @@ def test_injection_through_model_name(catalog, ref):
         return
     out = derive(catalog, make_spec(ref=ref))
     resolved = validate_compose(out.text)
-    (name, svc), = resolved["services"].items()
+    (_name, svc), = resolved["services"].items()
     assert set(svc) == {"image", "container_name", "restart", "ports", "volumes", "environment",
                         "shm_size", "ipc", "deploy", "entrypoint", "command"}
     served = svc["command"][svc["command"].index("--served-model-name") + 1]

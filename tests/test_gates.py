@@ -31,19 +31,18 @@ def _engine(eid="vllm-x", etype="vllm", min_sm="7.5", kv=("fp8_e5m2", "fp8_e4m3"
     return Engine(id=eid, display_name=eid, type=etype, install_method="docker_image", image="img",
                   pin=f"{eid}@v1", vllm_version="0.22.0", min_sm=Decimal(min_sm),
                   supported_kv_formats=tuple(kv), supported_weight_formats=("safetensors",),
-                  supported_model_families=(), vendored_overlays=(), required_genesis=False, features={})
+                  vendored_overlays=(), required_genesis=False)
 
 
 def _runtime(genesis=False):
     return ProfileRuntime(genesis_equipped=genesis, genesis_evidence="", service_name="svc", service={},
-                          param_slots={}, trust_remote_code_in_shipped=False, insertion_points=(),
-                          top_level={})
+                          insertion_points=(), top_level={})
 
 
 def _profile(key="vllm/p", model="m", variant="v", engine="vllm-x", kv="fp8_e5m2", tp=1,
              required_sm=None, fallback_sm=None, runtime=True, genesis=False):
     return Profile(key=key, model=model, weights_variant=variant, workload="fast-chat", engine=engine,
-                   drafter=None, kv_format=kv, tp=tp, pp=1, max_ctx=32768, max_num_seqs=1, mem_util=0.9,
+                   drafter=None, kv_format=kv, tp=tp, pp=1, max_model_len=32768, max_num_seqs=1, mem_util=0.9,
                    port=8000, status="production",
                    required_sm=Decimal(required_sm) if required_sm else None,
                    fallback_sm=Decimal(fallback_sm) if fallback_sm else None,
@@ -52,7 +51,7 @@ def _profile(key="vllm/p", model="m", variant="v", engine="vllm-x", kv="fp8_e5m2
 
 
 def _row(arch="LlamaForCausalLM", trc="false", loads=True, tp=(1, 2, 4), slugs=(), aliases=()):
-    return ArchRow(arch=arch, family="f", engine_pins=(EnginePin("vllm-x@v1", loads, None if loads else "crashes"),),
+    return ArchRow(arch=arch, engine_pins=(EnginePin("vllm-x@v1", loads, None if loads else "crashes"),),
                    required_patches=(), tp_divisors=tuple(tp), trust_remote_code=trc,
                    trust_remote_code_evidence=None, kernel_constraints=(), confidence="exact",
                    status="verified", config_architectures=tuple(aliases), model_slugs=tuple(slugs))
@@ -64,7 +63,7 @@ def _kv(kid, min_sm=None, max_sm=None):
 
 
 RTX3090 = Gpu(id="rtx-3090", display_name="RTX 3090", aliases=("3090",), memory_bytes=24 * GIB,
-              sm=Decimal("8.6"), bandwidth_gbps=936, nvlink=True, arch="ampere")
+              sm=Decimal("8.6"), nvlink=True, arch="ampere")
 
 
 def _catalog(*, profiles=(), engines=None, rows=()):

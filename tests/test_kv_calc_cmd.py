@@ -234,13 +234,13 @@ def test_model_with_profile_prices_model_at_profile_shape(capsys):
     other = next(mid for mid in catalog.models if mid != prof.model
                  and catalog.models[mid].weights[catalog.models[mid].default_weight_variant].size_bytes)
     _, own = _kv_json(capsys, "vllm/minimal")
-    _, alone = _kv_json(capsys, other, "--max-model-len", str(prof.max_ctx), "--tp", str(prof.tp))
+    _, alone = _kv_json(capsys, other, "--max-model-len", str(prof.max_model_len), "--tp", str(prof.tp))
     _, paired = _kv_json(capsys, other, "--profile", "vllm/minimal")
     assert paired["profile"] == "vllm/minimal" and paired["model"] == other
     assert paired["architecture"] == alone["architecture"] != own["architecture"]
     assert paired["per_gpu"]["weights_bytes"] == alone["per_gpu"]["weights_bytes"]
     assert paired["per_gpu"]["weights_bytes"] != own["per_gpu"]["weights_bytes"]
-    assert paired["max_model_len"] == prof.max_ctx and paired["tp"] == prof.tp
+    assert paired["max_model_len"] == prof.max_model_len and paired["tp"] == prof.tp
     assert paired["confidence"] == alone["confidence"] == "exact"
 
 

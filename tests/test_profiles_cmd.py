@@ -7,7 +7,7 @@ import json
 from club3090.cli import main
 from tests.test_catalog import SEED_VLLM_PROFILES
 
-FIELDS = ("key", "model", "weights_variant", "engine", "kv_format", "tp", "max_ctx", "mem_util",
+FIELDS = ("key", "model", "weights_variant", "engine", "kv_format", "tp", "max_model_len", "mem_util",
           "status", "emittable", "not_emittable_reason")
 
 

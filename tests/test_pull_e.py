@@ -27,6 +27,7 @@ from club3090.pipeline.pull import PullRequest, evaluate
 from club3090.reports.capture import latest_bundle, read_bundle
 from tests import fakeopenai
 from tests.fakehub import FakeHub
+from tests.fixtures_path import fixture_path
 
 REPO = "club3090-tests/tiny-qwen"
 SLUG = "club3090-tests-tiny-qwen"
@@ -244,7 +245,7 @@ def test_boot_and_smoke_green(catalog, hub, tmp_path, openai):
     docker = FakeDocker()
     r = _pull(catalog, hub, tmp_path, _stages(runner=docker, http=_http_to(openai)))
     assert (r.ok, r.exit_code, r.e.ok, r.e.boot_ok, r.e.download_ok) == (True, 0, True, True, True)
-    assert docker.verbs() == ["up", "down"]                      # teardown always, after capture
+    assert docker.verbs() == ["up", "logs", "down"]              # logs for the receipt; teardown always, last
     up = docker.calls[0]
     assert up[:4] == ["docker", "compose", "--project-directory", str(r.e.compose_path.parent)]
     assert up[4:6] == ["-f", str(r.e.compose_path)]
@@ -260,6 +261,17 @@ def test_boot_and_smoke_green(catalog, hub, tmp_path, openai):
     assert files["manifest.json"]["smoke_capability_set"] == ["plain-chat", "streaming"]
     assert files["manifest.json"]["capture_points"] == ["gate", "download", "boot", "smoke"]
     assert "pt5-override-capture.json" not in files
+    assert "receipt.json" not in files                            # "INFO vLLM ready" holds no start-up lines
+
+
+def test_a_green_boot_leaves_its_calibration_receipt_in_the_bundle(catalog, hub, tmp_path, openai):
+    log = fixture_path("logs", "startup_v064_profiling.log").read_text()
+    docker = FakeDocker(logs=log)
+    r = _pull(catalog, hub, tmp_path, _stages(runner=docker, http=_http_to(openai)))
+    assert r.e.boot_ok and docker.verbs() == ["up", "logs", "down"]
+    receipt = _bundle(r)["receipt.json"]
+    assert receipt["kind"] == "vllm-startup-receipt" and receipt["measured"]["num_gpu_blocks"] == 3852
+    assert receipt["shape"]["gpu_count"] >= 1 and receipt["shape"]["gpu_memory_gib"] > 0
     data = json.loads(json.dumps(r.to_json(), default=str))
     assert data["download_ok"] is True and data["boot_ok"] is True and data["smoke"]["plain-chat"] == "green"
     assert data["capture_paths"] == [str(r.e.bundle)]

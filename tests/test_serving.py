@@ -24,7 +24,7 @@ def test_shape_from_profile(cat):
     shape = profile_shape(p, cat)
     assert isinstance(shape, ServeShape)
     assert (shape.tp, shape.pp, shape.mem_util, shape.max_model_len, shape.max_num_seqs) == \
-        (p.tp, p.pp, p.mem_util, p.max_ctx, p.max_num_seqs)
+        (p.tp, p.pp, p.mem_util, p.max_model_len, p.max_num_seqs)
     assert shape.kv_cache_dtype == p.kv_format == "int8_per_token_head"
     assert shape.max_num_batched_tokens == 4096 == profile_batched_tokens(p)   # from the shipped compose
     assert shape.vllm_version == cat.engines[p.engine].vllm_version
@@ -43,10 +43,10 @@ def test_overrides_and_none_means_not_given(cat):
     shape = profile_shape(p, cat, tp=4, mem_util=0.9, max_model_len=None, kv_cache_dtype=None,
                           num_speculative_tokens=1, device_name="NVIDIA GeForce RTX 3090")
     assert (shape.tp, shape.mem_util, shape.num_speculative_tokens) == (4, 0.9, 1)
-    assert shape.max_model_len == p.max_ctx and shape.kv_cache_dtype == p.kv_format
+    assert shape.max_model_len == p.max_model_len and shape.kv_cache_dtype == p.kv_format
     assert shape.device_name == "NVIDIA GeForce RTX 3090"
-    assert profile_shape(p, cat).max_model_len == p.max_ctx     # every other argument has a default
-    with pytest.raises(TypeError):                               # so only the unknown max_ctx can fail
+    assert profile_shape(p, cat).max_model_len == p.max_model_len  # every other argument has a default
+    with pytest.raises(TypeError):                               # so only an unknown keyword can fail
         profile_shape(p, cat, max_ctx=1)
 
 
@@ -86,7 +86,7 @@ def test_every_vllm_profile_has_a_shape(cat):
     for key, p in cat.profiles.items():
         if cat.engines[p.engine].type == "vllm":
             shape = profile_shape(p, cat)
-            assert shape.tp == p.tp and shape.max_model_len == p.max_ctx, key
+            assert shape.tp == p.tp and shape.max_model_len == p.max_model_len, key
 
 
 def test_shipped_values_resolve_through_launch_interpolate(cat):

@@ -10,6 +10,7 @@ Club3090Error
  │   ├─ FileMetadataMissing        a file's answer lacked its ETag / commit headers
  │   └─ HubUnreachable             network outage: not a verdict (exit 69)
  ├─ InputError(ValueError)         a file we were given is malformed or over a size cap (exit 65)
+ ├─ RedactionError                 redaction could not run, so nothing was written or sent (exit 70)
  └─ CatalogError(ValueError)       problems: tuple[Problem, ...] (exit 78)
 
 [E] stage failures are values (``emit.EReport``), never exceptions.
@@ -68,6 +69,11 @@ class InputError(Club3090Error, ValueError):
         super().__init__(f"{file}: {message}")
         self.file = file
         self.message = message
+
+
+class RedactionError(Club3090Error):
+    """Redaction could not run (this machine's home, user or host name is unreadable, or a value
+    could not be scrubbed); the bundle, receipt or payload it guarded was not written or sent."""
 
 
 @dataclass(frozen=True, slots=True)

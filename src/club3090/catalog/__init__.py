@@ -11,6 +11,7 @@ from .model import (
                     Anchor,
                     ArchRow,
                     Catalog,
+                    Correction,
                     DeliveryGap,
                     Drafter,
                     Engine,
@@ -25,6 +26,6 @@ from .model import (
                     WeightVariant,
 )
 
-__all__ = ["Anchor", "ArchRow", "Catalog", "DeliveryGap", "Drafter", "Engine", "EnginePin", "Gpu",
+__all__ = ["Anchor", "ArchRow", "Catalog", "Correction", "DeliveryGap", "Drafter", "Engine", "EnginePin", "Gpu",
            "KvFormat", "Model", "Patch", "Profile", "ProfileRuntime", "VendoredOverlay",
            "WeightVariant", "load_catalog"]

@@ -63,7 +63,7 @@ def profile_rows(catalog: Catalog, gpus: Any = None) -> list[dict[str, Any]]:
             "kv_format": p.kv_format,
             "tp": p.tp,
             "pp": p.pp,
-            "max_ctx": p.max_ctx,
+            "max_model_len": p.max_model_len,
             "max_num_seqs": p.max_num_seqs,
             "mem_util": p.mem_util,
             "port": p.port,

@@ -1,8 +1,10 @@
 """Strict loader for the shipped catalog YAML.
 
-Every file is ``{schema_version: 1, <section>: ...}``. The loader checks keys (unknown keys get a
-closest-key hint), required keys, types, enumerations and every cross-reference, collects all
-problems and raises one ``CatalogError`` listing them with file and key path.
+Every file is ``{schema_version: 1, <section>: ..., corrections: [...]}``; the schema (files,
+records, fields, checks, descriptions) is ``club3090.catalog.schema``. The loader checks keys
+(unknown keys get a closest-key hint), required keys, types, enumerations and every
+cross-reference, collects all problems and raises one ``CatalogError`` listing them with file and
+key path.
 """
 
 from __future__ import annotations
@@ -11,7 +13,6 @@ import difflib
 import hashlib
 import re
 from collections.abc import Callable, Mapping
-from decimal import Decimal, InvalidOperation
 from functools import lru_cache
 from pathlib import Path
 from types import MappingProxyType
@@ -20,161 +21,42 @@ from typing import Any
 from club3090.errors import CatalogError, Problem
 
 from . import model as m
+from .schema import (
+    ANCHOR_SELF_DESCRIBING,
+    ANCHOR_SPEC,
+    ARCH_NESTED,
+    ARCH_SPEC,
+    CORRECTION_SPEC,
+    DRAFTER_SPEC,
+    ENGINE_NESTED,
+    ENGINE_SPEC,
+    FILES,
+    GAP_SPEC,
+    GPU_SPEC,
+    KV_SPEC,
+    MODEL_NESTED,
+    MODEL_SPEC,
+    OVERLAY_SPEC,
+    PATCH_NESTED,
+    PATCH_SPEC,
+    PIN_SPEC,
+    PROFILE_NESTED,
+    PROFILE_SPEC,
+    RUNTIME_SPEC,
+    SCHEMA_BY_FILE,
+    SUPPORTED_SCHEMA_VERSIONS,
+    VARIANT_SPEC,
+    Bad,
+    Nested,
+    Spec,
+    describe,
+    engine_pin_tag,
+    engine_release,
+    t_id,
+)
 
-SUPPORTED_SCHEMA_VERSIONS = (1,)
-FILES = ("gpus.yaml", "kv_formats.yaml", "engines.yaml", "drafters.yaml", "models.yaml",
-         "arches.yaml", "patches.yaml", "profiles.yaml", "anchors.yaml")
 SECTION = {name: name.rsplit(".", 1)[0] for name in FILES}
-
-_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+/-]*$")
-
-
-class _Bad(Exception):
-    """A value failed its check; the message says what was expected."""
-
-
-# ----------------------------------------------------------------------------- value checks
-
-Check = Callable[[Any], Any]
-
-
-def _describe(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
-def t_str(value: Any) -> str:
-    if not isinstance(value, str) or not value.strip():
-        raise _Bad(f"expected a non-empty string, got {_describe(value)}")
-    return value
-
-
-def t_text(value: Any) -> str:
-    if not isinstance(value, str):
-        raise _Bad(f"expected a string, got {_describe(value)}")
-    return value
-
-
-def t_id(value: Any) -> str:
-    if not isinstance(value, str) or not _ID_RE.match(value):
-        raise _Bad(f"expected an identifier (letters, digits, . _ + / -), got {_describe(value)}")
-    return value
-
-
-def t_bool(value: Any) -> bool:
-    if not isinstance(value, bool):
-        raise _Bad(f"expected true or false, got {_describe(value)}")
-    return value
-
-
-def t_int(value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise _Bad(f"expected an integer, got {_describe(value)}")
-    return value
-
-
-def t_pos_int(value: Any) -> int:
-    value = t_int(value)
-    if value < 1:
-        raise _Bad(f"expected an integer >= 1, got {value}")
-    return value
-
-
-def t_nonneg_int(value: Any) -> int:
-    value = t_int(value)
-    if value < 0:
-        raise _Bad(f"expected an integer >= 0, got {value}")
-    return value
-
-
-def t_fraction(value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
-        raise _Bad(f"expected a number in (0, 1], got {_describe(value)}")
-    return float(value)
-
-
-def t_sm(value: Any) -> Decimal:
-    """Compute capability written "8.6" (numbers are accepted too); ``gpus.parse_sm`` owns the
-    rule, so 8.65 is rejected, never rounded."""
-    from club3090.rig.gpus import parse_sm
-
-    try:
-        return parse_sm(value)
-    except ValueError:
-        raise _Bad(f"expected a compute capability such as '8.6', got {_describe(value)}") from None
-
-
-def t_decimal(value: Any) -> Decimal:
-    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
-        raise _Bad(f"expected a decimal number, got {_describe(value)}")
-    try:
-        out = Decimal(str(value))
-    except InvalidOperation:
-        raise _Bad(f"expected a decimal number, got {_describe(value)}") from None
-    if not out.is_finite() or out <= 0:
-        raise _Bad(f"expected a positive decimal number, got {_describe(value)}")
-    return out
-
-
-def t_mapping(value: Any) -> dict:
-    if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
-        raise _Bad(f"expected a mapping with string keys, got {_describe(value)}")
-    return value
-
-
-def nullable(check: Check) -> Check:
-    def run(value: Any) -> Any:
-        return None if value is None else check(value)
-    return run
-
-
-def enum(*allowed: str) -> Check:
-    def run(value: Any) -> str:
-        if value not in allowed:
-            raise _Bad(f"unknown value {_describe(value)}; allowed: {', '.join(allowed)}")
-        return value
-    return run
-
-
-def list_of(check: Check, unique: bool = False) -> Check:
-    def run(value: Any) -> tuple:
-        if not isinstance(value, list):
-            raise _Bad(f"expected a list, got {_describe(value)}")
-        out = []
-        for i, item in enumerate(value):
-            try:
-                out.append(check(item))
-            except _Bad as exc:
-                raise _Bad(f"item {i}: {exc}") from None
-        if unique and len(set(out)) != len(out):
-            raise _Bad("expected unique items")
-        return tuple(out)
-    return run
-
-
-def map_of(check: Check) -> Check:
-    def run(value: Any) -> dict:
-        value = t_mapping(value)
-        out = {}
-        for key, item in value.items():
-            try:
-                out[key] = check(item)
-            except _Bad as exc:
-                raise _Bad(f"[{key!r}]: {exc}") from None
-        return out
-    return run
-
-
-# A field spec: key -> (check, required, default). Nested records are validated by hand.
-Spec = Mapping[str, tuple[Check, bool, Any]]
-
-
-def req(check: Check) -> tuple[Check, bool, Any]:
-    return (check, True, None)
-
-
-def opt(check: Check, default: Any = None) -> tuple[Check, bool, Any]:
-    return (check, False, default)
+ENVELOPE_KEYS = ("schema_version", "corrections")
 
 
 # ----------------------------------------------------------------------------- collector
@@ -187,10 +69,13 @@ class _Collector:
     def add(self, path: str, message: str, file: str | None = None) -> None:
         self.problems.append(Problem(file or self.file, path, message))
 
-    def record(self, data: Any, path: str, spec: Spec, nested: tuple[str, ...] = ()) -> dict | None:
-        """Check one mapping against ``spec``; keys in ``nested`` are passed through raw."""
+    def record(self, data: Any, path: str, spec: Spec,
+               nested: Mapping[str, Nested] | None = None) -> dict[str, Any] | None:
+        """Check one mapping against ``spec``; keys in ``nested`` are passed through raw (the
+        builder checks them)."""
+        nested = nested or {}
         if not isinstance(data, dict):
-            self.add(path, f"expected a mapping, got {_describe(data)}")
+            self.add(path, f"expected a mapping, got {describe(data)}")
             return None
         out: dict[str, Any] = {}
         ok = True
@@ -201,38 +86,38 @@ class _Collector:
                 hint = f"; did you mean '{close[0]}'?" if close else f"; allowed: {', '.join(known)}"
                 self.add(f"{path}.{key}", "unknown key" + hint)
                 ok = False
-        for key, (check, required, default) in spec.items():
+        for key, f in spec.items():
             if key not in data:
-                if required:
+                if f.required:
                     self.add(f"{path}.{key}", "missing required key")
                     ok = False
-                out[key] = default
+                out[key] = f.default
                 continue
             try:
-                out[key] = check(data[key])
-            except _Bad as exc:
+                out[key] = f.check(data[key])
+            except Bad as exc:
                 self.add(f"{path}.{key}", str(exc))
-                out[key] = default
+                out[key] = f.default
                 ok = False
         for key in nested:
             out[key] = data.get(key)
         out["__ok__"] = ok
         return out
 
-    def section(self, doc: Any, name: str, kind: type = dict) -> Any:
+    def section(self, doc: Any, name: str, kind: type = dict[str, Any]) -> Any:
         """Check the file envelope; return the section body (a dict or list) or an empty one."""
         section = SECTION[name]
         if not isinstance(doc, dict):
             self.add("<file>", "expected a mapping with schema_version and " + section)
             return kind()
         for key in doc:
-            if key not in ("schema_version", section):
-                close = difflib.get_close_matches(str(key), ["schema_version", section], n=1)
+            if key not in (*ENVELOPE_KEYS, section):
+                close = difflib.get_close_matches(str(key), [*ENVELOPE_KEYS, section], n=1)
                 hint = f"; did you mean '{close[0]}'?" if close else ""
                 self.add(str(key), "unknown key" + hint)
         version = doc.get("schema_version")
         if version not in SUPPORTED_SCHEMA_VERSIONS:
-            self.add("schema_version", f"unsupported schema version {_describe(version)}; "
+            self.add("schema_version", f"unsupported schema version {describe(version)}; "
                                        f"this club3090 reads {SUPPORTED_SCHEMA_VERSIONS}")
         body = doc.get(section)
         if body is None:
@@ -243,150 +128,24 @@ class _Collector:
             return kind()
         return body
 
-    def entries(self, body: dict, section: str) -> list[tuple[str, str, Any]]:
+    def entries(self, body: dict[str, Any], section: str) -> list[tuple[str, str, Any]]:
         out = []
         for key, value in body.items():
             path = f"{section}[{key!r}]"
             try:
                 t_id(key)
-            except _Bad as exc:
+            except Bad as exc:
                 self.add(path, f"bad id: {exc}")
                 continue
             out.append((key, path, value))
         return out
 
 
-# ----------------------------------------------------------------------------- specs
-
-GPU_SPEC: Spec = {
-    "display_name": req(t_str), "aliases": opt(list_of(t_str, unique=True), ()),
-    "memory_bytes": req(t_pos_int), "sm": req(t_sm), "bandwidth_gbps": req(t_pos_int),
-    "nvlink": req(t_bool), "arch": req(t_str), "vendor": opt(enum("nvidia", "amd"), "nvidia"),
-}
-KV_SPEC: Spec = {
-    "min_sm": req(nullable(t_sm)), "max_sm": opt(nullable(t_sm)), "vllm_arg": req(nullable(t_str)),
-    "engines": req(list_of(enum(*m.ENGINE_TYPES), unique=True)), "emittable": opt(t_bool, True),
-    "note": opt(t_text, ""),
-}
-OVERLAY_SPEC: Spec = {
-    "id": req(t_id), "pr_url": opt(nullable(t_str)), "upstream_status": req(t_str),
-    "merged_in_version": opt(nullable(t_str)), "local_status": req(t_str),
-    "delivery": opt(nullable(t_str)),
-}
-ENGINE_SPEC: Spec = {
-    "display_name": req(t_str), "type": req(enum(*m.ENGINE_TYPES)),
-    "stability": opt(enum("stable", "experimental", "deprecated"), "stable"),
-    "install_method": req(enum("docker_image", "pip")), "image": req(t_str), "pin": req(t_str),
-    "vllm_version": req(nullable(t_str)), "min_sm": req(t_sm),
-    "supported_kv_formats": req(list_of(t_id, unique=True)),
-    "supported_weight_formats": req(list_of(t_str, unique=True)),
-    "supported_model_families": req(list_of(t_str, unique=True)),
-    "supported_drafter_methods": opt(list_of(t_str, unique=True), ()),
-    "features": opt(map_of(t_bool), {}), "required_genesis": req(t_bool),
-    "genesis_pin": opt(nullable(t_str)),
-}
-DRAFTER_SPEC: Spec = {
-    "display_name": req(t_str), "method": req(enum("mtp", "mtp_assistant", "dflash", "mtp_gguf",
-                                                   "eagle3", "dspark")),
-    "n_default": req(t_pos_int), "n_max": req(t_pos_int),
-    "vram_footprint_bytes": req(nullable(t_nonneg_int)),
-    "speculative_config_template": req(nullable(t_str)), "local_model_path": opt(nullable(t_str)),
-    "model_compat": req(list_of(t_id, unique=True)), "hf_repo": opt(nullable(t_str)),
-    "status": opt(t_str, "experimental"), "engine_type": opt(nullable(enum(*m.ENGINE_TYPES))),
-}
-VARIANT_SPEC: Spec = {
-    "hf_repos": req(list_of(t_str, unique=True)), "format": req(t_str),
-    "quantization": req(nullable(t_str)), "size_bytes": req(nullable(t_pos_int)),
-    "status": req(t_str), "kind": req(enum(*m.WEIGHT_KINDS)), "engine": opt(nullable(t_str)),
-    "files": opt(list_of(t_str), ()), "local_subdir": opt(nullable(t_str)),
-    "revision": opt(nullable(t_str)), "note": opt(nullable(t_str)),
-}
-MODEL_SPEC: Spec = {
-    "display_name": req(t_str), "description": opt(t_text, ""), "family": req(t_str),
-    "architecture": req(t_str), "max_ctx_supported": req(t_pos_int),
-    "attention_k_eq_v": req(t_bool), "requires_genesis": req(t_bool),
-    "default_weight_variant": req(t_id), "compatible_drafters": req(list_of(t_id, unique=True)),
-    "valid_tp": req(list_of(t_pos_int, unique=True)), "facts": opt(t_mapping, {}),
-    "hf_config_source": opt(t_text, ""), "hf_config": req(t_mapping),
-}
-PIN_SPEC: Spec = {
-    "pin": req(t_str), "loads": req(t_bool), "reason": opt(nullable(t_str)),
-    "enables": opt(list_of(t_str), ()),
-}
-ARCH_SPEC: Spec = {
-    "family": req(t_str), "required_patches": req(list_of(t_id, unique=True)),
-    "tp_divisors": req(list_of(t_pos_int, unique=True)),
-    "marlin_alignment_required": opt(t_bool, False), "moe_layout": opt(t_str, "dense"),
-    "trust_remote_code": req(enum(*m.TRC_VALUES)),
-    "trust_remote_code_evidence": req(nullable(t_str)),
-    "kernel_constraints": req(list_of(t_str)), "confidence": req(enum(*m.ARCH_CONFIDENCE)),
-    "status": req(enum(*m.ARCH_STATUS)), "config_architectures": req(list_of(t_str, unique=True)),
-    "model_slugs": req(list_of(t_id, unique=True)),
-}
-GAP_SPEC: Spec = {"profiles": req(list_of(t_id, unique=True)), "issue": req(t_str)}
-PATCH_SPEC: Spec = {
-    "models": req(list_of(t_id, unique=True)), "files": opt(list_of(t_str), ()),
-    "status": opt(t_text, ""), "load_bearing_composes": req(list_of(t_id, unique=True)),
-    "delivery_mechanism": req(enum(*m.DELIVERY_MECHANISMS)), "wired_at": opt(list_of(t_str), ()),
-    "mounts": req(list_of(t_str)), "invocations": req(list_of(t_str)),
-    "drift_guard_kind": req(enum(*m.DRIFT_GUARD_KINDS)), "drift_guard_check": opt(nullable(t_str)),
-    "on_fail": req(enum(*m.ON_FAIL)), "capability": req(nullable(t_str)),
-    "foundational": req(t_bool), "deprecated": req(t_bool), "deprecated_on": opt(nullable(t_str)),
-    "upstream_ref": opt(nullable(t_str)), "upstream_status": req(t_str),
-}
-PROFILE_SPEC: Spec = {
-    "model": req(t_id), "weights_variant": req(t_id), "workload": req(enum(*m.WORKLOADS)),
-    "engine": req(t_id), "drafter": req(nullable(t_id)), "kv_format": req(t_id),
-    "tp": req(t_pos_int), "pp": opt(t_pos_int, 1), "max_ctx": req(t_pos_int),
-    "max_num_seqs": req(t_pos_int), "mem_util": req(nullable(t_fraction)), "port": req(t_pos_int),
-    "status": req(enum(*m.PROFILE_STATUSES)), "status_note": opt(nullable(t_text)),
-    "required_sm": opt(nullable(t_sm)), "fallback_sm": opt(nullable(t_sm)),
-    "requires_nvlink": opt(t_bool, False),
-    "required_engine_features": opt(list_of(t_str, unique=True), ()),
-    "recommended_engine_features": opt(list_of(t_str, unique=True), ()),
-    "kvcalc_key": opt(nullable(t_str)), "category": opt(nullable(t_str)),
-    "compose_path": req(t_str), "reference_gpu": req(t_id),
-}
-SLOT_SOURCES = ("port", "tp", "max_ctx", "mem_util", "kv_format", "max_num_seqs", "drafter",
-                "requires_nvlink")
-SLOT_SPEC: Spec = {
-    "flag": opt(nullable(t_str)), "env": opt(nullable(t_str)), "shipped": req(t_str),
-    "source": req(enum(*SLOT_SOURCES)), "default": opt(nullable(t_text)),
-}
-RUNTIME_SPEC: Spec = {
-    "genesis_equipped": req(t_bool), "genesis_evidence": req(t_str), "service_name": req(t_str),
-    "trust_remote_code_in_shipped": req(t_bool),
-    "insertion_points": req(list_of(enum("volumes", "entrypoint"), unique=True)),
-    "top_level": opt(t_mapping, {}), "service": req(t_mapping),
-}
-_VERSION_RE = re.compile(r"^\d+\.\d+\.\d+$")
-
-
-def t_version(value: Any) -> str:
-    if not isinstance(value, str) or not _VERSION_RE.match(value):
-        raise _Bad(f"expected a release version such as '0.22.0', got {_describe(value)}")
-    return value
-
-
-ANCHOR_SPEC: Spec = {
-    "id": req(t_str), "set": req(t_id), "profile": opt(nullable(t_id)), "gpu": req(t_id), "gpu_count": opt(t_pos_int, 1),
-    "measured_peak_bytes": req(nullable(t_pos_int)), "measured_kv_tokens": req(nullable(t_pos_int)),
-    "ctx": req(nullable(t_pos_int)), "mem_util": opt(nullable(t_fraction)),
-    "kv_format": opt(nullable(t_id)), "source": req(t_str),
-    "model": opt(nullable(t_id)), "weights_variant": opt(nullable(t_id)),
-    "weights_bytes": opt(nullable(t_pos_int)), "tp": opt(nullable(t_pos_int)),
-    "max_num_seqs": opt(nullable(t_pos_int)), "drafter": opt(nullable(t_id)),
-    "engine": opt(nullable(t_id)), "vllm_version": opt(nullable(t_version)), "note": opt(nullable(t_str)),
-}
-# what an anchor without a profile must record itself (nothing to fall back to)
-ANCHOR_SELF_DESCRIBING = ("model", "ctx", "mem_util", "kv_format", "max_num_seqs", "drafter", "engine")
-
-
 # ----------------------------------------------------------------------------- builders
 
-def _build_plain(section: str, spec: Any, cls: type) -> Callable[[_Collector, dict], dict[str, Any]]:
+def _build_plain(section: str, spec: Any, cls: type) -> Callable[[_Collector, dict[str, Any]], dict[str, Any]]:
     """A builder for sections whose records need no checks beyond their spec (gpus, kv_formats)."""
-    def build(c: _Collector, body: dict) -> dict[str, Any]:
+    def build(c: _Collector, body: dict[str, Any]) -> dict[str, Any]:
         out = {}
         for rid, path, raw in c.entries(body, section):
             rec = c.record(raw, path, spec)
@@ -400,10 +159,10 @@ _build_gpus = _build_plain("gpus", GPU_SPEC, m.Gpu)
 _build_kv = _build_plain("kv_formats", KV_SPEC, m.KvFormat)
 
 
-def _build_engines(c: _Collector, body: dict) -> dict[str, m.Engine]:
+def _build_engines(c: _Collector, body: dict[str, Any]) -> dict[str, m.Engine]:
     out = {}
     for eid, path, raw in c.entries(body, "engines"):
-        rec = c.record(raw, path, ENGINE_SPEC, nested=("vendored_overlays",))
+        rec = c.record(raw, path, ENGINE_SPEC, nested=ENGINE_NESTED)
         if not rec:
             continue
         ok = rec.pop("__ok__")
@@ -419,16 +178,15 @@ def _build_engines(c: _Collector, body: dict) -> dict[str, m.Engine]:
                 overlays.append(m.VendoredOverlay(**o))
             else:
                 ok = False
-        if rec["pin"] and not str(rec["pin"]).startswith(f"{eid}@"):
-            c.add(f"{path}.pin", f"expected '{eid}@<tag-or-sha>', got {_describe(rec['pin'])}")
-            ok = False
         if ok:
-            out[eid] = m.Engine(id=eid, vendored_overlays=tuple(overlays),
-                                features=MappingProxyType(rec.pop("features")), **rec)
+            pin = f"{eid}@{engine_pin_tag(rec['install_method'], rec['image'])}"
+            release = engine_release(rec["type"], rec["install_method"], rec["image"])
+            out[eid] = m.Engine(id=eid, vendored_overlays=tuple(overlays), pin=pin,
+                                vllm_version=release, **rec)
     return out
 
 
-def _build_drafters(c: _Collector, body: dict) -> dict[str, m.Drafter]:
+def _build_drafters(c: _Collector, body: dict[str, Any]) -> dict[str, m.Drafter]:
     out = {}
     for did, path, raw in c.entries(body, "drafters"):
         rec = c.record(raw, path, DRAFTER_SPEC)
@@ -447,10 +205,10 @@ def _build_drafters(c: _Collector, body: dict) -> dict[str, m.Drafter]:
     return out
 
 
-def _build_models(c: _Collector, body: dict) -> dict[str, m.Model]:
+def _build_models(c: _Collector, body: dict[str, Any]) -> dict[str, m.Model]:
     out = {}
     for mid, path, raw in c.entries(body, "models"):
-        rec = c.record(raw, path, MODEL_SPEC, nested=("weights",))
+        rec = c.record(raw, path, MODEL_SPEC, nested=MODEL_NESTED)
         if not rec:
             continue
         ok = rec.pop("__ok__")
@@ -467,18 +225,32 @@ def _build_models(c: _Collector, body: dict) -> dict[str, m.Model]:
                 ok = False
         if rec["default_weight_variant"] and raw_weights and rec["default_weight_variant"] not in raw_weights:
             c.add(f"{path}.default_weight_variant",
-                  f"names no weight variant of this model ({_describe(rec['default_weight_variant'])})")
+                  f"names no weight variant of this model ({describe(rec['default_weight_variant'])})")
             ok = False
-        cfg = rec["hf_config"]
-        if isinstance(cfg, dict):
-            archs = cfg.get("architectures")
-            if not (isinstance(archs, list) and archs and archs[0] == rec["architecture"]):
-                c.add(f"{path}.hf_config.architectures",
-                      f"expected architectures[0] to equal architecture {_describe(rec['architecture'])}")
-                ok = False
-        if ok:
-            out[mid] = m.Model(id=mid, weights=MappingProxyType(weights), **rec)
+        derived = _config_facts(c, rec["hf_config"], f"{path}.hf_config")
+        if ok and derived is not None:
+            out[mid] = m.Model(id=mid, weights=MappingProxyType(weights), **derived, **rec)
     return out
+
+
+def _config_facts(c: _Collector, cfg: Any, path: str) -> dict[str, Any] | None:
+    """The two facts every reader wants from a model's config.json: ``architectures[0]`` and
+    ``max_position_embeddings`` (top level, else ``text_config``). The config is their only
+    record; a model without them is an error."""
+    if not isinstance(cfg, dict):
+        return None
+    archs = cfg.get("architectures")
+    arch = archs[0] if isinstance(archs, list) and archs and isinstance(archs[0], str) else ""
+    if not arch:
+        c.add(f"{path}.architectures", "expected a non-empty list whose first item names the class")
+    raw_text = cfg.get("text_config")
+    text: dict[str, Any] = raw_text if isinstance(raw_text, dict) else {}
+    ctx = cfg.get("max_position_embeddings", text.get("max_position_embeddings"))
+    if isinstance(ctx, bool) or not isinstance(ctx, int) or ctx < 1:
+        c.add(f"{path}.max_position_embeddings", f"expected an integer >= 1 (top level or in "
+                                                 f"text_config), got {describe(ctx)}")
+        return None
+    return {"architecture": arch, "max_ctx_supported": ctx} if arch else None
 
 
 def _pins(c: _Collector, raw: Any, path: str) -> tuple[tuple[m.EnginePin, ...], bool]:
@@ -490,7 +262,7 @@ def _pins(c: _Collector, raw: Any, path: str) -> tuple[tuple[m.EnginePin, ...], 
         p = c.record(item, f"{path}[{i}]", PIN_SPEC)
         if p and p.pop("__ok__"):
             if "@" not in p["pin"]:
-                c.add(f"{path}[{i}].pin", f"expected '<engine-id>@<tag-or-sha>', got {_describe(p['pin'])}")
+                c.add(f"{path}[{i}].pin", f"expected '<engine-id>@<tag-or-sha>', got {describe(p['pin'])}")
                 ok = False
                 continue
             pins.append(m.EnginePin(**p))
@@ -499,28 +271,26 @@ def _pins(c: _Collector, raw: Any, path: str) -> tuple[tuple[m.EnginePin, ...], 
     return tuple(pins), ok
 
 
-def _build_arches(c: _Collector, body: dict) -> dict[str, m.ArchRow]:
+def _build_arches(c: _Collector, body: dict[str, Any]) -> dict[str, m.ArchRow]:
     out = {}
     for arch, path, raw in c.entries(body, "arches"):
-        rec = c.record(raw, path, ARCH_SPEC, nested=("engine_pins", "overlay_pins"))
+        rec = c.record(raw, path, ARCH_SPEC, nested=ARCH_NESTED)
         if not rec:
             continue
         ok = rec.pop("__ok__")
         engine_pins, ok1 = _pins(c, rec.pop("engine_pins"), f"{path}.engine_pins")
-        raw_overlay = rec.pop("overlay_pins")
-        overlay_pins, ok2 = _pins(c, [] if raw_overlay is None else raw_overlay, f"{path}.overlay_pins")
         if rec["trust_remote_code"] == "false" and not rec["trust_remote_code_evidence"]:
             c.add(f"{path}.trust_remote_code_evidence", "trust_remote_code 'false' needs evidence")
             ok = False
-        if ok and ok1 and ok2:
-            out[arch] = m.ArchRow(arch=arch, engine_pins=engine_pins, overlay_pins=overlay_pins, **rec)
+        if ok and ok1:
+            out[arch] = m.ArchRow(arch=arch, engine_pins=engine_pins, **rec)
     return out
 
 
-def _build_patches(c: _Collector, body: dict) -> dict[str, m.Patch]:
+def _build_patches(c: _Collector, body: dict[str, Any]) -> dict[str, m.Patch]:
     out = {}
     for pid, path, raw in c.entries(body, "patches"):
-        rec = c.record(raw, path, PATCH_SPEC, nested=("delivery_gaps",))
+        rec = c.record(raw, path, PATCH_SPEC, nested=PATCH_NESTED)
         if not rec:
             continue
         ok = rec.pop("__ok__")
@@ -544,21 +314,10 @@ def _build_patches(c: _Collector, body: dict) -> dict[str, m.Patch]:
 
 
 def _build_runtime(c: _Collector, raw: Any, path: str) -> m.ProfileRuntime | None:
-    rec = c.record(raw, path, RUNTIME_SPEC, nested=("param_slots",))
+    rec = c.record(raw, path, RUNTIME_SPEC)
     if not rec:
         return None
     ok = rec.pop("__ok__")
-    slots_raw = rec.pop("param_slots")
-    slots: dict[str, Mapping[str, Any]] = {}
-    if not isinstance(slots_raw, dict):
-        c.add(f"{path}.param_slots", "expected a mapping")
-        return None
-    for name, item in slots_raw.items():
-        s = c.record(item, f"{path}.param_slots[{name!r}]", SLOT_SPEC)
-        if s and s.pop("__ok__"):
-            slots[name] = s
-        else:
-            ok = False
     service = rec["service"]
     if isinstance(service, dict):
         if "image" not in service:
@@ -571,13 +330,13 @@ def _build_runtime(c: _Collector, raw: Any, path: str) -> m.ProfileRuntime | Non
             ok = False
     if not ok:
         return None
-    return m.ProfileRuntime(param_slots=slots, **rec)
+    return m.ProfileRuntime(**rec)
 
 
-def _build_profiles(c: _Collector, body: dict) -> dict[str, m.Profile]:
+def _build_profiles(c: _Collector, body: dict[str, Any]) -> dict[str, m.Profile]:
     out = {}
     for key, path, raw in c.entries(body, "profiles"):
-        rec = c.record(raw, path, PROFILE_SPEC, nested=("runtime",))
+        rec = c.record(raw, path, PROFILE_SPEC, nested=PROFILE_NESTED)
         if not rec:
             continue
         ok = rec.pop("__ok__")
@@ -594,7 +353,7 @@ def _build_profiles(c: _Collector, body: dict) -> dict[str, m.Profile]:
     return out
 
 
-def _build_anchors(c: _Collector, body: list) -> list[m.Anchor]:
+def _build_anchors(c: _Collector, body: list[Any]) -> list[m.Anchor]:
     out, seen = [], set()
     for i, raw in enumerate(body):
         rec = c.record(raw, f"anchors[{i}]", ANCHOR_SPEC)
@@ -605,6 +364,52 @@ def _build_anchors(c: _Collector, body: list) -> list[m.Anchor]:
             continue
         seen.add(rec["id"])
         out.append(m.Anchor(**rec))
+    return out
+
+
+_PATH_RE = re.compile(r"^(?P<section>[a-z_]+)\[(?P<q>['\"])(?P<id>.+?)(?P=q)\](?P<rest>.*)$")
+
+
+def _build_corrections(c: _Collector, name: str, doc: Any, body: Any) -> list[m.Correction]:
+    """The file's ``corrections``: each names existing records (and a field of their spec) by the
+    same key paths problems use, so evidence cannot silently outlive the data it explains."""
+    raw = doc.get("corrections") if isinstance(doc, dict) else None
+    if raw is None:
+        return []
+    if not isinstance(raw, list):
+        c.add("corrections", "expected a list")
+        return []
+    schema = SCHEMA_BY_FILE[name]
+    ids = ({str(a.get("id")) for a in body if isinstance(a, dict)} if isinstance(body, list)
+           else set(body))
+    fields = [*schema.spec, *schema.nested]
+    out = []
+    for i, item in enumerate(raw):
+        rec = c.record(item, f"corrections[{i}]", CORRECTION_SPEC)
+        if not rec or not rec.pop("__ok__"):
+            continue
+        ok = True
+        for j, path in enumerate(rec["paths"]):
+            where = f"corrections[{i}].paths[{j}]"
+            match = _PATH_RE.match(path)
+            if match is None or match["section"] != schema.section:
+                c.add(where, f"expected {schema.section}['<id>'] or {schema.section}['<id>'].<field>..., "
+                             f"got {describe(path)}")
+                ok = False
+                continue
+            if match["id"] not in ids:
+                close = difflib.get_close_matches(match["id"], sorted(ids), n=1, cutoff=0.6)
+                hint = f"; did you mean '{close[0]}'?" if close else ""
+                c.add(where, f"names no record of {name}: {match['id']!r}{hint}")
+                ok = False
+            head = re.match(r"^\.([A-Za-z_]+)", match["rest"])
+            if match["rest"] and (head is None or head.group(1) not in fields):
+                close = difflib.get_close_matches(head.group(1) if head else match["rest"], fields, n=1)
+                hint = f"; did you mean '{close[0]}'?" if close else ""
+                c.add(where, f"names no field of a {schema.section} record: {describe(match['rest'])}{hint}")
+                ok = False
+        if ok:
+            out.append(m.Correction(file=name, **rec))
     return out
 
 
@@ -662,11 +467,7 @@ def _check_model_arches(c: _Collector, cat: dict[str, Any], aliases: Mapping[str
     only served otherwise may lack one: the gate then fails closed (``no-arch-row``)."""
     slugged = {slug for row in cat["arches"].values() for slug in row.model_slugs}
     for mid, mod in cat["models"].items():
-        base = f"models[{mid!r}].architecture"
-        declared = mod.hf_config.get("architectures")
-        if isinstance(declared, list) and declared and declared[0] != mod.architecture:
-            c.add(base, f"{mod.architecture!r} differs from hf_config architectures[0] {declared[0]!r}",
-                  file="models.yaml")
+        base = f"models[{mid!r}].hf_config.architectures"
         if mid in slugged or mod.architecture in cat["arches"] or mod.architecture in aliases:
             continue
         replayable = [key for key, p in cat["profiles"].items()
@@ -689,10 +490,6 @@ def _cross_check(c: _Collector, raw: dict[str, Any], cat: dict[str, Any]) -> Non
     for did, d in cat["drafters"].items():
         for i, mid in enumerate(d.model_compat):
             _ref(c, "drafters.yaml", f"drafters[{did!r}].model_compat[{i}]", mid, models_raw, "model")
-    for mid, mod in cat["models"].items():
-        for i, did in enumerate(mod.compatible_drafters):
-            _ref(c, "models.yaml", f"models[{mid!r}].compatible_drafters[{i}]", did,
-                 raw["drafters.yaml"], "drafter")
     for arch, row in cat["arches"].items():
         base = f"arches[{arch!r}]"
         for i, pin in enumerate(row.engine_pins):
@@ -817,7 +614,7 @@ def _load(root: Path | None) -> m.Catalog:
             continue
         bodies[name] = c.section(doc, name, list if name == "anchors.yaml" else dict)
     built: dict[str, Any] = {}
-    builders = {
+    builders: dict[str, tuple[str, Callable[[_Collector, Any], Any]]] = {
         "gpus.yaml": ("gpus", _build_gpus), "kv_formats.yaml": ("kv_formats", _build_kv),
         "engines.yaml": ("engines", _build_engines), "drafters.yaml": ("drafters", _build_drafters),
         "models.yaml": ("models", _build_models), "arches.yaml": ("arches", _build_arches),
@@ -827,6 +624,10 @@ def _load(root: Path | None) -> m.Catalog:
     for name, (attr, build) in builders.items():
         c.file = name
         built[attr] = build(c, bodies[name])
+    corrections = []
+    for name in FILES:
+        c.file = name
+        corrections += _build_corrections(c, name, docs[name], bodies[name])
     _cross_check(c, bodies, built)
     if c.problems:
         raise CatalogError(c.problems)
@@ -834,6 +635,7 @@ def _load(root: Path | None) -> m.Catalog:
     digest = hashlib.sha256()
     for name in FILES:
         digest.update(name.encode() + b"\0" + blobs[name] + b"\0")
+    built["corrections"] = tuple(corrections)
     return _assemble(digest.hexdigest()[:12], built)
 
 
@@ -853,9 +655,9 @@ def _assemble(version: str, built: dict[str, Any]) -> m.Catalog:
             gpu_index.setdefault(m.normalize_gpu_name(name), gid)
     arch_alias = {alias: arch for arch, row in built["arches"].items()
                   for alias in row.config_architectures}
-    frozen = {k: MappingProxyType(v) for k, v in built.items() if k != "anchors"}
+    frozen = {k: MappingProxyType(v) for k, v in built.items() if k not in ("anchors", "corrections")}
     return m.Catalog(version=version, schema_version=SUPPORTED_SCHEMA_VERSIONS[-1],
-                     anchors=tuple(built["anchors"]), _repo_index=MappingProxyType(repo_index),
+                     anchors=tuple(built["anchors"]), corrections=built["corrections"], _repo_index=MappingProxyType(repo_index),
                      _gpu_index=MappingProxyType(gpu_index), _arch_alias=MappingProxyType(arch_alias),
                      **frozen)
 

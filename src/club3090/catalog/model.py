@@ -26,7 +26,6 @@ TRC_VALUES = ("true", "false", "unverified")
 ARCH_CONFIDENCE = CONFIDENCES
 ARCH_STATUS = ("verified", "unverified", "suspect")
 ON_FAIL = ("capability-degraded", "hard-refuse", "boot-refused")
-DRIFT_GUARD_KINDS = ("behavioral", "import-and-boot", "boot", "none")
 NOT_EMITTABLE_REASONS = ("engine-not-vllm", "no-runtime-capture", "genesis-equipped")
 # What each reason means, for listings (``club3090 profiles`` and ``compose --list``): long and short.
 NOT_EMITTABLE_TEXT: Mapping[str, tuple[str, str]] = MappingProxyType({
@@ -34,8 +33,6 @@ NOT_EMITTABLE_TEXT: Mapping[str, tuple[str, str]] = MappingProxyType({
     "no-runtime-capture": ("no runtime capture of the shipped compose", "no capture"),
     "genesis-equipped": ("needs the Genesis patch set", "Genesis"),
 })
-DELIVERY_MECHANISMS = ("python_sidecar", "site_package_overlay", "install_script",
-                       "chat_template", "none")
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,7 +47,6 @@ class WeightVariant:
     revision: str | None = None
     engine: str | None = None          # serving family the variant is packed for (vllm, llama-cpp, ...)
     files: tuple[str, ...] = ()        # named files for GGUF variants
-    local_subdir: str | None = None
     note: str | None = None
 
     @property
@@ -62,31 +58,22 @@ class WeightVariant:
 class Model:
     id: str
     display_name: str
-    family: str
-    architecture: str                  # config.json architectures[0]; the arch row is
-                                       # Catalog.arch_row_for_model(id) (None for a model no row
-                                       # covers; the loader requires one when a profile is replayable)
+    architecture: str                  # hf_config architectures[0] (the loader reads it there); the
+                                       # arch row is Catalog.arch_row_for_model(id) (None for a model
+                                       # no row covers; the loader requires one when a profile is
+                                       # replayable)
     hf_config: Mapping[str, Any]       # config.json keys, so architecture.parse_config() works
-    max_ctx_supported: int
+    max_ctx_supported: int             # hf_config max_position_embeddings (the loader reads it there)
     weights: Mapping[str, WeightVariant]
     default_weight_variant: str
-    compatible_drafters: tuple[str, ...]
-    valid_tp: tuple[int, ...]
-    attention_k_eq_v: bool
-    requires_genesis: bool
     description: str = ""
     hf_config_source: str = ""         # where hf_config came from (fixture repo or constructed)
-    facts: Mapping[str, Any] = field(default_factory=dict)  # upstream geometry facts (num_attn_layers, ...), for checks
 
 
 @dataclass(frozen=True, slots=True)
 class VendoredOverlay:
     id: str
-    pr_url: str | None
-    upstream_status: str
-    local_status: str
-    delivery: str | None
-    merged_in_version: str | None = None
+    pr_url: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,18 +83,14 @@ class Engine:
     type: str                          # "vllm" | "llama.cpp"
     install_method: str                # docker_image | pip
     image: str                         # install spec: image reference or pip requirement
-    pin: str                           # "<engine-id>@<tag-or-sha>"
-    vllm_version: str | None           # "0.22.0" for release tags; None for nightlies / llama.cpp
+    pin: str                           # "<engine-id>@<tag-or-sha>", read from image by the loader
+    vllm_version: str | None           # "0.22.0" for release tags (read from image); None for
+                                       # nightlies / llama.cpp
     min_sm: Decimal
     supported_kv_formats: tuple[str, ...]
     supported_weight_formats: tuple[str, ...]
-    supported_model_families: tuple[str, ...]
     vendored_overlays: tuple[VendoredOverlay, ...]
     required_genesis: bool
-    features: Mapping[str, bool]
-    stability: str = "stable"
-    supported_drafter_methods: tuple[str, ...] = ()
-    genesis_pin: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,9 +104,7 @@ class Drafter:
     model_compat: tuple[str, ...]
     display_name: str = ""
     status: str = "experimental"
-    hf_repo: str | None = None
     local_model_path: str | None = None
-    engine_type: str | None = None     # restricts the drafter to one engine type when set
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,7 +114,6 @@ class Gpu:
     aliases: tuple[str, ...]
     memory_bytes: int                  # total as the driver reports it (nvidia-smi "Total")
     sm: Decimal
-    bandwidth_gbps: int                # GB/s (1e9)
     nvlink: bool
     arch: str                          # ampere, ada, hopper, blackwell, turing
     vendor: str = "nvidia"
@@ -142,13 +122,11 @@ class Gpu:
 @dataclass(frozen=True, slots=True)
 class ProfileRuntime:
     genesis_equipped: bool
-    genesis_evidence: str
     service_name: str
     service: Mapping[str, Any]         # the shipped compose service, ${VAR:-default} tokens verbatim
-    param_slots: Mapping[str, Mapping[str, Any]]
-    trust_remote_code_in_shipped: bool
     insertion_points: tuple[str, ...]  # subset of ("volumes", "entrypoint") present in the service
     top_level: Mapping[str, Any]       # top-level keys of the shipped file other than services
+    genesis_evidence: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,7 +140,7 @@ class Profile:
     kv_format: str
     tp: int
     pp: int
-    max_ctx: int
+    max_model_len: int                 # context length served (vLLM --max-model-len)
     max_num_seqs: int
     mem_util: float | None             # None for llama.cpp profiles
     port: int
@@ -175,9 +153,6 @@ class Profile:
     reference_gpu: str                 # Gpu id the profile was validated on
     runtime: ProfileRuntime | None
     status_note: str | None = None
-    kvcalc_key: str | None = None      # None = upstream did not price this profile
-    category: str | None = None
-    recommended_engine_features: tuple[str, ...] = ()
 
     @property
     def launchable(self) -> bool:
@@ -189,7 +164,6 @@ class EnginePin:
     pin: str                           # "<engine-id>@<tag-or-sha>"
     loads: bool
     reason: str | None = None
-    enables: tuple[str, ...] = ()
 
     @property
     def engine(self) -> str:
@@ -203,21 +177,16 @@ class EnginePin:
 @dataclass(frozen=True, slots=True)
 class ArchRow:
     arch: str
-    family: str
     engine_pins: tuple[EnginePin, ...]
     required_patches: tuple[str, ...]
     tp_divisors: tuple[int, ...]
     trust_remote_code: str             # "true" | "false" | "unverified"
     trust_remote_code_evidence: str | None
-    kernel_constraints: tuple[str, ...]
     confidence: str
     status: str
     config_architectures: tuple[str, ...]
     model_slugs: tuple[str, ...]
-    overlay_pins: tuple[EnginePin, ...] = ()   # patch-set pins (Genesis), not engines
-    marlin_alignment_required: bool = False
-    moe_layout: str = "dense"
-    tp_evidence: str = ""
+    kernel_constraints: tuple[str, ...] = ()
 
     def pin_for(self, pin: str) -> EnginePin | None:
         for entry in self.engine_pins:
@@ -238,21 +207,16 @@ class Patch:
     models: tuple[str, ...]
     load_bearing_composes: tuple[str, ...]     # profile keys
     delivery_gaps: tuple[DeliveryGap, ...]
-    delivery_mechanism: str
     mounts: tuple[str, ...]                    # compose volume strings
     invocations: tuple[str, ...]               # entrypoint lines
-    drift_guard_kind: str
     on_fail: str
     foundational: bool
-    deprecated: bool
     capability: str | None
-    upstream_status: str
-    status: str = ""
-    upstream_ref: str | None = None
-    drift_guard_check: str | None = None
-    files: tuple[str, ...] = ()
-    wired_at: tuple[str, ...] = ()             # compose sections the delivery touches
     deprecated_on: str | None = None
+
+    @property
+    def deprecated(self) -> bool:
+        return self.deprecated_on is not None
 
 
 @dataclass(frozen=True, slots=True)
@@ -268,6 +232,17 @@ class KvFormat:
     emittable: bool = True                     # False: never written into a compose (Genesis-only)
     max_sm: Decimal | None = None              # upper bound when a format is family-specific
     note: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Correction:
+    """A recorded deviation from upstream's data: which values (key paths), what upstream says,
+    and the evidence for ours."""
+
+    file: str
+    paths: tuple[str, ...]
+    upstream: Any
+    evidence: str
 
 
 NO_DRAFTER = "none"                    # Anchor.drafter: the measured run used no drafter
@@ -317,6 +292,7 @@ class Catalog:
     patches: Mapping[str, Patch]
     kv_formats: Mapping[str, KvFormat]
     anchors: tuple[Anchor, ...]
+    corrections: tuple[Correction, ...] = ()
     _repo_index: Mapping[str, tuple[str, str]] = field(default_factory=dict, repr=False, compare=False)
     _gpu_index: Mapping[str, str] = field(default_factory=dict, repr=False, compare=False)
     _arch_alias: Mapping[str, str] = field(default_factory=dict, repr=False, compare=False)

@@ -52,6 +52,8 @@ COMMANDS: tuple[tuple[str, str], ...] = (
     ("verify", "club3090.cli.commands.verify"),
     ("bench", "club3090.cli.commands.bench"),
     ("soak", "club3090.cli.commands.soak"),
+    ("calibrate", "club3090.cli.commands.calibrate"),
+    ("loop", "club3090.cli.commands.loop"),
 )
 
 

@@ -39,7 +39,7 @@ from club3090.model.slug import sanitize_slug
 from club3090.version import __version__
 
 if TYPE_CHECKING:
-    from club3090.catalog.model import Catalog, Patch, Profile
+    from club3090.catalog.model import Catalog, Drafter, Patch, Profile
     from club3090.model.spec import ModelSpec
 
 # Stratum-6 refusal tokens, in table order (SYSTEM.md section 11).
@@ -182,6 +182,8 @@ def generate(profile_key: str, catalog: "Catalog", *, guard_runner: GuardRunner 
         return _refuse(profile_key, SCOPE, why or "not emittable")
     engine = catalog.engines[profile.engine]
     runtime = profile.runtime           # emittable: captured, not Genesis-equipped
+    if runtime is None:
+        return _refuse(profile_key, SCOPE, "no-runtime-capture")
     kv = catalog.kv_formats.get(profile.kv_format)
 
     # 2 arch
@@ -332,6 +334,18 @@ def _has_relative_mounts(service: Mapping[str, Any]) -> bool:
 
 # ---- param slots -----------------------------------------------------------------------------
 
+# The `vllm serve` flags replay sets, and the profile field each takes its value from. The one
+# owner of this mapping: which slots a profile has is read from its shipped service, never stored.
+# (Also set: the host port <- ``port``, `--speculative-config` <- ``drafter``, NVLINK_MODE <-
+# ``requires_nvlink``; see ``_replay_service``.)
+PARAM_SLOTS: tuple[tuple[str, str], ...] = (
+    ("--tensor-parallel-size", "tp"),
+    ("--max-model-len", "max_model_len"),
+    ("--gpu-memory-utilization", "mem_util"),
+    ("--kv-cache-dtype", "kv_format"),
+    ("--max-num-seqs", "max_num_seqs"),
+)
+
 _EXPR = re.compile(r"^\$\{[A-Za-z_][A-Za-z0-9_]*(?::?-.*)?\}$", re.S)
 _INNER_DEFAULT = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*):?-([^${}]*)\}")
 
@@ -385,7 +399,7 @@ def _drop_flag(args: list[Any], flag: str, *, takes_value: bool) -> None:
         del args[i:i + count]
 
 
-def _spec_config(shipped: str, drafter: Any) -> str:
+def _spec_config(shipped: str, drafter: "Drafter") -> str:
     n = str(drafter.n_default)
     m = re.search(r"\$\{SPEC_N[A-Z_]*:?-\d+\}", shipped)
     if m:  # keep the shipped env override, with the drafter's default
@@ -417,13 +431,10 @@ def _replay_service(shipped: Mapping[str, Any], profile: "Profile", catalog: "Ca
     if isinstance(command, str):
         raise _ReplayError("string-form command is not replayable")
     args: list[Any] = list(command or [])
-    _set_slot(args, "--tensor-parallel-size", str(profile.tp))
-    _set_slot(args, "--max-model-len", str(profile.max_ctx))
-    if profile.mem_util is not None:
-        _set_slot(args, "--gpu-memory-utilization", _fmt_number(profile.mem_util))
-    kv_arg = catalog.kv_formats[profile.kv_format].vllm_arg
-    _set_slot(args, "--kv-cache-dtype", kv_arg if kv_arg is not None else "auto")
-    _set_slot(args, "--max-num-seqs", str(profile.max_num_seqs))
+    for flag, name in PARAM_SLOTS:
+        value = _slot_value(profile, catalog, name)
+        if value is not None:
+            _set_slot(args, flag, value)
     i = _flag_index(args, "--speculative-config")
     if profile.drafter is None:
         _drop_flag(args, "--speculative-config", takes_value=True)
@@ -463,10 +474,20 @@ def _replay_service(shipped: Mapping[str, Any], profile: "Profile", catalog: "Ca
     return service
 
 
+def _slot_value(profile: "Profile", catalog: "Catalog", name: str) -> str | None:
+    """The text a ``PARAM_SLOTS`` flag takes for ``profile`` (None: leave the shipped value)."""
+    if name == "kv_format":
+        kv_arg = catalog.kv_formats[profile.kv_format].vllm_arg
+        return kv_arg if kv_arg is not None else "auto"
+    value = getattr(profile, name)
+    if value is None:
+        return None
+    return _fmt_number(value) if isinstance(value, float) else str(value)
+
+
 def _set_host_port(entry: str, port: str) -> str:
-    m = None
-    for m in re.finditer(r"\$\{PORT:?-(\d+)\}", entry):
-        pass
+    matches = list(re.finditer(r"\$\{PORT:?-(\d+)\}", entry))
+    m = matches[-1] if matches else None
     if m is not None:
         return entry[:m.start(1)] + port + entry[m.end(1):]
     parts = split_volume(entry)  # same ${}-aware colon split
@@ -527,10 +548,10 @@ def _wire(service: dict[str, Any], args: list[Any], patch: "Patch",
             continue
         entrypoint = service.get("entrypoint")
         idx = _script_index(entrypoint) if isinstance(entrypoint, list) else None
-        if idx is None:
+        if idx is None or not isinstance(entrypoint, list):
             raise _ReplayError(f"{patch.id}: no entrypoint script to insert its invocation into")
         script = str(entrypoint[idx])
-        if line in script.splitlines() or any(l.strip() == line.strip() for l in script.splitlines()):
+        if any(existing.strip() == line.strip() for existing in script.splitlines()):
             continue
         entrypoint[idx] = f"{line}\n{script}"
 
@@ -551,9 +572,9 @@ def _unwire(service: dict[str, Any], args: list[Any], patch: "Patch") -> None:
             continue
         entrypoint = service.get("entrypoint")
         idx = _script_index(entrypoint) if isinstance(entrypoint, list) else None
-        if idx is not None:
-            kept = [l for l in str(entrypoint[idx]).splitlines(keepends=True)
-                    if l.strip() != line.strip()]
+        if idx is not None and isinstance(entrypoint, list):
+            kept = [existing for existing in str(entrypoint[idx]).splitlines(keepends=True)
+                    if existing.strip() != line.strip()]
             entrypoint[idx] = "".join(kept)
 
 
@@ -582,7 +603,7 @@ def derived_compose(spec: "ModelSpec", profile_key: str, catalog: "Catalog", *, 
                     out_name: str | None = None) -> ComposeOutcome:
     """A patchless vLLM service for a non-curated model that passed the gate.
 
-    ``max_model_len`` overrides the profile's ``max_ctx`` (the fit engine's largest fitting
+    ``max_model_len`` overrides the profile's (the fit engine's largest fitting
     context); ``gpu_indices`` are the visible GPUs, of which the first ``tp`` are used.
     Raises ``InputError`` for names or paths carrying control characters, ``UsageError`` for an
     unknown profile.
@@ -645,7 +666,7 @@ def derived_compose(spec: "ModelSpec", profile_key: str, catalog: "Catalog", *, 
     slug = sanitize_slug(spec.ref, max_len=MAX_SLUG)
     served = slug[:MAX_SERVED_NAME]
     model_path = f"{PULLS_MOUNT_ROOT}/{slug}"
-    ctx = max_model_len if max_model_len is not None else profile.max_ctx
+    ctx = max_model_len if max_model_len is not None else profile.max_model_len
     port = str(profile.port)
     devices = ",".join(str(g) for g in selected)
 

@@ -147,8 +147,12 @@ def cap_log(text: str, limit: int = LOG_LIMIT_BYTES) -> str:
     return cut[newline + 1:] if 0 <= newline < len(cut) - 1 else cut
 
 
+_CLI_HINT = re.compile(r"^\s*(?:See|Run) '?docker(?: compose)? --help'?", re.IGNORECASE)
+
+
 def _tail_line(text: str) -> str:
-    lines = [ln for ln in (text or "").strip().splitlines() if ln.strip()]
+    """The last line that says something: docker's "See 'docker --help'" follows the real error."""
+    lines = [ln for ln in (text or "").strip().splitlines() if ln.strip() and not _CLI_HINT.match(ln)]
     return lines[-1][:300] if lines else "no output"
 
 
@@ -170,7 +174,7 @@ def parse_actual(log: str) -> dict[str, float | None]:
     the KV cache it needed and the KV memory it had (MiB; None when absent)."""
     def last(pattern: re.Pattern[str]) -> re.Match[str] | None:
         found = None
-        for found in pattern.finditer(log or ""):
+        for found in pattern.finditer(log or ""):  # noqa: B007 - the last match is kept
             pass
         return found
     return {"attempted_alloc_mib": _mib(last(_ALLOC)), "gpu_worker_reported_mib": _mib(last(_PEAK)),

@@ -103,7 +103,7 @@ def profile_shape(profile: Any, catalog: Any, *, drafter: bool = True, **overrid
 
     ``profile_shape(profile, catalog, *, drafter=True, **overrides) -> ServeShape``
 
-    From the profile: ``tp``, ``pp``, ``mem_util``, ``max_model_len`` (``max_ctx``), ``max_num_seqs``,
+    From the profile: ``tp``, ``pp``, ``mem_util``, ``max_model_len``, ``max_num_seqs``,
     ``kv_cache_dtype`` (``kv_format``), ``max_num_batched_tokens`` (the shipped compose's
     ``--max-num-batched-tokens``; None = vLLM's default) and ``vllm_version`` (the profile's engine;
     None for nightlies = the newest known). With ``drafter=True`` the profile's drafter adds its
@@ -125,7 +125,7 @@ def profile_shape(profile: Any, catalog: Any, *, drafter: bool = True, **overrid
         engine = catalog.engines[profile.engine]
         base = {
             "tp": int(profile.tp), "pp": int(profile.pp), "mem_util": profile.mem_util,
-            "max_model_len": profile.max_ctx, "max_num_seqs": profile.max_num_seqs,
+            "max_model_len": profile.max_model_len, "max_num_seqs": profile.max_num_seqs,
             "max_num_batched_tokens": profile_batched_tokens(profile),
             "kv_cache_dtype": profile.kv_format or "auto",
             "vllm_version": engine.vllm_version,

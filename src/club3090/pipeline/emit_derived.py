@@ -268,8 +268,7 @@ def run(*, spec: "ModelSpec", profile: "Profile", catalog: "Catalog", settings: 
                     if not smoked.floor_green:
                         st.fail("smoke", boot_mod.FLOOR_RED,
                                 "; ".join(f"{c}: {smoked.detail[c]['error']}" for c in smoked.red))
-                    if terminal == "override-accepted":
-                        log_for_actual = runner.logs()
+                    log_for_actual = runner.logs()   # start-up lines: the boot's calibration receipt
 
         report = EReport(ran=True, stage=st.stage, failure=st.failure, detail=st.detail,
                          compose_path=compose_path if text is not None else None, compose_text=text,
@@ -319,7 +318,7 @@ def _write(report: EReport, *, gate: Mapping[str, Any], manifest_fields: Mapping
     manifest.update(kv_calc_version=kv_calc_version(), selected_ctx=report.max_model_len,
                     smoke_capability_set=list(report.smoke.capability_set) if report.smoke is not None else [])
     return capture.write_e_bundle(captures_root, slug=slug, gate=gate, points=points, manifest_fields=manifest,
-                                  outcome=report.outcome, now=now(), secrets=secrets)
+                                  outcome=report.outcome, now=now(), secrets=secrets, boot_log=log or None)
 
 
 def _override_point(report: EReport, fit: Any, log: str) -> dict[str, Any]:

@@ -521,7 +521,7 @@ def _shape(run: _Run, profile: "Profile", catalog: "Catalog", arch: Any, *, path
     mem_util default where the profile sets none, and on Path B the context capped at the
     model's own maximum."""
     model_max = arch.max_position_embeddings
-    max_ctx = profile.max_ctx
+    max_ctx = profile.max_model_len
     if not path_a and run.spec.curated is None and model_max and max_ctx > model_max:
         run.notices.append(Notice(NoticeCode.CONTEXT_CAPPED_TO_MODEL,
                                   f"{profile.key} asks for {max_ctx} tokens of context but the model supports "
@@ -532,7 +532,7 @@ def _shape(run: _Run, profile: "Profile", catalog: "Catalog", arch: Any, *, path
     return profile_shape(
         profile, catalog, drafter=path_a,
         mem_util=UNSET_MEM_UTIL_DEFAULT if profile.mem_util is None else None,
-        max_model_len=max_ctx if max_ctx != profile.max_ctx else None,
+        max_model_len=max_ctx if max_ctx != profile.max_model_len else None,
         device_name=hw.names[0] if hw is not None and hw.names else None)
 
 
@@ -668,7 +668,7 @@ def _bundle_fields(result: PullResult, run: _Run) -> tuple[dict[str, Any], dict[
         "engine_pin": engine.pin if engine is not None and past_c0 else None,
         "engine_version": engine.vllm_version if engine is not None and past_c0 else None,
         "kv_format": profile.kv_format if profile is not None and past_c0 else None,
-        "selected_ctx": profile.max_ctx if profile is not None and past_c0 else None,
+        "selected_ctx": profile.max_model_len if profile is not None and past_c0 else None,
         **(capture.topology_fields(in_use) if past_c0 else {}),
     }
     return gate, manifest

@@ -16,13 +16,11 @@ raises ``InputError`` naming the offending file.
 
 from __future__ import annotations
 
-import getpass
 import hashlib
 import json
 import math
 import os
 import re
-import socket
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields, is_dataclass
 from datetime import datetime, timezone
@@ -35,11 +33,13 @@ from typing import Any
 from club3090.edges.files import atomic_write_text, read_bytes_capped, read_json_capped
 from club3090.errors import InputError
 from club3090.model.slug import sanitize_slug
+from club3090.reports.redact import Redactor
 from club3090.version import __version__
 
 CAPTURES_DIRNAME = ".pull-captures"   # under the working directory; the CLI's default root
 LAST_FILE = ".last"
 MANIFEST_FILE = "manifest.json"
+RECEIPT_FILE = "receipt.json"          # an [E] boot's calibration receipt, next to the points
 TS_FORMAT = "%Y%m%dT%H%M%SZ"
 BUNDLE_JSON_LIMIT = 4 * 1024 * 1024   # pt3 log excerpts are <= 64 KiB; anything near this is junk
 SEP = "\x1f"
@@ -83,110 +83,6 @@ FINGERPRINT_FIELDS: tuple[str, ...] = (
     "model", "club3090_commit", "topology_summary_canonical", "quant_label", "kv_calc_version",
     "engine_version", "utc_ts", "outcome",
 )
-
-
-# --- redaction --------------------------------------------------------------------------------
-
-REDACTED = "<REDACTED>"
-_PLACEHOLDER_WORDS = frozenset({"user", "host", "path", "redacted"})
-_SECRET_KEYS = frozenset({"hf_token", "hugging_face_hub_token", "api_key", "apikey", "authorization"})
-_SCHEMA_KEY = re.compile(r"[a-z][a-z0-9_]*\Z")
-_ASSIGNED_SECRET = re.compile(
-    r"(?i)(hugging_face_hub_token|hf_token|api[_-]?key)(\s*[\"']?\s*[=:]\s*[\"']?)([^\s\"'&;,]+)")
-_AUTH_BEARER = re.compile(r"(?i)(authorization\s*:\s*bearer\s+)[^\s\"']+")
-_BEARER = re.compile(r"(?i)\b(bearer\s+)[A-Za-z0-9._~+/=-]{8,}")
-_HF_TOKEN = re.compile(r"(?<![A-Za-z0-9])hf_[A-Za-z0-9]{30,}")
-_ROOT_HOME = re.compile(r"(?<![\w.~/-])/root(?![\w.-])")
-_DATA_PATH = re.compile(r"(?<![\w.~-])/(?:opt|mnt|data)(?![\w.-])[^\s\"'`$<>|;,:)\]}]*")
-
-
-class Redactor:
-    """Redaction rules bound to one machine's identity; ``redact`` builds one per call.
-
-    ``None`` for ``home``/``user``/``host`` means "this machine's" (read at call time);
-    ``""`` switches that rule off. ``secrets`` are literal strings to hide (the caller passes
-    ``Settings.redaction_secrets``: the token from the environment or the token file).
-    """
-
-    def __init__(self, *, home: str | os.PathLike[str] | None = None, user: str | None = None,
-                 host: str | None = None, secrets: Iterable[str] = ()) -> None:
-        if home is None:
-            home = _safe(lambda: str(Path.home()))
-        if user is None:
-            user = _safe(getpass.getuser)
-        if host is None:
-            host = _safe(socket.gethostname)
-        self._secrets = sorted({s for s in secrets if s and len(s) >= 8}, key=len, reverse=True)
-        homes = set()
-        if home:
-            raw = str(home).rstrip("/")
-            homes = {raw, _safe(lambda: os.path.realpath(raw)) or raw} - {"", "/"}
-        self._homes = [re.compile(re.escape(h) + r"(?![\w.-])") for h in sorted(homes, key=len, reverse=True)]
-        hosts = set()
-        if host:
-            hosts = {host, host.split(".")[0]}
-        hosts = {h for h in hosts if len(h) >= 2 and h.lower() not in _PLACEHOLDER_WORDS | {"localhost"}}
-        self._hosts = [re.compile(r"(?i)(?<![A-Za-z0-9_])" + re.escape(h) + r"(?![A-Za-z0-9_])")
-                       for h in sorted(hosts, key=len, reverse=True)]
-        self._user = None
-        if user and len(user) >= 2 and user != "root" and user.lower() not in _PLACEHOLDER_WORDS:
-            self._user = re.compile(r"(?<![A-Za-z0-9_])" + re.escape(user) + r"(?![A-Za-z0-9_])")
-
-    def text(self, s: str, *, names: bool = True) -> str:
-        for secret in self._secrets:
-            s = s.replace(secret, REDACTED)
-        s = _ASSIGNED_SECRET.sub(lambda m: m.group(1) + m.group(2) + REDACTED, s)
-        s = _AUTH_BEARER.sub(lambda m: m.group(1) + REDACTED, s)
-        s = _BEARER.sub(lambda m: m.group(1) + REDACTED, s)
-        s = _HF_TOKEN.sub("hf_" + REDACTED, s)
-        for home in self._homes:
-            s = home.sub("~", s)
-        s = _ROOT_HOME.sub("~", s)
-        s = _DATA_PATH.sub("<PATH>", s)
-        if names:
-            for host in self._hosts:
-                s = host.sub("<HOST>", s)
-            if self._user is not None:
-                s = self._user.sub("<USER>", s)
-        return s
-
-    def value(self, obj: Any) -> Any:
-        if isinstance(obj, str):
-            return self.text(obj)
-        if isinstance(obj, Mapping):
-            out = {}
-            for key, val in obj.items():
-                key = str(key)
-                if key.lower() in _SECRET_KEYS and isinstance(val, str) and val:
-                    val = REDACTED
-                # snake_case keys are our schema names: keep them readable even if a user or
-                # host happens to be called "model"; secrets and paths are still scrubbed
-                new_key = self.text(key, names=not _SCHEMA_KEY.match(key))
-                out[new_key] = self.value(val)
-            return out
-        if isinstance(obj, (list, tuple)):
-            return [self.value(v) for v in obj]
-        return obj
-
-
-def redact(obj: Any, *, home: str | os.PathLike[str] | None = None, user: str | None = None,
-           host: str | None = None, secrets: Iterable[str] = ()) -> Any:
-    """Return a copy of a JSON-shaped value with every string redacted (SYSTEM.md section 12).
-
-    home -> ``~``, ``/root`` -> ``~``, host -> ``<HOST>``, user -> ``<USER>`` (whole words
-    only), values after ``HF_TOKEN=`` / ``HUGGING_FACE_HUB_TOKEN=`` / ``api_key=`` and after
-    ``Authorization: Bearer`` -> ``<REDACTED>``, ``hf_`` + 30 or more alphanumerics ->
-    ``hf_<REDACTED>``, paths under ``/opt``, ``/mnt``, ``/data`` -> ``<PATH>``.
-    """
-    return Redactor(home=home, user=user, host=host, secrets=secrets).value(obj)
-
-
-def _safe(fn: Any) -> str | None:
-    try:
-        value = fn()
-    except Exception:
-        return None
-    return str(value) if value else None
 
 
 # --- JSON -------------------------------------------------------------------------------------
@@ -344,7 +240,8 @@ def _git_head(package_dir: Path) -> str | None:
 def write_gate_bundle(root: Path, *, slug: str, gate: Mapping[str, Any],
                       manifest_fields: Mapping[str, Any], now: datetime,
                       home: str | os.PathLike[str] | None = None, user: str | None = None,
-                      host: str | None = None, secrets: Iterable[str] = ()) -> Path:
+                      host: str | None = None, secrets: Iterable[str] = (),
+                      local_paths: Iterable[str] = ()) -> Path:
     """Write a gate-only bundle (schema 2) for a hard stop and point ``<root>/.last`` at it.
 
     ``root`` is the captures folder (``./.pull-captures`` by default, the caller decides).
@@ -362,7 +259,8 @@ def write_gate_bundle(root: Path, *, slug: str, gate: Mapping[str, Any],
         raise ValueError("a gate bundle needs a non-empty abort_reason")
     return _write_bundle(root, schema=2, slug=slug, gate=gate, points={}, manifest_fields=manifest_fields,
                          outcome="hard-block", now=now,
-                         redactor=Redactor(home=home, user=user, host=host, secrets=secrets))
+                         redactor=Redactor(home=home, user=user, host=host, secrets=secrets,
+                                           local_paths=[*local_paths, *local_folder(slug)]))
 
 
 POINT_KEYS: Mapping[str, tuple[str, ...]] = MappingProxyType({
@@ -377,7 +275,8 @@ POINT_KEYS: Mapping[str, tuple[str, ...]] = MappingProxyType({
 def write_e_bundle(root: Path, *, slug: str, gate: Mapping[str, Any], points: Mapping[str, Mapping[str, Any]],
                    manifest_fields: Mapping[str, Any], outcome: str, now: datetime,
                    home: str | os.PathLike[str] | None = None, user: str | None = None,
-                   host: str | None = None, secrets: Iterable[str] = ()) -> Path:
+                   host: str | None = None, secrets: Iterable[str] = (),
+                   local_paths: Iterable[str] = (), boot_log: str | None = None) -> Path:
     """Write a schema-1 bundle for a run that entered Pull-Emit-Derived ``[E]`` and point
     ``<root>/.last`` at it.
 
@@ -385,7 +284,8 @@ def write_e_bundle(root: Path, *, slug: str, gate: Mapping[str, Any], points: Ma
     ``boot`` / ``smoke`` / ``override_capture`` to their keys (``POINT_KEYS`` are required, a
     ``detail`` and other extras are kept); only the stages that ran are given. ``outcome`` is
     ``ok``, ``partial`` or ``failed``. Same redaction, atomic writes and errors as
-    ``write_gate_bundle``.
+    ``write_gate_bundle``. ``boot_log`` (vLLM's start-up output) adds ``receipt.json``, the
+    boot's calibration receipt, when it holds start-up lines.
     """
     for name, point in points.items():
         if name not in POINT_KEYS:
@@ -395,9 +295,31 @@ def write_e_bundle(root: Path, *, slug: str, gate: Mapping[str, Any], points: Ma
             raise ValueError(f"capture point {name!r} lacks {missing}")
     if outcome not in ("ok", "partial", "failed"):
         raise ValueError(f"an [E] bundle's outcome is ok, partial or failed, not {outcome!r}")
-    return _write_bundle(root, schema=1, slug=slug, gate=gate, points=points, manifest_fields=manifest_fields,
-                         outcome=outcome, now=now,
-                         redactor=Redactor(home=home, user=user, host=host, secrets=secrets))
+    redactor = Redactor(home=home, user=user, host=host, secrets=secrets,
+                        local_paths=[*local_paths, *local_folder(slug)])
+    bundle = _write_bundle(root, schema=1, slug=slug, gate=gate, points=points, manifest_fields=manifest_fields,
+                           outcome=outcome, now=now, redactor=redactor)
+    if boot_log:
+        from club3090.reports.receipt import receipt_for_boot
+        receipt = receipt_for_boot(boot_log, manifest_fields, redactor, club3090_commit=club3090_commit())
+        if receipt is not None:
+            atomic_write_text(bundle / RECEIPT_FILE, dump_json(receipt), overwrite=False)
+    return bundle
+
+
+def local_folder(source: str) -> list[str]:
+    """``[source]`` when it names a folder on this machine (a model given as ``DIR``), else ``[]``:
+    such a name is local to this machine and is redacted like a path."""
+    if not source:
+        return []
+    try:
+        path = Path(source).expanduser()
+    except RuntimeError:   # "~someone/x" for a user this machine does not know: not a folder here
+        path = Path(source)
+    try:
+        return [source] if path.is_dir() else []
+    except (OSError, ValueError):
+        return [source]
 
 
 def _write_bundle(root: Path, *, schema: int, slug: str, gate: Mapping[str, Any],

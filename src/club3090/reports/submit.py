@@ -1,10 +1,14 @@
-"""Submitting a capture bundle: show the exact redacted payload, ask, then file it via ``gh``.
+"""Submitting a capture bundle: classify it, route it, and file it only with consent.
 
-Nothing leaves the machine without an explicit ``y``/``Y`` answer. With consent and the
-GitHub CLI on PATH, the report is deduplicated (SYSTEM.md section 13, F5): issues labelled
-``loop:dedup-<hash>`` are listed, a matching 7-tuple gets a ``+1`` comment, otherwise a new
-issue is created. Without ``gh`` a prefilled ``issues/new`` URL (under 8 KB) is printed and
-nothing is sent. ``gh`` failures are reported on ``out``, never raised.
+Routes (docs/DESIGN.md, the Loop): a failure of the user's own environment gets a local verdict
+and its next step; ``benign-cold-start`` is suppressed; ``unknown`` goes to the local review
+queue (``<captures>/_review-queue/``), never to a public issue; every other class shows the
+exact redacted payload and asks. With consent and the GitHub CLI on PATH the labels are
+bootstrapped and the report is deduplicated: issues labelled ``loop:dedup-<hash>`` are listed, a
+matching 7-tuple gets a ``+1`` comment, otherwise a new issue is created. Without ``gh``, or
+when ``gh`` fails, the report is spooled to ``<captures>/_dedup-queue/<hash>.json`` and a
+prefilled ``issues/new`` link (under 8 KB) is printed; nothing is sent. ``gh`` failures are
+reported on ``out``, never raised.
 """
 
 from __future__ import annotations
@@ -13,22 +17,33 @@ import json
 import re
 import shutil
 import subprocess
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 from urllib.parse import quote, urlencode
 
+from club3090.edges.files import atomic_write_text, read_json_capped
+from club3090.errors import InputError
 from club3090.model.slug import sanitize_slug
 from club3090.reports.capture import (
     DEDUP_FIELDS,
     Bundle,
-    Redactor,
     dedup_hash,
     dedup_key,
     dump_json,
     read_bundle,
 )
+from club3090.reports.classify import (
+    ROUTE_FILE,
+    ROUTE_LOCAL,
+    ROUTE_REVIEW,
+    ROUTE_SUPPRESSED,
+    Classification,
+    FingerprintTable,
+    classify_points,
+)
+from club3090.reports.redact import Redactor
 
 CLUB3090_ISSUES_REPO = "club3090/club3090"
 MAX_URL_BYTES = 8000          # browsers and GitHub accept ~8 KB; keep clear of the edge
@@ -38,6 +53,11 @@ ARCH_LABEL_MAX = 45           # "arch:" + 45 = GitHub's 50-character label limit
 PROMPT = "Submit this report? [y/N] "
 TRUNCATION_NOTE = ("\n\n_(body truncated to fit a URL; install the GitHub CLI `gh` and run "
                    "`club3090 pull --submit DIR` to send the full report)_\n")
+REVIEW_QUEUE = "_review-queue"
+DEDUP_QUEUE = "_dedup-queue"
+QUEUE_ENTRY_LIMIT = 4 * 1024 * 1024
+# label -> (colour, description) for `gh label create --force`
+LABEL_COLOURS = {"loop:dedup": "ededed", "class": "d93f0b", "arch": "0e8a16"}
 
 _DETECT: Any = object()       # "look for gh on PATH at call time", never at import
 
@@ -51,7 +71,8 @@ class Payload:
 
 @dataclass(frozen=True, slots=True)
 class SubmitResult:
-    action: str               # "declined" | "created" | "commented" | "url" | "gh-failed"
+    # "local" | "suppressed" | "review-queued" | "declined" | "created" | "commented" | "spooled" | "gh-failed"
+    action: str
     sent: bool                # True only when gh reported success
     failure_class: str
     dedup_hash: str
@@ -59,27 +80,28 @@ class SubmitResult:
     issue: int | None = None  # the issue created or commented on
     url: str | None = None    # issue URL from gh, or the prefilled issues/new URL
     error: str | None = None  # what gh said when it failed
+    spool: Path | None = None  # the review- or dedup-queue file written
+    classification: Classification | None = None
 
 
-def classify(bundle: Bundle) -> str:
-    """The minimal F2 classifier for what ``pull`` captures today (section 13, rows 8-9).
-
-    A gate abort ``no-arch-row`` is ``kernel-unsupported`` (a registry gap maintainers can
-    close); every other gate abort, and any [E] bundle until the Loop's full classifier
-    lands, is ``unknown``.
-    """
-    gate = bundle.gate or {}
-    reason = str(gate.get("abort_reason") or "")
-    if bundle.is_gate_only and (reason == "no-arch-row" or reason.endswith("/no-arch-row")):
-        return "kernel-unsupported"
-    return "unknown"
+def classify(bundle: Bundle, table: FingerprintTable | None = None) -> Classification:
+    """Classify a bundle with the shipped failure table (or ``table``)."""
+    if table is None:
+        from club3090.reports.fingerprints import load_table
+        table = load_table()
+    manifest = bundle.manifest
+    return classify_points(bundle.points, arch_family=manifest.get("arch_family"),
+                           engine_version=manifest.get("engine_version"), gate_only=bundle.is_gate_only,
+                           table=table)
 
 
-def build_payload(bundle: Bundle, redactor: Redactor) -> tuple[Payload, str, tuple[str, ...]]:
+def build_payload(bundle: Bundle, redactor: Redactor,
+                  verdict: Classification | None = None) -> tuple[Payload, str, tuple[str, ...]]:
     """(payload, failure_class, dedup key) for a bundle; everything shown is redacted."""
     manifest = redactor.value(dict(bundle.manifest))
     gate = redactor.value(dict(bundle.gate)) if bundle.gate is not None else None
-    failure_class = classify(bundle)
+    verdict = verdict if verdict is not None else classify(bundle)
+    failure_class = verdict.failure_class
     key = dedup_key(manifest, failure_class)
     digest = dedup_hash(key)
     arch = sanitize_slug(str(manifest.get("arch_family") or "unknown"))[:ARCH_LABEL_MAX].strip("-._")
@@ -96,7 +118,12 @@ def build_payload(bundle: Bundle, redactor: Redactor) -> tuple[Payload, str, tup
     if gate is not None:
         lines.append(f"- abort reason: `{gate.get('abort_reason')}`")
     lines += [
-        f"- class: `{failure_class}`",
+        f"- class: `{failure_class}` ({verdict.tier}" + (f", rule `{verdict.rule}`" if verdict.rule else "") + ")",
+        f"- error ({verdict.error_source or 'none'}): `{verdict.error_text.replace('`', chr(39))}`",
+        f"- error fingerprint: `{verdict.fingerprint}`",
+        f"- route as kv-calc bug: `{str(verdict.route_as_kv_calc_bug).lower()}`"
+        + (f" (predicted-vs-actual delta {verdict.predicted_vs_actual_delta_mib} MiB)"
+           if verdict.predicted_vs_actual_delta_mib is not None else ""),
         f"- dedup hash: `{digest}`",
         f"- submission fingerprint: `{manifest.get('submission_fingerprint')}`",
         f"- captured: `{manifest.get('utc_ts')}` by club3090 `{manifest.get('club3090_commit')}`",
@@ -123,20 +150,25 @@ def build_payload(bundle: Bundle, redactor: Redactor) -> tuple[Payload, str, tup
 
 def submit(bundle_dir: Path, *, ask: Callable[[str], str], out: TextIO, gh: str | None = _DETECT,
            run: Callable[..., Any] = subprocess.run, home: str | None = None,
-           user: str | None = None, host: str | None = None, secrets: Iterable[str] = ()) -> SubmitResult:
-    """Show a bundle's redacted report, ask for consent, then file it (or print a URL).
+           user: str | None = None, host: str | None = None, secrets: Iterable[str] = (),
+           table: FingerprintTable | None = None, queue_root: Path | None = None) -> SubmitResult:
+    """Classify a bundle and route it; for a filed class show the redacted report, ask, then file it.
 
     ``ask`` is ``input``-like (EOFError counts as "no"); ``gh`` is the path of the GitHub CLI
     (default: found on PATH at call time; None = not installed); ``run`` stands in for
     ``subprocess.run``. ``home``/``user``/``host`` override the redaction identity (tests);
-    ``secrets`` are literal strings to redact (``Settings.redaction_secrets``).
-    Raises ``InputError`` only for a malformed bundle; nothing is sent in that case.
+    ``secrets`` are literal strings to redact (``Settings.redaction_secrets``). ``queue_root``
+    holds ``_review-queue/`` and ``_dedup-queue/`` (default: the captures folder, two levels
+    above the bundle). Raises ``InputError`` only for a malformed bundle (nothing is sent) and
+    ``RedactionError`` when redaction cannot run (nothing is written or sent).
     """
     bundle = read_bundle(Path(bundle_dir))
     if gh is _DETECT:
         gh = shutil.which("gh")
+    queues = Path(queue_root) if queue_root is not None else bundle.path.parent.parent
     redactor = Redactor(home=home, user=user, host=host, secrets=secrets)
-    payload, failure_class, key = build_payload(bundle, redactor)
+    verdict = classify(bundle, table)
+    payload, failure_class, key = build_payload(bundle, redactor, verdict)
     digest = dedup_hash(key)
     manifest = bundle.manifest
 
@@ -147,13 +179,34 @@ def submit(bundle_dir: Path, *, ask: Callable[[str], str], out: TextIO, gh: str 
     say(redactor.text(f"  slug={manifest.get('slug')} captured={manifest.get('utc_ts')} "
                       f"outcome={manifest.get('outcome')} class={failure_class} dedup={digest}"))
     say(f"  submission_fingerprint={manifest.get('submission_fingerprint')}")
+    if verdict.error_text:
+        say(redactor.text(f"  error: {verdict.error_text}"))
+
+    def result(action: str, **kw: Any) -> SubmitResult:
+        return SubmitResult(action, False, failure_class, digest, payload, classification=verdict, **kw)
+
+    if verdict.route == ROUTE_LOCAL:
+        say(f"[loop] this is a problem of this machine ({verdict.environment}), not of the model or of "
+            f"club3090: {verdict.next_step}. Nothing is filed.")
+        return result("local")
+    if verdict.route == ROUTE_SUPPRESSED:
+        say(f"[loop] {failure_class}: the server came up; nothing to report. Nothing is filed.")
+        return result("suppressed")
+    if verdict.route == ROUTE_REVIEW:
+        reason = (bundle.gate or {}).get("abort_reason")
+        path = spool(queues / REVIEW_QUEUE, digest, payload, key, failure_class, manifest, redactor)
+        say(redactor.text(f"[loop] class unknown{f' (stop: {reason})' if reason else ''}: kept for review "
+                          f"in {path}; it is never filed as a public issue."))
+        return result("review-queued", spool=path)
+    assert verdict.route == ROUTE_FILE
+
     if gh:
         say(f"This exact text will be sent to github.com/{CLUB3090_ISSUES_REPO} with the GitHub CLI: "
             "a new issue, or a '+1' comment carrying the same text on an existing issue with "
             "the same dedup key.")
     else:
-        say("The GitHub CLI (gh) was not found: nothing will be sent; a prefilled issue link "
-            "will be printed for you to open.")
+        say(f"The GitHub CLI (gh) was not found: nothing will be sent; with your consent the report is "
+            f"queued in {redactor.text(str(queues / DEDUP_QUEUE))} and a prefilled issue link is printed.")
     say("----- title -----")
     say(payload.title)
     say("----- labels -----")
@@ -168,14 +221,47 @@ def submit(bundle_dir: Path, *, ask: Callable[[str], str], out: TextIO, gh: str 
         reply = ""
     if not isinstance(reply, str) or reply.lstrip()[:1] not in ("y", "Y"):
         say("nothing sent")
-        return SubmitResult("declined", False, failure_class, digest, payload)
+        return result("declined")
 
     if not gh:
+        path = spool(queues / DEDUP_QUEUE, digest, payload, key, failure_class, manifest, redactor)
         url = prefilled_issue_url(payload)
-        say("Open this link to file the report (nothing has been sent):")
+        say(redactor.text(f"queued in {path} (nothing has been sent). To file it now, open:"))
         say(url)
-        return SubmitResult("url", False, failure_class, digest, payload, url=url)
-    return _file_with_gh(gh, run, payload, list(key), failure_class, digest, say)
+        return result("spooled", url=url, spool=path)
+    done = _file_with_gh(gh, run, payload, list(key), failure_class, digest, say)
+    if done.action == "gh-failed":
+        path = spool(queues / DEDUP_QUEUE, digest, payload, key, failure_class, manifest, redactor)
+        say(redactor.text(f"queued in {path} for a later try"))
+        return SubmitResult("gh-failed", False, failure_class, digest, payload, url=done.url, error=done.error,
+                            spool=path, classification=verdict)
+    return SubmitResult(done.action, done.sent, failure_class, digest, payload, issue=done.issue, url=done.url,
+                        classification=verdict)
+
+
+def spool(folder: Path, digest: str, payload: Payload, key: Sequence[str], failure_class: str,
+          manifest: Mapping[str, Any], redactor: Redactor) -> Path:
+    """Write (or count up) ``<folder>/<digest>.json``: the redacted report, its dedup key, and
+    the submission fingerprints of every bundle that produced it."""
+    path = folder / f"{digest}.json"
+    entry: dict[str, Any] = {"schema": 1, "dedup_hash": digest, "dedup_key": list(key),
+                             "failure_class": failure_class, "title": payload.title, "body": payload.body,
+                             "labels": list(payload.labels), "count": 0, "submission_fingerprints": []}
+    if path.is_file():
+        try:
+            old = read_json_capped(path, limit=QUEUE_ENTRY_LIMIT)
+        except InputError:
+            old = None
+        if isinstance(old, dict) and old.get("dedup_key") == list(key):
+            entry["count"] = int(old.get("count") or 0)
+            entry["submission_fingerprints"] = [str(f) for f in old.get("submission_fingerprints") or []]
+    fingerprint = str(manifest.get("submission_fingerprint") or "")
+    if fingerprint not in entry["submission_fingerprints"]:
+        entry["submission_fingerprints"].append(fingerprint)
+        entry["count"] += 1
+    folder.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(path, dump_json(redactor.value(entry)))
+    return path
 
 
 def _file_with_gh(gh: str, run: Callable[..., Any], payload: Payload, key: list[str],
@@ -204,6 +290,13 @@ def _file_with_gh(gh: str, run: Callable[..., Any], payload: Payload, key: list[
         say(f"+1 added to issue #{number} (dedup {digest})" + (f": {url}" if url else ""))
         return SubmitResult("commented", True, failure_class, digest, payload, issue=number, url=url)
 
+    for label in payload.labels:   # bootstrap: `issue create` refuses labels the repository lacks
+        family = label.split(":", 1)[0] if not label.startswith("loop:dedup") else "loop:dedup"
+        made = _gh(run, [gh, "label", "create", label, "--repo", CLUB3090_ISSUES_REPO, "--force",
+                         "--color", LABEL_COLOURS.get(family, "ededed"),
+                         "--description", "filed by club3090's Loop"], None)
+        if isinstance(made, str):
+            return _gh_failed(payload, failure_class, digest, say, f"gh label create {label}: {made}")
     argv = [gh, "issue", "create", "--repo", CLUB3090_ISSUES_REPO, "--title", payload.title,
             "--body-file", "-"]
     for label in payload.labels:

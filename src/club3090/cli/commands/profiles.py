@@ -54,7 +54,7 @@ def _render(rows: list[dict], version: str, gpus) -> None:
         title += f" on {gpus.spec}"
     table = Table(title=title, title_justify="left", box=None, pad_edge=False)
     for name, justify in (("profile", "left"), ("model", "left"), ("variant", "left"),
-                          ("engine", "left"), ("kv", "left"), ("tp", "right"), ("max_ctx", "right"),
+                          ("engine", "left"), ("kv", "left"), ("tp", "right"), ("max_model_len", "right"),
                           ("mem", "right"), ("status", "left"), ("emit", "left")):
         table.add_column(name, justify=justify, no_wrap=True)
     if gpus is not None:
@@ -62,7 +62,7 @@ def _render(rows: list[dict], version: str, gpus) -> None:
     for r in rows:
         emit = "yes" if r["emittable"] else f"no ({NOT_EMITTABLE_TEXT[r['not_emittable_reason']][1]})"
         cells = [r["key"], r["model"], r["weights_variant"], r["engine"], r["kv_format"], str(r["tp"]),
-                 str(r["max_ctx"]), "-" if r["mem_util"] is None else f"{r['mem_util']:.2f}",
+                 str(r["max_model_len"]), "-" if r["mem_util"] is None else f"{r['mem_util']:.2f}",
                  r["status"], emit]
         if gpus is not None:
             rig = r["rig"]

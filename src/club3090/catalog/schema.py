@@ -1,0 +1,529 @@
+"""The catalog schema: every file, record and field, with its check and its meaning.
+
+The loader validates against these specs, and ``club3090.catalog.schema_doc`` renders them as
+``docs/CATALOG.md``, so the documentation cannot drift from what the loader accepts. A field's
+``doc`` is its one description. Fields marked ``documentary`` are evidence for human reviewers
+(why a value deviates from upstream, where a record came from); no code decides on them.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from decimal import Decimal, InvalidOperation
+from typing import Any, TypeVar
+
+from . import model as m
+
+SUPPORTED_SCHEMA_VERSIONS = (1,)
+
+_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+/-]*$")
+_VERSION_RE = re.compile(r"^\d+\.\d+\.\d+$")
+
+
+class Bad(Exception):
+    """A value failed its check; the message says what was expected."""
+
+
+Check = Callable[[Any], Any]
+_LABELS: dict[Check, str] = {}
+
+
+def label(check: Check) -> str:
+    """The human-readable type of a check, for the generated documentation."""
+    return _LABELS.get(check, getattr(check, "__name__", "value"))
+
+
+_C = TypeVar("_C", bound=Check)
+
+
+def _labelled(text: str) -> Callable[[_C], _C]:
+    def wrap(check: _C) -> _C:
+        _LABELS[check] = text
+        return check
+    return wrap
+
+
+def describe(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+# ----------------------------------------------------------------------------- value checks
+
+@_labelled("string")
+def t_str(value: Any) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise Bad(f"expected a non-empty string, got {describe(value)}")
+    return value
+
+
+@_labelled("text (may be empty)")
+def t_text(value: Any) -> str:
+    if not isinstance(value, str):
+        raise Bad(f"expected a string, got {describe(value)}")
+    return value
+
+
+@_labelled("id (letters, digits, `. _ + / -`)")
+def t_id(value: Any) -> str:
+    if not isinstance(value, str) or not _ID_RE.match(value):
+        raise Bad(f"expected an identifier (letters, digits, . _ + / -), got {describe(value)}")
+    return value
+
+
+@_labelled("boolean")
+def t_bool(value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise Bad(f"expected true or false, got {describe(value)}")
+    return value
+
+
+@_labelled("integer")
+def t_int(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise Bad(f"expected an integer, got {describe(value)}")
+    return value
+
+
+@_labelled("integer >= 1")
+def t_pos_int(value: Any) -> int:
+    number = t_int(value)
+    if number < 1:
+        raise Bad(f"expected an integer >= 1, got {number}")
+    return number
+
+
+@_labelled("integer >= 0")
+def t_nonneg_int(value: Any) -> int:
+    number = t_int(value)
+    if number < 0:
+        raise Bad(f"expected an integer >= 0, got {number}")
+    return number
+
+
+@_labelled("number in (0, 1]")
+def t_fraction(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
+        raise Bad(f"expected a number in (0, 1], got {describe(value)}")
+    return float(value)
+
+
+@_labelled("compute capability (`'8.6'`)")
+def t_sm(value: Any) -> Decimal:
+    """Compute capability written "8.6" (numbers are accepted too); ``gpus.parse_sm`` owns the
+    rule, so 8.65 is rejected, never rounded."""
+    from club3090.rig.gpus import parse_sm
+
+    try:
+        return parse_sm(value)
+    except ValueError:
+        raise Bad(f"expected a compute capability such as '8.6', got {describe(value)}") from None
+
+
+@_labelled("positive decimal number")
+def t_decimal(value: Any) -> Decimal:
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+        raise Bad(f"expected a decimal number, got {describe(value)}")
+    try:
+        out = Decimal(str(value))
+    except InvalidOperation:
+        raise Bad(f"expected a decimal number, got {describe(value)}") from None
+    if not out.is_finite() or out <= 0:
+        raise Bad(f"expected a positive decimal number, got {describe(value)}")
+    return out
+
+
+@_labelled("mapping (string keys)")
+def t_mapping(value: Any) -> dict[str, Any]:
+    if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
+        raise Bad(f"expected a mapping with string keys, got {describe(value)}")
+    return value
+
+
+@_labelled("release version (`'0.22.0'`)")
+def t_version(value: Any) -> str:
+    if not isinstance(value, str) or not _VERSION_RE.match(value):
+        raise Bad(f"expected a release version such as '0.22.0', got {describe(value)}")
+    return value
+
+
+@_labelled("any YAML value")
+def t_any(value: Any) -> Any:
+    return value
+
+
+def nullable(check: Check) -> Check:
+    def run(value: Any) -> Any:
+        return None if value is None else check(value)
+    _LABELS[run] = f"{label(check)} or null"
+    return run
+
+
+def enum(*allowed: str) -> Check:
+    def run(value: Any) -> str:
+        if value not in allowed:
+            raise Bad(f"unknown value {describe(value)}; allowed: {', '.join(allowed)}")
+        return str(value)
+    _LABELS[run] = "one of " + ", ".join(f"`{a}`" for a in allowed)
+    return run
+
+
+def list_of(check: Check, unique: bool = False) -> Check:
+    def run(value: Any) -> tuple[Any, ...]:
+        if not isinstance(value, list):
+            raise Bad(f"expected a list, got {describe(value)}")
+        out = []
+        for i, item in enumerate(value):
+            try:
+                out.append(check(item))
+            except Bad as exc:
+                raise Bad(f"item {i}: {exc}") from None
+        if unique and len(set(out)) != len(out):
+            raise Bad("expected unique items")
+        return tuple(out)
+    _LABELS[run] = f"list of {label(check)}" + (", unique" if unique else "")
+    return run
+
+
+def map_of(check: Check) -> Check:
+    def run(value: Any) -> dict[str, Any]:
+        value = t_mapping(value)
+        out = {}
+        for key, item in value.items():
+            try:
+                out[key] = check(item)
+            except Bad as exc:
+                raise Bad(f"[{key!r}]: {exc}") from None
+        return out
+    _LABELS[run] = f"mapping of string to {label(check)}"
+    return run
+
+
+# ----------------------------------------------------------------------------- derived facts
+
+def engine_pin_tag(install_method: str, image: str) -> str:
+    """The tag an engine is pinned at, read from its install spec: a digest (``sha256:...``), a
+    nightly's commit (``nightly-<sha>`` -> ``<sha>``), an image tag, or a pip version spec."""
+    if install_method == "pip":
+        return image[len("vllm=="):] if image.startswith("vllm==") else image[len("vllm"):]
+    if "@sha256:" in image:
+        return image.split("@", 1)[1]
+    tag = image.rsplit(":", 1)[1] if ":" in image.rsplit("/", 1)[-1] else "latest"
+    return tag[len("nightly-"):] if tag.startswith("nightly-") else tag
+
+
+def engine_release(engine_type: str, install_method: str, image: str) -> str | None:
+    """The vLLM release an install spec pins (``0.22.0``), or None (nightly, range, llama.cpp)."""
+    if engine_type != "vllm":
+        return None
+    found = (re.fullmatch(r"vllm==(\d+\.\d+\.\d+)", image) if install_method == "pip"
+             else re.search(r":v(\d+\.\d+\.\d+)$", image))
+    return found.group(1) if found else None
+
+
+# ----------------------------------------------------------------------------- field specs
+
+@dataclass(frozen=True, slots=True)
+class Field:
+    check: Check
+    required: bool
+    default: Any
+    doc: str
+    documentary: bool = False         # evidence for reviewers; no code decides on it
+
+
+@dataclass(frozen=True, slots=True)
+class Nested:
+    """A field holding records of its own: ``list`` of records, ``mapping`` id -> record, or
+    one ``record`` (``nullable``: null allowed, but the key must be present)."""
+
+    spec: Mapping[str, Field]
+    kind: str
+    required: bool
+    doc: str
+    nullable: bool = False
+    nested: Mapping[str, Nested] = field(default_factory=dict)
+
+
+Spec = Mapping[str, Field]
+
+
+def req(check: Check, doc: str) -> Field:
+    return Field(check, True, None, doc)
+
+
+def opt(check: Check, doc: str, default: Any = None) -> Field:
+    return Field(check, False, default, doc)
+
+
+def evidence(check: Check, doc: str, default: Any = None) -> Field:
+    return Field(check, False, default, doc, documentary=True)
+
+
+GPU_SPEC: Spec = {
+    "display_name": req(t_str, "Marketing name as the driver reports it (`nvidia-smi --query-gpu=name`)."),
+    "aliases": opt(list_of(t_str, unique=True), "Other spellings accepted by `--gpus` and matched "
+                   "against detected names (case, spaces and `nvidia`/`geforce` prefixes ignored).", ()),
+    "memory_bytes": req(t_pos_int, "Total memory in bytes as the driver reports it (nvidia-smi "
+                        "\"Total\"); what the fit engine prices when the card is named, not detected."),
+    "sm": req(t_sm, "CUDA compute capability; gates engine, profile and KV-format SM floors."),
+    "nvlink": req(t_bool, "Whether the card has an NVLink bridge connector (rigs of such cards may "
+                  "report NVLink)."),
+    "arch": req(t_str, "GPU generation (ampere, ada, hopper, blackwell, turing); shown in rig notes."),
+    "vendor": opt(enum("nvidia", "amd"), "GPU vendor; non-NVIDIA cards are refused by the vLLM gate.",
+                  "nvidia"),
+}
+KV_SPEC: Spec = {
+    "min_sm": req(nullable(t_sm), "Lowest compute capability the format runs on (null: no floor)."),
+    "max_sm": opt(nullable(t_sm), "Highest compute capability, for family-specific formats (null: no "
+                  "ceiling)."),
+    "vllm_arg": req(nullable(t_str), "Value written as `--kv-cache-dtype` (null: the flag is omitted and "
+                    "the KV cache takes the model dtype)."),
+    "engines": req(list_of(enum(*m.ENGINE_TYPES), unique=True), "Engine types that implement the format."),
+    "emittable": opt(t_bool, "False for formats that only exist with the Genesis patch set; a profile "
+                     "using one is Genesis-equipped and never replayed.", True),
+    "note": evidence(t_text, "Why the row is as it is (reviewers' note).", ""),
+}
+OVERLAY_SPEC: Spec = {
+    "id": req(t_id, "Overlay id (the vendored vLLM pull request it carries)."),
+    "pr_url": evidence(nullable(t_str), "Upstream pull request the overlay vendors."),
+}
+ENGINE_SPEC: Spec = {
+    "display_name": req(t_str, "Human name shown in listings and notes."),
+    "type": req(enum(*m.ENGINE_TYPES), "Serving engine family; only `vllm` profiles can be replayed "
+                "by `compose` or priced by the vLLM memory model."),
+    "install_method": req(enum("docker_image", "pip"), "How the engine is installed; derived composes "
+                          "need `docker_image`."),
+    "image": req(t_str, "Install spec: the Docker image reference (or pip requirement). The "
+                 "engine's pin `<engine-id>@<tag>` (matched against arch rows' `engine_pins`) and its "
+                 "vLLM release (the memory model's version defaults) are read from it: a `:vX.Y.Z` "
+                 "tag or `vllm==X.Y.Z` is a release; nightlies and llama.cpp have none."),
+    "min_sm": req(t_sm, "Lowest compute capability the engine build supports."),
+    "supported_kv_formats": req(list_of(t_id, unique=True), "KV formats (ids in kv_formats.yaml) the "
+                                "engine serves."),
+    "supported_weight_formats": req(list_of(t_str, unique=True), "Weight formats (`awq`, `gptq`, "
+                                    "`fp8`, ...) the engine loads; checked by the engine-support gate."),
+    "required_genesis": req(t_bool, "The engine only runs with the Genesis patch set; derived composes "
+                            "refuse it."),
+}
+ENGINE_NESTED: Mapping[str, Nested] = {
+    "vendored_overlays": Nested(OVERLAY_SPEC, "list", False, "Unmerged vLLM pull requests the engine "
+                                "image carries; an engine with any is not usable as a derived base."),
+}
+DRAFTER_SPEC: Spec = {
+    "display_name": req(t_str, "Human name."),
+    "method": req(enum("mtp", "mtp_assistant", "dflash", "mtp_gguf", "eagle3", "dspark"),
+                  "Speculative-decoding method; decides how the drafter's memory is priced."),
+    "n_default": req(t_pos_int, "Speculative tokens per step written into `--speculative-config`."),
+    "n_max": req(t_pos_int, "Most speculative tokens the drafter supports (`n_default` may not "
+                 "exceed it)."),
+    "vram_footprint_bytes": req(nullable(t_nonneg_int), "Drafter weights in bytes, added to the "
+                                "memory estimate (null: depends on the GGUF chosen)."),
+    "speculative_config_template": req(nullable(t_str), "JSON text for `--speculative-config` with "
+                                       "`{N}` (and `{LOCAL_MODEL_PATH}`) placeholders; null for "
+                                       "llama.cpp-only drafters."),
+    "local_model_path": opt(nullable(t_str), "Container path substituted for `{LOCAL_MODEL_PATH}`."),
+    "model_compat": req(list_of(t_id, unique=True), "Models (ids in models.yaml) the drafter serves; "
+                        "the one owner of model-drafter compatibility."),
+    "status": opt(t_str, "Maturity as upstream records it (`production`, `experimental`, ...); shown "
+                  "in listings.", "experimental"),
+}
+VARIANT_SPEC: Spec = {
+    "hf_repos": req(list_of(t_str, unique=True), "Hub repos holding these weights; the first is "
+                    "primary, all resolve to this variant (case-insensitive)."),
+    "format": req(t_str, "Weight format (`autoround`, `awq`, `gptq`, `fp8`, `bf16`, `gguf`, ...)."),
+    "quantization": req(nullable(t_str), "vLLM `quantization` method of a quantized checkpoint; null "
+                        "when unquantized."),
+    "size_bytes": req(nullable(t_pos_int), "Checkpoint size in bytes (decimal GB x 1e9 as recorded); "
+                      "null when not recorded."),
+    "status": req(t_str, "Maturity of the variant as upstream records it; shown in listings."),
+    "kind": req(enum(*m.WEIGHT_KINDS), "Role: `main` weights, a `draft` head, `gguf` files or a "
+                "vision `mmproj`; the main kind wins when several variants list one repo."),
+    "engine": opt(nullable(t_str), "Serving family the variant is packed for (vllm, llama-cpp)."),
+    "files": opt(list_of(t_str), "Named files to fetch for file-level (GGUF) variants.", ()),
+    "revision": opt(nullable(t_str), "Hub revision the variant is pinned to (null: the default "
+                    "branch)."),
+    "note": evidence(nullable(t_str), "Reviewers' note on the variant."),
+}
+MODEL_SPEC: Spec = {
+    "display_name": req(t_str, "Human name."),
+    "description": evidence(t_text, "One-line description for readers of the catalog.", ""),
+    "default_weight_variant": req(t_id, "Variant used when the model is named without one."),
+    "hf_config": req(t_mapping, "The model's `config.json` (the only record of its geometry): "
+                     "`architectures[0]` is the architecture and `max_position_embeddings` the "
+                     "longest supported context."),
+    "hf_config_source": evidence(t_text, "Where `hf_config` came from (a Hub repo's config.json, or "
+                                 "constructed, with the evidence for each constructed key).", ""),
+}
+MODEL_NESTED: Mapping[str, Nested] = {
+    "weights": Nested(VARIANT_SPEC, "mapping", True, "Weight variants by id (at least one)."),
+}
+PIN_SPEC: Spec = {
+    "pin": req(t_str, "`<engine-id>@<tag-or-sha>` this row was tested with."),
+    "loads": req(t_bool, "Whether the architecture loads on that pin; `compose` refuses "
+                 "`pin-mismatch` unless true."),
+    "reason": opt(nullable(t_str), "Why it does not load (shown with the refusal)."),
+}
+ARCH_SPEC: Spec = {
+    "required_patches": req(list_of(t_id, unique=True), "Patches (ids in patches.yaml) this "
+                            "architecture relies on; listed as excluded when not load-bearing."),
+    "tp_divisors": req(list_of(t_pos_int, unique=True), "Tensor-parallel sizes the architecture "
+                       "admits (head geometry still gates each size)."),
+    "trust_remote_code": req(enum(*m.TRC_VALUES), "Whether serving needs `--trust-remote-code`; the "
+                             "gate and `compose` fail closed unless `false`."),
+    "trust_remote_code_evidence": req(nullable(t_str), "Evidence for the `trust_remote_code` value; "
+                                      "required for `false`."),
+    "kernel_constraints": evidence(list_of(t_str), "Known kernel limits, in prose.", ()),
+    "confidence": req(enum(*m.ARCH_CONFIDENCE), "How exact the row's memory pricing is; reported "
+                      "with estimates."),
+    "status": req(enum(*m.ARCH_STATUS), "Whether the row was verified on hardware."),
+    "config_architectures": req(list_of(t_str, unique=True), "Other `architectures[0]` names that "
+                                "resolve to this row."),
+    "model_slugs": req(list_of(t_id, unique=True), "Curated models (ids in models.yaml) this row "
+                       "covers."),
+}
+ARCH_NESTED: Mapping[str, Nested] = {
+    "engine_pins": Nested(PIN_SPEC, "list", True, "Engine pins this architecture was tested on."),
+}
+GAP_SPEC: Spec = {
+    "profiles": req(list_of(t_id, unique=True), "Profiles whose shipped compose does not deliver "
+                    "the patch."),
+    "issue": req(t_str, "Why, as printed in the compose header."),
+}
+PATCH_SPEC: Spec = {
+    "models": req(list_of(t_id, unique=True), "Models (ids in models.yaml) the patch concerns; a "
+                  "non-load-bearing patch of the profile's model is listed as excluded."),
+    "load_bearing_composes": req(list_of(t_id, unique=True), "Profiles whose replay must wire the "
+                                 "patch."),
+    "mounts": req(list_of(t_str), "Compose volume strings the patch adds (sources relative to the "
+                  "club-3090 checkout)."),
+    "invocations": req(list_of(t_str), "`vllm serve` arguments or entrypoint lines the patch adds; "
+                       "other text is prose and never inserted."),
+    "on_fail": req(enum(*m.ON_FAIL), "What a failed drift guard means: `capability-degraded` omits "
+                   "the patch (exit 3 without `--accept-degraded`); the others refuse."),
+    "capability": req(nullable(t_str), "The capability lost when the patch is omitted."),
+    "foundational": req(t_bool, "A failed drift guard refuses the compose whatever `on_fail` says."),
+    "deprecated_on": opt(nullable(t_str), "Date the patch was retired (null: live); a deprecated "
+                         "patch is never wired."),
+}
+PATCH_NESTED: Mapping[str, Nested] = {
+    "delivery_gaps": Nested(GAP_SPEC, "list", True, "Profiles where the patch is load-bearing but "
+                            "the shipped compose does not deliver it (reported `undelivered`)."),
+}
+PROFILE_SPEC: Spec = {
+    "model": req(t_id, "Model (id in models.yaml)."),
+    "weights_variant": req(t_id, "Weight variant of the model."),
+    "workload": req(enum(*m.WORKLOADS), "What the profile is tuned for; shown in listings."),
+    "engine": req(t_id, "Engine (id in engines.yaml)."),
+    "drafter": req(nullable(t_id), "Drafter (id in drafters.yaml), or null."),
+    "kv_format": req(t_id, "KV format (id in kv_formats.yaml)."),
+    "tp": req(t_pos_int, "Tensor-parallel size."),
+    "pp": opt(t_pos_int, "Pipeline-parallel size.", 1),
+    "max_model_len": req(t_pos_int, "Context length the profile serves (vLLM `--max-model-len`)."),
+    "max_num_seqs": req(t_pos_int, "Concurrent sequences (vLLM `--max-num-seqs`)."),
+    "mem_util": req(nullable(t_fraction), "vLLM `--gpu-memory-utilization`; required for vLLM "
+                    "profiles, null for llama.cpp."),
+    "port": req(t_pos_int, "Host port the service publishes."),
+    "status": req(enum(*m.PROFILE_STATUSES), "Maturity; only `production` and `caveats` launch "
+                  "without `--force`."),
+    "status_note": opt(nullable(t_text), "Caveat printed with the status."),
+    "required_sm": opt(nullable(t_sm), "Compute capability the profile needs."),
+    "fallback_sm": opt(nullable(t_sm), "Lower compute capability the profile falls back to "
+                       "(replaces `required_sm` in the SM gate)."),
+    "requires_nvlink": opt(t_bool, "The replayed compose sets `NVLINK_MODE` to `required`.", False),
+    "required_engine_features": opt(list_of(t_str, unique=True), "Engine overlay features the "
+                                    "profile needs; a derived compose refuses such profiles.", ()),
+    "compose_path": req(t_str, "Path of the shipped compose in the club-3090 checkout."),
+    "reference_gpu": req(t_id, "GPU (id in gpus.yaml) the profile was validated on; prices a rig "
+                         "given by count only."),
+}
+RUNTIME_SPEC: Spec = {
+    "genesis_equipped": req(t_bool, "The shipped compose needs the Genesis patch set; such profiles "
+                            "are not replayed."),
+    "genesis_evidence": evidence(t_str, "What in the shipped compose decided `genesis_equipped`.", ""),
+    "service_name": req(t_str, "Service key in the shipped compose."),
+    "insertion_points": req(list_of(enum("volumes", "entrypoint"), unique=True), "Sections of the "
+                            "service where patches may be wired (those present in the service)."),
+    "top_level": opt(t_mapping, "Top-level keys of the shipped file other than `services`.", {}),
+    "service": req(t_mapping, "The shipped service definition, `${VAR:-default}` tokens verbatim; "
+                   "replay changes only the parameter slots and insertion points."),
+}
+PROFILE_NESTED: Mapping[str, Nested] = {
+    "runtime": Nested(RUNTIME_SPEC, "record", True, "Capture of the shipped compose (null when none "
+                      "is captured; the profile then cannot be replayed).", nullable=True),
+}
+ANCHOR_SPEC: Spec = {
+    "id": req(t_str, "Unique anchor id (`<profile-or-slug>:<set>[:n]`)."),
+    "set": req(t_id, "Measurement set the run belongs to (`kvcalc-current-8of8`, ...)."),
+    "profile": opt(nullable(t_id), "Curated profile whose shipped compose ran, if the catalog has it; "
+                   "supplies only what the anchor does not record."),
+    "gpu": req(t_id, "GPU (id in gpus.yaml) of the run."),
+    "gpu_count": opt(t_pos_int, "GPUs used (tp x pp).", 1),
+    "measured_peak_bytes": req(nullable(t_pos_int), "Measured peak memory per card in bytes."),
+    "measured_kv_tokens": req(nullable(t_pos_int), "KV-cache tokens vLLM reported."),
+    "ctx": req(nullable(t_pos_int), "`--max-model-len` of the run."),
+    "mem_util": opt(nullable(t_fraction), "`--gpu-memory-utilization` of the run."),
+    "kv_format": opt(nullable(t_id), "KV format of the run."),
+    "source": req(t_str, "Where the measurement was published."),
+    "model": opt(nullable(t_id), "Catalog model whose geometry prices the run."),
+    "weights_variant": opt(nullable(t_id), "Weight variant of `model` that ran."),
+    "weights_bytes": opt(nullable(t_pos_int), "Recorded checkpoint size when the variant is not in "
+                         "the catalog."),
+    "tp": opt(nullable(t_pos_int), "Tensor-parallel size of the run."),
+    "max_num_seqs": opt(nullable(t_pos_int), "`--max-num-seqs` of the run."),
+    "drafter": opt(nullable(t_id), f"Drafter of the run, or `{m.NO_DRAFTER}` (null: not recorded)."),
+    "engine": opt(nullable(t_id), "Engine (id in engines.yaml) of the run."),
+    "vllm_version": opt(nullable(t_version), "vLLM release of the run (null: a nightly)."),
+    "note": evidence(nullable(t_str), "Reviewers' note (e.g. which catalog model stands in for an "
+                     "uncatalogued one, and why)."),
+}
+# what an anchor without a profile must record itself (nothing to fall back to)
+ANCHOR_SELF_DESCRIBING = ("model", "ctx", "mem_util", "kv_format", "max_num_seqs", "drafter", "engine")
+
+CORRECTION_SPEC: Spec = {
+    "paths": req(list_of(t_str, unique=True), "Key paths of the corrected values, as the loader "
+                 "reports problems (`arches['X'].tp_divisors`); each must name a record of this file."),
+    "upstream": req(t_any, "What upstream's data says."),
+    "evidence": Field(t_str, True, None, "Why the catalog deviates, with the evidence.", documentary=True),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class FileSchema:
+    name: str                          # "gpus.yaml"
+    section: str                       # "gpus"
+    kind: str                          # "mapping" (id -> record) or "list"
+    spec: Spec
+    doc: str
+    nested: Mapping[str, Nested] = field(default_factory=dict)
+
+
+FILE_SCHEMAS: tuple[FileSchema, ...] = (
+    FileSchema("gpus.yaml", "gpus", "mapping", GPU_SPEC,
+               "GPU cards by id: memory, compute capability and the names `--gpus` accepts."),
+    FileSchema("kv_formats.yaml", "kv_formats", "mapping", KV_SPEC,
+               "KV-cache formats by id: SM window, the vLLM flag value and which engines serve them. "
+               "Storage sizes are the estimator's (`club3090.fit.kv_formats`)."),
+    FileSchema("engines.yaml", "engines", "mapping", ENGINE_SPEC,
+               "Serving engines by id: image, pin, SM floor and what they serve.", ENGINE_NESTED),
+    FileSchema("drafters.yaml", "drafters", "mapping", DRAFTER_SPEC,
+               "Speculative-decoding drafters by id."),
+    FileSchema("models.yaml", "models", "mapping", MODEL_SPEC,
+               "Curated models by id: the model's config.json and its weight variants.", MODEL_NESTED),
+    FileSchema("arches.yaml", "arches", "mapping", ARCH_SPEC,
+               "Architecture rows by `architectures[0]` class name: tested engine pins, TP sizes, "
+               "trust-remote-code evidence.", ARCH_NESTED),
+    FileSchema("patches.yaml", "patches", "mapping", PATCH_SPEC,
+               "Patches by id: where they are load-bearing, how they are wired, what a failed drift "
+               "guard means.", PATCH_NESTED),
+    FileSchema("profiles.yaml", "profiles", "mapping", PROFILE_SPEC,
+               "Serving profiles by key (`vllm/minimal`): the serving shape and the captured shipped "
+               "compose.", PROFILE_NESTED),
+    FileSchema("anchors.yaml", "anchors", "list", ANCHOR_SPEC,
+               "Measured vLLM start-ups with the inputs each run used; `kv-calc --calibration` "
+               "scores the estimator against them."),
+)
+SCHEMA_BY_FILE: Mapping[str, FileSchema] = {s.name: s for s in FILE_SCHEMAS}
+FILES = tuple(s.name for s in FILE_SCHEMAS)

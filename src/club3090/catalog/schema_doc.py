@@ -1,0 +1,156 @@
+"""Render ``docs/CATALOG.md`` from the loader's schema and the shipped corrections.
+
+    python -m club3090.catalog.schema_doc > docs/CATALOG.md
+
+The output is deterministic; ``tests/test_catalog_schema.py`` fails when the committed file differs.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping
+from typing import Any
+
+from .schema import (
+    CORRECTION_SPEC,
+    FILE_SCHEMAS,
+    SUPPORTED_SCHEMA_VERSIONS,
+    Field,
+    FileSchema,
+    Nested,
+    Spec,
+    label,
+)
+
+COMMAND = "python -m club3090.catalog.schema_doc > docs/CATALOG.md"
+
+INTRO = f"""\
+# The club3090 catalog
+
+<!-- Generated from the loader's schema (src/club3090/catalog/schema.py) and the shipped data's
+     corrections. Do not edit by hand: change the schema or the data, then regenerate with
+     `{COMMAND}` (from the repository root, with the package importable). A test fails when this
+     file is stale. -->
+
+The catalog is the YAML under `src/club3090/catalog/data/`. It is canonical and edited by hand:
+nothing generates it, and the package reads it once per process (`club3090.catalog.load_catalog()`;
+`load_catalog(folder)` reads a copy, e.g. to check an edit). This page lists every file, every
+field, its type, whether it is required, and what it means.
+
+Rules the loader enforces (all problems are collected and reported together, each with its file
+and key path, e.g. `profiles.yaml: profiles['vllm/minimal'].mem_util: expected a number in (0, 1]`):
+
+- Every file is a mapping with `schema_version` (this club3090 reads
+  {", ".join(str(v) for v in SUPPORTED_SCHEMA_VERSIONS)}), its section, and an optional
+  `corrections` list. Only `yaml.safe_load` constructs are read; duplicate keys are errors.
+- Unknown keys are errors with a did-you-mean hint; missing required keys, wrong types and values
+  outside an enumeration are errors. Optional fields take the default shown.
+- Ids are letters, digits and `. _ + / -`. Cross-references (model, engine, drafter, KV format,
+  GPU, patch and profile ids) must resolve.
+- Each fact is stored once. A model's geometry is its `hf_config` (its config.json) only; the
+  model's architecture and longest context are read from it. Which compose flags replay sets is
+  the generator's table (`club3090.compose.generate.PARAM_SLOTS`) applied to the captured service.
+- Fields marked *evidence* are for reviewers (why a value is what it is); no code decides on them.
+
+Sizes are integer bytes; compute capabilities are strings such as `'8.6'`.
+
+## Syncing with upstream club-3090
+
+`python tools/sync_upstream.py --from <club-3090 checkout or snapshot> [--diff FILE] [--json]`
+compares upstream's registry, engines, drafters, models, hardware and patches with the fields the
+catalog shares with them and prints what changed (added and removed entries, pin and status
+changes, other field changes, values kept by `corrections`, and what needs curating by hand).
+`--diff FILE` writes the proposed change as a unified diff for review (`git apply FILE`); the tool
+never writes the catalog, and refuses (exit 2) an upstream file with a key it does not know,
+naming the file and key. Exit codes: 0 no change, 1 changes found, 2 refused, 64 usage.
+"""
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def _default(f: Field) -> str:
+    if f.required:
+        return ""
+    value: Any = f.default
+    if value is None:
+        return "null"
+    if value == ():
+        return "[]"
+    if value == {}:
+        return "{}"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if value == "":
+        return "''"
+    return f"`{value}`"
+
+
+def _table(spec: Spec, nested: Mapping[str, Nested]) -> list[str]:
+    rows = ["| Field | Type | Required | Default | Meaning |", "|---|---|---|---|---|"]
+    for key, f in spec.items():
+        meaning = ("*evidence.* " if f.documentary else "") + f.doc
+        rows.append(f"| `{key}` | {_cell(label(f.check))} | {'yes' if f.required else 'no'} "
+                    f"| {_default(f)} | {_cell(meaning)} |")
+    for key, n in nested.items():
+        kind = {"list": "list of records", "mapping": "mapping of id to record",
+                "record": "record" + (" or null" if n.nullable else "")}[n.kind]
+        rows.append(f"| `{key}` | {kind} (below) | {'yes' if n.required else 'no'} "
+                    f"| {'' if n.required else '[]'} | {_cell(n.doc)} |")
+    return rows
+
+
+def _nested_sections(path: str, nested: Mapping[str, Nested], depth: int) -> list[str]:
+    out: list[str] = []
+    for key, n in nested.items():
+        suffix = {"list": f".{key}[]", "mapping": f".{key}.<id>", "record": f".{key}"}[n.kind]
+        sub = path + suffix
+        out += ["", f"{'#' * depth} `{sub}`", "", n.doc, "", *_table(n.spec, n.nested)]
+        out += _nested_sections(sub, n.nested, depth + 1)
+    return out
+
+
+def _file_section(fs: FileSchema) -> list[str]:
+    record = f"{fs.section}.<id>" if fs.kind == "mapping" else f"{fs.section}[]"
+    shape = ("a mapping of id to record" if fs.kind == "mapping" else "a list of records")
+    out = ["", f"## {fs.name}", "", fs.doc, "",
+           f"`{fs.section}` is {shape}. Each record (`{record}`):", "", *_table(fs.spec, fs.nested)]
+    return out + _nested_sections(record, fs.nested, 3)
+
+
+def _corrections_section(corrections: Any) -> list[str]:
+    out = ["", "## Corrections", "",
+           "Any file may carry `corrections:`, a list recording where the catalog deviates from "
+           "upstream club-3090's data and why. The loader checks that every path names a record of "
+           "the file (and a field of its schema), so evidence cannot outlive the data it explains. "
+           "An upstream sync must keep these values.", "", *_table(CORRECTION_SPEC, {}), "",
+           "### Corrections in the shipped data", ""]
+    for c in corrections:
+        paths = ", ".join(f"`{p}`" for p in c.paths)
+        out += [f"- **{c.file}**: {paths}", f"  - upstream: {_cell(str(c.upstream))}",
+                f"  - evidence: {_cell(c.evidence)}"]
+    return out
+
+
+def render(corrections: Any = None) -> str:
+    """The whole of docs/CATALOG.md. ``corrections`` defaults to the shipped catalog's."""
+    if corrections is None:
+        from .loader import load_catalog
+        corrections = load_catalog().corrections
+    lines = [INTRO.rstrip("\n"), "", "## Files", "", "| File | Section | Holds |", "|---|---|---|"]
+    for fs in FILE_SCHEMAS:
+        lines.append(f"| [{fs.name}](#{fs.name.replace('.', '')}) | `{fs.section}` | {_cell(fs.doc)} |")
+    for fs in FILE_SCHEMAS:
+        lines += _file_section(fs)
+    lines += _corrections_section(corrections)
+    return "\n".join(lines) + "\n"
+
+
+def main() -> int:
+    sys.stdout.write(render())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,141 @@
+"""GGUF headers from the Hub (HTTP range reads), a local file, or the HF cache.
+
+Only the header is read: a first range of :data:`FIRST_READ_BYTES`, then, while the parser says
+the tensor-info table goes on (``NeedMoreBytes``), the missing bytes, growing geometrically and
+never past ``model.gguf.MAX_HEADER_BYTES``. Requests go through ``hub.HubClient`` (its session,
+deadline, retries and error translation). A repository's ``*.gguf`` files are grouped into quant
+files: the shards of a split model (``-00001-of-0000N``) form one entry, projector files
+(``mmproj``) are set apart.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from club3090.edges.hub import HubClient, RepoInfo
+from club3090.errors import InputError
+from club3090.model.gguf import MAX_HEADER_BYTES, GgufFile, NeedMoreBytes, parse_header, split_name
+from club3090.model.gguf_model import GgufModel, from_files
+
+__all__ = ["FIRST_READ_BYTES", "QuantFile", "list_quants", "load_local", "read_cached", "read_remote"]
+
+FIRST_READ_BYTES = 2 * 1024 * 1024      # a 150k-token vocabulary fits in a few MiB
+_QUANT_RE = re.compile(
+    r"(?:^|[-_.])((?:UD-)?(?:I?Q\d_[A-Z0-9]+(?:_[A-Z0-9]+)?|TQ\d_\d|MXFP4(?:_MOE)?|BF16|F16|F32))(?=[-_.])",
+    re.IGNORECASE)
+
+
+@dataclass(frozen=True, slots=True)
+class QuantFile:
+    """One loadable model in a repo: a single ``.gguf`` or the shards of a split one."""
+
+    label: str                   # quant as the file name says it (Q4_K_M, UD-IQ2_XXS, ...), else the stem
+    files: tuple[str, ...]       # shard order
+    size_bytes: int | None       # sum of the files' sizes, when the Hub reports them all
+
+
+def _label(stem: str) -> str:
+    m = _QUANT_RE.findall(stem.rsplit("/", 1)[-1] + ".")
+    return m[-1].upper() if m else stem.rsplit("/", 1)[-1]
+
+
+def list_quants(info: RepoInfo) -> list[QuantFile]:
+    """The repo's GGUF models, split shards grouped, projectors (``mmproj``) left out."""
+    groups: dict[str, dict[int, str]] = {}
+    counts: dict[str, int] = {}
+    sizes = {f.name: f.size_bytes for f in info.files}
+    for name in sorted(info.names):
+        if not name.lower().endswith(".gguf") or "mmproj" in name.lower():
+            continue
+        split = split_name(name)
+        stem, no, count = split if split else (name[:-5], 1, 1)
+        groups.setdefault(stem, {})[no] = name
+        counts[stem] = count
+    out = []
+    for stem, shards in sorted(groups.items()):
+        if sorted(shards) != list(range(1, counts[stem] + 1)):
+            continue    # an incomplete split: not loadable
+        names = tuple(shards[i] for i in sorted(shards))
+        known = [sizes.get(n) for n in names]
+        total = sum(s for s in known if s is not None) if all(s is not None for s in known) else None
+        out.append(QuantFile(label=_label(stem), files=names, size_bytes=total))
+    return out
+
+
+def _read_growing(read: Callable[[int, int], bytes], name: str, size: int | None) -> GgufFile:
+    """Read a prefix, then more while the parser needs it, within the header budget."""
+    want = FIRST_READ_BYTES if size is None else max(1, min(FIRST_READ_BYTES, size))
+    data = read(0, want)
+    while True:
+        try:
+            return parse_header(data, file=name, file_size=size)
+        except NeedMoreBytes as more:
+            if len(data) < want:       # the source ended before the header did
+                raise InputError(name, f"truncated: the file ends inside its GGUF header ({len(data)} bytes)") \
+                    from None
+            want = min(max(more.need, 2 * len(data)), MAX_HEADER_BYTES)
+            if size is not None:
+                want = min(want, size)
+            data += read(len(data), want - len(data))
+
+
+def read_remote(client: HubClient, repo_id: str, filename: str, revision: str | None,
+                size: int | None) -> GgufFile:
+    """One file's GGUF header by ranged GETs (``size`` from the repo listing, when known)."""
+    url = client._url(repo_id, filename, revision)
+    label = f"{repo_id}/{filename}"
+
+    def read(start: int, length: int) -> bytes:
+        return client._get(url, start=start, length=length, ranged=True)
+
+    return client._call(repo_id, lambda: _read_growing(read, label, size))  # type: ignore[no-any-return]
+
+
+def load_remote(client: HubClient, info: RepoInfo, quant: QuantFile) -> GgufModel:
+    """The model behind one quant file of ``info``'s repo (every shard's header)."""
+    sizes = {f.name: f.size_bytes for f in info.files}
+    headers = [read_remote(client, info.repo_id, name, info.commit or info.revision, sizes.get(name))
+               for name in quant.files]
+    return from_files(headers)
+
+
+def _read_file(path: Path) -> GgufFile:
+    try:
+        size = path.stat().st_size
+        with path.open("rb") as fh:
+            def read(start: int, length: int) -> bytes:
+                fh.seek(start)
+                return fh.read(length)
+
+            return _read_growing(read, path.name, size)
+    except OSError as exc:
+        raise InputError(str(path), f"cannot read: {exc.strerror or exc}") from None
+
+
+def load_local(path: Path) -> GgufModel:
+    """A local ``.gguf``; a shard name brings in its sibling shards from the same folder."""
+    split = split_name(path.name)
+    if split is None:
+        return from_files([_read_file(path)])
+    stem, _, count = split
+    shards = [path.with_name(f"{stem}-{i:05d}-of-{count:05d}.gguf") for i in range(1, count + 1)]
+    missing = [p.name for p in shards if not p.is_file()]
+    if missing:
+        raise InputError(str(path), f"split GGUF is missing {', '.join(missing)}")
+    return from_files([_read_file(p) for p in shards])
+
+
+def read_cached(repo_id: str, files: Sequence[str], revision: str | None, cache_dir: Path) -> GgufModel | None:
+    """The model from the HF cache when every file of it is there, else None."""
+    from huggingface_hub import try_to_load_from_cache
+
+    paths = []
+    for name in files:
+        found = try_to_load_from_cache(repo_id, name, cache_dir=str(cache_dir), revision=revision or "main")
+        if not isinstance(found, str):
+            return None
+        paths.append(Path(found))
+    return from_files([_read_file(p) for p in paths])

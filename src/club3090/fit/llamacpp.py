@@ -1,0 +1,314 @@
+"""llama.cpp's start-up memory per device, and solvers for the largest context / fewest CPU layers.
+
+The parts llama.cpp sizes by formula are reproduced exactly (docs/ACCURACY.md compares them with a
+real llama.cpp's start-up lines):
+
+- context: ``-c`` rounded up to 256 cells; with ``--parallel N`` and a non-unified cache each of
+  the N streams gets ``ceil256(n_ctx / N)`` cells; ``-b`` is capped by ``-c`` and ``-ub`` by ``-b``;
+- KV cache: per attention layer ``ggml_row_size(type, n_head_kv x head_dim) x cells x streams`` for
+  K (``--cache-type-k``) and V (``--cache-type-v``); sliding-window layers get
+  ``ceil256(min(cells, window x (N if unified else 1) + n_ubatch))`` cells unless ``--swa-full``;
+  recurrent layers keep one f32 conv + SSM state per sequence instead;
+- placement: ``--n-gpu-layers`` offloads the last layers (the output head counts as layer
+  ``n_layer``), ``--tensor-split`` (default: proportional to GPU memory) assigns consecutive
+  layers by llama.cpp's cumulative-split rule, ``--split-mode row`` shares each layer's matrices,
+  ``none`` puts everything on ``--main-gpu``; token embeddings stay on the host; a tied output
+  head is a second copy of the embeddings on the output device; ``--n-cpu-moe N`` keeps the expert
+  tensors of the first N layers on the host; each layer's KV lives with the layer.
+
+Estimated parts: the compute buffers (attention mask / scores, FFN and logits activations for
+one ``-ub`` micro-batch) and the CUDA context per GPU. Answers are ``estimated``.
+
+Pure: no I/O, no environment, no printing.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from itertools import accumulate
+
+from club3090.fit.memory import UnpriceableModel
+from club3090.model.gguf import TYPE_BY_NAME, GgmlType
+from club3090.model.gguf_model import GgufModel
+
+__all__ = [
+    "CELL_PAD",
+    "CONFIDENCE",
+    "CUDA_CONTEXT_BYTES",
+    "KV_CACHE_TYPES",
+    "Device",
+    "KvCache",
+    "LlamaCppArgs",
+    "LlamaCppBreakdown",
+    "fewest_offloaded",
+    "kv_cache",
+    "largest_context",
+    "predict",
+]
+
+MiB = 1 << 20
+CELL_PAD = 256                         # llama.cpp pads the context (and each stream) to 256 cells
+MASK_TOKEN_PAD = 64                    # GGML_KQ_MASK_PAD: the attention mask's token rows
+CUDA_CONTEXT_BYTES = 350 * MiB         # CUDA context + cuBLAS workspace per GPU (estimated)
+CONFIDENCE = "estimated"
+# llama.cpp's --cache-type-k/-v choices; forks add their own (given by the catalog).
+KV_CACHE_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")
+SPLIT_MODES = ("layer", "row", "none")
+
+
+def _pad(n: int, to: int) -> int:
+    return -(-n // to) * to
+
+
+@dataclass(frozen=True, slots=True)
+class LlamaCppArgs:
+    """``llama-server`` flags that change memory (llama.cpp's own names and defaults)."""
+
+    ctx_size: int                      # -c
+    batch_size: int = 2048             # -b
+    ubatch_size: int = 512             # -ub
+    parallel: int = 1                  # -np
+    kv_unified: bool = True            # --kv-unified (llama-server turns it on for its slots)
+    cache_type_k: str = "f16"
+    cache_type_v: str = "f16"
+    flash_attn: bool = True            # -fa on (auto resolves to on for CUDA)
+    n_gpu_layers: int = -1             # -ngl; -1 = all (llama.cpp's 999)
+    split_mode: str = "layer"          # -sm
+    tensor_split: tuple[float, ...] = ()   # -ts
+    main_gpu: int = 0                  # -mg
+    n_cpu_moe: int = 0                 # --n-cpu-moe (>= n_layer: --cpu-moe)
+    swa_full: bool = False             # --swa-full
+    kv_offload: bool = True            # --no-kv-offload turns it off
+
+
+@dataclass(frozen=True, slots=True)
+class KvCache:
+    n_ctx: int                         # cells x streams, as llama.cpp prints n_ctx
+    cells: int                         # per stream, full-attention layers
+    swa_cells: int                     # per stream, sliding-window layers
+    streams: int
+    n_ubatch: int
+    layers: int
+    swa_layers: int
+    k_bytes: int
+    v_bytes: int
+    swa_k_bytes: int
+    swa_v_bytes: int
+    state_bytes: int                   # recurrent layers (all sequences)
+
+    @property
+    def total_bytes(self) -> int:
+        return self.k_bytes + self.v_bytes + self.swa_k_bytes + self.swa_v_bytes + self.state_bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Device:
+    name: str                          # "CUDA0", ..., "CPU"
+    layers: int
+    weights_bytes: int
+    kv_bytes: int
+    compute_bytes: int
+    overhead_bytes: int
+    capacity_bytes: int | None
+
+    @property
+    def total_bytes(self) -> int:
+        return self.weights_bytes + self.kv_bytes + self.compute_bytes + self.overhead_bytes
+
+    @property
+    def fits(self) -> bool:
+        return self.capacity_bytes is None or self.total_bytes <= self.capacity_bytes
+
+
+@dataclass(frozen=True, slots=True)
+class LlamaCppBreakdown:
+    args: LlamaCppArgs
+    kv: KvCache
+    devices: tuple[Device, ...]        # GPUs first, then the host
+    gpu_layers: int                    # layers offloaded (the output head counts as one)
+    confidence: str = CONFIDENCE
+
+    @property
+    def fits(self) -> bool:
+        return all(d.fits for d in self.devices)
+
+    @property
+    def host(self) -> Device:
+        return self.devices[-1]
+
+
+def _cache_type(name: str) -> GgmlType:
+    kind = TYPE_BY_NAME.get(name.lower())
+    if kind is None:
+        raise UnpriceableModel(f"unknown llama.cpp cache type {name!r}; known: {', '.join(KV_CACHE_TYPES)}")
+    return kind
+
+
+def _context(args: LlamaCppArgs) -> tuple[int, int, int]:
+    """(cells per stream, streams, n_ubatch) as llama_context sets them up."""
+    if args.ctx_size < 1 or args.parallel < 1 or args.batch_size < 1 or args.ubatch_size < 1:
+        raise UnpriceableModel("context, batch, ubatch and parallel must be positive")
+    n_ubatch = min(min(args.ctx_size, args.batch_size), args.ubatch_size)
+    n_ctx = _pad(args.ctx_size, CELL_PAD)
+    if args.kv_unified or args.parallel == 1:
+        return n_ctx, 1, n_ubatch
+    return _pad(n_ctx // args.parallel, CELL_PAD), args.parallel, n_ubatch
+
+
+def _layer_kv_bytes(model: GgufModel, args: LlamaCppArgs) -> tuple[list[int], KvCache]:
+    """Per-layer KV + state bytes and the cache summary."""
+    cells, streams, n_ubatch = _context(args)
+    tk, tv = _cache_type(args.cache_type_k), _cache_type(args.cache_type_v)
+    window = model.swa_window or 0
+    swa_cells = cells if args.swa_full else min(
+        cells, _pad(window * (args.parallel if args.kv_unified else 1) + n_ubatch, CELL_PAD))
+    per_layer: list[int] = []
+    k = v = sk = sv = state = n_full = n_swa = 0
+    for i, layer in enumerate(model.kv_layers):
+        if model.recurrent_layers[i]:
+            b = model.state_bytes * args.parallel
+            state += b
+            per_layer.append(b)
+            continue
+        if layer.k_elems == 0:
+            per_layer.append(0)
+            continue
+        for kind, elems in ((tk, layer.k_elems), (tv, layer.v_elems)):
+            if elems % kind.block:
+                raise UnpriceableModel(f"cache type {kind.name.lower()} needs a multiple of {kind.block} "
+                                       f"values per row, this model has {elems}")
+        n = swa_cells if layer.window else cells
+        kb, vb = tk.row_bytes(layer.k_elems) * n * streams, tv.row_bytes(layer.v_elems) * n * streams
+        if layer.window:
+            sk, sv, n_swa = sk + kb, sv + vb, n_swa + 1
+        else:
+            k, v, n_full = k + kb, v + vb, n_full + 1
+        per_layer.append(kb + vb)
+    cache = KvCache(n_ctx=cells * streams, cells=cells, swa_cells=swa_cells if n_swa else 0, streams=streams,
+                    n_ubatch=n_ubatch, layers=n_full, swa_layers=n_swa, k_bytes=k, v_bytes=v,
+                    swa_k_bytes=sk, swa_v_bytes=sv, state_bytes=state)
+    return per_layer, cache
+
+
+def kv_cache(model: GgufModel, args: LlamaCppArgs) -> KvCache:
+    return _layer_kv_bytes(model, args)[1]
+
+
+def _splits(args: LlamaCppArgs, capacities: Sequence[int]) -> list[float]:
+    weights = list(args.tensor_split) or [float(c) for c in capacities]
+    if len(weights) != len(capacities) or any(w < 0 for w in weights) or sum(weights) <= 0:
+        raise UnpriceableModel(f"--tensor-split needs {len(capacities)} non-negative values, not all zero")
+    total = sum(weights)
+    return [c / total for c in accumulate(weights)]
+
+
+def _compute_bytes(model: GgufModel, cache: KvCache, args: LlamaCppArgs, *, attention: bool, swa: bool,
+                   logits: bool) -> int:
+    """One micro-batch's activations on a device (estimated): mask/scores, FFN, logits."""
+    n_ub = cache.n_ubatch
+    ffn = max(2 * model.n_ff, 3 * model.n_ff_exp * model.n_expert_used)   # gate/up (+ routed copies)
+    out = 4 * n_ub * (ffn + 3 * model.n_embd)
+    heads = max(model.n_head, default=1)
+    for present, n_kv in ((attention, cache.cells), (swa, cache.swa_cells)):
+        if present:
+            out += (n_kv * _pad(n_ub, MASK_TOKEN_PAD) * 2 if args.flash_attn
+                    else n_kv * n_ub * 4 * (heads + 1))
+    if logits:
+        out += 4 * n_ub * model.n_vocab
+    return out
+
+
+def predict(model: GgufModel, args: LlamaCppArgs, gpu_bytes: Sequence[int],
+            host_bytes: int | None = None) -> LlamaCppBreakdown:
+    """Memory per GPU (``gpu_bytes``: each GPU's usable bytes) and on the host."""
+    if args.split_mode not in SPLIT_MODES:
+        raise UnpriceableModel(f"--split-mode must be one of {', '.join(SPLIT_MODES)}")
+    n_layer, n_gpu = model.n_layer, len(gpu_bytes)
+    per_layer_kv, cache = _layer_kv_bytes(model, args)
+    ngl = 0 if n_gpu == 0 else (n_layer + 1 if args.n_gpu_layers < 0 else min(args.n_gpu_layers, n_layer + 1))
+    start = max(n_layer - ngl, 0)
+    cpu = n_gpu                                        # index of the host in the tallies
+    if n_gpu and not 0 <= args.main_gpu < n_gpu:
+        raise UnpriceableModel(f"--main-gpu {args.main_gpu} is not one of the {n_gpu} GPUs")
+    splits = _splits(args, gpu_bytes) if n_gpu else []
+
+    def device_of(il: int) -> int:
+        if il < start or il - start >= ngl:
+            return cpu
+        if args.split_mode != "layer":
+            return args.main_gpu
+        return min(bisect_right(splits, (il - start) / ngl), n_gpu - 1)
+
+    weights, kv, layers = [0] * (n_gpu + 1), [0] * (n_gpu + 1), [0] * (n_gpu + 1)
+    attn, swa = [False] * (n_gpu + 1), [False] * (n_gpu + 1)
+    fractions = [b - a for a, b in zip([0.0, *splits], splits, strict=False)]
+    for il in range(n_layer):
+        d = device_of(il)
+        layers[d] += 1
+        dense, experts = model.layer_bytes[il], model.expert_bytes[il]
+        if il < args.n_cpu_moe:
+            weights[cpu] += experts
+            experts = 0
+        if d != cpu and args.split_mode == "row":
+            for g, f in enumerate(fractions):
+                weights[g] += int((dense + experts) * f)
+        else:
+            weights[d] += dense + experts
+        kv[d if args.kv_offload else cpu] += per_layer_kv[il]
+        layer = model.kv_layers[il]
+        if layer.k_elems:
+            if layer.window:
+                swa[d] = True
+            else:
+                attn[d] = True
+    out_dev = device_of(n_layer)
+    weights[cpu] += model.embd_bytes + model.other_bytes
+    if out_dev != cpu or not model.tied_output:
+        weights[out_dev] += model.output_bytes + (model.embd_bytes if model.tied_output else 0)
+    devices = []
+    for g in range(n_gpu + 1):
+        used = layers[g] > 0 or g == out_dev
+        compute = _compute_bytes(model, cache, args, attention=attn[g], swa=swa[g], logits=g == out_dev) \
+            if used else 0
+        if g == cpu and not used and n_gpu:
+            compute = 4 * cache.n_ubatch * model.n_embd * 2   # host staging of the input batch
+        devices.append(Device(
+            name="CPU" if g == cpu else f"CUDA{g}", layers=layers[g] + (1 if g == out_dev else 0),
+            weights_bytes=weights[g], kv_bytes=kv[g], compute_bytes=compute,
+            overhead_bytes=CUDA_CONTEXT_BYTES if g != cpu and (used or weights[g]) else 0,
+            capacity_bytes=host_bytes if g == cpu else gpu_bytes[g]))
+    return LlamaCppBreakdown(args=args, kv=cache, devices=tuple(devices), gpu_layers=ngl)
+
+
+def largest_context(model: GgufModel, args: LlamaCppArgs, gpu_bytes: Sequence[int],
+                    host_bytes: int | None = None, limit: int | None = None) -> int | None:
+    """The largest ``-c`` (a multiple of 256, at most ``limit`` or the trained context) that fits."""
+    top = limit or model.ctx_train or 1 << 20
+    lo, hi = 0, top // CELL_PAD
+    if hi == 0:
+        return None
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if predict(model, replace(args, ctx_size=mid * CELL_PAD), gpu_bytes, host_bytes).fits:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo * CELL_PAD if lo else None
+
+
+def fewest_offloaded(model: GgufModel, args: LlamaCppArgs, gpu_bytes: Sequence[int],
+                     host_bytes: int | None = None) -> LlamaCppBreakdown | None:
+    """The fit that keeps the most on the GPUs: all layers, else MoE experts of the fewest layers
+    on the host (``--n-cpu-moe``), else the fewest layers on the host (``-ngl``); None if none fits."""
+    n = model.n_layer
+    candidates = [replace(args, n_gpu_layers=-1, n_cpu_moe=0)]
+    if model.is_moe:
+        candidates += [replace(args, n_gpu_layers=-1, n_cpu_moe=k) for k in range(1, n + 1)]
+    candidates += [replace(args, n_gpu_layers=k, n_cpu_moe=0) for k in range(n, -1, -1)]
+    for candidate in candidates:
+        result = predict(model, candidate, gpu_bytes, host_bytes)
+        if result.fits:
+            return result
+    return None

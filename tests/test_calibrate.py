@@ -1,0 +1,152 @@
+"""``club3090 calibrate``: vLLM start-up logs into receipts, on the 23 recorded start-ups and real logs."""
+
+from __future__ import annotations
+
+import io
+import json
+import sys
+
+import pytest
+
+from club3090 import cli
+from club3090.reports.receipt import build_receipt
+from club3090.reports.redact import Redactor
+from club3090.reports.vllm_log import parse_startup, serving_shape
+from tests.fixtures_path import fixture_path
+
+CASES = json.loads(fixture_path("calibration", "vllm_startup_cases.json").read_text())
+CONFIGS = json.loads(fixture_path("calibration", "vllm_startup_configs.json").read_text())
+TERMS = ("model_loading_gib", "available_kv_cache_gib", "gpu_kv_cache_tokens", "num_gpu_blocks", "max_concurrency",
+         "max_concurrency_for_len", "error")
+# the phrase of each term's log line; a case whose quote holds it must yield the term
+MARKERS = {"model_loading_gib": "Model loading took", "available_kv_cache_gib": "KV cache memory",
+           "gpu_kv_cache_tokens": "tokens", "num_gpu_blocks": "# GPU blocks", "max_concurrency": "Maximum concurrency",
+           "max_concurrency_for_len": "Maximum concurrency", "error": "ValueError"}
+EXPECTED_PARSED = 18       # 23 cases; the 5 fs-kr quotes are markdown tables, not log lines
+
+
+def test_every_recorded_startup_whose_quote_holds_the_lines_parses_to_its_numbers():
+    parsed = 0
+    for case in CASES:
+        text = "\n".join(case["quote"])
+        log = parse_startup(text)
+        if not log.measured:
+            assert "Model loading took" not in text and "GPU KV cache size" not in text, case["id"]
+            continue
+        parsed += 1
+        recorded = case["measured"]
+        for term in TERMS:
+            got = log.measured.get(term)
+            if got is not None:
+                assert got == recorded[term], (case["id"], term, got, recorded[term])
+            elif recorded.get(term) is not None and term != "num_gpu_blocks":
+                assert MARKERS[term] not in text, (case["id"], term)
+        assert log.startup_outcome == recorded["startup_outcome"], case["id"]
+    assert parsed == EXPECTED_PARSED
+
+
+@pytest.mark.parametrize("name, expected", [
+    ("startup_v05_weights.log", {"model_loading_gib": 2.3463, "num_gpu_blocks": 22982}),
+    ("startup_v064_profiling.log", {"memory_budget_gib": 14.2, "profile_weights_gib": 7.51, "non_torch_gib": 0.39,
+                                    "activation_peak_gib": 2.53, "available_kv_cache_gib": 3.76,
+                                    "num_gpu_blocks": 3852, "max_concurrency_for_len": 40000,
+                                    "max_concurrency": 1.54}),
+    ("startup_v1_nondefault_args.log", {"gpu_kv_cache_tokens": 620944, "max_concurrency_for_len": 262144,
+                                        "max_concurrency": 2.37}),
+])
+def test_each_log_format_yields_its_terms(name, expected):
+    log = parse_startup(fixture_path("logs", name).read_text())
+    assert log.measured == expected
+
+
+def test_the_engine_config_and_non_default_args_lines_give_the_shape():
+    v0 = parse_startup(fixture_path("logs", "startup_v0_engine_config.log").read_text())
+    assert v0.vllm_version == "0.6.4.post2.dev395+g02222a02.d20241217" and v0.engine == "v0"
+    shape = serving_shape(v0)
+    assert {k: shape[k] for k in ("dtype", "tensor_parallel_size", "pipeline_parallel_size", "max_model_len",
+                                  "kv_cache_dtype", "enforce_eager")} == {
+        "dtype": "float16", "tensor_parallel_size": 1, "pipeline_parallel_size": 1, "max_model_len": 2048,
+        "kv_cache_dtype": "auto", "enforce_eager": True}
+    v1 = serving_shape(parse_startup(fixture_path("logs", "startup_v1_nondefault_args.log").read_text()))
+    assert (v1["quantization"], v1["tensor_parallel_size"], v1["kv_cache_dtype"], v1["max_model_len"],
+            v1["max_num_seqs"]) == ("auto_round", 2, "fp8_e5m2", 262144, 2)
+    profiling = parse_startup(fixture_path("logs", "startup_v064_profiling.log").read_text())
+    assert profiling.gpu_total_memory_gib == 15.77 and serving_shape(profiling)["gpu_memory_utilization"] == 0.9
+
+
+def test_errors_are_read_as_measurements():
+    oom = parse_startup(fixture_path("logs", "oom_v1_wrapped.log").read_text())
+    assert oom.measured["error"] == {"type": "cuda_oom", "attempted_alloc_gib": 2.5}
+    assert oom.gpu_total_memory_gib == 79.25 and oom.startup_outcome == "oom"
+
+
+def run(argv, capsys, stdin=None, monkeypatch=None):
+    if stdin is not None:
+        monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(stdin.encode())))
+    code = cli.main(argv)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def infsim_case():
+    return next(c for c in CASES if c["id"] == "gh-infsim-qwen25-7b-v0110")
+
+
+def test_calibrate_prices_the_same_shape_and_reports_the_per_term_error(tmp_path, capsys):
+    case = infsim_case()
+    log = tmp_path / "boot.log"
+    log.write_text("\n".join(case["quote"]) + "\n")
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({k: v for k, v in CONFIGS[case["hf_repo"]].items() if not k.startswith("config_")}))
+    code, out, _ = run(["calibrate", str(log), "--config", str(config), "--gpus", "80GiB", "--arg",
+                        "vllm_version=0.11.0", "--json"], capsys)
+    assert code == 0
+    (receipt,) = json.loads(out)["receipts"]
+    assert receipt["measured"]["gpu_kv_cache_tokens"] == 1053328
+    assert receipt["shape"]["max_model_len"] == 8192 and receipt["shape"]["vllm_version"] == "0.11.0"
+    assert receipt["shape_given"] == ["vllm_version"]
+    predicted, errors = receipt["predicted"], receipt["term_error"]
+    for term in ("available_kv_cache_gib", "gpu_kv_cache_tokens", "max_concurrency"):
+        assert errors[term] == pytest.approx(predicted[term] - receipt["measured"][term], abs=1e-3)
+    assert abs(errors["available_kv_cache_gib"]) < 1.0       # the same shape, priced from its own weights
+
+
+def test_calibrate_a_folder_and_stdin(tmp_path, capsys, monkeypatch):
+    code, out, _ = run(["calibrate", str(fixture_path("logs")), "--json"], capsys)
+    doc = json.loads(out)
+    assert code == 0 and len(doc["receipts"]) >= 10 and "SOURCE.md" not in json.dumps(doc["skipped"])
+    text = fixture_path("logs", "startup_v064_profiling.log").read_text()
+    code, out, _ = run(["calibrate", "-"], capsys, stdin=text, monkeypatch=monkeypatch)
+    assert code == 0 and "num_gpu_blocks: 3852" in out and "gpu_memory_utilization=0.9" in out
+
+
+def test_a_log_without_startup_lines_is_bad_input(tmp_path, capsys):
+    empty = tmp_path / "x.log"
+    empty.write_text("hello\nworld\n")
+    code, _, err = run(["calibrate", str(empty)], capsys)
+    assert code == cli.EXIT_DATAERR and "no vLLM start-up lines" in err
+    code, _, err = run(["calibrate", str(tmp_path / "missing.log")], capsys)
+    assert code == cli.EXIT_USAGE
+    code, _, err = run(["calibrate", str(empty), "--arg", "nonsense=1"], capsys)
+    assert code == cli.EXIT_USAGE
+
+
+def test_receipts_are_redacted(tmp_path, capsys):
+    home, host, token = "/home/alice", "gpubox-7", "hf_" + "aB3dE5gH7jK9mN1pQ3sT5vW7yZ9bC1dE3f"
+    text = (f"(APIServer pid=1) INFO 06-01 09:20:16 [utils.py:278] non-default args: {{'model': "
+            f"'{home}/models/secret-proj', 'max_model_len': 4096, 'api_key': '{token}'}}\n"
+            f"INFO 06-01 09:22:30 [kv_cache_utils.py:1733] GPU KV cache size: 1,000 tokens on {host}\n")
+    receipt = build_receipt(parse_startup(text), log_bytes=text.encode(), source_name="./runs/secret-proj/boot.log",
+                            redactor=Redactor(home=home, user="alice", host=host, local_paths=["./runs/secret-proj"]))
+    dumped = json.dumps(receipt)
+    for planted in (home, "alice", host, token, "secret-proj"):
+        assert planted not in dumped, planted
+    assert receipt["measured"]["gpu_kv_cache_tokens"] == 1000
+
+
+def test_save_keeps_receipts_in_the_overlay(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("CLUB3090_STATE_DIR", str(tmp_path / "state"))
+    code, out, _ = run(["calibrate", str(fixture_path("logs", "startup_v05_weights.log")), "--save"], capsys)
+    assert code == 0 and "saved" in out
+    saved = list((tmp_path / "state" / "receipts").glob("*.json"))
+    assert len(saved) == 1 and json.loads(saved[0].read_text())["measured"]["num_gpu_blocks"] == 22982

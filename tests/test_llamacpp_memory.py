@@ -1,0 +1,165 @@
+"""llama.cpp's memory model (pure): placement by -ngl / -ts / -sm / --n-cpu-moe, KV sizing, solvers."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from club3090.fit.llamacpp import (
+    CUDA_CONTEXT_BYTES,
+    LlamaCppArgs,
+    fewest_offloaded,
+    kv_cache,
+    largest_context,
+    predict,
+)
+from club3090.fit.memory import UnpriceableModel
+from club3090.model.gguf import parse_header
+from club3090.model.gguf_model import GgufModel, from_files
+from tests.gguf_fixtures import Q, Spec, write
+
+GiB, MiB = 1 << 30, 1 << 20
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, GgufModel]:
+    folder = tmp_path_factory.mktemp("gguf")
+    specs = {
+        "dense": Spec(n_layer=4, weight_type=Q.Q8_0),
+        "tied": Spec(n_layer=4, output=False),
+        "moe": Spec(n_layer=4, n_expert=8, n_expert_used=2, weight_type=Q.Q4_K),
+        "swa": Spec(arch="gemma3", n_layer=12, head_dim=64, sliding_window=1024, output=False),
+    }
+    out = {}
+    for name, spec in specs.items():
+        (path,) = write(folder, name, spec)
+        out[name] = from_files([parse_header(path.read_bytes(), file=path.name)])
+    return out
+
+
+def test_all_layers_on_one_gpu(models: dict[str, GgufModel]) -> None:
+    m = models["dense"]
+    r = predict(m, LlamaCppArgs(ctx_size=4096), [24 * GiB])
+    gpu, host = r.devices
+    assert r.gpu_layers == m.n_layer + 1 and gpu.layers == m.n_layer + 1
+    assert gpu.weights_bytes == sum(m.layer_bytes) + m.output_bytes
+    assert host.weights_bytes == m.embd_bytes + m.other_bytes     # the input embeddings stay on the host
+    assert gpu.kv_bytes == r.kv.total_bytes and host.kv_bytes == 0
+    assert gpu.overhead_bytes == CUDA_CONTEXT_BYTES and r.confidence == "estimated" and r.fits
+
+
+def test_ngl_offloads_the_last_layers(models: dict[str, GgufModel]) -> None:
+    m = models["dense"]
+    r = predict(m, LlamaCppArgs(ctx_size=4096, n_gpu_layers=2), [24 * GiB])
+    gpu, host = r.devices
+    assert gpu.weights_bytes == sum(m.layer_bytes[2:])            # layers 2, 3; the output head stays home
+    assert host.weights_bytes == sum(m.layer_bytes[:2]) + m.embd_bytes + m.output_bytes + m.other_bytes
+    assert gpu.kv_bytes == host.kv_bytes == r.kv.total_bytes // 2
+    assert host.compute_bytes > gpu.compute_bytes                  # the logits are computed on the host
+
+
+def test_tied_output_is_copied_to_the_gpu(models: dict[str, GgufModel]) -> None:
+    m = models["tied"]
+    gpu, host = predict(m, LlamaCppArgs(ctx_size=512), [24 * GiB]).devices
+    assert m.tied_output and gpu.weights_bytes == sum(m.layer_bytes) + m.output_bytes + m.embd_bytes
+    assert host.weights_bytes == m.embd_bytes + m.other_bytes
+
+
+def test_tensor_split_and_modes(models: dict[str, GgufModel]) -> None:
+    m = models["dense"]
+    even = predict(m, LlamaCppArgs(ctx_size=4096), [24 * GiB, 24 * GiB]).devices
+    assert (even[0].layers, even[1].layers) == (3, 2)             # 5 offloaded "layers" incl. the output head
+    skew = predict(m, LlamaCppArgs(ctx_size=4096, tensor_split=(1, 3)), [24 * GiB, 24 * GiB]).devices
+    assert (skew[0].layers, skew[1].layers) == (2, 3)
+    none = predict(m, LlamaCppArgs(ctx_size=4096, split_mode="none", main_gpu=1), [24 * GiB, 24 * GiB]).devices
+    assert none[0].weights_bytes == 0 and none[1].layers == m.n_layer + 1
+    row = predict(m, LlamaCppArgs(ctx_size=4096, split_mode="row"), [24 * GiB, 24 * GiB]).devices
+    assert abs(row[0].weights_bytes - row[1].weights_bytes) <= m.output_bytes + 4
+    with pytest.raises(UnpriceableModel):
+        predict(m, LlamaCppArgs(ctx_size=4096, tensor_split=(1,)), [24 * GiB, 24 * GiB])
+
+
+def test_n_cpu_moe_keeps_experts_on_the_host(models: dict[str, GgufModel]) -> None:
+    m = models["moe"]
+    base = predict(m, LlamaCppArgs(ctx_size=4096), [24 * GiB])
+    two = predict(m, LlamaCppArgs(ctx_size=4096, n_cpu_moe=2), [24 * GiB])
+    moved = sum(m.expert_bytes[:2])
+    assert moved > 0
+    assert two.devices[0].weights_bytes == base.devices[0].weights_bytes - moved
+    assert two.host.weights_bytes == base.host.weights_bytes + moved
+    assert two.devices[0].kv_bytes == base.devices[0].kv_bytes   # attention stays on the GPU
+
+
+def test_no_kv_offload(models: dict[str, GgufModel]) -> None:
+    gpu, host = predict(models["dense"], LlamaCppArgs(ctx_size=4096, kv_offload=False), [24 * GiB]).devices
+    assert gpu.kv_bytes == 0 and host.kv_bytes > 0
+
+
+def test_kv_scales_with_context_and_type(models: dict[str, GgufModel]) -> None:
+    m = models["dense"]
+    f16 = kv_cache(m, LlamaCppArgs(ctx_size=8192))
+    q8 = kv_cache(m, LlamaCppArgs(ctx_size=8192, cache_type_k="q8_0", cache_type_v="q8_0"))
+    q4 = kv_cache(m, LlamaCppArgs(ctx_size=8192, cache_type_k="q4_0", cache_type_v="q4_0"))
+    assert f16.total_bytes * 34 == q8.total_bytes * 64 and f16.total_bytes * 18 == q4.total_bytes * 64
+    assert kv_cache(m, LlamaCppArgs(ctx_size=8000)).total_bytes == f16.total_bytes   # 256-cell padding
+
+
+def test_swa_layers_at_their_window(models: dict[str, GgufModel]) -> None:
+    m = models["swa"]
+    small = kv_cache(m, LlamaCppArgs(ctx_size=65536))
+    assert (small.layers, small.swa_layers) == (2, 10)
+    assert small.swa_cells == 1024 + 512 and small.cells == 65536
+    full = kv_cache(m, LlamaCppArgs(ctx_size=65536, swa_full=True))
+    assert full.swa_cells == 65536 and full.total_bytes > 5 * small.total_bytes
+
+
+def test_unknown_or_misfit_cache_type(models: dict[str, GgufModel]) -> None:
+    with pytest.raises(UnpriceableModel, match="unknown"):
+        kv_cache(models["dense"], LlamaCppArgs(ctx_size=512, cache_type_k="q3_zz"))
+    odd = replace(models["dense"], head_dim_k=48, head_dim_v=48)
+    with pytest.raises(UnpriceableModel, match="multiple of 256"):
+        kv_cache(odd, LlamaCppArgs(ctx_size=512, cache_type_k="q4_k"))
+
+
+def test_recurrent_state_per_sequence(models: dict[str, GgufModel]) -> None:
+    m = replace(models["dense"], recurrent_layers=(True, True, True, False), state_bytes=10 * MiB)
+    one = kv_cache(m, LlamaCppArgs(ctx_size=4096))
+    four = kv_cache(m, LlamaCppArgs(ctx_size=4096, parallel=4))
+    assert one.layers == 1 and one.state_bytes == 30 * MiB and four.state_bytes == 120 * MiB
+
+
+def test_largest_context(models: dict[str, GgufModel]) -> None:
+    m = replace(models["dense"], ctx_train=1 << 20)
+    budget = [CUDA_CONTEXT_BYTES + 40 * MiB]
+    best = largest_context(m, LlamaCppArgs(ctx_size=256), budget)
+    assert best is not None and best % 256 == 0
+    assert predict(m, LlamaCppArgs(ctx_size=best), budget).fits
+    assert not predict(m, LlamaCppArgs(ctx_size=best + 256), budget).fits
+    assert largest_context(m, LlamaCppArgs(ctx_size=256), [MiB]) is None
+    assert largest_context(m, LlamaCppArgs(ctx_size=256), [24 * GiB], limit=4096) == 4096
+
+
+def test_fewest_offloaded_prefers_moving_experts(models: dict[str, GgufModel]) -> None:
+    m = models["moe"]
+    args = LlamaCppArgs(ctx_size=4096)
+    full = predict(m, args, [24 * GiB]).devices[0].total_bytes
+    tight = [full - m.expert_bytes[0] // 2]
+    r = fewest_offloaded(m, args, tight)
+    assert r is not None and r.args.n_cpu_moe == 1 and r.gpu_layers == m.n_layer + 1
+    dense = models["dense"]
+    d_full = predict(dense, args, [24 * GiB]).devices[0].total_bytes
+    r2 = fewest_offloaded(dense, args, [d_full - dense.output_bytes // 2])
+    assert r2 is not None and r2.args.n_gpu_layers == dense.n_layer
+    assert fewest_offloaded(dense, args, [MiB]) is None or fewest_offloaded(dense, args, [MiB]).gpu_layers == 0
+
+
+def test_host_capacity_is_checked(models: dict[str, GgufModel]) -> None:
+    r = predict(models["dense"], LlamaCppArgs(ctx_size=4096, n_gpu_layers=0), [24 * GiB], host_bytes=MiB)
+    assert not r.fits and not r.host.fits
+
+
+def test_cpu_only(models: dict[str, GgufModel], tmp_path: Path) -> None:
+    r = predict(models["dense"], LlamaCppArgs(ctx_size=4096), [])
+    assert r.gpu_layers == 0 and len(r.devices) == 1 and r.host.weights_bytes == models["dense"].weights_bytes
