@@ -1,4 +1,4 @@
-"""vLLM v1 start-up memory accounting per GPU rank (the model in docs VLLM_MEMORY.md).
+"""vLLM start-up memory accounting per GPU rank (V1, and V0 where the release line ran it).
 
 ``predict(arch, weights_bytes=..., gpu_memory_bytes=[...], shape=ServeShape(...))`` returns a
 :class:`FitResult`: the per-rank budget split (weights, non-torch, activation peak, CUDA-graph
@@ -6,10 +6,12 @@ pool, KV pool), the KV page layout (block size, groups, bytes per block), ``num_
 over ranks), the concurrency at ``max_model_len``, the "GPU KV cache size" line as the chosen vLLM
 version prints it, a verdict and the largest context that fits.
 
-Exact parts (page sizes, grouping, blocks per request, the refusal check) follow vLLM's code
-paths. The three free terms (non-torch, activation peak, CUDA graphs) are small physical formulas
-whose coefficients were fitted to real start-up logs (``benchmarks/accuracy.py``,
-docs/ACCURACY.md); they are module constants, not per-model values.
+Exact parts (page sizes, grouping, blocks per request, the refusal check: ``fit/kv_layout.py``)
+follow vLLM's code paths; so do the release-line rules (engine, profile batch, MLA, auto-fit,
+defaults: ``fit/vllm_rules.py``). The free terms (non-torch, activation peak with sampler and
+encoder, CUDA graphs: ``fit/profiling.py``) are small physical formulas whose coefficients were
+fitted to real start-up logs out of sample (``benchmarks/refit.py``, docs/ACCURACY.md); they are
+module constants, not per-model values.
 
 Pure: no I/O, no environment, no clock, no printing.
 """
