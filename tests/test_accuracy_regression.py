@@ -15,7 +15,7 @@ def test_startup_cases_within_targets():
     spec = importlib.util.spec_from_file_location("accuracy", ROOT / "benchmarks" / "accuracy.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    rows, summary = module.run(CASES, None)
+    _rows, summary = module.run(CASES, None)
     assert summary["scored_memory"] >= 15
     assert summary["kv_abs_error_gib_median"] <= 0.15
     assert summary["kv_abs_error_gib_p90"] <= 0.40
