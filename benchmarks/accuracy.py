@@ -35,7 +35,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
 from club3090.fit.estimate import weights_per_rank_bytes  # noqa: E402
-from club3090.fit.memory import GiB, ServeShape, UnpriceableModel, predict  # noqa: E402
+from club3090.fit.memory import GiB, ServeShape, Unpriceable, predict  # noqa: E402
 from club3090.fit.shape import profile_shape  # noqa: E402
 from club3090.model.architecture import parse_config  # noqa: E402
 
@@ -127,16 +127,15 @@ def score_case(case: dict[str, Any], configs: dict[str, Any], cases: list[dict[s
 
     # exact part: the measured pool through the page layout
     if measured_kv is not None:
-        try:
-            exact = predict(arch, weights_bytes=0, weights_bytes_per_rank=0, gpu_memory_bytes=[80 * GiB],
-                            shape=_shape(case, int(measured_kv * GiB)))
-            row["page_math_tokens"] = exact.kv_cache_tokens
-            row["page_math_verdict"] = exact.raw_verdict
-            if measured_tokens:
-                row["page_math_token_error_pct"] = 100.0 * (exact.kv_cache_tokens - measured_tokens) / measured_tokens
-        except UnpriceableModel as exc:
-            row["skipped"] = f"unpriceable: {exc}"
+        exact = predict(arch, weights_bytes=0, weights_bytes_per_rank=0, gpu_memory_bytes=[80 * GiB],
+                        shape=_shape(case, int(measured_kv * GiB)))
+        if isinstance(exact, Unpriceable):
+            row["skipped"] = f"unpriceable: {exact.reason}"
             return row
+        row["page_math_tokens"] = exact.kv_cache_tokens
+        row["page_math_verdict"] = exact.raw_verdict
+        if measured_tokens:
+            row["page_math_token_error_pct"] = 100.0 * (exact.kv_cache_tokens - measured_tokens) / measured_tokens
 
     gpu = _gpu_gib(case)
     weights, source = _weights_per_rank(case, cases)
@@ -147,11 +146,10 @@ def score_case(case: dict[str, Any], configs: dict[str, Any], cases: list[dict[s
     if weights is None:
         row["skipped"] = "no weights measurement (memory metrics skipped)"
         return row
-    try:
-        result = predict(arch, weights_bytes=0, weights_bytes_per_rank=weights_per_rank_bytes(weights),
-                         gpu_memory_bytes=[int(gpu * GiB)], shape=_shape(case))
-    except UnpriceableModel as exc:
-        row["skipped"] = f"unpriceable: {exc}"
+    result = predict(arch, weights_bytes=0, weights_bytes_per_rank=weights_per_rank_bytes(weights),
+                     gpu_memory_bytes=[int(gpu * GiB)], shape=_shape(case))
+    if isinstance(result, Unpriceable):
+        row["skipped"] = f"unpriceable: {result.reason}"
         return row
     row["predicted_kv_gib"] = result.per_gpu.kv_pool_bytes / GiB
     row["predicted_tokens"] = result.kv_cache_tokens

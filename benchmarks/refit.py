@@ -36,7 +36,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 import accuracy  # noqa: E402
 
 from club3090.fit import profiling  # noqa: E402
-from club3090.fit.memory import GiB, UnpriceableModel, predict  # noqa: E402
+from club3090.fit.memory import GiB, Unpriceable, predict  # noqa: E402
 from club3090.fit.vllm_rules import GRAPH_ESTIMATE_FROM, parse_version  # noqa: E402
 from club3090.model.architecture import parse_config  # noqa: E402
 
@@ -138,9 +138,8 @@ def anchor_cases() -> list[dict[str, Any]]:
 
 
 def evaluate(case: dict[str, Any]) -> dict[str, Any] | None:
-    try:
-        result = case["run"]()
-    except UnpriceableModel:
+    result = case["run"]()
+    if isinstance(result, Unpriceable):
         return None
     pool = result.per_gpu.kv_pool_bytes / GiB
     row: dict[str, Any] = {"id": case["id"], "group": case["group"], "kind": case["kind"], "line": case["line"],

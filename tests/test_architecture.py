@@ -238,7 +238,7 @@ def test_torch_dtype_outer_config_first_then_text_config():
 
 
 def test_derive_on_a_local_wrapper_with_text_config_auto_map_requires_remote_code(tmp_path):
-    from club3090.edges.derive import derive
+    from club3090.edges.resolve import resolve as derive
     from club3090.model.spec import ModelSpec
     from club3090.settings import Settings
 

@@ -9,6 +9,7 @@ import sys
 import pytest
 
 from club3090 import cli
+from club3090.cli import exit_codes
 from club3090.reports.receipt import build_receipt
 from club3090.reports.redact import Redactor
 from club3090.reports.vllm_log import parse_startup, serving_shape
@@ -124,11 +125,11 @@ def test_a_log_without_startup_lines_is_bad_input(tmp_path, capsys):
     empty = tmp_path / "x.log"
     empty.write_text("hello\nworld\n")
     code, _, err = run(["calibrate", str(empty)], capsys)
-    assert code == cli.EXIT_DATAERR and "no vLLM start-up lines" in err
+    assert code == exit_codes.DATAERR and "no vLLM start-up lines" in err
     code, _, err = run(["calibrate", str(tmp_path / "missing.log")], capsys)
-    assert code == cli.EXIT_USAGE
+    assert code == exit_codes.USAGE
     code, _, err = run(["calibrate", str(empty), "--arg", "nonsense=1"], capsys)
-    assert code == cli.EXIT_USAGE
+    assert code == exit_codes.USAGE
 
 
 def test_receipts_are_redacted(tmp_path, capsys):

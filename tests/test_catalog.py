@@ -506,14 +506,14 @@ def test_every_model_architecture_is_its_config_architecture(cat):
 def test_models_resolve_to_arch_rows_or_fail_closed(cat):
     """Bug 11: every curated model resolves to an arch row (model_slugs, name or alias), except the
     two no upstream row covers; those have no replayable profile and the gate says no-arch-row."""
-    from club3090.gate import gates
+    from club3090.gate.engine_support import find_arch_row
 
     missing = {mid for mid in cat.models if cat.arch_row_for_model(mid) is None}
     assert missing == {"diffusiongemma-26b-a4b", "qwen3.6-40b-deckard"}
     for key, p in cat.profiles.items():
         if p.model in missing:
             assert not cat.emittable(key)[0], key
-    assert gates.find_arch_row(cat, curated_model="diffusiongemma-26b-a4b",
+    assert find_arch_row(cat, curated_model="diffusiongemma-26b-a4b",
                                architecture=cat.models["diffusiongemma-26b-a4b"].architecture) is None
 
 

@@ -187,3 +187,21 @@ def test_engine_pin_and_release_are_read_from_the_image():
     assert schema.engine_pin_tag("docker_image", "registry:5000/vllm") == "latest"
     assert schema.engine_release("vllm", "docker_image", "vllm/vllm-openai:v0.27.1") == "0.27.1"
     assert schema.engine_release("vllm", "pip", "vllm>=0.21.0rc0,<0.21.0") is None
+
+
+def test_retired_keys_say_where_the_fact_lives_now(tmp_path):
+    root = _copy(tmp_path)
+
+    def old_profile(doc):
+        doc["profiles"]["vllm/minimal"]["max_ctx"] = doc["profiles"]["vllm/minimal"].pop("max_model_len")
+
+    _edit(root, "profiles.yaml", old_profile)
+    _edit(root, "engines.yaml", lambda d: d["engines"]["vllm-stable"].update(pin="vllm-stable@v0.22.0"))
+    with pytest.raises(CatalogError) as info:
+        load_catalog(root)
+    problems = list(map(str, info.value.problems))
+    assert "profiles.yaml: profiles['vllm/minimal'].max_ctx: unknown key; no longer a catalog field: " \
+           "renamed to 'max_model_len'" in problems
+    assert "profiles.yaml: profiles['vllm/minimal'].max_model_len: missing required key" in problems
+    assert "engines.yaml: engines['vllm-stable'].pin: unknown key; no longer a catalog field: read from " \
+           "'image' (<engine-id>@<tag>)" in problems

@@ -85,6 +85,7 @@ def test_generic_wrappers_and_info_lines_are_not_the_error():
     ("no_kernel_image.log", "kernel-unsupported", "kernel-unsupported-sm"),
     ("unknown_architecture.log", "kernel-unsupported", "engine-arch-unknown"),
     ("quant_not_supported.log", "quant-unsupported", "quant-method-unsupported"),
+    ("quant_config_missing.log", "quant-unsupported", "quant-weightload-dtype"),
     ("undefined_symbol.log", "overlay-arch-drift", "overlay-arch-drift-missing-symbol"),
 ])
 def test_appendix_a_log_matchers_on_real_errors(name, cls, rule):
@@ -249,3 +250,10 @@ def test_info_advice_about_memory_is_not_an_oom():
     # a boot that timed out after the v0.5 CUDA-graph advice line: no error line, no OOM
     got = classify(boot_failed(log("startup_v05_weights.log")))
     assert got.failure_class == "unknown" and got.tier == "none" and got.error_source == "pt3.failure"
+
+
+def test_row7_out_of_memory_text_that_tier1_does_not_know():
+    # Ray's host-memory monitor message (ray.exceptions.OutOfMemoryError): no CUDA, no "out of memory"
+    text = "ray.exceptions.OutOfMemoryError: Task was killed due to the node running low on memory.\n"
+    got = classify(boot_failed(text))
+    assert (got.failure_class, got.tier, got.rule) == ("genuine-oom", "matcher", "genuine-oom-cuda")

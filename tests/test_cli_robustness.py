@@ -1,6 +1,6 @@
 """Black-box robustness of the ``club3090`` command: hostile input never yields a traceback.
 
-Every case goes through ``club3090.cli.main([...])`` and asserts only the exit code (the table
+Every case goes through ``club3090.main([...])`` and asserts only the exit code (the table
 in ``club3090.cli``'s docstring), that no traceback is printed and, with ``--json``, that stdout
 is exactly one JSON document. Wording is never asserted.
 """
@@ -19,24 +19,30 @@ from pathlib import Path
 import pytest
 
 from club3090 import cli
-from club3090.pipeline import pull as pull_mod
+from club3090.cli import exit_codes
 from tests.fakehub import FIXTURES, safetensors_file, synth_table
+from tests.providers import FixedFacts, plenty_of_disk
 
 CURATED = "Lorbus/Qwen3.6-27B-int4-AutoRound"
 RIG = ["--profile-like", "vllm/minimal", "--gpus", "1x3090"]
 DOCUMENTED = {0, 2, 3, 4, 64, 65, 69, 70, 78, 130, 141}
 
 
+
+def main(argv, **kw):
+    """``cli.main`` with the live provider and plenty of free disk."""
+    return cli.main(argv, provider=kw.pop("provider", plenty_of_disk), **kw)
+
+
 @pytest.fixture(autouse=True)
 def _in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(pull_mod, "_default_free_bytes", lambda _p: 10**15)
 
 
-def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+def run(argv: list[str], capsys: pytest.CaptureFixture[str], provider=plenty_of_disk) -> tuple[int, str, str]:
     """(exit code, stdout, stderr); argparse's SystemExit counts as an exit code."""
     try:
-        code = cli.main(argv)
+        code = main(argv, provider=provider)
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else 1
     out, err = capsys.readouterr()
@@ -381,23 +387,22 @@ def test_json_error_paths_print_one_document(argv, capsys):
 
 
 @pytest.mark.parametrize("json_flag", [[], ["--json"]])
-def test_interrupt_during_derive(json_flag, tmp_path, monkeypatch, capsys):
-    import club3090.edges.derive
-
-    def interrupted(*_a, **_k):
-        raise KeyboardInterrupt
-    monkeypatch.setattr(club3090.edges.derive, "derive", interrupted)
+def test_interrupt_during_derive(json_flag, tmp_path, capsys):
+    def interrupted(settings):
+        return FixedFacts(settings, facts=KeyboardInterrupt())
     folder = model_folder(tmp_path)
-    assert run(["pull", str(folder), *RIG, "--dry-run", *json_flag], capsys)[0] == 130
-    assert run(["inspect", str(folder), *json_flag], capsys)[0] == 130
+    assert run(["pull", str(folder), *RIG, "--dry-run", *json_flag], capsys, interrupted)[0] == 130
+    assert run(["inspect", str(folder), *json_flag], capsys, interrupted)[0] == 130
 
 
 def test_exit_codes_are_documented():
-    documented = {int(n) for n in re.findall(r"\b(\d+) [a-zA-Z]", cli.__doc__.split("Exit codes:", 1)[1])}
+    """Every code the CLI can return is a row of the one table (cli/exit_codes.py's docstring)."""
+    from club3090.cli import exit_codes
+
+    documented = {int(n) for n in re.findall(r"^(\d+) ", exit_codes.__doc__ or "", re.MULTILINE)}
     used = {code for _kind, code, _render in cli.ERRORS}
-    used |= {cli.EXIT_USAGE, cli.EXIT_DATAERR, cli.EXIT_UNAVAILABLE, cli.EXIT_SOFTWARE, cli.EXIT_CONFIG,
-             cli.EXIT_PIPE}
-    assert used <= documented, used - documented
+    used |= set(exit_codes.VERDICT_CODES.values()) | set(exit_codes.TOOL_FAILURE_CODES)
+    assert used == documented == DOCUMENTED, (used ^ documented)
 
 
 # --------------------------------------------------------------------------------------------
@@ -433,21 +438,21 @@ def _piped(argv: list[str], tmp_path: Path, *, read: int | None) -> subprocess.C
 @pytest.mark.parametrize("read", [None, 1, 200])
 def test_reader_closing_early_exits_141_quietly(argv, read, tmp_path):
     done = _piped(argv, tmp_path, read=read)
-    assert done.returncode == cli.EXIT_PIPE, done.stderr
+    assert done.returncode == exit_codes.PIPE, done.stderr
     assert done.stderr == b""  # no traceback, no "Exception ignored" at the exit flush
 
 
 def test_broken_pipe_not_on_stdout_is_still_an_internal_error(monkeypatch, capsys):
     # a BrokenPipeError from elsewhere (a subprocess, a socket) while stdout is fine is a failure
-    def boom(_args, _settings):
+    def boom(_args, _provider):
         raise BrokenPipeError(32, "Broken pipe")
 
     from club3090.cli.commands import profiles
 
     monkeypatch.setattr(cli, "_reader_gone", lambda: False)
     monkeypatch.setattr(profiles, "run", boom)
-    assert cli.main(["profiles"]) == cli.EXIT_SOFTWARE
-    assert cli.main(["profiles", "--json"]) == cli.EXIT_SOFTWARE
+    assert main(["profiles"]) == exit_codes.SOFTWARE
+    assert main(["profiles", "--json"]) == exit_codes.SOFTWARE
     capsys.readouterr()
 
 

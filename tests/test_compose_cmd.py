@@ -8,9 +8,9 @@ import pytest
 import yaml
 
 from club3090.cli import main
-from club3090.compose import generate as compose_mod
 from club3090.compose.generate import REFUSAL_TOKENS
 from club3090.compose.launch import interpolate_tree
+from club3090.edges.provider import LiveProvider
 from tests.test_compose import (
     DROPPED,
     EMITTING,
@@ -87,19 +87,16 @@ def test_json_summary(tmp_path, capsys):
     assert code == 2 and payload["refusal"] == "pin-mismatch" and payload["ok"] is False
 
 
-def test_degraded_exit_3_without_ack(tmp_path, monkeypatch, capsys):
-    real = compose_mod.generate
+def test_degraded_exit_3_without_ack(tmp_path, capsys):
+    def drifted(settings):   # the provider's drift guard fails for one capability patch
+        return LiveProvider(settings, guard=lambda patch, _profile: patch.id != "gemma-vllm-gemma4-tool-parser-fixes")
 
-    def degraded_generate(*args, **kwargs):
-        kwargs["guard_runner"] = lambda patch, profile: patch.id != "gemma-vllm-gemma4-tool-parser-fixes"
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(compose_mod, "generate", degraded_generate)
     out = tmp_path / "g.yml"
-    assert main(["compose", "--profile", "vllm/gemma-int8-mtp", "--out", str(out)]) == 3
+    assert main(["compose", "--profile", "vllm/gemma-int8-mtp", "--out", str(out)], provider=drifted) == 3
     assert not out.exists()
     assert "--accept-degraded" in capsys.readouterr().err
-    assert main(["compose", "--profile", "vllm/gemma-int8-mtp", "--out", str(out), "--accept-degraded"]) == 0
+    assert main(["compose", "--profile", "vllm/gemma-int8-mtp", "--out", str(out), "--accept-degraded"],
+                provider=drifted) == 0
     assert "# DEGRADED: patches omitted after drift: gemma-vllm-gemma4-tool-parser-fixes" in \
         out.read_text(encoding="utf-8")
 

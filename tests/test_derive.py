@@ -1,4 +1,4 @@
-"""derive(): specs from the fake Hub, local folders and the HF cache; every stratum-1 reason."""
+"""resolve(): specs from the fake Hub, local folders and the HF cache; every stratum-1 reason."""
 
 from __future__ import annotations
 
@@ -6,15 +6,18 @@ import json
 import math
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 
+from club3090.cli.model_json import spec_to_json, stop_to_json
 from club3090.edges import derive as D
 from club3090.edges import hub as H
+from club3090.edges.resolve import resolve
 from club3090.errors import HubUnreachable, InputError
 from club3090.gate.outcome import Reason, Stop, Stratum
 from club3090.model.architecture import parse_config
+from club3090.model.quantization import resolve_quantization
 from club3090.model.spec import ModelSpec, RepoFile
 from tests.fakehub import (
     FIXTURES,
@@ -58,7 +61,7 @@ def _only_header_reads(hub: FakeHub) -> None:
 
 def test_dense_llama_with_index_reads_headers_only(fake_hub: FakeHub) -> None:
     fake_hub.add_fixture("meta-llama--Llama-3.1-8B")
-    spec = _spec(D.derive("meta-llama/Llama-3.1-8B", fake_hub.settings()))
+    spec = _spec(resolve("meta-llama/Llama-3.1-8B", fake_hub.settings()))
     index = json.loads((FIXTURES / "meta-llama--Llama-3.1-8B" / "model.safetensors.index.json").read_text())
     # the synthesised shapes reproduce the real checkpoint: header byte ranges == index total_size
     assert spec.weights_bytes == index["metadata"]["total_size"] == 16_060_522_496
@@ -84,7 +87,7 @@ def test_moe_mixtral_19_shards(fake_hub: FakeHub) -> None:
     folder = "mistralai--Mixtral-8x7B-Instruct-v0.1"
     fake_hub.add_fixture(folder)
     progress: list[tuple[int, int]] = []
-    spec = _spec(D.derive("mistralai/Mixtral-8x7B-Instruct-v0.1", fake_hub.settings(),
+    spec = _spec(resolve("mistralai/Mixtral-8x7B-Instruct-v0.1", fake_hub.settings(),
                           progress=lambda d, t: progress.append((d, t))))
     index = json.loads((FIXTURES / folder / "model.safetensors.index.json").read_text())
     tables = table_from_index(index, _config(folder))
@@ -99,7 +102,7 @@ def test_mla_deepseek_v2_lite(fake_hub: FakeHub) -> None:
     folder = "deepseek-ai--DeepSeek-V2-Lite"
     table = synth_table(_config(folder))
     fake_hub.add_fixture(folder, tensors=table, shards=4)
-    spec = _spec(D.derive("deepseek-ai/DeepSeek-V2-Lite", fake_hub.settings()))
+    spec = _spec(resolve("deepseek-ai/DeepSeek-V2-Lite", fake_hub.settings()))
     assert spec.weights_bytes == header_sum(table)
     assert spec.arch.kv_lora_rank == 512 and spec.arch.qk_rope_head_dim == 64
     assert "mla" in spec.arch.layer_kinds
@@ -112,7 +115,7 @@ def test_sliding_window_gemma2(fake_hub: FakeHub) -> None:
     folder = "google--gemma-2-2b-it"
     table = synth_table(_config(folder))
     fake_hub.add_fixture(folder, tensors=table)
-    spec = _spec(D.derive("google/gemma-2-2b-it", fake_hub.settings()))
+    spec = _spec(resolve("google/gemma-2-2b-it", fake_hub.settings()))
     assert spec.weights_bytes == header_sum(table)
     assert spec.arch.sliding_window == 4096
     assert "sliding" in spec.arch.layer_kinds and "full" in spec.arch.layer_kinds
@@ -123,7 +126,7 @@ def test_hybrid_linear_attention_qwen36_with_mtp(fake_hub: FakeHub) -> None:
     folder = "Qwen--Qwen3.6-35B-A3B"
     table = synth_table(_config(folder), prefix="model.language_model.", fused_experts=True, mtp_layers=1)
     fake_hub.add_fixture(folder, tensors=table, shards=3)
-    spec = _spec(D.derive("Qwen/Qwen3.6-35B-A3B", fake_hub.settings()))
+    spec = _spec(resolve("Qwen/Qwen3.6-35B-A3B", fake_hub.settings()))
     assert spec.weights_bytes == header_sum(table)
     assert "gdn" in spec.arch.layer_kinds and "full" in spec.arch.layer_kinds
     assert spec.arch.num_experts == 256
@@ -136,13 +139,13 @@ def test_mtp_declared_but_absent_is_no_mtp_head(fake_hub: FakeHub) -> None:
     folder = "Qwen--Qwen3.6-35B-A3B"
     fake_hub.add_fixture(folder, tensors=synth_table(_config(folder), prefix="model.language_model.",
                                                      fused_experts=True))
-    assert not _spec(D.derive("Qwen/Qwen3.6-35B-A3B", fake_hub.settings())).has_mtp_head
+    assert not _spec(resolve("Qwen/Qwen3.6-35B-A3B", fake_hub.settings())).has_mtp_head
 
 
 def test_multimodal_qwen25_vl(fake_hub: FakeHub) -> None:
     folder = "Qwen--Qwen2.5-VL-7B-Instruct"
     fake_hub.add_fixture(folder)
-    spec = _spec(D.derive("Qwen/Qwen2.5-VL-7B-Instruct", fake_hub.settings()))
+    spec = _spec(resolve("Qwen/Qwen2.5-VL-7B-Instruct", fake_hub.settings()))
     index = json.loads((FIXTURES / folder / "model.safetensors.index.json").read_text())
     assert spec.weights_bytes == sum(header_sum(t) for t in table_from_index(index, _config(folder)).values())
     assert spec.has_vision and spec.arch.architecture == "Qwen2_5_VLForConditionalGeneration"
@@ -165,7 +168,7 @@ def test_quantized_fp8_block(fake_hub: FakeHub) -> None:
     folder = "Qwen--Qwen3-8B-FP8"
     table = _fp8_table(_config(folder))
     fake_hub.add_fixture(folder, tensors=table, shards=2)
-    spec = _spec(D.derive("Qwen/Qwen3-8B-FP8", fake_hub.settings()))
+    spec = _spec(resolve("Qwen/Qwen3-8B-FP8", fake_hub.settings()))
     assert spec.weights_bytes == header_sum(table)
     assert spec.quantization is not None
     assert (spec.quantization.method, spec.quantization.bits) == ("fp8", 8)
@@ -193,7 +196,7 @@ def test_quantized_gptq_single_file_16gb(fake_hub: FakeHub) -> None:
     folder = "TheBloke--Wizard-Vicuna-30B-Uncensored-GPTQ"
     table = _gptq_table(_config(folder))
     fake_hub.add_fixture(folder, tensors=table)
-    spec = _spec(D.derive("TheBloke/Wizard-Vicuna-30B-Uncensored-GPTQ", fake_hub.settings()))
+    spec = _spec(resolve("TheBloke/Wizard-Vicuna-30B-Uncensored-GPTQ", fake_hub.settings()))
     assert spec.weights_bytes == header_sum(table) > 15 * 2**30  # int4 packed, ~16.9 GB like the real one
     assert (spec.quantization.method, spec.quantization.bits) == ("gptq", 4)
     assert "quantize_config.json" in [f.name for f in spec.download_files]
@@ -208,7 +211,7 @@ def test_quantized_modelopt_nvfp4_with_kv_scheme(fake_hub: FakeHub) -> None:
              "model.language_model.layers.0.self_attn.q_proj.weight": ("F8_E4M3", [8192, 2048]),
              "model.language_model.embed_tokens.weight": ("BF16", [248320, 2048])}
     fake_hub.add_fixture(folder, tensors=table)
-    spec = _spec(D.derive("nvidia/Qwen3.6-35B-A3B-NVFP4", fake_hub.settings()))
+    spec = _spec(resolve("nvidia/Qwen3.6-35B-A3B-NVFP4", fake_hub.settings()))
     q = spec.quantization
     assert q is not None and q.method == "modelopt" and q.scheme == "MIXED_PRECISION"
     assert q.bits == 8  # widest config group (FP8 attention); experts are NVFP4
@@ -222,51 +225,51 @@ def test_quantized_modelopt_nvfp4_with_kv_scheme(fake_hub: FakeHub) -> None:
 
 
 def test_repo_not_found(fake_hub: FakeHub) -> None:
-    stop = _stop(D.derive("nobody/nothing-here", fake_hub.settings()), Reason.REPO_NOT_FOUND)
+    stop = _stop(resolve("nobody/nothing-here", fake_hub.settings()), Reason.REPO_NOT_FOUND)
     assert stop.sub_reason == "not-found" and stop.detail["token_hint"] is True  # no token: it may be private
     fake_hub.accept_token("hf_acme")
-    stop = _stop(D.derive("nobody/nothing-here", fake_hub.settings(token="hf_acme")), Reason.REPO_NOT_FOUND)
+    stop = _stop(resolve("nobody/nothing-here", fake_hub.settings(token="hf_acme")), Reason.REPO_NOT_FOUND)
     assert stop.sub_reason == "not-found" and stop.detail["token_hint"] is False
 
 
 def test_private_repo_without_token_is_not_found(fake_hub: FakeHub) -> None:
     fake_hub.add_fixture("meta-llama--Llama-3.2-3B-Instruct", repo_id="acme/private-llama", private=True)
-    _stop(D.derive("acme/private-llama", fake_hub.settings()), Reason.REPO_NOT_FOUND)
+    _stop(resolve("acme/private-llama", fake_hub.settings()), Reason.REPO_NOT_FOUND)
     fake_hub.accept_token("hf_acme")
-    _spec(D.derive("acme/private-llama", fake_hub.settings(token="hf_acme")))
+    _spec(resolve("acme/private-llama", fake_hub.settings(token="hf_acme")))
 
 
 def test_revision_not_found(fake_hub: FakeHub) -> None:
     fake_hub.add_fixture("google--gemma-2b-it")
-    stop = _stop(D.derive("google/gemma-2b-it@no-such-branch", fake_hub.settings()), Reason.REPO_NOT_FOUND)
+    stop = _stop(resolve("google/gemma-2b-it@no-such-branch", fake_hub.settings()), Reason.REPO_NOT_FOUND)
     assert stop.sub_reason == "revision-not-found"
 
 
 def test_revision_is_resolved(fake_hub: FakeHub) -> None:
     repo = fake_hub.add_fixture("google--gemma-2b-it", revisions={"refs/pr/1": "a" * 40})
-    spec = _spec(D.derive("google/gemma-2b-it@refs/pr/1", fake_hub.settings()))
+    spec = _spec(resolve("google/gemma-2b-it@refs/pr/1", fake_hub.settings()))
     assert spec.revision == "refs/pr/1" and spec.commit == "a" * 40 != repo.commit
     assert fake_hub.requests(path_contains="/revision/refs/pr/1")
 
 
 def test_gated_without_token(fake_hub: FakeHub) -> None:
     fake_hub.add_fixture("meta-llama--Llama-3.1-8B", gated=True)
-    stop = _stop(D.derive("meta-llama/Llama-3.1-8B", fake_hub.settings()), Reason.GATED_NO_TOKEN)
-    assert (stop.sub_reason, D.stop_to_json(stop)["reason"]) == ("gated", "gated-no-token")
+    stop = _stop(resolve("meta-llama/Llama-3.1-8B", fake_hub.settings()), Reason.GATED_NO_TOKEN)
+    assert (stop.sub_reason, stop_to_json(stop)["reason"]) == ("gated", "gated-no-token")
 
 
 def test_gated_with_a_token_not_granted_is_not_found(fake_hub: FakeHub) -> None:
     fake_hub.add_fixture("meta-llama--Llama-3.1-8B", gated=True)
-    _stop(D.derive("meta-llama/Llama-3.1-8B", fake_hub.settings(token="hf_not_granted")), Reason.REPO_NOT_FOUND)
+    _stop(resolve("meta-llama/Llama-3.1-8B", fake_hub.settings(token="hf_not_granted")), Reason.REPO_NOT_FOUND)
     fake_hub.accept_token("hf_granted")
-    assert _spec(D.derive("meta-llama/Llama-3.1-8B", fake_hub.settings(token="hf_granted"))).weights_bytes
+    assert _spec(resolve("meta-llama/Llama-3.1-8B", fake_hub.settings(token="hf_granted"))).weights_bytes
 
 
 def test_gguf_only_repo(fake_hub: FakeHub) -> None:
     fake_hub.add_repo("TheBloke/Llama-2-7B-GGUF", {
         "README.md": b"# gguf\n", "llama-2-7b.Q4_K_M.gguf": b"GGUF" + bytes(60),
         "llama-2-7b.Q8_0.gguf": b"GGUF" + bytes(60)})
-    stop = _stop(D.derive("TheBloke/Llama-2-7B-GGUF", fake_hub.settings()), Reason.UNSUPPORTED_FORMAT)
+    stop = _stop(resolve("TheBloke/Llama-2-7B-GGUF", fake_hub.settings()), Reason.UNSUPPORTED_FORMAT)
     assert stop.sub_reason == "gguf-only"
     assert stop.detail["gguf_files"] == ["llama-2-7b.Q4_K_M.gguf", "llama-2-7b.Q8_0.gguf"]
     assert "llama.cpp" in stop.detail["hint"]
@@ -275,20 +278,20 @@ def test_gguf_only_repo(fake_hub: FakeHub) -> None:
 def test_gguf_with_config_but_no_safetensors(fake_hub: FakeHub) -> None:
     fake_hub.add_fixture("Qwen--Qwen3-0.6B", tensors={"x": ("BF16", [4])},
                          extra_files={"qwen3-0.6b-q8_0.gguf": b"GGUF0000"}, drop_files=("model.safetensors",))
-    stop = _stop(D.derive("Qwen/Qwen3-0.6B", fake_hub.settings()), Reason.UNSUPPORTED_FORMAT)
+    stop = _stop(resolve("Qwen/Qwen3-0.6B", fake_hub.settings()), Reason.UNSUPPORTED_FORMAT)
     assert stop.sub_reason == "gguf-only" and stop.detail["gguf_files"] == ["qwen3-0.6b-q8_0.gguf"]
 
 
 def test_missing_config_json(fake_hub: FakeHub) -> None:
     fake_hub.add_fixture("Qwen--Qwen3-0.6B", tensors={"x": ("BF16", [4])}, drop_files=("config.json",))
-    stop = _stop(D.derive("Qwen/Qwen3-0.6B", fake_hub.settings()), Reason.UNSUPPORTED_FORMAT)
+    stop = _stop(resolve("Qwen/Qwen3-0.6B", fake_hub.settings()), Reason.UNSUPPORTED_FORMAT)
     assert stop.sub_reason == "no-config-json"
 
 
 def test_adapter_only_repo_is_unsupported(fake_hub: FakeHub) -> None:
     fake_hub.add_fixture("Qwen--Qwen3-0.6B", tensors={"x": ("BF16", [4])}, drop_files=("model.safetensors",),
                          extra_files={"adapter_model.safetensors": safetensors_file("a", {"x": ("BF16", [4])})})
-    stop = _stop(D.derive("Qwen/Qwen3-0.6B", fake_hub.settings()), Reason.UNSUPPORTED_FORMAT)
+    stop = _stop(resolve("Qwen/Qwen3-0.6B", fake_hub.settings()), Reason.UNSUPPORTED_FORMAT)
     assert stop.sub_reason == "no-safetensors"
 
 
@@ -296,20 +299,20 @@ def test_ambiguous_two_files_without_index(fake_hub: FakeHub) -> None:
     # a Mistral repo that kept consolidated.safetensors next to an un-indexed model.safetensors
     fake_hub.add_fixture("mistralai--Mistral-7B-v0.1", tensors={"x": ("BF16", [4])},
                          extra_files={"consolidated.safetensors": safetensors_file("c", {"x": ("BF16", [4])})})
-    stop = _stop(D.derive("mistralai/Mistral-7B-v0.1", fake_hub.settings()), Reason.AMBIGUOUS_WEIGHT_SET)
+    stop = _stop(resolve("mistralai/Mistral-7B-v0.1", fake_hub.settings()), Reason.AMBIGUOUS_WEIGHT_SET)
     assert stop.detail["files"] == ["consolidated.safetensors", "model.safetensors"]
 
 
 def test_ambiguous_two_indexes(fake_hub: FakeHub) -> None:
     fake_hub.add_fixture("mistralai--Mistral-7B-Instruct-v0.3", extra_files={
         "consolidated.safetensors.index.json": b'{"weight_map": {"x": "consolidated.safetensors"}}'})
-    _stop(D.derive("mistralai/Mistral-7B-Instruct-v0.3", fake_hub.settings()), Reason.AMBIGUOUS_WEIGHT_SET)
+    _stop(resolve("mistralai/Mistral-7B-Instruct-v0.3", fake_hub.settings()), Reason.AMBIGUOUS_WEIGHT_SET)
 
 
 def test_index_plus_consolidated_selects_the_indexed_shards(fake_hub: FakeHub) -> None:
     fake_hub.add_fixture("mistralai--Mistral-7B-Instruct-v0.3", extra_files={
         "consolidated.safetensors": safetensors_file("c", {"x": ("BF16", [4096, 4096])})})
-    spec = _spec(D.derive("mistralai/Mistral-7B-Instruct-v0.3", fake_hub.settings()))
+    spec = _spec(resolve("mistralai/Mistral-7B-Instruct-v0.3", fake_hub.settings()))
     assert "consolidated.safetensors" not in [f.name for f in spec.weight_files]
     assert len(spec.weight_files) == 3
 
@@ -317,7 +320,7 @@ def test_index_plus_consolidated_selects_the_indexed_shards(fake_hub: FakeHub) -
 def test_malformed_config_is_quant_dtype_unknown(fake_hub: FakeHub) -> None:
     fake_hub.add_fixture("Qwen--Qwen3-0.6B", tensors={"x": ("BF16", [4])},
                          extra_files={"config.json": b'{"architectures": ["Qwen3ForCausalLM"], '})
-    stop = _stop(D.derive("Qwen/Qwen3-0.6B", fake_hub.settings()), Reason.QUANT_DTYPE_UNKNOWN)
+    stop = _stop(resolve("Qwen/Qwen3-0.6B", fake_hub.settings()), Reason.QUANT_DTYPE_UNKNOWN)
     assert stop.sub_reason == "malformed-config" and stop.detail["file"] == "Qwen/Qwen3-0.6B/config.json"
 
 
@@ -326,7 +329,7 @@ def test_known_quant_method_without_bits(fake_hub: FakeHub) -> None:
     config["quantization_config"] = {"quant_method": "compressed-tensors", "format": "pack-quantized"}
     fake_hub.add_fixture("Qwen--Qwen3-0.6B", tensors={"x": ("I32", [4])},
                          extra_files={"config.json": json.dumps(config).encode()})
-    stop = _stop(D.derive("Qwen/Qwen3-0.6B", fake_hub.settings()), Reason.QUANT_DTYPE_UNKNOWN)
+    stop = _stop(resolve("Qwen/Qwen3-0.6B", fake_hub.settings()), Reason.QUANT_DTYPE_UNKNOWN)
     assert stop.sub_reason == "unknown-bits"
 
 
@@ -334,7 +337,7 @@ def test_no_dtype_anywhere(fake_hub: FakeHub) -> None:
     config = {k: v for k, v in _config("Qwen--Qwen3-0.6B").items() if k != "torch_dtype"}
     fake_hub.add_fixture("Qwen--Qwen3-0.6B", tensors={"x": ("I32", [4])},
                          extra_files={"config.json": json.dumps(config).encode()})
-    stop = _stop(D.derive("Qwen/Qwen3-0.6B", fake_hub.settings()), Reason.QUANT_DTYPE_UNKNOWN)
+    stop = _stop(resolve("Qwen/Qwen3-0.6B", fake_hub.settings()), Reason.QUANT_DTYPE_UNKNOWN)
     assert stop.sub_reason == "no-dtype"
 
 
@@ -342,7 +345,7 @@ def test_dtype_from_header_when_config_has_none(fake_hub: FakeHub) -> None:
     config = {k: v for k, v in _config("Qwen--Qwen3-0.6B").items() if k != "torch_dtype"}
     fake_hub.add_fixture("Qwen--Qwen3-0.6B", tensors={"x": ("F16", [4]), "y": ("BF16", [2])},
                          extra_files={"config.json": json.dumps(config).encode()})
-    spec = _spec(D.derive("Qwen/Qwen3-0.6B", fake_hub.settings()))
+    spec = _spec(resolve("Qwen/Qwen3-0.6B", fake_hub.settings()))
     assert spec.compute_dtype == "float16" and spec.provenance["compute_dtype"] == "header"
 
 
@@ -356,7 +359,7 @@ TINY = {"model.embed_tokens.weight": ("BF16", [1000, 64]), "model.layers.0.self_
 
 
 def _comparable(spec: ModelSpec) -> dict[str, Any]:
-    data = D.spec_to_json(spec)
+    data = spec_to_json(spec)
     for key in ("source", "ref", "revision", "commit", "local_path", "provenance"):
         data.pop(key)
     return data
@@ -374,16 +377,16 @@ def test_same_spec_from_hub_local_folder_and_cache(fake_hub: FakeHub, tmp_path: 
 
     fake_hub.add_fixture("Qwen--Qwen3-0.6B", tensors=TINY, shards=2)
     settings = fake_hub.settings()
-    from_hub = _spec(D.derive("Qwen/Qwen3-0.6B", settings))
+    from_hub = _spec(resolve("Qwen/Qwen3-0.6B", settings))
 
     local = _materialise(fake_hub, "Qwen/Qwen3-0.6B", tmp_path / "snap")
-    from_local = _spec(D.derive(str(local), settings))
+    from_local = _spec(resolve(str(local), settings))
     assert from_local.source == "local" and from_local.local_path == local
 
     snapshot_download("Qwen/Qwen3-0.6B", cache_dir=str(settings.hub_cache), endpoint=fake_hub.url, token=False)
     fake_hub.clear_log()
     offline = fake_hub.settings(offline=True)
-    from_cache = _spec(D.derive("Qwen/Qwen3-0.6B", offline))
+    from_cache = _spec(resolve("Qwen/Qwen3-0.6B", offline))
     assert from_cache.source == "cache" and from_cache.commit == from_hub.commit
     assert fake_hub.log == []  # offline: no request at all
 
@@ -393,21 +396,21 @@ def test_same_spec_from_hub_local_folder_and_cache(fake_hub: FakeHub, tmp_path: 
 
 def test_offline_cache_miss_is_unreachable(fake_hub: FakeHub) -> None:
     with pytest.raises(HubUnreachable) as info:
-        D.derive("Qwen/Qwen3-0.6B", fake_hub.settings(offline=True))
+        resolve("Qwen/Qwen3-0.6B", fake_hub.settings(offline=True))
     assert info.value.repo_id == "Qwen/Qwen3-0.6B"
     assert fake_hub.log == []  # offline: the miss is not a Hub request
 
 
 def test_local_folder_stops(tmp_path: Path, fake_hub: FakeHub) -> None:
     settings = fake_hub.settings()
-    _stop(D.derive(str(tmp_path / "missing"), settings), Reason.REPO_NOT_FOUND)
+    _stop(resolve(str(tmp_path / "missing"), settings), Reason.REPO_NOT_FOUND)
     (tmp_path / "empty").mkdir()
-    assert _stop(D.derive(str(tmp_path / "empty"), settings),
+    assert _stop(resolve(str(tmp_path / "empty"), settings),
                  Reason.UNSUPPORTED_FORMAT).sub_reason == "no-config-json"
     bad = tmp_path / "bad"
     bad.mkdir()
     (bad / "config.json").write_text("{nope")
-    _stop(D.derive(str(bad), settings), Reason.QUANT_DTYPE_UNKNOWN)
+    _stop(resolve(str(bad), settings), Reason.QUANT_DTYPE_UNKNOWN)
     assert fake_hub.log == []
 
 
@@ -417,7 +420,7 @@ def test_local_folder_malformed_header_names_the_file(tmp_path: Path, fake_hub: 
     (folder / "config.json").write_text(json.dumps(_config("Qwen--Qwen3-0.6B")))
     (folder / "model.safetensors").write_bytes((12).to_bytes(8, "little") + b"{not json!!}")
     with pytest.raises(InputError) as info:
-        D.derive(str(folder), fake_hub.settings())
+        resolve(str(folder), fake_hub.settings())
     assert info.value.file == str(folder / "model.safetensors")
 
 
@@ -434,7 +437,7 @@ def test_tensor_stored_in_two_shards_is_refused(tmp_path: Path, fake_hub: FakeHu
         weight_map.update({t: name for t in table})
     (folder / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))
     with pytest.raises(InputError) as info:
-        D.derive(str(folder), fake_hub.settings())
+        resolve(str(folder), fake_hub.settings())
     assert info.value.file == str(folder / "model-00002-of-00002.safetensors")
 
 
@@ -450,6 +453,9 @@ def _catalog(fmt: str = "awq", kind: str = "main") -> Any:
                             weights={"awq-int4": variant})
 
     class Cat:
+        profiles: ClassVar[dict[str, Any]] = {}
+        models: ClassVar[dict[str, Any]] = {model.id: model}
+
         def find_variant(self, repo_id: str) -> Any:
             bare = repo_id.partition("@")[0].lower()
             return (model, variant) if bare in {r.lower() for r in variant.hf_repos} else None
@@ -458,7 +464,7 @@ def _catalog(fmt: str = "awq", kind: str = "main") -> Any:
 
 
 def test_curated_hit_needs_no_network(fake_hub: FakeHub) -> None:
-    spec = _spec(D.derive("acme/model-awq", fake_hub.settings(), _catalog()))
+    spec = _spec(resolve("acme/model-awq", fake_hub.settings(), _catalog()))
     assert spec.confidence == "exact" and spec.source == "catalog"
     assert spec.curated is not None and spec.curated.variant_id == "awq-int4"
     assert spec.weights_bytes == spec.footprint_bytes == 19_000_000_000
@@ -468,13 +474,13 @@ def test_curated_hit_needs_no_network(fake_hub: FakeHub) -> None:
 
 
 def test_curated_gguf_variant_is_unsupported(fake_hub: FakeHub) -> None:
-    stop = _stop(D.derive("Acme/Model-AWQ", fake_hub.settings(), _catalog(fmt="gguf", kind="gguf")),
+    stop = _stop(resolve("Acme/Model-AWQ", fake_hub.settings(), _catalog(fmt="gguf", kind="gguf")),
                  Reason.UNSUPPORTED_FORMAT)
     assert stop.sub_reason == "gguf-only"
 
 
 def test_non_curated_falls_through_to_the_hub(fake_hub: FakeHub) -> None:
-    stop = _stop(D.derive("acme/other", fake_hub.settings(), _catalog()), Reason.REPO_NOT_FOUND)
+    stop = _stop(resolve("acme/other", fake_hub.settings(), _catalog()), Reason.REPO_NOT_FOUND)
     assert fake_hub.requests(path_contains="/api/models/acme/other"), (stop, fake_hub.log)
 
 
@@ -509,7 +515,7 @@ def test_injectable_client(tmp_path: Path) -> None:
     from club3090.settings import Settings
 
     source = FakeSource(_config("Qwen--Qwen3-0.6B"), TINY)
-    spec = _spec(D.derive("any/repo", Settings(hf_home=tmp_path), client=source))
+    spec = _spec(resolve("any/repo", Settings(hf_home=tmp_path), hub=source))
     assert spec.weights_bytes == header_sum(TINY) and spec.footprint_bytes == 100 + source.file.size
 
 
@@ -539,7 +545,7 @@ def _quant_files(folder: str) -> dict[str, Any]:
 ])
 def test_quantization_of_fixture_configs(folder: str, method: str, bits: int, scheme: str | None,
                                          kv: str | None) -> None:
-    result = D.resolve_quantization(parse_config(_config(folder)), _quant_files(folder), {})
+    result = resolve_quantization(parse_config(_config(folder)), _quant_files(folder), {})
     assert not isinstance(result, Stop), result
     quant, _, provenance = result
     assert quant is not None
@@ -557,14 +563,14 @@ def test_quantization_of_fixture_configs(folder: str, method: str, bits: int, sc
     ({"quant_method": "modelopt", "quant_algo": "NVFP4"}, "modelopt", 4),
 ])
 def test_quantization_variants(qc: dict[str, Any], method: str, bits: int) -> None:
-    result = D.resolve_quantization(parse_config({"torch_dtype": "bfloat16", "quantization_config": qc}), {}, {})
+    result = resolve_quantization(parse_config({"torch_dtype": "bfloat16", "quantization_config": qc}), {}, {})
     assert not isinstance(result, Stop)
     assert (result[0].method, result[0].bits) == (method, bits)
     assert result[1] == "bfloat16"
 
 
 def test_unknown_method_without_bits_falls_back_to_dtype() -> None:
-    result = D.resolve_quantization(parse_config({"torch_dtype": "float16", "quantization_config": {"quant_method": "zzz"}}), {}, {})
+    result = resolve_quantization(parse_config({"torch_dtype": "float16", "quantization_config": {"quant_method": "zzz"}}), {}, {})
     assert not isinstance(result, Stop)
     assert result[0].method == "zzz" and result[0].bits is None and result[1] == "float16"
 
@@ -623,9 +629,9 @@ def test_a_listed_file_the_hub_does_not_serve_is_named(tmp_path: Path, missing: 
         repo_id=repo_id, revision=revision, commit="c" * 40,
         files=(*info(repo_id, revision).files, *((RepoFile(missing, 10),) if missing.endswith("config.json")
                                                  and missing != "config.json" else ())))
-    stop = _stop(D.derive("any/repo", Settings(hf_home=tmp_path), client=source), Reason.UNSUPPORTED_FORMAT)
+    stop = _stop(resolve("any/repo", Settings(hf_home=tmp_path), hub=source), Reason.UNSUPPORTED_FORMAT)
     assert (stop.sub_reason, stop.detail["file"]) == (sub_reason, missing)
-    assert D.stop_to_json(stop)["reason"] == "unsupported-format"
+    assert stop_to_json(stop)["reason"] == "unsupported-format"
 
 
 def test_a_missing_index_is_not_reported_as_a_missing_config(fake_hub: FakeHub) -> None:
@@ -642,7 +648,7 @@ def test_a_missing_index_is_not_reported_as_a_missing_config(fake_hub: FakeHub) 
         return real(repo_id, filename, revision, **kw)
 
     client.fetch_json = fetch_json  # type: ignore[method-assign]
-    stop = _stop(D.derive("Qwen/Qwen3-0.6B", fake_hub.settings(), client=client), Reason.UNSUPPORTED_FORMAT)
+    stop = _stop(resolve("Qwen/Qwen3-0.6B", fake_hub.settings(), hub=client), Reason.UNSUPPORTED_FORMAT)
     assert (stop.sub_reason, stop.detail["file"]) == ("missing-index", "model.safetensors.index.json")
 
 
@@ -651,7 +657,7 @@ def test_derive_reads_dtype_auto_map_and_mtp_through_the_architecture(tmp_path: 
     from club3090.settings import Settings
 
     config = {**_config("Qwen--Qwen3-0.6B"), "auto_map": {"AutoModel": "m.M"}, "torch_dtype": "torch.float16"}
-    spec = _spec(D.derive("any/repo", Settings(hf_home=tmp_path), client=FakeSource(config, TINY)))
+    spec = _spec(resolve("any/repo", Settings(hf_home=tmp_path), hub=FakeSource(config, TINY)))
     assert spec.requires_trust_remote_code is spec.arch.auto_map is True
     assert spec.compute_dtype == "float16"
     assert spec.has_mtp_head is False and spec.arch.mtp_layers == 0

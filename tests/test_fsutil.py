@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from club3090 import cli
+from club3090.cli import exit_codes
 from club3090.edges.files import read_bytes_capped, read_json_capped
 from club3090.errors import InputError
 from club3090.reports import capture
@@ -42,11 +43,11 @@ def test_submit_of_a_bundle_with_a_fifo_manifest_is_bad_input(tmp_path: Path) ->
     bundle = tmp_path / "b"
     bundle.mkdir()
     os.mkfifo(bundle / capture.MANIFEST_FILE)
-    assert cli.main(["pull", "--submit", str(bundle)]) == cli.EXIT_DATAERR
+    assert cli.main(["pull", "--submit", str(bundle)]) == exit_codes.DATAERR
 
 
 def test_submit_last_with_a_fifo_marker_is_a_usage_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     (tmp_path / capture.CAPTURES_DIRNAME).mkdir()
     os.mkfifo(tmp_path / capture.CAPTURES_DIRNAME / capture.LAST_FILE)
-    assert cli.main(["pull", "--submit-last"]) == cli.EXIT_USAGE
+    assert cli.main(["pull", "--submit-last"]) == exit_codes.USAGE

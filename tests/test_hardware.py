@@ -308,11 +308,11 @@ def test_helpers_on_empty_result():
 
 
 def test_shared_gpu_constants_have_one_definition():
-    from club3090.gate import gates
     from club3090.rig import gpus
+    from club3090.rig import hardware as rig_hardware
 
     assert hardware.MAX_GPUS is gpus.MAX_GPUS and hardware.NON_NVIDIA_SM is gpus.NON_NVIDIA_SM
-    assert gates.NON_NVIDIA_SM is gpus.NON_NVIDIA_SM and Decimal("8.0") == gpus.NON_NVIDIA_SM
+    assert rig_hardware.NON_NVIDIA_SM is gpus.NON_NVIDIA_SM and Decimal("8.0") == gpus.NON_NVIDIA_SM
 
 
 @pytest.mark.parametrize("cap, sm", [("8.6", Decimal("8.6")), ("12.0", Decimal("12.0")), ("[N/A]", None),

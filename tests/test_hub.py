@@ -13,8 +13,9 @@ from typing import Any
 
 import pytest
 
-from club3090.edges import derive as D
+from club3090.cli.model_json import spec_to_json
 from club3090.edges import hub as H
+from club3090.edges.resolve import resolve
 from club3090.errors import (
     EntryNotFound,
     GatedRepo,
@@ -45,7 +46,7 @@ def _small_repo(hub: FakeHub, repo_id: str = "acme/small", **kw: Any) -> None:
 
 
 def _derive(hub: FakeHub, repo_id: str = "acme/small", **kw: Any) -> ModelSpec:
-    spec = D.derive(repo_id, hub.settings(), client=_client(hub, **kw))
+    spec = resolve(repo_id, hub.settings(), hub=_client(hub, **kw))
     assert isinstance(spec, ModelSpec), spec
     assert spec.weights_bytes == header_sum(TABLE)
     return spec
@@ -92,7 +93,7 @@ def test_missing_repo_without_error_code(fake_hub: FakeHub) -> None:
 def test_long_header_takes_a_second_range(fake_hub: FakeHub) -> None:
     table = {f"model.layers.{i}.block.{j}.weight": ("BF16", [8, 8]) for i in range(60) for j in range(40)}
     fake_hub.add_fixture("Qwen--Qwen3-0.6B", repo_id="acme/long", tensors=table)
-    spec = D.derive("acme/long", fake_hub.settings(), client=_client(fake_hub))
+    spec = resolve("acme/long", fake_hub.settings(), hub=_client(fake_hub))
     assert isinstance(spec, ModelSpec) and spec.weights_bytes == header_sum(table)
     ranges = [r.headers["range"] for r in fake_hub.requests(path_contains="/cdn/")]
     n = struct.unpack("<Q", fake_hub.repos["acme/long"].files["model.safetensors"].prefix[:8])[0]
@@ -122,7 +123,7 @@ def test_oversized_header_is_rejected_naming_the_file(fake_hub: FakeHub) -> None
     fake_hub.add_fixture("Qwen--Qwen3-0.6B", repo_id="acme/huge", tensors=TABLE,
                          extra_files={"model.safetensors": huge})
     with pytest.raises(InputError) as info:
-        D.derive("acme/huge", fake_hub.settings(), client=_client(fake_hub))
+        resolve("acme/huge", fake_hub.settings(), hub=_client(fake_hub))
     assert info.value.file == "acme/huge/model.safetensors"
     assert fake_hub.bytes_sent() < 200_000
 
@@ -133,14 +134,14 @@ def test_malformed_header_is_rejected_naming_the_file(fake_hub: FakeHub) -> None
     fake_hub.add_fixture("Qwen--Qwen3-0.6B", repo_id="acme/bad", tensors=TABLE,
                          extra_files={"model.safetensors": bad})
     with pytest.raises(InputError) as info:
-        D.derive("acme/bad", fake_hub.settings(), client=_client(fake_hub))
+        resolve("acme/bad", fake_hub.settings(), hub=_client(fake_hub))
     assert info.value.file == "acme/bad/model.safetensors"
 
 
 def test_malformed_index_is_rejected_naming_the_file(fake_hub: FakeHub) -> None:
     _small_repo(fake_hub, extra_files={"model.safetensors.index.json": b'{"weight_map": [1, 2]}'})
     with pytest.raises(InputError) as info:
-        D.derive("acme/small", fake_hub.settings(), client=_client(fake_hub))
+        resolve("acme/small", fake_hub.settings(), hub=_client(fake_hub))
     assert info.value.file == "acme/small/model.safetensors.index.json"
 
 
@@ -182,7 +183,7 @@ def test_persistent_faults_become_hub_unreachable(fake_hub: FakeHub, kind: str, 
     fake_hub.fault(kind, match, times=None)
     sleeps: list[float] = []
     with pytest.raises(HubUnreachable) as info:
-        D.derive("acme/small", fake_hub.settings(), client=_client(fake_hub, sleep=sleeps.append, backoff=1.0))
+        resolve("acme/small", fake_hub.settings(), hub=_client(fake_hub, sleep=sleeps.append, backoff=1.0))
     assert info.value.repo_id == "acme/small"
     assert len(fake_hub.requests(path_contains=match)) >= H.DEFAULT_RETRIES + 1 == 4
     # every failing call backed off exactly DEFAULT_RETRIES times (1x, 2x, 4x) before giving up
@@ -195,7 +196,7 @@ def test_persistent_slowness_becomes_hub_unreachable(fake_hub: FakeHub) -> None:
     _small_repo(fake_hub)
     fake_hub.fault("slow", "/api/models/", times=None, delay=0.6)
     with pytest.raises(HubUnreachable):
-        D.derive("acme/small", fake_hub.settings(), client=_client(fake_hub, timeout=0.2, retries=1))
+        resolve("acme/small", fake_hub.settings(), hub=_client(fake_hub, timeout=0.2, retries=1))
 
 
 def test_connection_refused_is_unreachable(fake_hub: FakeHub) -> None:
@@ -207,7 +208,7 @@ def test_connection_refused_is_unreachable(fake_hub: FakeHub) -> None:
     sock.close()  # nothing listens there now
     settings = Settings(hf_home=fake_hub.settings().hf_home, endpoint=f"http://127.0.0.1:{port}")
     with pytest.raises(HubUnreachable):
-        D.derive("acme/small", settings)
+        resolve("acme/small", settings)
 
 
 def test_token_is_sent_to_the_api_not_to_the_cdn_and_never_shown(fake_hub: FakeHub) -> None:
@@ -216,15 +217,15 @@ def test_token_is_sent_to_the_api_not_to_the_cdn_and_never_shown(fake_hub: FakeH
     fake_hub.accept_token(token)
     client = _client(fake_hub, token=token)
     assert token not in repr(client)
-    spec = D.derive("acme/small", fake_hub.settings(token=token), client=client)
+    spec = resolve("acme/small", fake_hub.settings(token=token), hub=client)
     assert isinstance(spec, ModelSpec)
     api = fake_hub.requests(path_contains="/api/models/")
     assert api and all(r.headers.get("authorization") == f"Bearer {token}" for r in api)
     assert all("authorization" not in r.headers for r in fake_hub.requests(path_contains="/cdn/"))
-    assert token not in repr(spec) and token not in json.dumps(D.spec_to_json(spec))
+    assert token not in repr(spec) and token not in json.dumps(spec_to_json(spec))
     fake_hub.fault("500", "/api/models/", times=None)
     with pytest.raises(HubUnreachable) as info:
-        D.derive("acme/small", fake_hub.settings(token=token), client=client)
+        resolve("acme/small", fake_hub.settings(token=token), hub=client)
     assert token not in str(info.value)
 
 
@@ -289,11 +290,12 @@ import huggingface_hub  # imported with HF_HUB_OFFLINE=1 in the environment
 from huggingface_hub import constants
 assert constants.HF_HUB_OFFLINE is True
 from pathlib import Path
-from club3090.edges import derive as D
+from club3090.cli.model_json import spec_to_json
+from club3090.edges.resolve import resolve
 from club3090.settings import Settings
 from club3090.model.spec import ModelSpec
 settings = Settings(hf_home=Path(sys.argv[2]), endpoint=sys.argv[1], offline=False)
-spec = D.derive("acme/small", settings)
+spec = resolve("acme/small", settings)
 print(json.dumps({"ok": isinstance(spec, ModelSpec), "weights_bytes": getattr(spec, "weights_bytes", None)}))
 """
 

@@ -15,7 +15,7 @@ from club3090.fit.llamacpp import (
     largest_context,
     predict,
 )
-from club3090.fit.memory import UnpriceableModel
+from club3090.fit.memory import Unpriceable
 from club3090.model.gguf import parse_header
 from club3090.model.gguf_model import GgufModel, from_files
 from tests.gguf_fixtures import Q, Spec, write
@@ -77,8 +77,7 @@ def test_tensor_split_and_modes(models: dict[str, GgufModel]) -> None:
     assert none[0].weights_bytes == 0 and none[1].layers == m.n_layer + 1
     row = predict(m, LlamaCppArgs(ctx_size=4096, split_mode="row"), [24 * GiB, 24 * GiB]).devices
     assert abs(row[0].weights_bytes - row[1].weights_bytes) <= m.output_bytes + 4
-    with pytest.raises(UnpriceableModel):
-        predict(m, LlamaCppArgs(ctx_size=4096, tensor_split=(1,)), [24 * GiB, 24 * GiB])
+    assert isinstance(predict(m, LlamaCppArgs(ctx_size=4096, tensor_split=(1,)), [24 * GiB, 24 * GiB]), Unpriceable)
 
 
 def test_n_cpu_moe_keeps_experts_on_the_host(models: dict[str, GgufModel]) -> None:
@@ -116,11 +115,11 @@ def test_swa_layers_at_their_window(models: dict[str, GgufModel]) -> None:
 
 
 def test_unknown_or_misfit_cache_type(models: dict[str, GgufModel]) -> None:
-    with pytest.raises(UnpriceableModel, match="unknown"):
-        kv_cache(models["dense"], LlamaCppArgs(ctx_size=512, cache_type_k="q3_zz"))
+    unknown = kv_cache(models["dense"], LlamaCppArgs(ctx_size=512, cache_type_k="q3_zz"))
+    assert isinstance(unknown, Unpriceable) and "unknown" in unknown.reason
     odd = replace(models["dense"], head_dim_k=48, head_dim_v=48)
-    with pytest.raises(UnpriceableModel, match="multiple of 256"):
-        kv_cache(odd, LlamaCppArgs(ctx_size=512, cache_type_k="q4_k"))
+    misfit = kv_cache(odd, LlamaCppArgs(ctx_size=512, cache_type_k="q4_k"))
+    assert isinstance(misfit, Unpriceable) and "multiple of 256" in misfit.reason
 
 
 def test_recurrent_state_per_sequence(models: dict[str, GgufModel]) -> None:

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from club3090 import cli
+from club3090.cli import exit_codes
 from club3090.reports.capture import write_e_bundle, write_gate_bundle
 from club3090.reports.loop import CANDIDATE, RAW, TIER1, VALIDATED, ingest, topology_ok
 from tests.fixtures_path import fixture_path
@@ -106,7 +107,7 @@ def test_two_equal_receipts_validate_a_shape_and_promotion_writes_the_overlay(tm
     receipt_log(logs, "a.log")
     assert run(["calibrate", str(logs / "a.log"), "--save"], capsys)[0] == 0
     code, out, _ = run(["loop", "ingest", str(tmp_path / "empty-not-there")], capsys)
-    assert code == cli.EXIT_USAGE
+    assert code == exit_codes.USAGE
     (tmp_path / "caps").mkdir()
     code, out, _ = run(["loop", "ingest", str(tmp_path / "caps"), "--json"], capsys)
     (group,) = json.loads(out)["groups"]
@@ -123,7 +124,7 @@ def test_two_equal_receipts_validate_a_shape_and_promotion_writes_the_overlay(tm
     entry = json.loads(out)["entry"]
     assert code == 0 and entry["status"] == "validated" and entry["measured"]["num_gpu_blocks"] == 3852
     assert (tmp_path / "state" / "promoted" / f"receipts-{group['id']}.json").is_file()
-    assert run(["loop", "promote", "nope"], capsys)[0] == cli.EXIT_USAGE
+    assert run(["loop", "promote", "nope"], capsys)[0] == exit_codes.USAGE
 
 
 def test_disagreeing_receipts_stay_candidates_and_cannot_be_promoted(tmp_path, capsys, monkeypatch):
@@ -152,7 +153,7 @@ def test_a_malformed_receipt_file_is_rejected_by_ingest(tmp_path):
 def test_loop_needs_an_action(argv, capsys):
     with pytest.raises(SystemExit) as exc:
         raise SystemExit(cli.main(argv))
-    assert exc.value.code == cli.EXIT_USAGE
+    assert exc.value.code == exit_codes.USAGE
 
 
 def test_classify_shows_class_route_and_the_fingerprint_line(tmp_path, capsys):

@@ -38,3 +38,26 @@ def test_residual_over_receipts_with_a_band():
     receipts = [{"shape": ENTRY["shape"], "term_error": {"available_kv_cache_gib": e}} for e in (-0.2, -0.4)]
     assert residual_for(receipts, repo_id="acme/Widget-7B", gpu_memory_gib=23.69) == (-0.3, 0.1)
     assert residual_for(receipts, repo_id="acme/Widget-7B", gpu_memory_gib=79.0) is None
+
+
+def test_apply_measured_replaces_the_predicted_terms_down_to_the_rounding():
+    import json
+
+    from club3090.fit import memory
+    from club3090.fit.shape import profile_shape
+    from club3090.model.architecture import parse_config
+    from club3090.reports.measured import MeasuredHere, apply_measured
+    from tests.fixtures_path import fixture_path
+
+    configs = json.loads(fixture_path("calibration", "vllm_startup_configs.json").read_text())
+    config = {k: v for k, v in configs["Qwen/Qwen2.5-7B-Instruct"].items() if not k.startswith("config_")}
+    fit = memory.predict(parse_config(config), weights_bytes=0, weights_bytes_per_rank=int(14.25 * 2**30),
+                         gpu_memory_bytes=[int(79.19 * 2**30)],
+                         shape=profile_shape(None, None, max_model_len=8192, vllm_version="0.11.0"))
+    assert isinstance(fit, memory.FitResult)
+    match = MeasuredHere("receipts-abc", 56.25, 1053328, None, 128.58)
+    got = apply_measured(fit, match)
+    assert (got.kv_cache_tokens, got.max_concurrency, got.confidence) == (1053328, 128.58, "exact")
+    assert got.per_gpu.kv_pool_bytes == int(56.25 * 2**30) and got.num_blocks == fit.num_blocks
+    assert got.error_band_bytes == int(0.01 * 2**30) < fit.error_band_bytes
+    assert got.notes[-1] == "exact (measured here): receipts-abc"

@@ -14,7 +14,7 @@ import pytest
 from club3090.fit.memory import (
     GiB,
     ServeShape,
-    UnpriceableModel,
+    Unpriceable,
     capture_sizes,
     parse_version,
     predict,
@@ -73,8 +73,7 @@ def test_tp_split_and_replication():
     tp8 = run(mistral, pool=GiB, max_model_len=8192, tp=8)          # 32 x 1 x 256 x 2 = 16,384
     tp16 = run(mistral, pool=GiB, max_model_len=8192, tp=16)        # replicated: still 1 head per rank
     assert tp8.kv_bytes_per_token == tp16.kv_bytes_per_token == 16_384
-    with pytest.raises(UnpriceableModel):
-        run(arch(QWEN7), pool=GiB, max_model_len=8192, tp=3)        # 28 heads not divisible by 3
+    assert isinstance(run(arch(QWEN7), pool=GiB, max_model_len=8192, tp=3), Unpriceable)  # 28 heads, TP 3
 
 
 # --- MLA: DeepSeek-V2-Lite (§5.3, §12.2) ------------------------------------------------------
@@ -185,10 +184,8 @@ def test_kv_formats(fmt, per_token):
 
 
 def test_unknown_kv_format_and_unpriceable_models():
-    with pytest.raises(UnpriceableModel):
-        run(arch(QWEN7), pool=GiB, max_model_len=8192, kv_cache_dtype="fp3")
-    with pytest.raises(UnpriceableModel):
-        run(arch("RedHatAI--DeepSeek-V4-Flash-NVFP4-FP8"), pool=GiB, max_model_len=8192)
+    assert isinstance(run(arch(QWEN7), pool=GiB, max_model_len=8192, kv_cache_dtype="fp3"), Unpriceable)
+    assert isinstance(run(arch("RedHatAI--DeepSeek-V4-Flash-NVFP4-FP8"), pool=GiB, max_model_len=8192), Unpriceable)
 
 
 # --- verdicts ------------------------------------------------------------------------------------
@@ -355,10 +352,8 @@ def test_mamba_groups_follow_vllm_replication(n_groups, tp, expected):
 def test_mamba_groups_neither_dividing_nor_single_are_unpriceable():
     from club3090.fit.memory import mamba_groups
 
-    with pytest.raises(UnpriceableModel):
-        mamba_groups(8, 16)          # the old `groups + (tp - groups)` gave 16 instead of refusing
-    with pytest.raises(UnpriceableModel):
-        mamba_groups(6, 4)
+    assert isinstance(mamba_groups(8, 16), Unpriceable)   # the old `groups + (tp - groups)` gave 16
+    assert isinstance(mamba_groups(6, 4), Unpriceable)
 
 
 def test_mamba_state_at_tp_above_groups_uses_replicated_conv():
@@ -374,9 +369,10 @@ def test_mamba_state_at_tp_above_groups_uses_replicated_conv():
 
 def test_tp_geometry_rule_is_shared_with_the_gate():
     from club3090.fit.memory import tp_geometry_problem
-    from club3090.gate import gates
+    from club3090.gate import engine_support
 
-    assert gates.tp_geometry_problem is tp_geometry_problem
+    assert engine_support.tp_geometry_problem is tp_geometry_problem
     assert tp_geometry_problem(4, 32, 6) and not tp_geometry_problem(4, 32, 8) and not tp_geometry_problem(8, 32, 4)
-    with pytest.raises(UnpriceableModel):     # KV heads 6 at TP 4: neither split nor replicated
-        run(arch(QWEN7, num_key_value_heads=6, num_attention_heads=28), pool=GiB, tp=4, max_model_len=4096)
+    # KV heads 6 at TP 4: neither split nor replicated
+    assert isinstance(run(arch(QWEN7, num_key_value_heads=6, num_attention_heads=28), pool=GiB, tp=4,
+                          max_model_len=4096), Unpriceable)

@@ -27,8 +27,10 @@ def test_pull_reports_a_stratum1_case_beside_the_bare_token(tmp_path):
     from club3090.settings import Settings
 
     stop = Stop(Stratum.DERIVER, Reason.UNSUPPORTED_FORMAT, sub_reason="gguf-only")
-    r = pull.evaluate(pull.PullRequest("acme/gguf", "vllm/minimal", dry_run=True), catalog=load_catalog(),
-                      settings=Settings(hf_home=tmp_path), derive=lambda *_a, **_k: stop,
+    from tests.providers import offline_rig
+
+    r = pull.evaluate(pull.PullRequest("acme/gguf", "vllm/minimal", dry_run=True),
+                      offline_rig(Settings(hf_home=tmp_path), facts=stop), catalog=load_catalog(),
                       captures_root=tmp_path / "captures")
     assert (int(r.stratum), r.reason, r.sub_reason) == (1, "unsupported-format", "gguf-only")
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from datetime import datetime, timezone
 from decimal import Decimal
 from pathlib import Path
 from types import MappingProxyType
@@ -15,18 +14,15 @@ from club3090.catalog import load_catalog
 from club3090.compose.generate import ComposeOutcome
 from club3090.edges.gpu_probe import DetectedGpu, DetectedGpus
 from club3090.errors import HubUnreachable, UsageError
-from club3090.gate import gates
-from club3090.gate.outcome import Reason, Stop, Stratum
+from club3090.gate.flags import BYPASS_EXPERIMENTAL_ARCH, BYPASS_TRUST_REMOTE_CODE
+from club3090.gate.outcome import Outcome, Reason, Stop, Stratum
+from club3090.gate.terminal import RAW_VERDICTS
 from club3090.model.architecture import parse_config
 from club3090.model.spec import ModelSpec
-from club3090.pipeline.pull import (
-    CAVEAT,
-    PullRequest,
-    evaluate,
-    exit_code_for,
-    select_path,
-)
+from club3090.pipeline.pull import CAVEAT, PullRequest, evaluate, select_path
+from club3090.pipeline.pull_gate import Gate, Verdict
 from club3090.settings import Settings
+from tests.providers import offline_rig
 
 GIB = 2**30
 CURATED = "Lorbus/Qwen3.6-27B-int4-AutoRound"
@@ -53,14 +49,9 @@ def _spec(config: dict[str, Any], *, weights: int = 15 * GIB, source: str = "hub
 
 def _run(catalog, request: PullRequest, *, spec: Any = None, free: int | None = 10**15, detect=None,
          dry_run=None, captures: Path | None = None, settings: Settings | None = None):
-    from club3090.edges.derive import derive as real_derive
-
-    def derive(source, settings, cat):
-        return spec if spec is not None else real_derive(source, settings, cat)
-    return evaluate(request, catalog=catalog, settings=settings or Settings(hf_home=Path("/nonexistent/hf")),
-                    derive=derive, detect=detect or (lambda: NO_GPU), free_bytes=lambda _p: free,
-                    dry_run_compose=dry_run, captures_root=captures,
-                    clock=lambda: datetime(2026, 1, 2, 3, 4, 5, tzinfo=timezone.utc))
+    provider = offline_rig(settings, facts=spec, free=free, detected=detect() if detect else NO_GPU)
+    compose = (lambda key, cat, _out: dry_run(key, cat)) if dry_run is not None else None
+    return evaluate(request, provider, catalog=catalog, compose=compose, captures_root=captures)
 
 
 # ----------------------------------------------------------------------------- small pure parts
@@ -75,11 +66,16 @@ def test_path_selection():
 
 
 def test_exit_codes():
-    assert exit_code_for(True, None) == 0
-    assert exit_code_for(False, "confirm→proceed:needs --yes") == 3
-    assert exit_code_for(False, "override-accepted:needs --force-download") == 3
-    assert exit_code_for(False, "hard-block") == 2
-    assert exit_code_for(False, "disk-short") == 2
+    def outcome(ok: bool, reason: str | None) -> Outcome:
+        return Verdict(Gate(PullRequest("x", "p"), "x"), Stratum.DECIDED, ok, reason).outcome
+
+    assert outcome(True, None) is Outcome.OK
+    assert outcome(False, "confirm→proceed:needs --yes") is Outcome.NEEDS_ACK
+    assert outcome(False, "override-accepted:needs --force-download") is Outcome.NEEDS_ACK
+    assert outcome(False, "hard-block") is Outcome.REFUSED
+    assert outcome(False, "disk-short") is Outcome.REFUSED
+    from club3090.cli.exit_codes import exit_code
+    assert [exit_code(o) for o in (Outcome.OK, Outcome.REFUSED, Outcome.NEEDS_ACK)] == [0, 2, 3]
 
 
 # ----------------------------------------------------------------------------- stacked failures
@@ -139,7 +135,7 @@ def test_subset_rule_no_row_plus_auto_map(catalog, flags, cleared):
         assert r.stratum != Stratum.ENGINE_SUPPORT and r.ok and r.caveat == CAVEAT
     else:
         assert r.reason == "needs-trust-remote-code-ack"
-        assert r.c0.bypassable_by == {gates.BYPASS_TRUST_REMOTE_CODE, gates.BYPASS_EXPERIMENTAL_ARCH}
+        assert r.c0.bypassable_by == {BYPASS_TRUST_REMOTE_CODE, BYPASS_EXPERIMENTAL_ARCH}
 
 
 def test_experimental_arch_is_path_b_only(catalog, tmp_path):
@@ -221,7 +217,7 @@ def test_path_b_clamps_context_to_the_model(catalog):
     r = _run(catalog, PullRequest("org/x", "vllm/minimal", gpus="1x3090", yes=True), spec=_spec(config))
     assert r.fit.max_model_len == 4096
     notice = next(n for n in r.notices if n.code == "context-capped-to-model")
-    assert notice.data["model_max"] == 4096 and notice.data["max_ctx"] > 4096
+    assert notice.data["model_max"] == 4096 and notice.data["max_model_len"] > 4096
 
 
 def test_local_folder_skips_the_disk_gate(catalog):
@@ -236,11 +232,9 @@ def test_unknown_free_space_is_disk_short(catalog):
 
 
 def test_hub_outage_is_not_a_verdict(catalog):
-    def derive(*_a):
-        raise HubUnreachable("org/x", "down")
     with pytest.raises(HubUnreachable):
-        evaluate(PullRequest("org/x", "vllm/minimal"), catalog=catalog, settings=Settings(hf_home=Path("/x")),
-                 derive=derive)
+        evaluate(PullRequest("org/x", "vllm/minimal"), offline_rig(facts=HubUnreachable("org/x", "down")),
+                 catalog=catalog)
 
 
 # ----------------------------------------------------------------------------- Path A
@@ -319,11 +313,10 @@ def test_early_stop_bundle_leaves_post_c0_fields_null(catalog, tmp_path):
 def test_non_curated_moe_and_hybrid_get_a_real_verdict(fake_hub, catalog, fixture, profile, gpus):
     fake_hub.add_fixture(fixture)
     repo = fixture.replace("--", "/", 1)
-    r = evaluate(PullRequest(repo, profile, gpus=gpus), catalog=catalog, settings=fake_hub.settings(),
-                 detect=lambda: NO_GPU, free_bytes=lambda _p: 10**15)
+    r = evaluate(PullRequest(repo, profile, gpus=gpus), offline_rig(fake_hub.settings()), catalog=catalog)
     assert r.stratum == Stratum.DECIDED, (r.reason, r.detail)
     assert r.reason != "no-fit-model" and r.confidence == "estimated-lower-bound"
-    assert r.raw_verdict in gates.RAW_VERDICTS and r.fit is not None
+    assert r.raw_verdict in RAW_VERDICTS and r.fit is not None
     assert r.fit.per_gpu.weights_bytes > 0 and r.fit.per_gpu.budget_bytes > 0
     assert r.reason == "confirm→proceed:needs --yes" or r.reason == "override-accepted:needs --force-download"
     assert r.caveat is None
@@ -345,9 +338,8 @@ def test_to_json_shape(catalog):
 def test_derived_compose_written_for_a_satisfied_non_curated_verdict(fake_hub, catalog, tmp_path):
     fake_hub.add_fixture("Qwen--Qwen2.5-7B")
     out = tmp_path / "derived.yml"
-    r = evaluate(PullRequest("Qwen/Qwen2.5-7B", "vllm/minimal", gpus="1x3090", yes=True, out=out), catalog=catalog,
-                 settings=fake_hub.settings(hf_home=tmp_path / "hf"), detect=lambda: NO_GPU,
-                 free_bytes=lambda _p: 10**15)
+    r = evaluate(PullRequest("Qwen/Qwen2.5-7B", "vllm/minimal", gpus="1x3090", yes=True, out=out),
+                 offline_rig(fake_hub.settings(hf_home=tmp_path / "hf")), catalog=catalog)
     assert r.ok and r.path == "B" and r.emitted and r.out == out
     text = out.read_text()
     assert "vllm/vllm-openai:v0.22.0" in text and "--trust-remote-code" not in text
@@ -357,9 +349,8 @@ def test_derived_compose_written_for_a_satisfied_non_curated_verdict(fake_hub, c
 def test_derived_refusal_is_a_notice_not_a_verdict(fake_hub, catalog, tmp_path):
     fake_hub.add_fixture("Qwen--Qwen2.5-7B")
     out = tmp_path / "derived.yml"
-    r = evaluate(PullRequest("Qwen/Qwen2.5-7B", "vllm/dual", gpus="2x3090", yes=True, out=out), catalog=catalog,
-                 settings=fake_hub.settings(hf_home=tmp_path / "hf"), detect=lambda: NO_GPU,
-                 free_bytes=lambda _p: 10**15)
+    r = evaluate(PullRequest("Qwen/Qwen2.5-7B", "vllm/dual", gpus="2x3090", yes=True, out=out),
+                 offline_rig(fake_hub.settings(hf_home=tmp_path / "hf")), catalog=catalog)
     assert r.ok and r.exit_code == 0 and not out.exists() and not r.emitted
     refused = [n for n in r.notices if n.code == "emit-refused"]
     assert [n.data["failure"] for n in refused] == ["derived-runtime-unsupported:drafter"]

@@ -12,16 +12,22 @@ import pytest
 
 from club3090 import cli
 from club3090.cli.commands.pull import parse_sm
-from club3090.pipeline import pull as pull_mod
+from club3090.edges.provider import LiveProvider
+from tests.providers import plenty_of_disk
 
 CURATED = "Lorbus/Qwen3.6-27B-int4-AutoRound"
 README_ARGS = ["pull", CURATED, "--profile-like", "vllm/minimal", "--gpus", "1x3090", "--out", "compose.yml"]
 
 
+
+def main(argv, **kw):
+    """``cli.main`` with the live provider and plenty of free disk."""
+    return cli.main(argv, provider=kw.pop("provider", plenty_of_disk), **kw)
+
+
 @pytest.fixture(autouse=True)
 def _in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(pull_mod, "_default_free_bytes", lambda _p: 10**15)
 
 
 def _json(capsys) -> dict:
@@ -36,8 +42,7 @@ def test_readme_main_job_works_offline_on_a_fresh_machine(tmp_path, monkeypatch,
     def no_network(*_a, **_k):
         raise AssertionError("the README command must not open a socket")
     monkeypatch.setattr(socket.socket, "connect", no_network)
-    monkeypatch.setattr(pull_mod, "_default_free_bytes", lambda p: __import__("club3090.edges.disk").edges.disk.free_bytes_at(p))
-    assert cli.main(README_ARGS) == 0
+    assert cli.main(README_ARGS) == 0            # the live provider, real free space
     out = capsys.readouterr().out
     assert out.startswith("[pull] OK path=A stratum=DECIDED slug=Lorbus/Qwen3.6-27B-int4-AutoRound "
                           "profile-like=vllm/minimal")
@@ -45,12 +50,12 @@ def test_readme_main_job_works_offline_on_a_fresh_machine(tmp_path, monkeypatch,
     text = (tmp_path / "compose.yml").read_text(encoding="utf-8")
     assert "services:" in text and "vllm-stable@v0.22.0" in text and "--trust-remote-code" not in text
     # re-running refuses to clobber without --force
-    assert cli.main(README_ARGS) == 64
-    assert cli.main([*README_ARGS, "--force"]) == 0
+    assert main(README_ARGS) == 64
+    assert main([*README_ARGS, "--force"]) == 0
 
 
 def test_human_output_lines(capsys):
-    assert cli.main(["pull", CURATED, "--profile-like", "vllm/minimal", "--gpus", "1x16GiB", "--hardware", "8.6"]) == 2
+    assert main(["pull", CURATED, "--profile-like", "vllm/minimal", "--gpus", "1x16GiB", "--hardware", "8.6"]) == 2
     out = capsys.readouterr().out.splitlines()
     assert out[0] == f"[pull] ABORT path=B stratum=DECIDED slug={CURATED} profile-like=vllm/minimal"
     assert out[1] == "[pull] confidence=exact raw_verdict=wont-fit terminal=hard-block"
@@ -63,20 +68,20 @@ def test_human_output_lines(capsys):
 
 def test_recommend_never_changes_the_decision(capsys):
     base = ["pull", CURATED, "--profile-like", "vllm/dual", "--gpus", "2x17GiB", "--hardware", "8.6"]
-    assert cli.main([*base, "--json"]) == 3
+    assert main([*base, "--json"]) == 3
     plain = _json(capsys)
-    assert cli.main([*base, "--json", "--recommend"]) == 3
+    assert main([*base, "--json", "--recommend"]) == 3
     rec = _json(capsys)
     assert rec.pop("recommend").startswith("FITS-but-not-yet-accepted")
     assert {k: v for k, v in rec.items() if k != "bundle"} == {k: v for k, v in plain.items() if k != "bundle"}
-    assert cli.main([*base, "--recommend"]) == 3
+    assert main([*base, "--recommend"]) == 3
     assert capsys.readouterr().out.splitlines()[-1].startswith("recommend: FITS-but-not-yet-accepted")
-    assert cli.main([*base, "--yes", "--recommend"]) == 0
+    assert main([*base, "--yes", "--recommend"]) == 0
     assert "recommend: FITS (deciding stratum: 0 DECIDED)" in capsys.readouterr().out
 
 
 def test_json_object(capsys):
-    assert cli.main(["pull", CURATED, "--profile-like", "vllm/minimal", "--gpus", "1x3090", "--json"]) == 0
+    assert main(["pull", CURATED, "--profile-like", "vllm/minimal", "--gpus", "1x3090", "--json"]) == 0
     data = _json(capsys)
     assert data["ok"] is True and data["exit_code"] == 0 and data["path"] == "B" and data["stratum"] == 0
     assert data["c0"]["state"] == "engine-supported" and data["fit"]["kv_cache_tokens"] > 0
@@ -93,23 +98,23 @@ def test_json_object(capsys):
 ])
 def test_usage_errors_exit_64(argv, capsys):
     with pytest.raises(SystemExit) as exc:
-        code = cli.main(argv)
+        code = main(argv)
         raise SystemExit(code)
     assert exc.value.code == 64
 
 
 def test_json_usage_error_is_still_json(capsys):
-    assert cli.main(["pull", CURATED, "--json"]) == 64
+    assert main(["pull", CURATED, "--json"]) == 64
     data = _json(capsys)
     assert data["ok"] is False and data["exit_code"] == 64
 
 
 def test_upstream_gpu_form_is_accepted(capsys):
-    assert cli.main(["pull", CURATED, "--profile-like", "vllm/dual", "--gpus",
+    assert main(["pull", CURATED, "--profile-like", "vllm/dual", "--gpus",
                      "24576:NVIDIA GeForce RTX 3090,24576:NVIDIA GeForce RTX 3090", "--json"]) == 0
     data = _json(capsys)
     assert data["hardware"]["gpu_count"] == 2 and data["hardware"]["sm"] == "8.6"
-    assert cli.main(["pull", CURATED, "--profile-like", "vllm/dual", "--hardware-gpus",
+    assert main(["pull", CURATED, "--profile-like", "vllm/dual", "--hardware-gpus",
                      "24576:RTX 3090,24576:RTX 3090", "--json"]) == 0
 
 
@@ -123,24 +128,25 @@ def test_hub_unreachable_exits_69(fake_hub, monkeypatch, capsys):
     monkeypatch.setenv("HF_ENDPOINT", fake_hub.url)
     fake_hub.add_fixture("Qwen--Qwen2.5-7B")
     fake_hub.fault("drop", match="/api/models/", times=None)
-    assert cli.main(["pull", "Qwen/Qwen2.5-7B", "--profile-like", "vllm/minimal", "--gpus", "1x3090", "--json"]) == 69
+    assert main(["pull", "Qwen/Qwen2.5-7B", "--profile-like", "vllm/minimal", "--gpus", "1x3090", "--json"]) == 69
     assert _json(capsys)["exit_code"] == 69
 
 
-def test_internal_error_exits_70(monkeypatch, capsys):
-    def boom(*_a, **_k):
+def test_internal_error_exits_70(capsys):
+    def boom():
         raise RuntimeError("bug")
-    monkeypatch.setattr(pull_mod, "_default_predict", boom)
-    assert cli.main(["pull", CURATED, "--profile-like", "vllm/minimal", "--gpus", "1x3090"]) == 70
+    provider = lambda settings: LiveProvider(settings, detect=boom)  # noqa: E731
+    assert main(["pull", CURATED, "--profile-like", "vllm/minimal"], provider=provider) == 70
+    assert "internal error" in capsys.readouterr().err
 
 
 def test_submit_last_asks_and_declines_on_eof(monkeypatch, capsys, tmp_path):
-    assert cli.main(["pull", CURATED, "--profile-like", "vllm/dual-turbo", "--gpus", "2x3090",
+    assert main(["pull", CURATED, "--profile-like", "vllm/dual-turbo", "--gpus", "2x3090",
                      "--out", str(tmp_path / "x.yml")]) == 2
     capsys.readouterr()
     monkeypatch.setattr("builtins.input", lambda: (_ for _ in ()).throw(EOFError()))
     monkeypatch.setattr("shutil.which", lambda _name: None)
-    assert cli.main(["pull", "--submit-last"]) == 0
+    assert main(["pull", "--submit-last"]) == 0
     captured = capsys.readouterr()
     assert "lorbus-qwen3.6-27b-int4-autoround" in captured.out
     assert "profile-not-emittable" in captured.out
@@ -148,11 +154,11 @@ def test_submit_last_asks_and_declines_on_eof(monkeypatch, capsys, tmp_path):
 
 def test_submit_last_without_bundles(capsys):
     # no bundle to submit is a usage error, the same exit as --submit with a missing folder
-    assert cli.main(["pull", "--submit-last"]) == 64
+    assert main(["pull", "--submit-last"]) == 64
 
 
 def test_submit_dir_must_exist(capsys, tmp_path):
-    assert cli.main(["pull", "--submit", str(tmp_path / "missing")]) == 64
+    assert main(["pull", "--submit", str(tmp_path / "missing")]) == 64
 
 
 def test_local_wrapper_with_auto_map_only_in_text_config_needs_the_ack(tmp_path, capsys):
@@ -161,11 +167,11 @@ def test_local_wrapper_with_auto_map_only_in_text_config_needs_the_ack(tmp_path,
     folder = str(write_wrapper_folder(tmp_path / "wrapper"))
     base = ["pull", folder, "--profile-like", "vllm/minimal", "--gpus", "1x3090", "--hardware", "8.6",
             "--dry-run", "--json"]
-    assert cli.main(base) == 2
+    assert main(base) == 2
     data = _json(capsys)
     assert (data["stratum"], data["reason"], data["sub_reason"]) == (3, "needs-trust-remote-code-ack", None)
     assert data["c0"]["bypassable_by"] == ["--trust-remote-code"]
-    assert cli.main([*base, "--trust-remote-code"]) == 3      # acknowledged: on to the fit and [C1]
+    assert main([*base, "--trust-remote-code"]) == 3      # acknowledged: on to the fit and [C1]
     assert _json(capsys)["stratum"] == 0
 
 
@@ -174,7 +180,7 @@ def test_bad_hardware_sm_is_a_usage_error(text):
     with pytest.raises(argparse.ArgumentTypeError):
         parse_sm(text)
     with pytest.raises(SystemExit) as exc:      # argparse's usage error: exit 64
-        cli.main(["pull", CURATED, "--profile-like", "vllm/minimal", "--hardware", text])
+        main(["pull", CURATED, "--profile-like", "vllm/minimal", "--hardware", text])
     assert exc.value.code == 64
 
 
@@ -193,7 +199,7 @@ def test_wont_fit_suggests_a_larger_tp_for_a_builtin_moe(tmp_path, capsys):
     with open(folder / "model.safetensors", "wb") as f:
         f.write(struct.pack("<Q", len(header)) + header)
         f.truncate(8 + len(header) + data)  # sparse: only the header is ever read
-    code = cli.main(["pull", str(folder), "--profile-like", "vllm/dual", "--gpus", "2x3090", "--json"])
+    code = main(["pull", str(folder), "--profile-like", "vllm/dual", "--gpus", "2x3090", "--json"])
     out = _json.loads(capsys.readouterr().out)
     assert (code, out["raw_verdict"], out["terminal"]) == (3, "wont-fit", "override-accepted")
     assert any("tp=4" in s for s in out["suggestions"])

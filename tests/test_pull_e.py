@@ -4,10 +4,10 @@ OpenAI server), bundles. Real docker never runs (tests/conftest.py makes it an e
 from __future__ import annotations
 
 import json
-import os
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
-from datetime import datetime, timezone
 from decimal import Decimal
 from http.server import ThreadingHTTPServer
 from pathlib import Path
@@ -18,16 +18,16 @@ import pytest
 
 from club3090 import cli
 from club3090.catalog import load_catalog
+from club3090.cli import exit_codes
 from club3090.edges import boot, download
-from club3090.edges.gpu_probe import DetectedGpus
 from club3090.model.spec import RepoFile
-from club3090.pipeline import pull as pull_mod
 from club3090.pipeline.emit_derived import EStages
 from club3090.pipeline.pull import PullRequest, evaluate
 from club3090.reports.capture import latest_bundle, read_bundle
 from tests import fakeopenai
 from tests.fakehub import FakeHub
 from tests.fixtures_path import fixture_path
+from tests.providers import offline_rig, plenty_of_disk
 
 REPO = "club3090-tests/tiny-qwen"
 SLUG = "club3090-tests-tiny-qwen"
@@ -113,10 +113,8 @@ def _stages(**kw: Any) -> EStages:
 def _pull(catalog, hub: FakeHub, tmp_path: Path, stages: EStages | None, *, profile: str = "vllm/minimal",
           gpus: str | None = "1x3090", **req: Any):
     request = PullRequest(REPO, profile, gpus=gpus, **{"yes": True, **req})
-    return evaluate(request, catalog=catalog, settings=hub.settings(hf_home=tmp_path / "hf"),
-                    detect=lambda: DetectedGpus((), "none"), free_bytes=lambda _p: 10**15,
-                    captures_root=tmp_path / ".pull-captures", stages=stages,
-                    clock=lambda: datetime(2026, 1, 2, 3, 4, 5, tzinfo=timezone.utc))
+    return evaluate(request, offline_rig(hub.settings(hf_home=tmp_path / "hf")), catalog=catalog,
+                    captures_root=tmp_path / ".pull-captures", stages=stages)
 
 
 def _bundle(result) -> dict[str, dict]:
@@ -125,7 +123,7 @@ def _bundle(result) -> dict[str, dict]:
 
 
 def _dest(tmp_path: Path) -> Path:
-    return tmp_path / "hf" / "club3090" / "pulls" / SLUG
+    return download.pull_dir(tmp_path / "hf", REPO)
 
 
 # --------------------------------------------------------------------------------------------
@@ -145,11 +143,11 @@ def test_download_verifies_hashes_into_the_pulls_folder(catalog, hub, tmp_path):
     assert (dest / "config.json").is_file() and (dest / "model.safetensors.index.json").is_file()
     assert {"config.json", "model.safetensors.index.json", "model-00001-of-00002.safetensors"} <= set(dl.files)
     assert not (dest / ".incomplete").exists()                       # staging removed
-    assert not any((dest.parent / ".locks").iterdir())                # lock released
+    assert download.SlugLock(dest.parent / ".locks" / f"{dest.name}.flock").acquire()   # lock released
     assert hub.requests("GET", "/cdn/")                                # LFS through the CDN redirect
     # the compose mounts that folder read-only, at the fit's context
     text = r.e.compose_path.read_text(encoding="utf-8")
-    assert r.e.compose_path == dest.parent / f"{SLUG}.compose.yml" and str(dest) in text
+    assert r.e.compose_path == dest.parent / f"{dest.name}.compose.yml" and str(dest) in text
     assert "--max-model-len" in text and r.e.boot_skipped == "--no-boot" and r.e.outcome == "partial"
     files = _bundle(r)
     assert set(files) == {"pt1-gate.json", "pt2-download.json", "manifest.json"}
@@ -196,27 +194,60 @@ def test_missing_lfs_hash_is_no_etag_before_any_download(catalog, hub, tmp_path)
     assert not whole and not _dest(tmp_path).exists()        # only the gate's header reads happened
 
 
-def test_a_live_lock_is_in_progress_and_a_dead_one_is_reclaimed(catalog, hub, tmp_path):
-    lock = _dest(tmp_path).parent / ".locks" / f"{SLUG}.lock"
-    lock.mkdir(parents=True)
-    (lock / "pid").write_text(f"{os.getpid()}\n")
+def test_a_held_lock_is_in_progress_and_released_with_its_holder(catalog, hub, tmp_path):
+    dest = _dest(tmp_path)
+    argv = [sys.executable, "-c", HOLD_LOCK, str(dest.parent / ".locks" / f"{dest.name}.flock")]
+    with subprocess.Popen(argv, stdout=subprocess.PIPE, stdin=subprocess.PIPE, text=True) as holder:
+        try:
+            assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+            r = _pull(catalog, hub, tmp_path, _stages(no_boot=True))
+            assert (r.exit_code, r.e.stage, r.e.failure) == (2, "download", "in-progress")
+        finally:
+            holder.kill()          # a holder that dies releases the lock with its process
     r = _pull(catalog, hub, tmp_path, _stages(no_boot=True))
-    assert (r.exit_code, r.e.stage, r.e.failure) == (2, "download", "in-progress")
-    assert lock.exists()                                   # someone else's lock is left alone
-    (lock / "pid").write_text("999999999\n")               # no such process: stale
-    r = _pull(catalog, hub, tmp_path, _stages(no_boot=True))
-    assert r.e.download.ok and not lock.exists()
+    assert r.e.download.ok
 
 
-def test_a_lock_without_pid_file_is_reclaimed_after_the_grace(tmp_path):
-    path = tmp_path / "x.lock"
-    path.mkdir()
-    now = path.stat().st_mtime
-    assert not download.SlugLock(path, clock=lambda: now + 1).acquire()
-    lock = download.SlugLock(path, clock=lambda: now + download.LOCK_GRACE_S + 1)
-    assert lock.acquire() and (path / "pid").read_text().strip() == str(os.getpid())
-    lock.release()
-    assert not path.exists()
+HOLD_LOCK = ("import os, sys, filelock; os.makedirs(os.path.dirname(sys.argv[1]), exist_ok=True); "
+             "lock = filelock.FileLock(sys.argv[1]); lock.acquire(); "
+             "print('held', flush=True); sys.stdin.read()")
+
+
+def test_exactly_one_of_many_concurrent_takers_holds_the_lock(tmp_path):
+    path = tmp_path / ".locks" / "x.flock"
+    for _trial in range(20):
+        barrier = threading.Barrier(8)
+        locks = [download.SlugLock(path) for _ in range(8)]
+        won: list[bool] = []
+
+        def take(lock: download.SlugLock, barrier: threading.Barrier, won: list[bool]) -> None:
+            barrier.wait()
+            won.append(lock.acquire())
+        threads = [threading.Thread(target=take, args=(lock, barrier, won)) for lock in locks]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert sorted(won) == [False] * 7 + [True]
+        for lock in locks:
+            lock.release()
+    assert download.SlugLock(path).acquire()
+
+
+def test_a_small_file_already_in_the_folder_is_checked_by_hash_not_size(catalog, hub, tmp_path):
+    assert _pull(catalog, hub, tmp_path, _stages(no_boot=True)).e.download.ok
+    config = _dest(tmp_path) / "config.json"
+    real = config.read_bytes()
+    config.write_bytes(b"{" + b" " * (len(real) - 2) + b"}")     # same size, other bytes
+    r = _pull(catalog, hub, tmp_path, _stages(no_boot=True))
+    assert r.e.download.ok and config.read_bytes() == real
+
+
+def test_distinct_repo_ids_never_share_a_pull_folder(tmp_path):
+    ids = ["coll/a-b", "coll-a/b", "Coll/A-B", "coll/a.b", "coll/a_b"]
+    folders = {download.pull_dir(tmp_path, i) for i in ids}
+    assert len(folders) == len(ids)
+    assert all(f.parent == download.pulls_root(tmp_path) and len(f.name) <= 200 for f in folders)
 
 
 def test_size_mismatch_on_a_metadata_file(tmp_path):
@@ -372,9 +403,8 @@ def test_cli_no_boot_downloads_and_reports(hub, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("HF_ENDPOINT", hub.url)
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
-    monkeypatch.setattr(pull_mod, "_default_free_bytes", lambda _p: 10**15)
     argv = ["pull", REPO, "--profile-like", "vllm/minimal", "--gpus", "1x3090", "--yes", "--no-boot"]
-    assert cli.main(argv) == 0
+    assert cli.main(argv, provider=plenty_of_disk) == 0
     captured = capsys.readouterr()
     bundle = latest_bundle(tmp_path / ".pull-captures")
     assert bundle is not None
@@ -388,7 +418,7 @@ def test_cli_no_boot_downloads_and_reports(hub, tmp_path, monkeypatch, capsys):
     assert "[pull] download" not in captured.out
     hub.repos[REPO].files["model-00001-of-00002.safetensors"]._sha256 = "f" * 64
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf2"))
-    assert cli.main([*argv, "--json"]) == 2
+    assert cli.main([*argv, "--json"], provider=plenty_of_disk) == 2
     data = json.loads(capsys.readouterr().out)
     assert data["ok"] is True and data["exit_code"] == 2 and data["e"]["failure"] == "sha-mismatch"
 
@@ -417,10 +447,8 @@ def _remote_code_repo(hub: FakeHub) -> None:
 
 def _evaluate(catalog, hub: FakeHub, tmp_path: Path, source: str, stages: EStages | None, settings=None, **req):
     request = PullRequest(source, "vllm/minimal", gpus="1x3090", **{"yes": True, **req})
-    return evaluate(request, catalog=catalog, settings=settings or hub.settings(hf_home=tmp_path / "hf"),
-                    detect=lambda: DetectedGpus((), "none"), free_bytes=lambda _p: 10**15,
-                    captures_root=tmp_path / ".pull-captures", stages=stages,
-                    clock=lambda: datetime(2026, 1, 2, 3, 4, 5, tzinfo=timezone.utc))
+    return evaluate(request, offline_rig(settings or hub.settings(hf_home=tmp_path / "hf")), catalog=catalog,
+                    captures_root=tmp_path / ".pull-captures", stages=stages)
 
 
 @pytest.mark.parametrize("source,flag,emitted", [
@@ -473,7 +501,7 @@ def test_out_is_checked_before_the_gate_runs(hub, tmp_path, monkeypatch):
     out = tmp_path / "exists.yml"
     out.write_text("keep\n", encoding="utf-8")
     code = cli.main(["pull", REPO, "--profile-like", "vllm/minimal", "--gpus", "1x3090", "--out", str(out)])
-    assert code == cli.EXIT_USAGE and hub.log == [] and out.read_text(encoding="utf-8") == "keep\n"
+    assert code == exit_codes.USAGE and hub.log == [] and out.read_text(encoding="utf-8") == "keep\n"
     assert not (tmp_path / ".pull-captures").exists()
 
 

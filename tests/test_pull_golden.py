@@ -1,14 +1,17 @@
 """Golden cases g0-g15 (tests/cases/pull_golden.yaml), through the library and through the CLI.
 
-The same table drives both: ``evaluate`` with injected seams (free disk space, compose
-dry-run, no GPU detection), and ``club3090.cli.main(["pull", ..., "--json"])`` black-box with
-the same seams patched at the module edge. Derived repos come from the loopback fake Hub.
+The same table drives both: ``evaluate`` and ``club3090.cli.main(["pull", ..., "--json"])``
+black-box, each with the same Provider (free disk space, no GPU detection, a failing drift guard
+for ``refuse``; the CLI's Provider runs no [E], which tests/test_pull_e.py covers). Derived repos
+come from the loopback fake Hub.
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import pytest
@@ -16,13 +19,12 @@ import yaml
 
 from club3090 import cli
 from club3090.catalog import load_catalog
-from club3090.cli.commands import pull as pull_cmd
-from club3090.compose.generate import ComposeOutcome
-from club3090.edges.gpu_probe import DetectedGpus
-from club3090.pipeline import pull as pull_mod
-from club3090.pipeline.pull import PullRequest, evaluate
+from club3090.catalog.model import Catalog
+from club3090.cli.commands.pull import request_of
+from club3090.pipeline.pull import evaluate
 from club3090.settings import Settings
 from tests.fakehub import FIXTURES, FakeHub, safetensors_file
+from tests.providers import offline_rig
 
 GIB = 2**30
 CASES = yaml.safe_load((Path(__file__).parent / "cases" / "pull_golden.yaml").read_text(encoding="utf-8"))["cases"]
@@ -80,11 +82,21 @@ def _argv(run: dict[str, Any], out: Path) -> list[str]:
     return [str(a).replace("{out}", str(out)) for a in run["argv"]]
 
 
-def _refuser(token: str):
-    def dry_run(profile_key: str, catalog: Any, **_: Any) -> ComposeOutcome:
-        return ComposeOutcome(ok=False, exit_code=2, profile=profile_key, refusal=token,
-                              detail="injected drift-guard failure")
-    return dry_run
+def _drifting(catalog: Catalog) -> Catalog:
+    """Every patch foundational, so a failing drift guard refuses the compose (foundational-drift)."""
+    patches = {pid: replace(p, foundational=True) for pid, p in catalog.patches.items()}
+    return replace(catalog, patches=MappingProxyType(patches))
+
+
+def _provider(run: dict[str, Any], settings: Settings):
+    """No GPUs, the run's free space, no [E]; ``refuse: foundational-drift`` fails every drift guard."""
+    free = run.get("free_gib", DEFAULT_FREE_GIB) * GIB
+    pieces: dict[str, Any] = {"derived": lambda **_: None}
+    if run.get("refuse"):
+        assert run["refuse"] == "foundational-drift", "only a drift-guard failure can be injected"
+        drifting = _drifting(load_catalog())
+        pieces.update(guard=lambda _patch, _profile: False, load=lambda: drifting)
+    return offline_rig(settings, free=free, **pieces)
 
 
 def _check(got: dict[str, Any], expect: dict[str, Any], out: Path, tmp: Path) -> None:
@@ -144,21 +156,8 @@ def test_golden_api(case: dict[str, Any], index: int, tmp_path: Path, hub_for) -
     out = tmp_path / "compose.yml"
     argv = _argv(run, out)
     args = cli.build_parser().parse_args(["pull", *argv])
-    catalog = load_catalog()
     settings = hub.settings() if hub is not None else Settings.from_env()
-    gpu_set = None
-    if args.gpus:
-        from club3090.rig.gpus import parse_gpus
-        gpu_set = parse_gpus(args.gpus, catalog)
-    request = PullRequest(source=args.source, profile_like=args.profile_like, dry_run=args.dry_run, yes=args.yes,
-                          force_download=args.force_download, experimental_arch=args.experimental_arch,
-                          trust_remote_code=args.trust_remote_code, out=args.out, force=args.force,
-                          hardware_sm=args.hardware, gpus=args.gpus)
-    free = run.get("free_gib", DEFAULT_FREE_GIB) * GIB
-    result = evaluate(request, catalog=catalog, settings=settings, gpu_set=gpu_set,
-                      detect=lambda: DetectedGpus((), "none"), free_bytes=lambda _p: free,
-                      dry_run_compose=_refuser(run["refuse"]) if run.get("refuse") else None,
-                      captures_root=tmp_path / ".pull-captures")
+    result = evaluate(request_of(args), _provider(run, settings), captures_root=tmp_path / ".pull-captures")
     _check(json.loads(json.dumps(result.to_json(), default=str)), run["expect"], out, tmp_path)
 
 
@@ -170,14 +169,8 @@ def test_golden_cli(case: dict[str, Any], index: int, tmp_path: Path, hub_for, m
     if hub is not None:
         monkeypatch.setenv("HF_ENDPOINT", hub.url)
     monkeypatch.chdir(tmp_path)
-    free = run.get("free_gib", DEFAULT_FREE_GIB) * GIB
-    monkeypatch.setattr(pull_mod, "_default_free_bytes", lambda _p: free)
-    # the gate's goldens: [E] (download, boot, smoke) is covered by tests/test_pull_e.py
-    monkeypatch.setattr(pull_cmd, "_e_stages", lambda _args: None)
-    if run.get("refuse"):
-        monkeypatch.setattr(pull_mod, "_default_dry_run", _refuser(run["refuse"]))
     out = tmp_path / "compose.yml"
-    code = cli.main(["pull", *_argv(run, out), "--json"])
+    code = cli.main(["pull", *_argv(run, out), "--json"], provider=lambda settings: _provider(run, settings))
     got = json.loads(capsys.readouterr().out)
     assert code == got["exit_code"]
     _check(got, run["expect"], out, tmp_path)

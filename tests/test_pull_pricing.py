@@ -13,20 +13,25 @@ from pathlib import Path
 import pytest
 
 from club3090 import cli
-from club3090.pipeline import pull as pull_mod
+from tests.providers import plenty_of_disk
 
 NUMBERS = ("kv_cache_tokens", "num_blocks", "kv_bytes_per_token", "block_size", "max_model_len",
            "max_model_len_fit", "raw_verdict", "max_concurrency", "per_gpu", "ranks")
 
 
+
+def main(argv, **kw):
+    """``cli.main`` with the live provider and plenty of free disk."""
+    return cli.main(argv, provider=kw.pop("provider", plenty_of_disk), **kw)
+
+
 @pytest.fixture(autouse=True)
 def _in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(pull_mod, "_default_free_bytes", lambda _p: 10**15)
 
 
 def _json(capsys: pytest.CaptureFixture[str], argv: list[str]) -> dict:
-    code = cli.main(argv)
+    code = main(argv)
     data = json.loads(capsys.readouterr().out)
     assert code == data.get("exit_code", 0), data
     return data

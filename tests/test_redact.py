@@ -96,3 +96,15 @@ def test_a_hub_repo_id_is_not_a_local_folder(tmp_path, monkeypatch):
                                manifest_fields=MANIFEST_FIELDS, now=NOW, **IDENTITY)
     assert json.loads((bundle / "manifest.json").read_text())["slug"] == "acme/Widget-7B"
     assert os.path.basename(bundle.parent) == "acme-widget-7b"
+
+
+def test_the_cli_renders_a_redaction_failure_with_the_next_step(monkeypatch, capsys):
+    from club3090 import cli
+    from tests.fixtures_path import fixture_path
+
+    def boom():
+        raise KeyError("getpwuid(): uid not found: 4242")
+    monkeypatch.setattr(redact_mod.getpass, "getuser", boom)
+    code = cli.main(["calibrate", str(fixture_path("logs", "startup_v05_weights.log"))])
+    out, err = capsys.readouterr()
+    assert code == cli.EXIT_SOFTWARE and "Set USER" in err and "Traceback" not in err and out == ""

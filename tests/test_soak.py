@@ -138,6 +138,7 @@ def test_cli_500_exit_1_and_unreachable_exit_2(fake_openai, tmp_path, capsys):
 @pytest.mark.parametrize("gpu_detect", [True, False])
 def test_cli_samples_gpus_only_when_settings_allow(fake_openai, tmp_path, monkeypatch, capsys, gpu_detect):
     from club3090.edges import gpu_probe as hardware
+    from club3090.edges.provider import LiveProvider
     from club3090.settings import Settings
 
     seen: list[bool] = []
@@ -150,6 +151,6 @@ def test_cli_samples_gpus_only_when_settings_allow(fake_openai, tmp_path, monkey
                                           "--out-dir", str(tmp_path / "soak")])
     clock = TickClock()
     settings = Settings(hf_home=tmp_path / "hf", gpu_detect=gpu_detect)
-    assert soak_cmd.run(args, settings, clock=clock, sleep=clock.sleep) == 0
+    assert soak_cmd.run(args, LiveProvider(settings), clock=clock, sleep=clock.sleep) == 0
     assert seen and set(seen) == {gpu_detect}
     assert json.loads(capsys.readouterr().out)["gpu"]["sampled"] is gpu_detect

@@ -9,7 +9,7 @@ import json
 import pytest
 
 from club3090.fit import profiling
-from club3090.fit.memory import GiB, ServeShape, UnpriceableModel, predict
+from club3090.fit.memory import GiB, ServeShape, Unpriceable, predict
 from club3090.fit.vllm_rules import NEWEST_KNOWN_VLLM, choose_engine, mla_rule, parse_version, v0_batched_tokens
 from club3090.model.architecture import parse_config
 from club3090.model.param_estimate import bytes_per_parameter, estimate_weights
@@ -130,8 +130,7 @@ def test_max_model_len_auto_reports_the_length_vllm_chooses():
     # a length that fits is kept
     small = run(a, max_model_len=-1, kv_cache_memory_bytes=20 * GiB, vllm_version="0.22.0")
     assert small.max_model_len == 131_072
-    with pytest.raises(UnpriceableModel):
-        run(a, max_model_len=-1, kv_cache_memory_bytes=pool, vllm_version="0.11.0")
+    assert isinstance(run(a, max_model_len=-1, kv_cache_memory_bytes=pool, vllm_version="0.11.0"), Unpriceable)
 
 
 def test_unknown_version_is_todays_line_and_said():

@@ -1,19 +1,20 @@
-"""Every exception club3090 raises. Verdicts are values (see ``outcome``), not exceptions.
+"""Every exception club3090 raises: the tool failing, never a verdict. Verdicts are values
+(``gate.outcome.Stop``, ``fit.memory.Unpriceable``, ``fit.estimate.NoFit``, ``emit_derived.EReport``),
+and the CLI maps each exception below to its exit code (``club3090.cli.ERRORS``).
 
 Club3090Error
- ├─ UsageError(ValueError)         bad user input the parser could not catch (exit 64)
- ├─ HubError(OSError)              repo_id
+ ├─ UsageError(ValueError)           bad user input the parser could not catch (exit 64)
+ ├─ HubError(OSError)                repo_id
  │   ├─ RepoNotFound
  │   │   └─ GatedRepo
  │   ├─ RevisionNotFound
- │   ├─ EntryNotFound              file: the missing file, when known
- │   ├─ FileMetadataMissing        a file's answer lacked its ETag / commit headers
- │   └─ HubUnreachable             network outage: not a verdict (exit 69)
- ├─ InputError(ValueError)         a file we were given is malformed or over a size cap (exit 65)
- ├─ RedactionError                 redaction could not run, so nothing was written or sent (exit 70)
- └─ CatalogError(ValueError)       problems: tuple[Problem, ...] (exit 78)
-
-[E] stage failures are values (``emit.EReport``), never exceptions.
+ │   ├─ EntryNotFound                file: the missing file, when known
+ │   ├─ FileMetadataMissing          a file's answer lacked its ETag / commit headers
+ │   └─ HubUnreachable               network outage: not a verdict (exit 69)
+ ├─ InputError(ValueError)           a file we were given is malformed or over a size cap (exit 65)
+ ├─ InterpolationError(ValueError)   a ``${...}`` expression Compose itself would reject (exit 70)
+ ├─ RedactionError                   redaction could not run, so nothing was written or sent (exit 70)
+ └─ CatalogError(ValueError)         problems: tuple[Problem, ...] (exit 78)
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ class UsageError(Club3090Error, ValueError):
 
 
 class HubError(Club3090Error, OSError):
+    """The Hub answered in a way that is not a model (``repo_id``; ``detail`` when known)."""
+
     def __init__(self, repo_id: str, detail: str = "") -> None:
         super().__init__(f"{repo_id}: {detail}" if detail else repo_id)
         self.repo_id = repo_id
@@ -37,29 +40,31 @@ class HubError(Club3090Error, OSError):
 
 
 class RepoNotFound(HubError):
-    pass
+    """No such repo, or a private one without a token that can read it."""
 
 
 class GatedRepo(RepoNotFound):
-    pass
+    """A gated repo whose terms the token has not accepted (or no token)."""
 
 
 class RevisionNotFound(HubError):
-    pass
+    """The repo exists; the ``@revision`` does not."""
 
 
 class EntryNotFound(HubError):
+    """A file the listing named was not served (``file`` names it when known)."""
+
     def __init__(self, repo_id: str, detail: str = "", *, file: str | None = None) -> None:
         super().__init__(repo_id, detail)
         self.file = file
 
 
 class FileMetadataMissing(HubError):
-    pass
+    """A file's answer lacked the ETag / commit headers every Hub answer carries."""
 
 
 class HubUnreachable(HubError):
-    pass
+    """The network or the Hub is down, or the repo is not cached while offline: not a verdict."""
 
 
 class InputError(Club3090Error, ValueError):
@@ -69,6 +74,11 @@ class InputError(Club3090Error, ValueError):
         super().__init__(f"{file}: {message}")
         self.file = file
         self.message = message
+
+
+class InterpolationError(Club3090Error, ValueError):
+    """A ``${...}`` expression Compose itself would reject (unterminated, bad name, a required
+    variable unset)."""
 
 
 class RedactionError(Club3090Error):
@@ -87,6 +97,8 @@ class Problem:
 
 
 class CatalogError(Club3090Error, ValueError):
+    """The packaged catalog failed validation; ``problems`` lists every problem at once."""
+
     def __init__(self, problems: tuple[Problem, ...] | list[Problem]) -> None:
         self.problems = tuple(problems)
         super().__init__(f"catalog invalid ({len(self.problems)} problems)")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -10,6 +11,43 @@ from pathlib import Path
 DEFAULT_ENDPOINT = "https://huggingface.co"
 TOKEN_ENV = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")
 NO_GPU_DETECT_ENV = "CLUB3090_NO_GPU_DETECT"   # set (not "0"): GPU detection is switched off
+DEFAULT_HUB_DEADLINE_S = 60.0
+DEFAULT_HUB_COMMAND_DEADLINE_S = 300.0
+DEFAULT_DOWNLOAD_STALL_S = 60.0
+HUB_DEADLINE_ENV = "CLUB3090_HUB_DEADLINE"                  # seconds per Hub request (whole body)
+HUB_COMMAND_DEADLINE_ENV = "CLUB3090_HUB_COMMAND_DEADLINE"  # seconds for all Hub reads of one command
+DOWNLOAD_STALL_ENV = "CLUB3090_DOWNLOAD_STALL"              # seconds a download may go without progress
+
+
+def _seconds(env: Mapping[str, str], name: str, default: float) -> float:
+    """A positive number of seconds from ``env``; anything else keeps the default."""
+    try:
+        value = float(env.get(name, "") or default)
+    except ValueError:
+        return default
+    return value if 0 < value < 1e7 else default
+
+
+_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/?#@\s]*@")
+
+
+def redact_url_credentials(text: str) -> str:
+    """``https://user:pass@host/x`` -> ``https://<credentials>@host/x``, wherever it appears in ``text``."""
+    return _USERINFO.sub(r"\1<credentials>@", text)
+
+
+def _url_userinfo(url: str) -> tuple[str, ...]:
+    """``user:pass`` (and ``pass``) of ``scheme://user:pass@host``: secrets like a token."""
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return ()
+    if "@" not in parts.netloc:
+        return ()
+    userinfo = parts.netloc.rpartition("@")[0]
+    return tuple(s for s in (userinfo, parts.password) if s)
 
 
 def resolve_hf_home(env: Mapping[str, str], flag: Path | None) -> Path:
@@ -43,6 +81,9 @@ class Settings:
     debug: bool = False
     secrets: tuple[str, ...] = ()     # every token value found (env and token file), for redaction
     gpu_detect: bool = True           # False under CLUB3090_NO_GPU_DETECT
+    hub_deadline_s: float = DEFAULT_HUB_DEADLINE_S                   # one Hub request, connect to last byte
+    hub_command_deadline_s: float = DEFAULT_HUB_COMMAND_DEADLINE_S   # all Hub reads of one command
+    download_stall_s: float = DEFAULT_DOWNLOAD_STALL_S               # a download without progress fails
 
     @property
     def redaction_secrets(self) -> tuple[str, ...]:
@@ -54,7 +95,7 @@ class Settings:
         return self.hf_home / "hub"
 
     def __repr__(self) -> str:  # never show the token
-        return (f"Settings(hf_home={str(self.hf_home)!r}, endpoint={self.endpoint!r}, "
+        return (f"Settings(hf_home={str(self.hf_home)!r}, endpoint={redact_url_credentials(self.endpoint)!r}, "
                 f"token={'<set>' if self.token else None}, offline={self.offline})")
 
     @classmethod
@@ -64,13 +105,19 @@ class Settings:
         hf_home = resolve_hf_home(env, hf_home_flag)
         from_file = _token_from_file(hf_home, env)
         token = env.get("HF_TOKEN") or env.get("HUGGING_FACE_HUB_TOKEN") or from_file
-        secrets = tuple(dict.fromkeys(s for s in (*(env.get(k) for k in TOKEN_ENV), from_file) if s))
+        endpoint = (env.get("HF_ENDPOINT") or DEFAULT_ENDPOINT).rstrip("/")
+        secrets = tuple(dict.fromkeys(s for s in (*(env.get(k) for k in TOKEN_ENV), from_file,
+                                                  *_url_userinfo(endpoint)) if s))
         # the same rule as huggingface_hub: HF_HUB_OFFLINE, else TRANSFORMERS_OFFLINE
         raw_offline = env.get("HF_HUB_OFFLINE") or env.get("TRANSFORMERS_OFFLINE") or ""
         offline = raw_offline.strip().lower() in {"1", "true", "yes", "on"}
         return cls(hf_home=hf_home,
-                   endpoint=(env.get("HF_ENDPOINT") or DEFAULT_ENDPOINT).rstrip("/"),
+                   endpoint=endpoint,
                    token=token, offline=offline,
                    debug=debug or env.get("CLUB3090_DEBUG", "") not in {"", "0"},
                    secrets=secrets,
-                   gpu_detect=env.get(NO_GPU_DETECT_ENV, "").strip() in ("", "0"))
+                   gpu_detect=env.get(NO_GPU_DETECT_ENV, "").strip() in ("", "0"),
+                   hub_deadline_s=_seconds(env, HUB_DEADLINE_ENV, DEFAULT_HUB_DEADLINE_S),
+                   hub_command_deadline_s=_seconds(env, HUB_COMMAND_DEADLINE_ENV,
+                                                           DEFAULT_HUB_COMMAND_DEADLINE_S),
+                   download_stall_s=_seconds(env, DOWNLOAD_STALL_ENV, DEFAULT_DOWNLOAD_STALL_S))

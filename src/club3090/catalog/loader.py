@@ -42,6 +42,7 @@ from .schema import (
     PIN_SPEC,
     PROFILE_NESTED,
     PROFILE_SPEC,
+    RETIRED_KEYS,
     RUNTIME_SPEC,
     SCHEMA_BY_FILE,
     SUPPORTED_SCHEMA_VERSIONS,
@@ -83,7 +84,8 @@ class _Collector:
         for key in data:
             if key not in known:
                 close = difflib.get_close_matches(str(key), known, n=1, cutoff=0.6)
-                hint = f"; did you mean '{close[0]}'?" if close else f"; allowed: {', '.join(known)}"
+                hint = (f"; no longer a catalog field: {RETIRED_KEYS[key]}" if key in RETIRED_KEYS
+                        else f"; did you mean '{close[0]}'?" if close else f"; allowed: {', '.join(known)}")
                 self.add(f"{path}.{key}", "unknown key" + hint)
                 ok = False
         for key, f in spec.items():

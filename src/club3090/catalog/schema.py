@@ -490,6 +490,23 @@ CORRECTION_SPEC: Spec = {
 }
 
 
+# Keys earlier catalogs carried, and where the fact lives now: an old copy gets this instead of a
+# bare "unknown key".
+RETIRED_KEYS: Mapping[str, str] = {
+    "max_ctx": "renamed to 'max_model_len'",
+    "pin": "read from 'image' (<engine-id>@<tag>)",
+    "vllm_version": "read from 'image'",
+    "architecture": "read from hf_config.architectures[0]",
+    "max_ctx_supported": "read from hf_config max_position_embeddings",
+    "attention_k_eq_v": "read from hf_config",
+    "facts": "the model's geometry is its hf_config only",
+    "compatible_drafters": "list the model in a drafter's 'model_compat'",
+    "param_slots": "compose's PARAM_SLOTS table applies to the captured service",
+    "trust_remote_code_in_shipped": "read from the captured service",
+    "deprecated": "set 'deprecated_on' to the retirement date",
+}
+
+
 @dataclass(frozen=True, slots=True)
 class FileSchema:
     name: str                          # "gpus.yaml"

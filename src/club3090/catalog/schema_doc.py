@@ -14,6 +14,7 @@ from typing import Any
 from .schema import (
     CORRECTION_SPEC,
     FILE_SCHEMAS,
+    RETIRED_KEYS,
     SUPPORTED_SCHEMA_VERSIONS,
     Field,
     FileSchema,
@@ -27,10 +28,12 @@ COMMAND = "python -m club3090.catalog.schema_doc > docs/CATALOG.md"
 INTRO = f"""\
 # The club3090 catalog
 
-<!-- Generated from the loader's schema (src/club3090/catalog/schema.py) and the shipped data's
-     corrections. Do not edit by hand: change the schema or the data, then regenerate with
-     `{COMMAND}` (from the repository root, with the package importable). A test fails when this
-     file is stale. -->
+> Generated from the loader's schema (`src/club3090/catalog/schema.py`) and the shipped data's
+> corrections; do not edit by hand. After changing either, regenerate from the repository root:
+>
+>     {COMMAND}
+>
+> `tests/test_catalog_schema.py` fails while this file is stale.
 
 The catalog is the YAML under `src/club3090/catalog/data/`. It is canonical and edited by hand:
 nothing generates it, and the package reads it once per process (`club3090.catalog.load_catalog()`;
@@ -144,6 +147,10 @@ def render(corrections: Any = None) -> str:
     for fs in FILE_SCHEMAS:
         lines += _file_section(fs)
     lines += _corrections_section(corrections)
+    lines += ["", "## Retired keys", "",
+              "Keys earlier catalogs carried; the loader rejects them and says where the fact lives now.",
+              "", "| Key | Now |", "|---|---|"]
+    lines += [f"| `{key}` | {_cell(now)} |" for key, now in sorted(RETIRED_KEYS.items())]
     return "\n".join(lines) + "\n"
 
 

@@ -1,13 +1,14 @@
 """The ``club3090`` command: argument frame, the one error table, and exit codes.
 
 Each subcommand lives in ``club3090.cli.commands.<name>`` and exposes ``add_parser(subparsers)``,
-which registers its flags and sets ``run=<function(args, settings) -> int>``. Command modules
-import their heavy dependencies inside ``run`` so that ``club3090 --help`` stays fast.
+which registers its flags and sets ``run=<function(args, provider) -> int>``; the provider
+(``club3090.edges.provider.LiveProvider`` unless ``main`` is given another) owns all I/O and
+carries the settings. Command modules import their heavy dependencies inside ``run`` so that
+``club3090 --help`` stays fast.
 
-Exit codes: 0 ok; 2 refused / does not fit; 3 needs an acknowledgement flag; 4 listing only;
-64 usage; 65 malformed input; 69 Hub unreachable; 70 internal error; 78 invalid catalog;
-130 interrupted (Ctrl-C); 141 stdout closed early by its reader (``| head``): the rest of the
-output is dropped silently.
+Exit codes: the one table in :mod:`club3090.cli.exit_codes` (verdicts 0/2/3/4; tool failures
+64/65/69/70/78/130/141). A stdout closed early by its reader (``| head``) drops the rest of the
+output silently and exits 141.
 """
 
 from __future__ import annotations
@@ -18,8 +19,9 @@ import json
 import os
 import sys
 from collections.abc import Callable, Sequence
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
+from club3090.cli.exit_codes import CONFIG, DATAERR, INTERRUPTED, PIPE, SOFTWARE, UNAVAILABLE, USAGE, VERDICT_CODES
 from club3090.errors import (
     CatalogError,
     Club3090Error,
@@ -31,16 +33,15 @@ from club3090.errors import (
     RevisionNotFound,
     UsageError,
 )
+from club3090.gate.outcome import Outcome
 from club3090.settings import Settings
 from club3090.version import __version__
 
-EXIT_USAGE = 64
-EXIT_DATAERR = 65
-EXIT_UNAVAILABLE = 69
-EXIT_SOFTWARE = 70
-EXIT_CONFIG = 78
-# 128 + SIGPIPE, what a shell reports for `yes | head -1`: output was cut short, and no verdict code may claim it.
-EXIT_PIPE = 141
+if TYPE_CHECKING:  # pragma: no cover - typing only
+    from club3090.pipeline.provider import Provider
+
+ProviderFactory = Callable[[Settings], "Provider"]
+REFUSED = VERDICT_CODES[Outcome.REFUSED]
 
 # (subcommand, module). Order is the order of `club3090 --help`.
 COMMANDS: tuple[tuple[str, str], ...] = (
@@ -63,18 +64,18 @@ def _catalog_message(exc: Exception) -> str:
 
 
 ERRORS: tuple[tuple[type[BaseException], int, Callable[[BaseException], str]], ...] = (
-    (HubUnreachable, EXIT_UNAVAILABLE,
+    (HubUnreachable, UNAVAILABLE,
      lambda e: f"cannot reach the Hub for {e.repo_id}; check the network or HF_ENDPOINT"
                + (f" ({e.detail})" if e.detail else "")),
-    (GatedRepo, 2, lambda e: f"{e.repo_id} is gated; accept its terms on the Hub and set HF_TOKEN"),
-    (RevisionNotFound, 2, lambda e: f"{e.repo_id}: revision not found"),
-    (RepoNotFound, 2, lambda e: f"{e.repo_id}: repository not found (private repos need HF_TOKEN)"),
-    (HubError, EXIT_UNAVAILABLE, lambda e: f"Hub error for {e.repo_id}: {e.detail}"),
-    (CatalogError, EXIT_CONFIG, _catalog_message),
-    (InputError, EXIT_DATAERR, lambda e: f"invalid input: {e}"),
-    (UsageError, EXIT_USAGE, lambda e: f"club3090: error: {e}"),
-    (Club3090Error, EXIT_SOFTWARE, lambda e: f"error: {e}"),
-    (KeyboardInterrupt, 130, lambda e: "interrupted"),
+    (GatedRepo, REFUSED, lambda e: f"{e.repo_id} is gated; accept its terms on the Hub and set HF_TOKEN"),
+    (RevisionNotFound, REFUSED, lambda e: f"{e.repo_id}: revision not found"),
+    (RepoNotFound, REFUSED, lambda e: f"{e.repo_id}: repository not found (private repos need HF_TOKEN)"),
+    (HubError, UNAVAILABLE, lambda e: f"Hub error for {e.repo_id}: {e.detail}"),
+    (CatalogError, CONFIG, _catalog_message),
+    (InputError, DATAERR, lambda e: f"invalid input: {e}"),
+    (UsageError, USAGE, lambda e: f"club3090: error: {e}"),
+    (Club3090Error, SOFTWARE, lambda e: f"error: {e}"),
+    (KeyboardInterrupt, INTERRUPTED, lambda e: "interrupted"),
 )
 
 
@@ -82,7 +83,7 @@ class UsageExit(SystemExit):
     """What ``Parser.error`` raises: exit 64, carrying the message for ``--json``."""
 
     def __init__(self, message: str) -> None:
-        super().__init__(EXIT_USAGE)
+        super().__init__(USAGE)
         self.message = message
 
 
@@ -153,23 +154,25 @@ def _stdout_closed() -> int:
         os.close(devnull)
     except (OSError, ValueError):
         pass
-    return EXIT_PIPE
+    return PIPE
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, *, provider: ProviderFactory | None = None) -> int:
+    """Run one command. ``provider(settings)`` makes the Provider the command's I/O goes through
+    (default: ``LiveProvider(settings)``); tests pass a live one with pieces replaced."""
     stdout_before = _fd_identity(1)
     try:
-        return _main(argv)
+        return _main(argv, provider)
     except BrokenPipeError:
         return _stdout_closed()
     except SystemExit as exc:
         # rich handles a broken pipe itself: stdout onto /dev/null, then SystemExit(1)
         if exc.code == 1 and stdout_before != _devnull_identity() and _fd_identity(1) == _devnull_identity():
-            return EXIT_PIPE
+            return PIPE
         raise
 
 
-def _main(argv: Sequence[str] | None) -> int:
+def _main(argv: Sequence[str] | None, make_provider: ProviderFactory | None) -> int:
     _stdio_utf8()
     parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -178,14 +181,18 @@ def _main(argv: Sequence[str] | None) -> int:
     except UsageExit as exc:  # argparse's own usage errors still honour --json
         options = argv[:argv.index("--")] if "--" in argv else argv
         if "--json" in options:
-            _json_error(EXIT_USAGE, exc.message)
+            _json_error(USAGE, exc.message)
         raise
     if getattr(args, "run", None) is None:
         parser.print_help(sys.stderr)
-        return EXIT_USAGE
+        return USAGE
     settings = Settings.from_env(hf_home_flag=getattr(args, "hf_home", None), debug=args.debug)
     try:
-        code = int(args.run(args, settings))
+        if make_provider is None:
+            from club3090.edges.provider import LiveProvider
+
+            make_provider = LiveProvider
+        code = int(args.run(args, make_provider(settings)))
         sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's exit flush
         return code
     except BaseException as exc:
@@ -195,17 +202,20 @@ def _main(argv: Sequence[str] | None) -> int:
             return _stdout_closed()
         for kind, code, render in ERRORS:
             if isinstance(exc, kind):
-                if settings.debug and code == EXIT_SOFTWARE:
+                if settings.debug and code == SOFTWARE:
                     raise
                 _report(args, code, render(exc))
                 return code
         if settings.debug:
             raise
-        _report(args, EXIT_SOFTWARE, f"internal error: {exc!r} (re-run with --debug)")
-        return EXIT_SOFTWARE
+        _report(args, SOFTWARE, f"internal error: {exc!r} (re-run with --debug)")
+        return SOFTWARE
 
 
 def _report(args: argparse.Namespace, code: int, message: str) -> None:
+    from club3090.cli.render import safe
+
+    message = safe(message, multiline=True)   # names from a repo or the Hub are data, never terminal control
     print(message, file=sys.stderr)
     if getattr(args, "json", False):
         _json_error(code, message)

@@ -18,14 +18,12 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
+from club3090.errors import InterpolationError
+
 FORMATS = ("compose", "vllm-serve", "json")
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f\x85\u2028\u2029]")
-
-
-class InterpolationError(ValueError):
-    """A ``${...}`` expression Compose itself would reject (unterminated, bad name)."""
 
 
 def has_control_chars(text: str) -> bool:

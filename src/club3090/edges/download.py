@@ -1,4 +1,4 @@
-"""[E] download: fetch a derived repo's files into ``<HF_HOME>/club3090/pulls/<slug>/`` (SYSTEM.md section 12).
+"""[E] download: fetch a derived repo's files into ``<HF_HOME>/club3090/pulls/<slug>-<hash>/``.
 
 Besides ``hub`` this is the only module that imports ``huggingface_hub`` (inside functions, never
 at import). The endpoint and token come from ``Settings`` and are passed explicitly.
@@ -7,13 +7,18 @@ at import). The endpoint and token come from ``Settings`` and are passed explici
 - Each file lands in ``<dest>/.incomplete/`` first and is moved into ``<dest>`` with one rename
   once it passed its checks; a file that fails is deleted, so ``<dest>`` only ever holds checked
   files. The staging folder is removed at the end, success or not.
+- The folder name is the repo id's slug plus a short hash of the exact id, so two repo ids whose
+  slugs agree (``coll/a-b``, ``coll-a/b``) never share a folder.
 - Every ``*.safetensors`` is SHA-256-checked against the Hub's LFS sha256 (``RepoFile.sha256``,
   from ``siblings[].lfs.sha256``); no hash is a hard ``no-etag``. Other files (tokenizers, chat
-  templates, ``*.py`` run under ``--trust-remote-code``) get size + their content address (the
-  ETag: git blob id or LFS sha256), checked by the fetcher.
-- A per-slug lock (``<pulls>/.locks/<slug>.lock/pid``) refuses a second concurrent pull
-  (``in-progress``); a lock whose pid is dead, or that has no pid file after ``LOCK_GRACE_S``, is
-  reclaimed.
+  templates, ``*.py`` run under ``--trust-remote-code``) are small: they are fetched again on
+  every pull and checked against their content address (the ETag: git blob id or LFS sha256);
+  a copy already in the folder is never trusted by its size.
+- A per-folder lock (``<pulls>/.locks/<folder>.flock``, an OS file lock through ``filelock``)
+  refuses a second concurrent pull (``in-progress``). The OS releases it when its process ends,
+  so there is no stale lock to take over and no takeover race.
+- Time: metadata requests have the Hub request deadline (``Settings.hub_deadline_s``); a body
+  that makes no progress for ``Settings.download_stall_s`` fails (``request_budget``).
 - Ladder: (1) ``hf_hub_download`` (classic LFS; rung 2, Xet, is not wired: ``HF_HUB_DISABLE_XET``
   decides as usual), (3) a single-stream GET of the resolve URL, capped at the listed size (no
   resume: staging starts empty); both failing is ``fallback-failed``.
@@ -31,13 +36,13 @@ import hashlib
 import os
 import re
 import shutil
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from club3090.compose.generate import MAX_SLUG
+from club3090.edges.request_budget import Budget, bounded, install_policy
 from club3090.model.slug import sanitize_slug
 
 if TYPE_CHECKING:
@@ -55,9 +60,10 @@ TOKENS = (NO_ETAG, SHA_MISMATCH, GATED_401, DISK, IN_PROGRESS, FALLBACK_FAILED)
 PULLS_DIR = ("club3090", "pulls")
 STAGING = ".incomplete"
 LOCKS = ".locks"
-LOCK_GRACE_S = 10.0
 HASH_CHUNK = 1 << 20
 TIMEOUT_S = 30.0
+STALL_BYTES = 64 * 1024          # less than this per stall window is a stalled download
+ID_HASH_CHARS = 8
 
 _HEX40 = re.compile(r"[0-9a-f]{40}")
 _HEX64 = re.compile(r"[0-9a-f]{64}")
@@ -71,8 +77,11 @@ def pulls_root(hf_home: Path) -> Path:
 
 
 def pull_dir(hf_home: Path, repo_id: str) -> Path:
-    """``<HF_HOME>/club3090/pulls/<sanitized-slug>``: where [E] puts a repo and the compose mounts it."""
-    return pulls_root(hf_home) / sanitize_slug(repo_id, max_len=MAX_SLUG)
+    """``<HF_HOME>/club3090/pulls/<slug>-<hash>``: where [E] puts a repo and the compose mounts it.
+
+    The hash is of the exact repo id, so ids that sanitize to one slug keep apart."""
+    digest = hashlib.sha256(repo_id.encode("utf-8")).hexdigest()[:ID_HASH_CHARS]
+    return pulls_root(hf_home) / f"{sanitize_slug(repo_id, max_len=MAX_SLUG - ID_HASH_CHARS - 1)}-{digest}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,59 +111,33 @@ class _Failed(Exception):
 # the per-slug lock
 # --------------------------------------------------------------------------------------------
 
-def _pid_alive(pid: int) -> bool:
-    if pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 @dataclass
 class SlugLock:
-    """A lock folder holding a ``pid`` file; ``acquire`` is False when a live pull holds it."""
+    """An OS file lock (``filelock``); ``acquire`` is False while another holder has it.
+
+    Taking it is one atomic ``flock``: of any number of concurrent pulls exactly one wins, and a
+    holder that dies releases it with its process."""
 
     path: Path
-    clock: Callable[[], float] = time.time
-    grace_s: float = LOCK_GRACE_S
     held: bool = field(default=False, init=False)
+    _lock: Any = field(default=None, init=False, repr=False)
 
     def acquire(self) -> bool:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        for _ in range(3):
-            try:
-                self.path.mkdir()
-            except FileExistsError:
-                if not self._stale():
-                    return False
-                shutil.rmtree(self.path, ignore_errors=True)
-                continue
-            (self.path / "pid").write_text(f"{os.getpid()}\n", encoding="utf-8")
-            self.held = True
-            return True
-        return False
+        from filelock import FileLock, Timeout
 
-    def _stale(self) -> bool:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        lock = FileLock(str(self.path), thread_local=False, is_singleton=False)
         try:
-            raw = (self.path / "pid").read_text(encoding="utf-8").strip()
-        except FileNotFoundError:
-            try:
-                age = self.clock() - self.path.stat().st_mtime
-            except FileNotFoundError:
-                return True
-            return age > self.grace_s
-        except OSError:
+            lock.acquire(timeout=0)
+        except Timeout:
             return False
-        return not (raw.isdigit() and _pid_alive(int(raw)))
+        self._lock, self.held = lock, True
+        return True
 
     def release(self) -> None:
-        if self.held:
-            shutil.rmtree(self.path, ignore_errors=True)
-            self.held = False
+        if self.held and self._lock is not None:
+            self._lock.release()
+            self._lock, self.held = None, False
 
 
 # --------------------------------------------------------------------------------------------
@@ -180,10 +163,11 @@ def hub_fetcher(settings: "Settings", *, revision: str | None = None, timeout: f
                           filename)
         from huggingface_hub import get_hf_file_metadata, hf_hub_download, hf_hub_url
 
+        install_policy()
         token: bool | str = settings.token or False
         url = hf_hub_url(repo_id, filename, revision=revision, endpoint=settings.endpoint)
         try:
-            with hub.online():
+            with hub.online(), bounded(Budget.for_request(settings.hub_deadline_s)):
                 meta = get_hf_file_metadata(url, token=token, timeout=timeout, library_name="club3090",
                                             endpoint=settings.endpoint)
         except Exception as exc:  # noqa: BLE001 - classified, else a rung-1-style failure
@@ -192,7 +176,7 @@ def hub_fetcher(settings: "Settings", *, revision: str | None = None, timeout: f
         if not meta.etag or meta.size is None:
             raise _Failed(NO_ETAG, f"{filename}: the Hub sent no ETag or size", filename)
         try:
-            with hub.online():
+            with hub.online(), bounded(Budget.for_stream(settings.download_stall_s, STALL_BYTES)):
                 staged = Path(hf_hub_download(repo_id, filename, revision=revision, endpoint=settings.endpoint,
                                               token=token, local_dir=staging, cache_dir=settings.hub_cache,
                                               library_name="club3090", etag_timeout=timeout))
@@ -201,7 +185,7 @@ def hub_fetcher(settings: "Settings", *, revision: str | None = None, timeout: f
             if failed is not None:
                 raise failed from None
             try:
-                with hub.online():
+                with hub.online(), bounded(Budget.for_stream(settings.download_stall_s, STALL_BYTES)):
                     staged = _single_stream(settings, url, filename, staging, meta.size, timeout)
             except _Failed:
                 raise
@@ -279,15 +263,18 @@ def _hub_failure(exc: BaseException, repo_id: str, filename: str) -> "_Failed | 
 
 
 def _one(exc: BaseException) -> str:
+    from club3090.settings import redact_url_credentials
+
     text = str(exc).splitlines()[0] if str(exc) else ""
-    return f"{type(exc).__name__}: {text}"[:300]
+    return redact_url_credentials(f"{type(exc).__name__}: {text}"[:300])
 
 
 def _single_stream(settings: "Settings", url: str, filename: str, staging: Path, size: int,
                    timeout: float) -> Path:
     """Rung 3: GET the resolve URL (redirects followed) into the staging folder, reading at most
     ``size + 1`` bytes; a longer body is refused rather than written."""
-    from huggingface_hub.utils import build_hf_headers, get_session, hf_raise_for_status
+    from huggingface_hub import get_session, hf_raise_for_status
+    from huggingface_hub.utils._headers import build_hf_headers
 
     target = staging / filename
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -339,12 +326,12 @@ def _is_weights(name: str) -> bool:
 
 
 def download(repo_id: str, files: Sequence["RepoFile"], dest: Path, *, fetch: Fetch,
-             progress: Progress | None = None, clock: Callable[[], float] = time.time) -> DownloadReport:
+             progress: Progress | None = None) -> DownloadReport:
     """Fetch ``files`` of ``repo_id`` into ``dest`` (see the module docstring). Never raises for a
     download problem: the report says which token failed and where."""
     dest = Path(dest)
     say = progress or (lambda _msg: None)
-    lock = SlugLock(dest.parent / LOCKS / (dest.name + ".lock"), clock=clock)
+    lock = SlugLock(dest.parent / LOCKS / (dest.name + ".flock"))
     missing_hash = [f.name for f in files if _is_weights(f.name) and not f.sha256]
     if missing_hash:
         return DownloadReport(False, dest, failure=NO_ETAG, failed_file=missing_hash[0],
@@ -368,7 +355,7 @@ def download(repo_id: str, files: Sequence["RepoFile"], dest: Path, *, fetch: Fe
         for i, file in enumerate(files, 1):
             final = dest / file.name
             size = f"{file.size_bytes / 2**30:.2f} GiB" if file.size_bytes else "? bytes"
-            if _check(file, final) is None and (not _is_weights(file.name) or _sha256(final) == file.sha256):
+            if _is_weights(file.name) and _check(file, final) is None and _sha256(final) == file.sha256:
                 say(f"[pull] download {i}/{total} {file.name}: already here, checked")
             else:
                 say(f"[pull] download {i}/{total} {file.name} ({size})")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
 import tempfile
@@ -32,10 +33,8 @@ def atomic_write_bytes(path: Path, data: bytes, *, overwrite: bool = True) -> No
             os.link(tmp, path)  # fails with FileExistsError instead of clobbering
             os.unlink(tmp)
     except BaseException:
-        try:
+        with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
-        except FileNotFoundError:
-            pass
         raise
 
 
@@ -49,6 +48,8 @@ def check_output_path(path: Path, *, force: bool, flag: str = "--out") -> Path:
     Cheap enough to call before doing the work, so a bad ``--out`` fails fast.
     """
     path = Path(path)
+    if path.is_symlink() and not force:  # dangling or not: writing through a link needs a yes
+        raise UsageError(f"{flag} {path} is a symbolic link; pass --force to write to its target")
     target = path.resolve() if path.is_symlink() else path
     if target.is_dir():
         raise UsageError(f"{flag} {path} is a folder; give a file path")
@@ -67,7 +68,7 @@ def write_output_text(path: Path, text: str, *, force: bool, flag: str = "--out"
 
     ``check_output_path`` refuses folders and special files (devices, FIFOs: an atomic rename
     would replace the node), an existing file without ``force`` and a parent that is not a
-    folder; a symlink is written through to its target. OS failures (read-only folder, disk
+    folder; a symlink (dangling or not) is written through to its target only with ``force``. OS failures (read-only folder, disk
     full) name the path and the reason.
     """
     target = check_output_path(path, force=force, flag=flag)
@@ -78,6 +79,14 @@ def write_output_text(path: Path, text: str, *, force: bool, flag: str = "--out"
     except OSError as exc:
         raise UsageError(f"{flag} {path}: cannot write ({exc.strerror or exc})") from None
     return target
+
+
+def path_exists(path: Path) -> bool:
+    """``Path.exists`` that answers False, not OSError, for a name too long or otherwise unusable."""
+    try:
+        return Path(path).exists()
+    except (OSError, ValueError):
+        return False
 
 
 def read_bytes_capped(path: Path, *, limit: int) -> bytes:

@@ -2,11 +2,13 @@
 
 ``detect()`` never raises and never blocks for long: every probe is bounded (timeouts, output
 caps) and any failure yields an empty result, so the gate fails closed
-(``hardware-sm-undetermined`` / ``hardware-vram-undetermined``) instead of guessing.
+(``hardware-sm-undetermined`` / ``hardware-vram-undetermined``) instead of guessing. Why each
+probe found nothing is kept in ``DetectedGpus.notes`` (``--debug`` prints them; ``--json`` carries
+them as ``detection_notes``).
 
 NVIDIA GPUs carry their real compute capability and memory. AMD (``amd-smi`` / ``rocm-smi``)
 and Apple (``sysctl`` / ``system_profiler``) GPUs are reported with ``vendor != "nvidia"`` and
-SM ``8.0`` (SYSTEM.md section 6): that number feeds the SM gate only. Their memory is never
+SM ``8.0`` (docs/DESIGN.md): that number feeds the SM gate only. Their memory is never
 offered to the fit: ``DetectedGpus.memory_bytes`` and ``min_memory_bytes`` return ``None`` as
 soon as a selected GPU is not NVIDIA.
 """
@@ -18,7 +20,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
@@ -48,6 +50,8 @@ class DetectedGpus:
     gpus: tuple[DetectedGpu, ...]
     source: str                  # "nvml" | "nvidia-smi" | "amd-smi" | "rocm-smi" | "sysctl" |
                                  # "system_profiler" | "none" | "disabled"
+    # "<probe>: <why it found nothing>", in probe order; diagnostics, so not part of equality
+    notes: tuple[str, ...] = field(default=(), compare=False)
 
     @property
     def count(self) -> int:
@@ -109,35 +113,49 @@ def detect(*, enabled: bool = True, nvml: Any = None, run: Runner = subprocess.r
     ``run`` is a ``subprocess.run`` stand-in.
     """
     if not enabled:
-        return DetectedGpus((), "disabled")
-    probes: list[tuple[str, Callable[[], tuple[DetectedGpu, ...]]]] = [
-        ("nvml", lambda: _probe_nvml(nvml, timeout_s)),
-        ("nvidia-smi", lambda: _probe_nvidia_smi(run, timeout_s)),
-        ("amd-smi", lambda: _probe_amd_smi(run, timeout_s)),
-        ("rocm-smi", lambda: _probe_rocm_smi(run, timeout_s)),
+        return DetectedGpus((), "disabled", (f"detection switched off ({NO_DETECT_HINT})",))
+    notes: list[str] = []
+    probes: list[tuple[str, Callable[[list[str]], tuple[DetectedGpu, ...]]]] = [
+        ("nvml", lambda why: _probe_nvml(nvml, timeout_s, why)),
+        ("nvidia-smi", lambda why: _probe_nvidia_smi(run, timeout_s, why)),
+        ("amd-smi", lambda why: _probe_amd_smi(run, timeout_s, why)),
+        ("rocm-smi", lambda why: _probe_rocm_smi(run, timeout_s, why)),
     ]
     if platform == "darwin":
-        probes.append(("sysctl", lambda: _probe_sysctl(run, timeout_s)))
-        probes.append(("system_profiler", lambda: _probe_system_profiler(run, timeout_s)))
+        probes.append(("sysctl", lambda why: _probe_sysctl(run, timeout_s, why)))
+        probes.append(("system_profiler", lambda why: _probe_system_profiler(run, timeout_s, why)))
     for source, probe in probes:
+        why: list[str] = []
         try:
-            gpus = probe()
-        except Exception:  # a probe must never take detection down; the next one gets a turn
+            gpus = probe(why)
+        except Exception as exc:  # noqa: BLE001 - a probe must never take detection down; the next one gets a turn
+            notes.append(f"{source}: {_describe(exc)}")
             continue
         if gpus:
-            return DetectedGpus(gpus, source)
-    return NO_GPUS
+            return DetectedGpus(gpus, source, tuple(notes))
+        notes.append(f"{source}: {'; '.join(why) or 'no GPUs reported'}")
+    return DetectedGpus((), "none", tuple(notes))
+
+
+NO_DETECT_HINT = "CLUB3090_NO_GPU_DETECT"
+
+
+def _describe(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())[:200]
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 # --- NVIDIA ---------------------------------------------------------------------------------
 
-def _probe_nvml(nvml: Any, timeout_s: float) -> tuple[DetectedGpu, ...]:
+def _probe_nvml(nvml: Any, timeout_s: float, why: list[str]) -> tuple[DetectedGpu, ...]:
     if nvml is None:
         try:
-            import pynvml as nvml  # nvidia-ml-py; imported here so importing us never loads it
-        except Exception:
+            import pynvml  # nvidia-ml-py; imported here so importing us never loads it
+        except Exception as exc:  # noqa: BLE001 - a broken install is "no NVML", recorded
+            why.append(f"pynvml unavailable ({_describe(exc)})")
             return ()
-    return _bounded(lambda: _read_nvml(nvml), timeout_s) or ()
+        nvml = pynvml
+    return _bounded(lambda: _read_nvml(nvml), timeout_s, why) or ()
 
 
 def _read_nvml(nvml: Any) -> tuple[DetectedGpu, ...]:
@@ -176,9 +194,10 @@ def memory_used_bytes(*, enabled: bool = True, nvml: Any = None,
         return None
     if nvml is None:
         try:
-            import pynvml as nvml  # nvidia-ml-py; imported here so importing us never loads it
+            import pynvml  # nvidia-ml-py; imported here so importing us never loads it
         except Exception:
             return None
+        nvml = pynvml
 
     def read() -> tuple[int, ...]:
         nvml.nvmlInit()
@@ -193,7 +212,7 @@ def memory_used_bytes(*, enabled: bool = True, nvml: Any = None,
                 nvml.nvmlShutdown()
             except Exception:
                 pass
-    return _bounded(read, timeout_s) or None  # type: ignore[arg-type]
+    return _bounded(read, timeout_s, []) or None  # type: ignore[arg-type]
 
 
 NVIDIA_SMI_QUERY = ("nvidia-smi", "--query-gpu=index,name,memory.total,compute_cap",
@@ -202,12 +221,12 @@ NVIDIA_SMI_QUERY_NO_CC = ("nvidia-smi", "--query-gpu=index,name,memory.total",
                           "--format=csv,noheader,nounits")   # drivers before compute_cap (< 510)
 
 
-def _probe_nvidia_smi(run: Runner, timeout_s: float) -> tuple[DetectedGpu, ...]:
-    text = _run_capped(run, NVIDIA_SMI_QUERY, timeout_s)
+def _probe_nvidia_smi(run: Runner, timeout_s: float, why: list[str]) -> tuple[DetectedGpu, ...]:
+    text = _run_capped(run, NVIDIA_SMI_QUERY, timeout_s, why)
     if text is not None:
-        return parse_nvidia_smi(text, with_compute_cap=True)
-    text = _run_capped(run, NVIDIA_SMI_QUERY_NO_CC, timeout_s)
-    return parse_nvidia_smi(text, with_compute_cap=False) if text is not None else ()
+        return _parsed(parse_nvidia_smi(text, with_compute_cap=True), why)
+    text = _run_capped(run, NVIDIA_SMI_QUERY_NO_CC, timeout_s, why)
+    return _parsed(parse_nvidia_smi(text, with_compute_cap=False), why) if text is not None else ()
 
 
 def parse_nvidia_smi(text: str, *, with_compute_cap: bool = True) -> tuple[DetectedGpu, ...]:
@@ -239,9 +258,9 @@ def parse_nvidia_smi(text: str, *, with_compute_cap: bool = True) -> tuple[Detec
 
 # --- AMD --------------------------------------------------------------------------------------
 
-def _probe_amd_smi(run: Runner, timeout_s: float) -> tuple[DetectedGpu, ...]:
-    text = _run_capped(run, ("amd-smi", "static", "--asic", "--vram", "--json"), timeout_s)
-    return parse_amd_smi(text) if text is not None else ()
+def _probe_amd_smi(run: Runner, timeout_s: float, why: list[str]) -> tuple[DetectedGpu, ...]:
+    text = _run_capped(run, ("amd-smi", "static", "--asic", "--vram", "--json"), timeout_s, why)
+    return _parsed(parse_amd_smi(text), why) if text is not None else ()
 
 
 def parse_amd_smi(text: str) -> tuple[DetectedGpu, ...]:
@@ -284,10 +303,10 @@ def _amd_vram_bytes(vram: Any) -> int | None:
     return value * scale if scale and value > 0 else None
 
 
-def _probe_rocm_smi(run: Runner, timeout_s: float) -> tuple[DetectedGpu, ...]:
+def _probe_rocm_smi(run: Runner, timeout_s: float, why: list[str]) -> tuple[DetectedGpu, ...]:
     text = _run_capped(run, ("rocm-smi", "--showproductname", "--showmeminfo", "vram", "--json"),
-                       timeout_s)
-    return parse_rocm_smi(text) if text is not None else ()
+                       timeout_s, why)
+    return _parsed(parse_rocm_smi(text), why) if text is not None else ()
 
 
 def parse_rocm_smi(text: str) -> tuple[DetectedGpu, ...]:
@@ -317,20 +336,21 @@ def parse_rocm_smi(text: str) -> tuple[DetectedGpu, ...]:
 
 # --- Apple ------------------------------------------------------------------------------------
 
-def _probe_sysctl(run: Runner, timeout_s: float) -> tuple[DetectedGpu, ...]:
-    text = _run_capped(run, ("sysctl", "-n", "machdep.cpu.brand_string"), timeout_s)
+def _probe_sysctl(run: Runner, timeout_s: float, why: list[str]) -> tuple[DetectedGpu, ...]:
+    text = _run_capped(run, ("sysctl", "-n", "machdep.cpu.brand_string"), timeout_s, why)
     if text is None:
         return ()
     brand = text.strip()
     if not brand.startswith("Apple"):
+        why.append(f"not Apple silicon ({_clean_name(brand)[:60]})")
         return ()  # an Intel Mac: its discrete GPU, if any, comes from system_profiler
     # unified memory is not VRAM: leave memory unknown, the fit never uses Apple GPUs anyway
     return (DetectedGpu(0, _clean_name(brand), None, NON_NVIDIA_SM, APPLE),)
 
 
-def _probe_system_profiler(run: Runner, timeout_s: float) -> tuple[DetectedGpu, ...]:
-    text = _run_capped(run, ("system_profiler", "SPDisplaysDataType", "-json"), timeout_s)
-    return parse_system_profiler(text) if text is not None else ()
+def _probe_system_profiler(run: Runner, timeout_s: float, why: list[str]) -> tuple[DetectedGpu, ...]:
+    text = _run_capped(run, ("system_profiler", "SPDisplaysDataType", "-json"), timeout_s, why)
+    return _parsed(parse_system_profiler(text), why) if text is not None else ()
 
 
 def parse_system_profiler(text: str) -> tuple[DetectedGpu, ...]:
@@ -348,41 +368,64 @@ def parse_system_profiler(text: str) -> tuple[DetectedGpu, ...]:
 
 # --- helpers ----------------------------------------------------------------------------------
 
-def _run_capped(run: Runner, argv: Sequence[str], timeout_s: float) -> str | None:
-    """Run a probe; its stdout as text, or None on a missing binary, timeout, error or flood."""
+def _run_capped(run: Runner, argv: Sequence[str], timeout_s: float, why: list[str]) -> str | None:
+    """Run a probe; its stdout as text, or None on a missing binary, timeout, error or flood
+    (the reason appended to ``why``)."""
     try:
         proc = run(list(argv), capture_output=True, timeout=timeout_s, check=False,
                    stdin=subprocess.DEVNULL)
-    except (OSError, subprocess.SubprocessError, ValueError):
+    except subprocess.TimeoutExpired:
+        why.append(f"{argv[0]} timed out after {timeout_s:g}s")
         return None
-    if getattr(proc, "returncode", 1) != 0:
+    except FileNotFoundError:
+        why.append(f"{argv[0]} not found")
+        return None
+    except (OSError, subprocess.SubprocessError, ValueError) as exc:
+        why.append(f"{argv[0]} failed to run ({_describe(exc)})")
+        return None
+    code = getattr(proc, "returncode", 1)
+    if code != 0:
+        why.append(f"{argv[0]} exited {code}")
         return None
     out = getattr(proc, "stdout", None)
     if isinstance(out, str):
         out = out.encode("utf-8", "replace")
     if not isinstance(out, bytes) or len(out) > MAX_OUTPUT_BYTES:
+        why.append(f"{argv[0]} output unreadable or over {MAX_OUTPUT_BYTES} bytes")
         return None
     return out.decode("utf-8", "replace")
 
 
-def _bounded(fn: Callable[[], tuple[DetectedGpu, ...]], timeout_s: float) -> tuple[DetectedGpu, ...] | None:
-    """Run ``fn`` on a daemon thread; None if it raises or has not finished within the timeout.
+def _parsed(gpus: tuple[DetectedGpu, ...], why: list[str]) -> tuple[DetectedGpu, ...]:
+    if not gpus:
+        why.append("output not understood or listed no GPUs")
+    return gpus
+
+
+def _bounded(fn: Callable[[], tuple[DetectedGpu, ...]], timeout_s: float,
+             why: list[str]) -> tuple[DetectedGpu, ...] | None:
+    """Run ``fn`` on a daemon thread; None if it raises or has not finished within the timeout
+    (the reason appended to ``why``).
 
     NVML calls cannot be interrupted; a wedged driver must not hang the CLI, so the thread is
     abandoned (daemon) and detection moves on to the next probe.
     """
     result: list[tuple[DetectedGpu, ...]] = []
+    failure: list[str] = []
 
     def target() -> None:
         try:
             result.append(fn())
-        except Exception:
-            pass
+        except Exception as exc:  # noqa: BLE001 - a driver fault is "no answer", recorded
+            failure.append(_describe(exc))
 
     worker = threading.Thread(target=target, name="club3090-nvml", daemon=True)
     worker.start()
     worker.join(timeout_s)
-    return result[0] if result else None
+    if result:
+        return result[0]
+    why.append(failure[0] if failure else f"no answer within {timeout_s:g}s")
+    return None
 
 
 def _sm(text: str) -> Decimal | None:

@@ -9,6 +9,11 @@
 - ``translate`` is the one place that maps huggingface_hub / transport exceptions to ``errors``.
 - Transport faults, truncated bodies and 5xx/429 answers are retried a bounded number of times,
   then reported as ``errors.HubUnreachable`` (the CLI exits 69): an outage is not a verdict.
+- Time is bounded (``request_budget``): each attempt has a deadline covering connect, first byte
+  and the whole body (``Settings.hub_deadline_s``), and all attempts of one client share the
+  command's deadline (``Settings.hub_command_deadline_s``); no retry starts after it. A redirect
+  loop, an answer that is not the JSON the client expects, or a missed deadline is
+  ``HubUnreachable`` too. Messages never carry credentials written into ``HF_ENDPOINT``.
 - Safetensors headers are read with ranged GETs through the client's own session, every shard in
   parallel, streaming and stopping after the bytes asked for (so a server that ignores ``Range``
   still costs one header, not the file). JSON files (config, index) are fetched the same way,
@@ -26,8 +31,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from club3090.edges.files import MAX_JSON_BYTES, parse_json_capped
+from club3090.edges.request_budget import Budget, bounded, install_policy
 from club3090.errors import (
+    Club3090Error,
     EntryNotFound,
     FileMetadataMissing,
     GatedRepo,
@@ -36,7 +42,10 @@ from club3090.errors import (
     InputError,
     RepoNotFound,
     RevisionNotFound,
+    UsageError,
 )
+from club3090.model.budgets import MAX_JSON_BYTES, header_bytes_budget, parse_json_capped
+from club3090.model.repo_id import repo_id_problem, revision_problem
 from club3090.model.safetensors import (
     PREFIX_BYTES,
     SafetensorsHeader,
@@ -44,6 +53,7 @@ from club3090.model.safetensors import (
     parse_header,
 )
 from club3090.model.spec import RepoFile
+from club3090.settings import redact_url_credentials
 
 if TYPE_CHECKING:
     from club3090.settings import Settings
@@ -58,6 +68,27 @@ MAX_WORKERS = 8
 
 _TRANSPORT_NAMES = frozenset({"TransportError", "TimeoutException", "NetworkError", "ProtocolError",
                               "StreamError", "ConnectError", "ReadError", "WriteError", "PoolTimeout"})
+
+
+class HeaderAllowance:
+    """The safetensors header bytes one repo may still cost (``budgets.header_bytes_budget``)."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.used = 0
+        self._lock = threading.Lock()
+        self._taken: set[str] = set()
+
+    def take(self, name: str, nbytes: int) -> None:
+        """Reserve ``nbytes`` for file ``name`` (once per file; retries do not pay twice)."""
+        with self._lock:
+            if name in self._taken:
+                return
+            if self.used + nbytes > self.limit:
+                raise InputError(name, f"a {nbytes}-byte safetensors header takes this repo's headers past "
+                                       f"their {self.limit}-byte budget")
+            self.used += nbytes
+            self._taken.add(name)
 
 
 class TruncatedBody(Exception):
@@ -159,7 +190,7 @@ def _describe(exc: BaseException) -> str:
     status = _status(exc)
     head = f"HTTP {status}" if status is not None else type(exc).__name__
     text = str(exc).splitlines()[0] if str(exc) else ""
-    return f"{head}: {text}"[:300] if text else head
+    return redact_url_credentials(f"{head}: {text}"[:300] if text else head)
 
 
 def translate(exc: BaseException, repo_id: str, has_token: bool) -> HubError | None:
@@ -170,6 +201,8 @@ def translate(exc: BaseException, repo_id: str, has_token: bool) -> HubError | N
         return exc
     if isinstance(exc, hf_errors.OfflineModeIsEnabled):
         return HubUnreachable(repo_id, "HF_HUB_OFFLINE is set")
+    if type(exc).__name__ == "TooManyRedirects":  # httpx / httpx2: a redirect loop is an unusable Hub
+        return HubUnreachable(repo_id, f"too many redirects ({_describe(exc)})")
     if isinstance(exc, hf_errors.GatedRepoError):  # subclass of RepositoryNotFoundError: test it first
         return RepoNotFound(repo_id, "gated") if has_token else GatedRepo(repo_id, "gated")
     if isinstance(exc, hf_errors.RepositoryNotFoundError):
@@ -195,16 +228,21 @@ class HubClient:
 
     def __init__(self, settings: "Settings", *, timeout: float | None = None, retries: int | None = None,
                  backoff: float | None = None, max_workers: int = MAX_WORKERS,
-                 sleep: Callable[[float], None] = time.sleep) -> None:
+                 sleep: Callable[[float], None] = time.sleep,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         # None -> the module defaults, read at construction so tests can shorten them
         self.endpoint = settings.endpoint.rstrip("/")
         self._token = settings.token or None
         self.offline = settings.offline
-        self.timeout = DEFAULT_TIMEOUT_S if timeout is None else timeout
+        self.timeout = min(DEFAULT_TIMEOUT_S, settings.hub_deadline_s) if timeout is None else timeout
         self.retries = DEFAULT_RETRIES if retries is None else retries
         self.backoff = DEFAULT_BACKOFF_S if backoff is None else backoff
         self.max_workers = max_workers
         self._sleep = sleep
+        self._clock = clock
+        self.deadline_s = settings.hub_deadline_s
+        self._command_deadline = clock() + settings.hub_command_deadline_s
+        install_policy()
 
     def __repr__(self) -> str:  # never show the token
         return f"HubClient(endpoint={self.endpoint!r}, token={'<set>' if self._token else None})"
@@ -214,7 +252,7 @@ class HubClient:
         return self._token if self._token else False
 
     def _headers(self, extra: dict[str, str] | None = None) -> dict[str, str]:
-        from huggingface_hub.utils import build_hf_headers
+        from huggingface_hub.utils._headers import build_hf_headers
 
         return build_hf_headers(token=self._auth(), library_name="club3090", headers=extra)
 
@@ -229,24 +267,33 @@ class HubClient:
             raise HubUnreachable(repo_id, "HF_HUB_OFFLINE is set: no Hub requests")
         attempt = 0
         while True:
+            budget = Budget.for_request(self.deadline_s, not_after=self._command_deadline, clock=self._clock)
             try:
-                with online():
+                with online(), bounded(budget):
                     return fn()
             except Exception as exc:
-                if _retryable(exc) and attempt < self.retries:
-                    self._sleep(self.backoff * (2 ** attempt))
+                pause = self.backoff * (2 ** attempt)
+                if _retryable(exc) and attempt < self.retries and self._clock() + pause < self._command_deadline:
+                    self._sleep(pause)
                     attempt += 1
                     continue
                 mapped = translate(exc, repo_id, self._token is not None)
+                if mapped is None and isinstance(exc, (ValueError, TypeError, KeyError, AttributeError)) \
+                        and not isinstance(exc, Club3090Error):
+                    # the Hub answered, but not with what the client parses (HTML, a list, no "id")
+                    mapped = HubUnreachable(repo_id, f"the Hub's answer is not what the API returns "
+                                                     f"({type(exc).__name__}); check HF_ENDPOINT")
                 if mapped is None:
                     raise
+                if isinstance(mapped, HubUnreachable) and budget.spent:
+                    mapped = HubUnreachable(repo_id, f"{mapped.detail}: {budget.spent}")
                 if isinstance(mapped, HubUnreachable) and attempt:
                     mapped = HubUnreachable(repo_id, f"{mapped.detail} (after {attempt + 1} attempts)")
                 raise mapped from None
 
     def _get(self, url: str, *, start: int = 0, length: int, ranged: bool) -> bytes:
         """GET ``length`` bytes from ``start`` (Range when ``ranged``); stream and stop early."""
-        from huggingface_hub.utils import get_session, hf_raise_for_status
+        from huggingface_hub import get_session, hf_raise_for_status
 
         extra = {"range": f"bytes={start}-{start + length - 1}"} if ranged else None
         with get_session().stream("GET", url, headers=self._headers(extra), timeout=self.timeout) as resp:
@@ -284,6 +331,7 @@ class HubClient:
     def repo_info(self, repo_id: str, revision: str | None) -> RepoInfo:
         from huggingface_hub import HfApi
 
+        _check_reference(repo_id, revision)
         api = HfApi(endpoint=self.endpoint, token=self._auth(), library_name="club3090")
         info = self._call(repo_id, lambda: api.model_info(repo_id, revision=revision, files_metadata=True,
                                                           timeout=self.timeout))
@@ -302,12 +350,13 @@ class HubClient:
     def fetch_json(self, repo_id: str, filename: str, revision: str | None,
                    *, limit: int = MAX_JSON_BYTES) -> Any:
         """Fetch and parse a JSON file of the repo (capped at ``limit`` bytes; over -> InputError)."""
+        _check_reference(repo_id, revision)
         url = self._url(repo_id, filename, revision)
         raw = _naming(filename, lambda: self._call(repo_id, lambda: self._get_whole(url, limit + 1)))
         return parse_json_capped(raw, name=f"{repo_id}/{filename}", limit=limit)
 
     def _get_whole(self, url: str, limit: int) -> bytes:
-        from huggingface_hub.utils import get_session, hf_raise_for_status
+        from huggingface_hub import get_session, hf_raise_for_status
 
         with get_session().stream("GET", url, headers=self._headers(), timeout=self.timeout) as resp:
             if resp.status_code >= 400:
@@ -322,7 +371,9 @@ class HubClient:
                     break
             return b"".join(chunks)
 
-    def read_header(self, repo_id: str, file: RepoFile, revision: str | None) -> SafetensorsHeader:
+    def read_header(self, repo_id: str, file: RepoFile, revision: str | None,
+                    allowance: HeaderAllowance | None = None) -> SafetensorsHeader:
+        _check_reference(repo_id, revision)
         url = self._url(repo_id, file.name, revision)
         name = f"{repo_id}/{file.name}"
         size = file.size_bytes
@@ -331,6 +382,8 @@ class HubClient:
             want = FIRST_READ_BYTES if size is None else max(1, min(FIRST_READ_BYTES, size))
             first = self._get(url, start=0, length=want, ranged=True)
             n = header_length(first[:PREFIX_BYTES], file=name)
+            if allowance is not None:
+                allowance.take(name, n)
             if size is not None and PREFIX_BYTES + n > size:
                 raise InputError(name, f"truncated: header of {n} bytes does not fit in a {size}-byte file")
             if len(first) >= PREFIX_BYTES + n:
@@ -341,13 +394,24 @@ class HubClient:
                     raise InputError(name, f"truncated: got {len(raw)} of {n} header bytes")
             return parse_header(raw, file=name, file_size=size)
 
-        return _naming(file.name, lambda: self._call(repo_id, attempt))
+        header: SafetensorsHeader = _naming(file.name, lambda: self._call(repo_id, attempt))
+        return header
 
     def read_headers(self, repo_id: str, files: Sequence[RepoFile], revision: str | None,
                      progress: Progress | None = None) -> dict[str, SafetensorsHeader]:
-        """Read every file's header in parallel; the first failure cancels the rest and is raised."""
-        return read_all(lambda f: self.read_header(repo_id, f, revision), files, progress,
+        """Read every file's header in parallel; the first failure cancels the rest and is raised.
+
+        All headers together stay within ``budgets.header_bytes_budget(len(files))``."""
+        allowance = HeaderAllowance(header_bytes_budget(len(files)))
+        return read_all(lambda f: self.read_header(repo_id, f, revision, allowance), files, progress,
                         max_workers=self.max_workers)
+
+
+def _check_reference(repo_id: str, revision: str | None) -> None:
+    """No URL is built from an inexact repo id or revision (callers check first; this is the floor)."""
+    problem = repo_id_problem(repo_id) or (revision_problem(revision) if revision is not None else None)
+    if problem is not None:
+        raise UsageError(problem)
 
 
 def _naming(filename: str, call: Callable[[], Any]) -> Any:

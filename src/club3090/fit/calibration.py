@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from club3090.catalog.model import NO_DRAFTER
-from club3090.fit.memory import GiB, ServeShape, UnpriceableModel, predict
+from club3090.fit.memory import GiB, ServeShape, Unpriceable, predict
 from club3090.fit.shape import drafter_terms, profile_shape
 from club3090.model.architecture import parse_config
 
@@ -167,12 +167,11 @@ def _score(anchor: Any, inputs: AnchorInputs) -> AnchorScore:
 
     if inputs.model is None or not inputs.weights_bytes or inputs.gpu is None:
         return failed("model/weights/GPU missing in catalog")
-    try:
-        result = predict(parse_config(inputs.model.hf_config), weights_bytes=int(inputs.weights_bytes),
-                         gpu_memory_bytes=[inputs.gpu.memory_bytes] * inputs.world, shape=inputs.shape,
-                         confidence="exact")
-    except UnpriceableModel as exc:
-        return failed(f"unpriceable: {exc}")
+    result = predict(parse_config(inputs.model.hf_config), weights_bytes=int(inputs.weights_bytes),
+                     gpu_memory_bytes=[inputs.gpu.memory_bytes] * inputs.world, shape=inputs.shape,
+                     confidence="exact")
+    if isinstance(result, Unpriceable):
+        return failed(f"unpriceable: {result.reason}")
     peak = result.per_gpu.budget_bytes + result.cudagraph_outside_budget_bytes + CONTEXT_RESERVE_BYTES
     measured_peak = anchor.measured_peak_bytes
     up: list[str] = []

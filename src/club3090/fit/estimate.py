@@ -1,13 +1,15 @@
-"""kv-calc's pricing step (pure): a resolved :class:`sources.ModelSource`, the user's overrides and
-a GPU set -> :class:`memory.FitResult` and the context it was priced in.
+"""kv-calc's pricing steps (pure): the serving shape a request asks for, and the fit of the model's
+facts (``ModelSpec``) on a GPU set at that shape.
 
-The serving shape is the source's profile (:func:`serving.profile_shape`) with the overrides on
-top, else vLLM's defaults plus the overrides; the drafter terms are the source's (``sources``
-decides whether the profile's drafter applies to MODEL). GPUs default to the profile's reference card (else RTX 3090) x TP x PP.
+The serving shape is the ``--profile``'s (:func:`fit.shape.profile_shape`) with the overrides on
+top, else vLLM's defaults plus the overrides; the profile's drafter comes with it unless the model
+is a catalog model that drafter does not serve (``model_compat``). GPUs default to the profile's
+reference card (else RTX 3090) x TP x PP: :func:`default_gpus` names them, the pipeline parses.
 
-``estimate(source, overrides, catalog) -> Estimate | NoFit`` (``NoFit``: the model or shape cannot
-be priced, a verdict). Raises ``UsageError`` (weights unknown, fewer GPUs than TP x PP, a bad
-``--gpus``).
+``estimate(...) -> Estimate | NoFit`` (``NoFit``: the model or shape cannot be priced, a verdict).
+Raises ``UsageError`` (fewer GPUs than TP x PP; weights unknown with no config to estimate them
+from). A folder with only ``config.json`` is priced with :func:`model.param_estimate.estimate_weights`,
+named as an estimate with its band in ``weights_source``.
 """
 
 from __future__ import annotations
@@ -16,15 +18,17 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from club3090.errors import UsageError
-from club3090.fit.memory import FitResult, GiB, UnpriceableModel, predict
-from club3090.fit.shape import profile_shape
-from club3090.model.architecture import parse_config
-from club3090.rig.gpus import parse_gpus
+from club3090.fit.memory import FitResult, GiB, ServeShape, Unpriceable, predict
+from club3090.fit.shape import drafter_terms, profile_shape
+from club3090.model.param_estimate import estimate_weights
 
 if TYPE_CHECKING:
-    from club3090.model.spec import ModelSource
+    from club3090.catalog.model import Catalog, Profile
+    from club3090.model.spec import ModelSpec
+    from club3090.rig.gpus import GpuSet
 
-__all__ = ["DEFAULT_GPU", "Estimate", "NoFit", "Overrides", "estimate", "weights_per_rank_bytes"]
+__all__ = ["DEFAULT_GPU", "Estimate", "NoFit", "Overrides", "default_gpus", "estimate", "serving_shape",
+           "weights_note", "weights_per_rank_bytes"]
 
 DEFAULT_GPU = "rtx-3090"
 
@@ -46,7 +50,6 @@ class Overrides:
     num_speculative_tokens: int | None = None
     enforce_eager: bool = False
     weights_gib: float | None = None        # weights per GPU rank, as vLLM's "Model loading took X GiB"
-    gpus: str | None = None                 # a --gpus SPEC
     solve_max_ctx: bool = False             # answer for the largest context that fits
 
 
@@ -84,43 +87,71 @@ def weights_per_rank_bytes(weights_gib: float | None) -> int | None:
     return int(weights_gib * GiB) if weights_gib is not None else None
 
 
-def estimate(source: "ModelSource", overrides: Overrides, catalog: Any) -> Estimate | NoFit:
-    try:
-        return _estimate(source, overrides, catalog)
-    except UnpriceableModel as exc:
-        return NoFit(model=source.label, error=str(exc))
-
-
-def _estimate(source: "ModelSource", overrides: Overrides, catalog: Any) -> Estimate:
+def serving_shape(spec: "ModelSpec", profile: "Profile | None", overrides: Overrides,
+                  catalog: "Catalog | None") -> ServeShape:
+    """The shape kv-calc prices: the profile's (its drafter only if it serves this model), the
+    overrides on top."""
     o = overrides
-    arch = source.arch if source.arch is not None else parse_config(source.config or {})
-    prof = source.profile
-    # the drafter terms are the source's (sources decides whether the profile's drafter applies)
-    shape = profile_shape(
-        prof, catalog if prof is not None else None, drafter=False,
+    num_spec, extra = 0, 0
+    if profile is not None and profile.drafter and catalog is not None:
+        drafter = catalog.drafters[profile.drafter]
+        curated = spec.curated
+        if curated is None or curated.model_id == profile.model or curated.model_id in drafter.model_compat:
+            num_spec, extra = drafter_terms(drafter)
+    return profile_shape(
+        profile, catalog if profile is not None else None, drafter=False,
         tp=o.tp, pp=o.pp, mem_util=o.mem_util, max_model_len=o.max_model_len, max_num_seqs=o.max_num_seqs,
         max_num_batched_tokens=o.max_num_batched_tokens, block_size=o.block_size,
         kv_cache_dtype=o.kv_cache_dtype, enforce_eager=True if o.enforce_eager else None,
         vllm_version=o.vllm_version, dtype=o.dtype,
-        num_speculative_tokens=o.num_speculative_tokens if o.num_speculative_tokens is not None
-        else source.num_spec,
-        extra_weights_bytes=source.extra_weights_bytes)
+        num_speculative_tokens=o.num_speculative_tokens if o.num_speculative_tokens is not None else num_spec,
+        extra_weights_bytes=extra)
+
+
+def default_gpus(shape: ServeShape, profile: "Profile | None") -> str:
+    """The ``--gpus`` kv-calc assumes when none is given: the profile's reference card x TP x PP."""
+    card = profile.reference_gpu if profile is not None and profile.reference_gpu else DEFAULT_GPU
+    return f"{shape.tp * shape.pp}x{card}"
+
+
+def weights_note(spec: "ModelSpec", catalog: "Catalog | None") -> str:
+    """Where the weight bytes came from, for the report."""
+    if spec.source == "catalog" and spec.curated is not None and spec.weights_bytes is not None:
+        return f"catalog weight variant {spec.curated.variant_id} ({spec.weights_bytes / 1e9:.1f} GB on disk)"
+    if spec.source == "hub":
+        return "safetensors headers (Hub)"
+    return f"{len(spec.weight_files)} safetensors header(s)"
+
+
+def estimate(spec: "ModelSpec", shape: ServeShape, gpus: "GpuSet", overrides: Overrides, *, label: str,
+             gpus_spec: str, profile: "Profile | None" = None, catalog: "Catalog | None" = None) -> Estimate | NoFit:
+    """The fit of ``spec`` on ``gpus`` at ``shape`` (and, with ``solve_max_ctx``, at the largest
+    context that fits)."""
     world = shape.tp * shape.pp
-    spec = o.gpus if o.gpus is not None else f"{world}x{prof.reference_gpu if prof is not None else DEFAULT_GPU}"
-    gpus = parse_gpus(spec, catalog)
     if gpus.count < world:
         raise UsageError(f"TP {world} needs {world} GPUs; --gpus gives {gpus.count}")
     device = gpus.gpus[0].display_name if gpus.gpus and gpus.gpus[0] is not None else None
     shape = replace(shape, device_name=device)
-    per_rank = weights_per_rank_bytes(o.weights_gib)
-    if per_rank is None and source.weights_bytes is None:
-        raise UsageError(f"{source.label}: weights unknown; pass --weights-gib (weights per GPU rank)")
-    kwargs: dict[str, Any] = dict(weights_bytes=int(source.weights_bytes or 0),
+    per_rank = weights_per_rank_bytes(overrides.weights_gib)
+    weights_bytes, estimated = spec.weights_bytes, None
+    if per_rank is None and weights_bytes is None:
+        # a folder with only config.json: a parameter-count estimate, said so with its band
+        if spec.arch.unpriceable_reason or spec.arch.hidden_size <= 0:
+            raise UsageError(f"{label}: weights unknown; pass --weights-gib (weights per GPU rank)")
+        estimated = estimate_weights(spec.arch, dtype=overrides.dtype)
+        weights_bytes = estimated.bytes
+    kwargs: dict[str, Any] = dict(weights_bytes=int(weights_bytes or 0),
                                   gpu_memory_bytes=list(gpus.memory_bytes[:world]),
-                                  weights_bytes_per_rank=per_rank, confidence=source.confidence)
-    result = predict(arch, shape=shape, **kwargs)
-    if o.solve_max_ctx and result.max_model_len_fit > 0 and result.max_model_len_fit != result.max_model_len:
-        result = predict(arch, shape=replace(shape, max_model_len=result.max_model_len_fit), **kwargs)
-    return Estimate(result=result, model=source.label, architecture=arch.architecture, gpus=spec, tp=shape.tp,
+                                  weights_bytes_per_rank=per_rank, confidence=spec.confidence)
+    result = predict(spec.arch, shape=shape, **kwargs)
+    if isinstance(result, Unpriceable):
+        return NoFit(model=label, error=result.reason)
+    if overrides.solve_max_ctx and 0 < result.max_model_len_fit != result.max_model_len:
+        solved = predict(spec.arch, shape=replace(shape, max_model_len=result.max_model_len_fit), **kwargs)
+        if isinstance(solved, Unpriceable):
+            return NoFit(model=label, error=solved.reason)
+        result = solved
+    return Estimate(result=result, model=label, architecture=spec.arch.architecture, gpus=gpus_spec, tp=shape.tp,
                     pp=shape.pp, weights_source="--weights-gib (per rank)" if per_rank is not None
-                    else source.weights_note, profile=prof.key if prof else None)
+                    else estimated.note if estimated is not None else weights_note(spec, catalog),
+                    profile=profile.key if profile is not None else None)

@@ -15,7 +15,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from fractions import Fraction
 
-from club3090.errors import Club3090Error
 from club3090.fit.kv_formats import KvFormat
 from club3090.model.architecture import LayerSpec
 
@@ -23,7 +22,8 @@ __all__ = [
     "K_EQ_V_STORED_ONCE",
     "KvGroup",
     "Layout",
-    "UnpriceableModel",
+    "CannotPrice",
+    "Unpriceable",
     "blocks_per_request",
     "bytes_needed",
     "kv_page_layout",
@@ -32,8 +32,20 @@ __all__ = [
 ]
 
 
-class UnpriceableModel(Club3090Error, ValueError):
-    """The fit engine cannot price this model/shape (unmodelled layer type, impossible TP, ...)."""
+@dataclass(frozen=True, slots=True)
+class Unpriceable:
+    """The fit engine cannot price this model/shape (unmodelled layer type, impossible TP, ...):
+    a verdict (``no-fit-model``), returned by :func:`memory.predict` instead of a ``FitResult``."""
+
+    reason: str
+
+    def __str__(self) -> str:
+        return self.reason
+
+
+class CannotPrice(Exception):
+    """Raised deep in the pricing maths, turned into :class:`Unpriceable` by :func:`memory.predict`;
+    never leaves the fit package."""
 
 
 
@@ -96,7 +108,7 @@ def tp_geometry_problem(tp: int, heads: int | None, kv_heads: int | None) -> str
     return None
 
 
-def mamba_groups(n_groups: int, tp: int) -> int:
+def mamba_groups(n_groups: int, tp: int) -> int | Unpriceable:
     """Mamba-2 groups across all ranks after vLLM's replication (MambaMixer2,
     ``extra_groups_for_head_shards``): TP dividing the groups shards them as they are; a single
     group is replicated once per rank; any other non-dividing count vLLM refuses to load."""
@@ -104,7 +116,7 @@ def mamba_groups(n_groups: int, tp: int) -> int:
         return n_groups
     if n_groups == 1:
         return tp
-    raise UnpriceableModel(f"{n_groups} Mamba groups are neither divisible by TP {tp} nor a single group")
+    return Unpriceable(f"{n_groups} Mamba groups are neither divisible by TP {tp} nor a single group")
 
 
 def _state_bytes(layer: LayerSpec, tp: int, num_spec: int, conv_bytes: int, ssm_bytes: int) -> int:
@@ -116,11 +128,14 @@ def _state_bytes(layer: LayerSpec, tp: int, num_spec: int, conv_bytes: int, ssm_
         recurrent = (layer.linear_num_value_heads // tp) * layer.linear_value_head_dim * layer.linear_key_head_dim
         return conv * conv_bytes + recurrent * ssm_bytes
     if layer.kind == "mamba2":
-        conv_dim = layer.mamba_intermediate + 2 * mamba_groups(layer.n_groups, tp) * layer.ssm_state_size
+        groups = mamba_groups(layer.n_groups, tp)
+        if isinstance(groups, Unpriceable):
+            raise CannotPrice(groups.reason)
+        conv_dim = layer.mamba_intermediate + 2 * groups * layer.ssm_state_size
         conv = (conv_dim // tp) * (layer.conv_kernel - 1 + num_spec)
         recurrent = (layer.mamba_num_heads // tp) * layer.mamba_head_dim * layer.ssm_state_size
         return conv * conv_bytes + recurrent * ssm_bytes
-    raise UnpriceableModel(f"layer kind {layer.kind!r} has no state model")
+    raise CannotPrice(f"layer kind {layer.kind!r} has no state model")
 
 
 @dataclass(frozen=True, slots=True)

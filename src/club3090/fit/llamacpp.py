@@ -29,7 +29,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from itertools import accumulate
 
-from club3090.fit.memory import UnpriceableModel
+from club3090.fit.memory import Unpriceable
 from club3090.model.gguf import TYPE_BY_NAME, GgmlType
 from club3090.model.gguf_model import GgufModel
 
@@ -139,17 +139,21 @@ class LlamaCppBreakdown:
         return self.devices[-1]
 
 
+class _CannotPrice(Exception):
+    """Raised inside the maths, returned as :class:`Unpriceable` by the public functions."""
+
+
 def _cache_type(name: str) -> GgmlType:
     kind = TYPE_BY_NAME.get(name.lower())
     if kind is None:
-        raise UnpriceableModel(f"unknown llama.cpp cache type {name!r}; known: {', '.join(KV_CACHE_TYPES)}")
+        raise _CannotPrice(f"unknown llama.cpp cache type {name!r}; known: {', '.join(KV_CACHE_TYPES)}")
     return kind
 
 
 def _context(args: LlamaCppArgs) -> tuple[int, int, int]:
     """(cells per stream, streams, n_ubatch) as llama_context sets them up."""
     if args.ctx_size < 1 or args.parallel < 1 or args.batch_size < 1 or args.ubatch_size < 1:
-        raise UnpriceableModel("context, batch, ubatch and parallel must be positive")
+        raise _CannotPrice("context, batch, ubatch and parallel must be positive")
     n_ubatch = min(min(args.ctx_size, args.batch_size), args.ubatch_size)
     n_ctx = _pad(args.ctx_size, CELL_PAD)
     if args.kv_unified or args.parallel == 1:
@@ -177,7 +181,7 @@ def _layer_kv_bytes(model: GgufModel, args: LlamaCppArgs) -> tuple[list[int], Kv
             continue
         for kind, elems in ((tk, layer.k_elems), (tv, layer.v_elems)):
             if elems % kind.block:
-                raise UnpriceableModel(f"cache type {kind.name.lower()} needs a multiple of {kind.block} "
+                raise _CannotPrice(f"cache type {kind.name.lower()} needs a multiple of {kind.block} "
                                        f"values per row, this model has {elems}")
         n = swa_cells if layer.window else cells
         kb, vb = tk.row_bytes(layer.k_elems) * n * streams, tv.row_bytes(layer.v_elems) * n * streams
@@ -192,14 +196,18 @@ def _layer_kv_bytes(model: GgufModel, args: LlamaCppArgs) -> tuple[list[int], Kv
     return per_layer, cache
 
 
-def kv_cache(model: GgufModel, args: LlamaCppArgs) -> KvCache:
-    return _layer_kv_bytes(model, args)[1]
+def kv_cache(model: GgufModel, args: LlamaCppArgs) -> KvCache | Unpriceable:
+    """The KV cache ``args`` ask for, or why it cannot be priced (a cache type, a context)."""
+    try:
+        return _layer_kv_bytes(model, args)[1]
+    except _CannotPrice as exc:
+        return Unpriceable(str(exc))
 
 
 def _splits(args: LlamaCppArgs, capacities: Sequence[int]) -> list[float]:
     weights = list(args.tensor_split) or [float(c) for c in capacities]
     if len(weights) != len(capacities) or any(w < 0 for w in weights) or sum(weights) <= 0:
-        raise UnpriceableModel(f"--tensor-split needs {len(capacities)} non-negative values, not all zero")
+        raise _CannotPrice(f"--tensor-split needs {len(capacities)} non-negative values, not all zero")
     total = sum(weights)
     return [c / total for c in accumulate(weights)]
 
@@ -221,17 +229,26 @@ def _compute_bytes(model: GgufModel, cache: KvCache, args: LlamaCppArgs, *, atte
 
 
 def predict(model: GgufModel, args: LlamaCppArgs, gpu_bytes: Sequence[int],
-            host_bytes: int | None = None) -> LlamaCppBreakdown:
-    """Memory per GPU (``gpu_bytes``: each GPU's usable bytes) and on the host."""
+            host_bytes: int | None = None) -> LlamaCppBreakdown | Unpriceable:
+    """Memory per GPU (``gpu_bytes``: each GPU's usable bytes) and on the host, or why the flags
+    cannot be priced."""
+    try:
+        return _predict(model, args, gpu_bytes, host_bytes)
+    except _CannotPrice as exc:
+        return Unpriceable(str(exc))
+
+
+def _predict(model: GgufModel, args: LlamaCppArgs, gpu_bytes: Sequence[int],
+             host_bytes: int | None) -> LlamaCppBreakdown:
     if args.split_mode not in SPLIT_MODES:
-        raise UnpriceableModel(f"--split-mode must be one of {', '.join(SPLIT_MODES)}")
+        raise _CannotPrice(f"--split-mode must be one of {', '.join(SPLIT_MODES)}")
     n_layer, n_gpu = model.n_layer, len(gpu_bytes)
     per_layer_kv, cache = _layer_kv_bytes(model, args)
     ngl = 0 if n_gpu == 0 else (n_layer + 1 if args.n_gpu_layers < 0 else min(args.n_gpu_layers, n_layer + 1))
     start = max(n_layer - ngl, 0)
     cpu = n_gpu                                        # index of the host in the tallies
     if n_gpu and not 0 <= args.main_gpu < n_gpu:
-        raise UnpriceableModel(f"--main-gpu {args.main_gpu} is not one of the {n_gpu} GPUs")
+        raise _CannotPrice(f"--main-gpu {args.main_gpu} is not one of the {n_gpu} GPUs")
     splits = _splits(args, gpu_bytes) if n_gpu else []
 
     def device_of(il: int) -> int:
@@ -291,7 +308,8 @@ def largest_context(model: GgufModel, args: LlamaCppArgs, gpu_bytes: Sequence[in
         return None
     while lo < hi:
         mid = (lo + hi + 1) // 2
-        if predict(model, replace(args, ctx_size=mid * CELL_PAD), gpu_bytes, host_bytes).fits:
+        priced = predict(model, replace(args, ctx_size=mid * CELL_PAD), gpu_bytes, host_bytes)
+        if isinstance(priced, LlamaCppBreakdown) and priced.fits:
             lo = mid
         else:
             hi = mid - 1
@@ -309,6 +327,6 @@ def fewest_offloaded(model: GgufModel, args: LlamaCppArgs, gpu_bytes: Sequence[i
     candidates += [replace(args, n_gpu_layers=k, n_cpu_moe=0) for k in range(n, -1, -1)]
     for candidate in candidates:
         result = predict(model, candidate, gpu_bytes, host_bytes)
-        if result.fits:
+        if isinstance(result, LlamaCppBreakdown) and result.fits:
             return result
     return None

@@ -26,9 +26,10 @@ from typing import Any
 from club3090.fit import profiling
 from club3090.fit.kv_formats import canonical_dtype, dtype_bytes, kv_format
 from club3090.fit.kv_layout import (
+    CannotPrice,
     KvGroup,
     Layout,
-    UnpriceableModel,
+    Unpriceable,
     blocks_per_request,
     bytes_needed,
     kv_page_layout,
@@ -63,7 +64,7 @@ __all__ = [
     "MiB",
     "RankBreakdown",
     "ServeShape",
-    "UnpriceableModel",
+    "Unpriceable",
     "capture_sizes",
     "kv_page_layout",
     "mamba_groups",
@@ -241,8 +242,6 @@ def resolve_defaults(arch: Architecture, shape: ServeShape, gpu_memory_bytes: Se
     auto = shape.max_model_len is not None and shape.max_model_len < 0
     model_len = arch.derived_max_model_len or arch.max_position_embeddings or 0
     max_len = model_len if auto or not shape.max_model_len else shape.max_model_len
-    if auto and ver < AUTO_FIT_FLAG_FROM:
-        raise UnpriceableModel(f"--max-model-len auto needs vLLM >= 0.12.0 (priced as {version})")
     auto = auto or (shape.max_model_len is None and choice.engine == "v1" and ver >= AUTO_FIT_UNSET_FROM)
     use_mla = any(layer.kind == "mla" for layer in arch.layers)
     if use_mla:
@@ -329,28 +328,41 @@ def _weights_per_rank(arch: Architecture, weights_bytes: int, tp: int, pp: int, 
 
 def predict(arch: Architecture, *, weights_bytes: int, gpu_memory_bytes: Sequence[int], shape: ServeShape,
             weights_bytes_per_rank: int | None = None,
-            confidence: str = "estimated-lower-bound") -> FitResult:
+            confidence: str = "estimated-lower-bound") -> FitResult | Unpriceable:
+    """vLLM's start-up memory split for ``arch`` on these GPUs at ``shape``, or why it cannot be priced."""
+    try:
+        return _predict(arch, weights_bytes=weights_bytes, gpu_memory_bytes=gpu_memory_bytes, shape=shape,
+                        weights_bytes_per_rank=weights_bytes_per_rank, confidence=confidence)
+    except CannotPrice as exc:
+        return Unpriceable(str(exc))
+
+
+def _predict(arch: Architecture, *, weights_bytes: int, gpu_memory_bytes: Sequence[int], shape: ServeShape,
+             weights_bytes_per_rank: int | None, confidence: str) -> FitResult:
     if arch.unpriceable_reason:
-        raise UnpriceableModel(arch.unpriceable_reason)
+        raise CannotPrice(arch.unpriceable_reason)
     tp, pp = int(shape.tp), int(shape.pp)
     if tp < 1 or pp < 1:
-        raise UnpriceableModel("tensor and pipeline parallel sizes must be >= 1")
+        raise CannotPrice("tensor and pipeline parallel sizes must be >= 1")
     world = tp * pp
     mems = list(gpu_memory_bytes)
     if not mems:
-        raise UnpriceableModel("no GPU memory given")
+        raise CannotPrice("no GPU memory given")
     if len(mems) == 1:
         mems = mems * world
     if len(mems) < world:
-        raise UnpriceableModel(f"{len(mems)} GPUs given for TP {tp} x PP {pp}")
+        raise CannotPrice(f"{len(mems)} GPUs given for TP {tp} x PP {pp}")
     mems = mems[:world]
     fmt = kv_format(shape.kv_cache_dtype)
     if fmt is None:
-        raise UnpriceableModel(f"unknown KV cache dtype {shape.kv_cache_dtype!r}")
+        raise CannotPrice(f"unknown KV cache dtype {shape.kv_cache_dtype!r}")
     if fmt.mla_bytes_per_token is not None and not any(layer.kind == "mla" for layer in arch.layers):
-        raise UnpriceableModel(f"KV cache dtype {fmt.name} applies to MLA models only")
+        raise CannotPrice(f"KV cache dtype {fmt.name} applies to MLA models only")
 
     res = resolve_defaults(arch, shape, mems)
+    if shape.max_model_len is not None and shape.max_model_len < 0 and \
+            parse_version(shape.vllm_version) < AUTO_FIT_FLAG_FROM:
+        raise CannotPrice(f"--max-model-len auto needs vLLM >= 0.12.0 (priced as {res.vllm_version})")
     notes: list[str] = []
     unread = version_note(shape.vllm_version)
     if unread:
@@ -368,7 +380,7 @@ def predict(arch: Architecture, *, weights_bytes: int, gpu_memory_bytes: Sequenc
         arch = _without_mla(arch, ver, _quant_method(arch, shape), shape.mla_disabled)
     _check_geometry(arch, tp, pp)
     if res.max_model_len <= 0:
-        raise UnpriceableModel("max_model_len unknown: the config has no max_position_embeddings")
+        raise CannotPrice("max_model_len unknown: the config has no max_position_embeddings")
     model_bytes = dtype_bytes(res.model_dtype)
     ssm_name = shape.mamba_ssm_cache_dtype or arch.mamba_ssm_cache_dtype
     ssm_bytes = dtype_bytes(ssm_name) if ssm_name and ssm_name != "auto" else model_bytes
@@ -433,7 +445,7 @@ def predict(arch: Architecture, *, weights_bytes: int, gpu_memory_bytes: Sequenc
             layouts.append(layout)
 
     if not any(lay.groups for lay in layouts):
-        raise UnpriceableModel("the model has no KV cache or state layers to size")
+        raise CannotPrice("the model has no KV cache or state layers to size")
     # a PP stage holding no cache layers (Nemotron-H's trailing MLP stages) allocates no KV and
     # cannot limit the pool: only stages with groups compete
     limiting = min((i for i in range(len(ranks)) if layouts[i].groups),
@@ -506,13 +518,13 @@ def _check_geometry(arch: Architecture, tp: int, pp: int) -> None:
         problem = tp_geometry_problem(tp, arch.num_attention_heads,
                                       arch.num_key_value_heads if kv_split else None)
         if problem:
-            raise UnpriceableModel(problem)
+            raise CannotPrice(problem)
     for layer in arch.layers:
         if layer.kind == "gdn" and (layer.linear_num_key_heads % tp or layer.linear_num_value_heads % tp):
-            raise UnpriceableModel(f"linear-attention heads are not divisible by TP {tp}")
+            raise CannotPrice(f"linear-attention heads are not divisible by TP {tp}")
         if layer.kind == "mamba2" and layer.mamba_num_heads % tp:
-            raise UnpriceableModel(f"Mamba heads are not divisible by TP {tp}")
+            raise CannotPrice(f"Mamba heads are not divisible by TP {tp}")
         if layer.kind == "linear":
-            raise UnpriceableModel("unmodelled linear-attention layer")
+            raise CannotPrice("unmodelled linear-attention layer")
     if pp > arch.num_hidden_layers:
-        raise UnpriceableModel(f"PP {pp} exceeds {arch.num_hidden_layers} layers")
+        raise CannotPrice(f"PP {pp} exceeds {arch.num_hidden_layers} layers")

@@ -14,8 +14,8 @@ import json
 from dataclasses import fields
 from typing import Any
 
-from club3090.compose.launch import InterpolationError, interpolate
-from club3090.errors import CatalogError, Problem
+from club3090.compose.launch import interpolate
+from club3090.errors import CatalogError, InterpolationError, Problem
 from club3090.fit.memory import ServeShape
 
 __all__ = ["SHAPE_FIELDS", "drafter_terms", "profile_batched_tokens", "profile_encoder_profiling", "profile_shape",

@@ -10,6 +10,18 @@ from types import MappingProxyType
 from typing import Any
 
 
+class Outcome(str, Enum):
+    """What a command's answer amounts to; ``club3090.cli.exit_codes`` maps each to its exit code."""
+
+    OK = "ok"                        # fits / accepted / emitted
+    REFUSED = "refused"              # a stop, hard-block, does not fit, a failed [E] stage
+    NEEDS_ACK = "needs-ack"          # a terminal an acknowledgement flag would accept
+    LISTING_ONLY = "listing-only"    # compose --list: nothing generated
+
+    def __str__(self) -> str:
+        return self.value
+
+
 class Stratum(IntEnum):
     DECIDED = 0
     DERIVER = 1
@@ -32,7 +44,7 @@ STRATUM_NAMES: Mapping[Stratum, str] = MappingProxyType({
 
 
 class Reason(str, Enum):
-    """Public reason tokens (SYSTEM.md section 4). Values are stable; wording lives in the CLI."""
+    """Public reason tokens (docs/DESIGN.md). Values are stable; wording lives in the CLI."""
 
     # stratum 1
     REPO_NOT_FOUND = "repo-not-found"
@@ -76,7 +88,7 @@ class Stop:
 
     @property
     def token(self) -> str:
-        """The abort reason as printed (SYSTEM.md section 4): ``d-refused:<token>`` at stratum 6,
+        """The abort reason as printed (docs/DESIGN.md): ``d-refused:<token>`` at stratum 6,
         ``<state>/<sub-reason>`` for a [C0] finding (``engine-support-unknown/no-arch-row``), else
         the bare reason: a stratum-1 stop prints the seed token, its case stays in ``sub_reason``."""
         if self.reason is Reason.D_REFUSED:
@@ -84,6 +96,13 @@ class Stop:
         if self.stratum is Stratum.ENGINE_SUPPORT and self.sub_reason:
             return f"{self.reason.value}/{self.sub_reason}"
         return self.reason.value
+
+
+def deriver_stop(reason: Reason, sub_reason: str, message: str, **extra: object) -> Stop:
+    """A stratum-1 stop. The public reason stays the bare token; ``sub_reason`` (``gguf-only``,
+    ``not-found``, ...) says which case it was, ``detail`` keeps the data (``message``, ``file``, ...)."""
+    return Stop(stratum=Stratum.DERIVER, reason=reason, sub_reason=sub_reason,
+                detail=MappingProxyType({"message": message, **extra}))
 
 
 def bypassed(stop: Stop, given: frozenset[str]) -> bool:
@@ -100,7 +119,7 @@ class NoticeCode(str, Enum):
     PROFILE_NOT_LAUNCHABLE = "profile-not-launchable"          # data: profile, status
     PATH_A_IGNORES_EXPERIMENTAL_ARCH = "path-a-ignores-experimental-arch"
     BYPASSED = "bypassed"                                      # data: token, flags
-    CONTEXT_CAPPED_TO_MODEL = "context-capped-to-model"        # data: profile, max_ctx, model_max
+    CONTEXT_CAPPED_TO_MODEL = "context-capped-to-model"        # data: profile, max_model_len, model_max
     OVERRIDE_ACCEPTED = "override-accepted"
     NO_DOWNLOAD_YET = "no-download-yet"                        # Path B, non-curated, no --out, no [E]
     CURATED_NEEDS_OUT = "curated-needs-out"                    # data: profile
@@ -110,7 +129,7 @@ class NoticeCode(str, Enum):
     EMIT_ONLY = "emit-only"                                    # derived compose written, nothing downloaded
     EMIT_REFUSED = "emit-refused"                              # data: failure, detail
     BUNDLE_WRITE_FAILED = "bundle-write-failed"                # data: error
-    # hardware resolution (club3090.gate.gates.resolve_hardware)
+    # hardware resolution (club3090.rig.hardware.resolve_hardware)
     REFERENCE_GPU_PRICED = "reference-gpu-priced"              # data: gpu, count, memory_bytes
     MIXED_GPU_ARCH = "mixed-gpu-arch"                          # data: sms
     NON_NVIDIA_GPU = "non-nvidia-gpu"                          # data: name, assumed_sm

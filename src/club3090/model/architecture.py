@@ -38,6 +38,7 @@ __all__ = [
     "FAMILIES",
     "GENERIC",
     "LAYER_KINDS",
+    "SIGNED_DIMENSIONS",
     "STATE_KINDS",
     "Architecture",
     "Family",
@@ -69,6 +70,44 @@ DIMENSION_CAPS: Mapping[str, int] = MappingProxyType({
     "num_experts": 65_536,
     "num_experts_per_tok": 65_536,
 })
+
+
+# Every integer key this reader takes a size, count or index from (under any spelling, wrapper
+# keys included). A negative value, or one past MAX_DIMENSION, is malformed: the config is
+# unpriceable, whichever key the reader ends up using. ``sliding_window`` and the context-length
+# keys are not here: their non-positive values are read as "absent" (see ``_parse``).
+SIGNED_DIMENSIONS = frozenset({
+    "attention_chunk_size", "attention_head_dim", "conv_kernel", "d_conv", "d_model", "d_state", "dim",
+    "embedding_size", "expand", "expert_intermediate_size", "experts_per_token", "ff_intermediate_size",
+    "ffn_dim", "ffn_hidden_size", "first_k_dense_replace", "full_attention_interval", "global_head_dim",
+    "head_dim", "head_size", "hidden_size", "intermediate_size", "kv_channels", "kv_lora_rank",
+    "linear_conv_kernel_dim", "linear_key_head_dim", "linear_num_key_heads", "linear_num_value_heads",
+    "linear_value_head_dim", "mamba_d_conv", "mamba_d_head", "mamba_d_state", "mamba_expand",
+    "mamba_head_dim", "mamba_n_groups", "mamba_n_heads", "mamba_num_heads", "mlp_dim", "model_dim",
+    "moe_intermediate_size", "moe_num_experts", "moe_shared_expert_intermediate_size", "moe_top_k",
+    "moe_topk", "mtp_num_hidden_layers", "multi_query_group_num", "n_embd", "n_groups", "n_head",
+    "n_head_kv", "n_heads", "n_inner", "n_kv_heads", "n_layer", "n_layers", "n_mtp_layers",
+    "n_routed_experts", "n_shared_experts", "n_vocab", "ngroups", "no_rope_layer_interval",
+    "num_attention_heads", "num_experts", "num_experts_per_tok", "num_global_key_value_heads",
+    "num_heads", "num_hidden_layers", "num_key_value_heads", "num_kv_heads", "num_layers",
+    "num_local_experts", "num_mtp_layers", "num_nextn_predict_layers", "num_routed_experts",
+    "num_selected_experts", "num_shared_experts", "padded_vocab_size", "qk_nope_head_dim",
+    "qk_rope_head_dim", "shared_expert_intermediate_size", "sliding_window_pattern", "ssm_state_size",
+    "state_size", "top_k_experts", "v_head_dim", "vocab_size",
+})
+MAX_DIMENSION = 2**31 - 1
+
+
+def _out_of_range(cfg: Mapping[str, Any]) -> list[str]:
+    """The one sign-and-range check of the integers this module reads (see SIGNED_DIMENSIONS)."""
+    problems = []
+    for key in sorted(SIGNED_DIMENSIONS & cfg.keys()):
+        value = _int(cfg[key])
+        if value is not None and value < 0:
+            problems.append(f"{key} {value} is negative")
+        elif value is not None and value > MAX_DIMENSION:
+            problems.append(f"{key} {value} is over the sanity cap of {MAX_DIMENSION}")
+    return problems
 
 
 @dataclass(frozen=True, slots=True)
@@ -359,7 +398,7 @@ def _parse(config: Mapping[str, Any]) -> Architecture:
         if cfg.get(key) is None:
             cfg[key] = value
     notes: list[str] = []
-    problems: list[str] = []
+    problems: list[str] = _out_of_range(cfg)
 
     num_layers = _first_int(cfg, "num_hidden_layers", "n_layer", "num_layers", "n_layers") or 0
     hidden = _first_int(cfg, "hidden_size", "n_embd", "d_model", "dim", "model_dim") or 0

@@ -15,8 +15,7 @@ sub-byte dtypes (F4, F6_*) only need room for their packed bits, since writers m
 
 from __future__ import annotations
 
-import struct
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
@@ -82,7 +81,7 @@ def header_length(prefix: bytes, *, file: str, limit: int = MAX_HEADER_BYTES) ->
     """Decode the 8-byte prefix; refuse short files and headers over ``limit`` bytes."""
     if len(prefix) < PREFIX_BYTES:
         raise InputError(file, f"not a safetensors file: {len(prefix)} bytes, need at least 8")
-    (n,) = struct.unpack("<Q", prefix[:PREFIX_BYTES])
+    n = int.from_bytes(prefix[:PREFIX_BYTES], "little")
     if n > limit:
         raise InputError(file, f"safetensors header of {n} bytes is over the {limit}-byte limit")
     if n < 2:
@@ -187,3 +186,18 @@ def _tensor(entry: Any, *, name: str, file: str) -> TensorInfo:
         raise InputError(file, f"{where}: {dtype}{shape} packs into at least {-(-expected_bits // 8)} "
                                f"bytes, data_offsets span {span}")
     return TensorInfo(dtype=dtype, shape=tuple(shape), begin=offsets[0], end=offsets[1])
+
+
+def unique_data_bytes(headers: Mapping[str, SafetensorsHeader], *,
+                      label: Callable[[str], str] = lambda name: name) -> int:
+    """Weight bytes of a weight set: the sum over its files, refusing a tensor stored in two of
+    them (it would be counted twice). ``label(name)`` is the ``InputError.file`` of the offender."""
+    owner: dict[str, str] = {}
+    total = 0
+    for name, header in headers.items():
+        for tensor in header.tensors:
+            first = owner.setdefault(tensor, name)
+            if first != name:
+                raise InputError(label(name), f"tensor {tensor!r} is also stored in {first}")
+        total += header.data_bytes
+    return total

@@ -51,7 +51,8 @@ class ModelSpec:
     revision: str | None
     commit: str | None
     arch: "Architecture"
-    weights_bytes: int                        # sum of header byte ranges of the selected weight set
+    weights_bytes: int | None                 # sum of header byte ranges of the selected weight set;
+                                              # None: unknown (a config-only folder, a variant without a size)
     dtype_bytes: Mapping[str, int]            # safetensors dtype -> bytes
     weight_files: tuple[RepoFile, ...]
     download_files: tuple[RepoFile, ...]      # weights + index + metadata files the disk gate counts
@@ -67,18 +68,3 @@ class ModelSpec:
     gguf_files: tuple[str, ...] = ()
     provenance: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     max_ctx_supported: int | None = None      # max_position_embeddings, else 131072 (provenance "fallback")
-
-
-@dataclass(frozen=True, slots=True)
-class ModelSource:
-    label: str
-    config: Mapping[str, Any] | None = None     # config.json (or the catalog's hf_config)
-    arch: Any = None                            # an Architecture already derived (Hub sources)
-    weights_bytes: int | None = None
-    weights_note: str = ""
-    profile: Any = None
-    model: Any = None
-    variant: Any = None
-    confidence: str = "estimated-lower-bound"
-    extra_weights_bytes: int = 0                # the profile's drafter weights
-    num_spec: int = 0                           # the profile's drafter speculative tokens

@@ -1,4 +1,4 @@
-"""Pull-Emit-Derived ``[E]`` (SYSTEM.md section 12): after a satisfied Path-B terminal for a
+"""Pull-Emit-Derived ``[E]`` (docs/DESIGN.md): after a satisfied Path-B terminal for a
 non-curated repo, emit the derived compose, download the repo, boot it, smoke it, capture it.
 
 ``run`` is called by ``pull.evaluate`` only; every side effect is a seam of ``EStages`` (the
@@ -38,8 +38,8 @@ from club3090.reports import capture
 
 if TYPE_CHECKING:
     from club3090.catalog.model import Catalog, Profile
-    from club3090.gate.gates import HardwareFacts
     from club3090.model.spec import ModelSpec
+    from club3090.rig.hardware import HardwareFacts
     from club3090.settings import Settings
 
 STAGES = ("emit", "download", "boot", "smoke")
@@ -131,7 +131,7 @@ class _State:
             self.stage, self.failure, self.detail = stage, token, detail
 
 
-# every source the fit engine's numbers depend on (SYSTEM.md section 12, kv_calc_version)
+# every source the fit engine's numbers depend on (docs/DESIGN.md, kv_calc_version)
 ESTIMATOR_SOURCES = ("model/architecture.py", "fit/memory.py", "fit/kv_formats.py", "fit/shape.py")
 
 

@@ -1,6 +1,6 @@
 """Capture bundles: gate-only bundles on hard stops, redaction, fingerprints, the ``.last`` marker.
 
-Layout (SYSTEM.md section 12), under a captures root (by default ``./.pull-captures``)::
+Layout (docs/DESIGN.md, the Loop), under a captures root (by default ``./.pull-captures``)::
 
     <root>/<sanitized-slug>/<UTC %Y%m%dT%H%M%SZ>[-N]/pt1-gate.json
                                                     [pt2-download.json pt3-boot.json
@@ -53,7 +53,7 @@ POINT_FILES: Mapping[str, str] = MappingProxyType({
     "override_capture": "pt5-override-capture.json",
 })
 
-# first-class manifest keys (SYSTEM.md section 12); the consensus and dedup keys are drawn from them
+# first-class manifest keys; the consensus and dedup keys are drawn from them
 MANIFEST_KEYS: tuple[str, ...] = (
     "model", "quant_label", "arch_family", "topology_class", "engine_pin", "engine_version",
     "kv_calc_version", "selected_ctx", "kv_format", "smoke_capability_set",
@@ -141,12 +141,12 @@ def _normalized(manifest: Mapping[str, Any], name: str) -> str:
 
 
 def consensus_key(manifest: Mapping[str, Any]) -> tuple[str, ...]:
-    """The 9-tuple two bundles must share to count as the same observation (section 13)."""
+    """The 9-tuple two bundles must share to count as the same observation (the Loop's consensus)."""
     return tuple(_normalized(manifest, name) for name in CONSENSUS_FIELDS)
 
 
 def dedup_key(manifest: Mapping[str, Any], failure_class: str | None = None) -> tuple[str, ...]:
-    """The 7-tuple that decides "same issue" (section 13); ``failure_class`` overrides the
+    """The 7-tuple that decides "same issue" (the Loop's dedup); ``failure_class`` overrides the
     manifest's (gate-only bundles carry ``null`` and are classified at submit time)."""
     values = dict(manifest)
     if failure_class is not None:

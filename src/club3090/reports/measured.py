@@ -112,3 +112,26 @@ def residual_for(receipts: Sequence[Mapping[str, Any]], *, repo_id: str,
     mean = sum(errors) / len(errors)
     band = max(max(abs(e - mean) for e in errors), ROUNDING_GIB)
     return round(mean, 4), round(band, 4)
+
+
+def apply_measured(fit: Any, match: MeasuredHere) -> Any:
+    """A ``fit.memory.FitResult`` with the measured KV pool, tokens, blocks and concurrency in
+    place of the predicted ones, confidence ``exact`` and a note naming the evidence; the error
+    band shrinks to the receipts' rounding. Terms the receipts did not measure stay predicted."""
+    from dataclasses import replace
+
+    gib = 2**30
+    per_gpu = fit.per_gpu
+    if match.available_kv_cache_gib is not None:
+        per_gpu = replace(per_gpu, kv_pool_bytes=int(match.available_kv_cache_gib * gib))
+    changes: dict[str, Any] = {
+        "per_gpu": per_gpu, "confidence": "exact", "error_band_bytes": int(match.band_gib * gib),
+        "notes": (*fit.notes, f"{EXACT_HERE}: {match.entry_id}"),
+    }
+    if match.gpu_kv_cache_tokens is not None:
+        changes["kv_cache_tokens"] = match.gpu_kv_cache_tokens
+    if match.num_gpu_blocks is not None:
+        changes["num_blocks"] = match.num_gpu_blocks
+    if match.max_concurrency is not None:
+        changes["max_concurrency"] = match.max_concurrency
+    return replace(fit, **changes)

@@ -18,10 +18,10 @@ from club3090.catalog.model import Catalog, Gpu
 from club3090.errors import UsageError
 
 MAX_GPUS = 64            # the one bound on a GPU count (--gpus, detection): more is a broken answer
-# SYSTEM.md section 6: a non-NVIDIA GPU (AMD / ROCm / Apple / Metal / MPS) is assumed SM 8.0 for
+# docs/DESIGN.md: a non-NVIDIA GPU (AMD / ROCm / Apple / Metal / MPS) is assumed SM 8.0 for
 # the SM gate only; its memory never feeds the fit. The one definition (gates, hardware).
 NON_NVIDIA_SM = Decimal("8.0")
-MAX_GPU_BYTES = 2 ** 40  # 1 TiB per GPU: SYSTEM.md's bound on a believable topology
+MAX_GPU_BYTES = 2 ** 40  # 1 TiB per GPU: the bound on a believable topology
 _UNITS = {"gib": 2 ** 30, "gb": 10 ** 9, "mib": 2 ** 20, "mb": 10 ** 6, "tib": 2 ** 40, "tb": 10 ** 12}
 _COUNT_RE = re.compile(r"^\s*(\d{1,9})\s*[x×*]\s*(\S.*?)\s*$", re.IGNORECASE | re.ASCII)
 _SIZE_RE = re.compile(r"^\s*(\d{1,15}(?:\.\d{1,15})?)\s*(gib|gb|mib|mb|tib|tb)\s*$", re.IGNORECASE | re.ASCII)

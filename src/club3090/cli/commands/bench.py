@@ -60,7 +60,7 @@ def render(report: Any) -> str:
     return "\n".join(lines)
 
 
-def run(args: argparse.Namespace, settings: Any, *, http: Any = None, clock: Callable[[], float] | None = None,
+def run(args: argparse.Namespace, provider: Any, *, http: Any = None, clock: Callable[[], float] | None = None,
         env: Any = None, salt: Callable[[], str] | None = None) -> int:
     from pathlib import Path
 

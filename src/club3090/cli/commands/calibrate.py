@@ -78,7 +78,7 @@ def _given(pairs: list[str]) -> dict[str, Any]:
     return out
 
 
-def run(args: argparse.Namespace, settings: Any) -> int:
+def run(args: argparse.Namespace, provider: Any) -> int:
     from club3090.edges.files import atomic_write_text, read_json_capped
     from club3090.errors import InputError
     from club3090.reports.capture import club3090_commit, dump_json
@@ -93,16 +93,16 @@ def run(args: argparse.Namespace, settings: Any) -> int:
             raise InputError(str(args.config), "expected a config.json object")
     gpu_name = gpu_memory_gib = gpu_count = None
     if args.gpus is not None:
-        from club3090.catalog import load_catalog
-        from club3090.rig.gpus import parse_gpus
-        gpus = parse_gpus(args.gpus, load_catalog())
+        from club3090.pipeline.stages import gpu_set
+        gpus = gpu_set(args.gpus, provider.catalog())
+        assert gpus is not None
         gpu_name = gpus.gpu.display_name if gpus.gpu is not None else gpus.names[0]
         gpu_memory_gib = gpus.min_memory_bytes / 2**30
         gpu_count = gpus.count
 
     given = _given(args.arg)
     logs = _read_logs(args.log)
-    redactor = Redactor(secrets=settings.redaction_secrets)
+    redactor = Redactor(secrets=provider.settings.redaction_secrets)
     commit = club3090_commit()
     receipts, skipped = [], []
     for name, raw in logs:

@@ -1,4 +1,4 @@
-"""`club3090 compose --profile KEY`: replay a curated profile's shipped compose (SYSTEM.md section 11).
+"""`club3090 compose --profile KEY`: replay a curated profile's shipped compose (docs/DESIGN.md).
 
 Exit codes: 0 emitted, 2 refused (stratum-6 token), 3 degraded without --accept-degraded,
 4 candidates listed (the tuple form: --model/--engine/--kv/--tp instead of --profile),
@@ -12,10 +12,11 @@ import sys
 from pathlib import Path
 
 from club3090.cli.commands._types import positive_int
+from club3090.cli.exit_codes import exit_code
 from club3090.errors import UsageError
+from club3090.gate.outcome import Outcome
 
 FORMAT_CHOICES = ("compose", "vllm-serve", "json")
-EXIT_LISTED = 4
 TUPLE_FLAGS = ("model", "engine", "kv", "tp")
 
 
@@ -43,17 +44,16 @@ def add_parser(sub) -> None:
     p.set_defaults(run=run)
 
 
-def run(args, settings) -> int:
-    from club3090.catalog import load_catalog
+def run(args, provider) -> int:
     from club3090.compose.generate import generate
     from club3090.edges.files import check_output_path, write_output_text
 
-    catalog = load_catalog()
+    catalog = provider.catalog()
     given = {name: getattr(args, name) for name in TUPLE_FLAGS if getattr(args, name) is not None}
     if args.profile is None:
         if not given:
             raise UsageError("give --profile KEY, or --model/--engine/--kv/--tp to list candidates")
-        return _list_candidates(catalog, given, as_json=args.json)
+        return _list_candidates(catalog, given, as_json=args.json, guard=provider.drift_guard)
     if given:
         raise UsageError("--profile and the tuple form (--model/--engine/--kv/--tp) are exclusive")
     if args.profile not in catalog.profiles:
@@ -62,7 +62,7 @@ def run(args, settings) -> int:
     if out is not None:
         check_output_path(out, force=args.force)
 
-    outcome = generate(args.profile, catalog, accept_degraded=args.accept_degraded,
+    outcome = generate(args.profile, catalog, guard_runner=provider.drift_guard, accept_degraded=args.accept_degraded,
                        out_name=str(out) if out is not None else None, fmt=args.format)
     for notice in outcome.notices:
         print(f"[compose] {notice.text}", file=sys.stderr)
@@ -88,7 +88,7 @@ def run(args, settings) -> int:
     return outcome.exit_code
 
 
-def _list_candidates(catalog, given: dict, *, as_json: bool) -> int:
+def _list_candidates(catalog, given: dict, *, as_json: bool, guard) -> int:
     """The tuple form only lists: choosing a profile stays the user's decision."""
     from club3090.compose.generate import dry_run
 
@@ -98,11 +98,11 @@ def _list_candidates(catalog, given: dict, *, as_json: bool) -> int:
         if all(getattr(profile, fields[name]) == value for name, value in given.items()):
             ok, why = catalog.emittable(key)
             if ok:
-                outcome = dry_run(key, catalog)
+                outcome = dry_run(key, catalog, guard_runner=guard)
                 ok, why = outcome.ok, (None if outcome.ok else outcome.token)
             rows.append({"profile": key, "emittable": ok, "not_emittable_reason": why})
     if as_json:
-        print(json.dumps({"ok": False, "exit_code": EXIT_LISTED, "query": given, "candidates": rows},
+        print(json.dumps({"ok": False, "exit_code": exit_code(Outcome.LISTING_ONLY), "query": given, "candidates": rows},
                          ensure_ascii=False))
     else:
         for row in rows:
@@ -111,4 +111,4 @@ def _list_candidates(catalog, given: dict, *, as_json: bool) -> int:
         if not rows:
             print("[compose] no profile matches", file=sys.stderr)
         print("[compose] listing only: pick one and run `club3090 compose --profile KEY`", file=sys.stderr)
-    return EXIT_LISTED
+    return exit_code(Outcome.LISTING_ONLY)

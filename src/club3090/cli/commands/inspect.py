@@ -1,7 +1,8 @@
 """`club3090 inspect SOURCE [--json] [--hf-home DIR]`: print the derived model spec.
 
 SOURCE is a Hugging Face repo id (``org/name[@revision]``), a local folder (config.json +
-safetensors) or, with ``HF_HUB_OFFLINE=1``, a repo in the HF cache. Only config files and
+safetensors), a catalog name or, with ``HF_HUB_OFFLINE=1``, a repo in the HF cache (the one
+resolver, ``club3090.edges.resolve``). Only config files and
 safetensors headers are read. Exit 0 with the spec; exit 2 on a stratum-1 stop (``--json``:
 ``{"stratum": 1, "reason": "<token>", "detail": "..."}``); 69 when the Hub cannot be reached.
 Progress goes to stderr, results to stdout.
@@ -16,6 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
+from club3090.cli.render import safe, terminal_console
 from club3090.fit.memory import GiB
 
 
@@ -30,12 +32,6 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--hf-home", type=Path, default=None, metavar="DIR",
                    help="Hugging Face home (cache and token); default $HF_HOME or ~/.cache/huggingface")
     p.set_defaults(run=run)
-
-
-def _catalog() -> Any:
-    from club3090.catalog import load_catalog
-
-    return load_catalog()
 
 
 def _progress(stream: TextIO) -> Callable[[int, int], None]:
@@ -57,30 +53,29 @@ def _gib(n: int | None) -> str:
     return "unknown" if n is None else f"{n / GiB:.2f} GiB"
 
 
-def run(args: argparse.Namespace, settings: Any) -> int:
-    from club3090.edges.derive import derive, spec_to_json, stop_to_json
+def run(args: argparse.Namespace, provider: Any) -> int:
+    from club3090.cli.exit_codes import exit_code
+    from club3090.cli.model_json import spec_to_json, stop_to_json
     from club3090.gate.outcome import Stop
+    from club3090.pipeline.inspect import inspect_model, inspect_outcome
 
-    result = derive(args.source, settings, _catalog(), progress=_progress(sys.stderr))
+    result = inspect_model(args.source, provider, progress=_progress(sys.stderr))
     if isinstance(result, Stop):
         payload = stop_to_json(result)
         if args.json:
-            print(json.dumps(payload, ensure_ascii=False))
+            print(safe(json.dumps(payload, ensure_ascii=False)))
         else:
-            print(f"[inspect] stratum 1 stop: {payload['reason']} ({payload['detail']})")
+            print(safe(f"[inspect] stratum 1 stop: {payload['reason']} ({payload['detail']})"))
             if payload.get("message"):
-                print(f"[inspect] {payload['message']}")
-        return 2
-    data = spec_to_json(result)
-    if args.json:
-        print(json.dumps(data, ensure_ascii=False))
-        return 0
-    _render(data)
-    return 0
+                print(safe(f"[inspect] {payload['message']}"))
+    elif args.json:
+        print(safe(json.dumps(spec_to_json(result), ensure_ascii=False)))
+    else:
+        _render(spec_to_json(result))
+    return exit_code(inspect_outcome(result))
 
 
 def _render(d: dict[str, Any]) -> None:
-    from rich.console import Console
     from rich.table import Table
 
     rows: list[tuple[str, str]] = [
@@ -126,4 +121,4 @@ def _render(d: dict[str, Any]) -> None:
     table.add_column()
     for key, value in rows:
         table.add_row(key, value)
-    Console(file=sys.stdout, highlight=False, soft_wrap=True).print(table)
+    terminal_console(file=sys.stdout, soft_wrap=True).print(table)

@@ -1,8 +1,9 @@
 """`club3090 kv-calc MODEL`: vLLM's start-up memory accounting for one model, GPU set and shape.
 
 MODEL is a local folder (config.json + safetensors headers), a config.json path, a curated
-profile key or model id from the catalog, or a Hub repo id (through the deriver): see
-``club3090.edges.sources``. Flags override the profile's settings; the pricing is ``club3090.fit.estimate``.
+profile key or model id from the catalog, or a Hub repo id: the one resolver
+(``club3090.edges.resolve``). Flags override the profile's settings; the stages are
+``club3090.pipeline.kv_calc``.
 ``--calibration`` scores the catalog's curated profiles against the upstream RTX 3090 anchors
 (``club3090.fit.calibration``; criterion in docs/ACCURACY.md).
 
@@ -26,6 +27,7 @@ from club3090.cli.commands._types import (
     positive_int,
     positive_number,
 )
+from club3090.cli.render import safe, terminal_console
 from club3090.fit.kv_formats import KV_FORMATS, MODEL_DTYPES, canonical_dtype, kv_format
 from club3090.fit.memory import GiB as GIB
 
@@ -110,10 +112,9 @@ def _gib(value: int) -> str:
 
 
 def render_human(est: Any) -> None:
-    from rich.console import Console
     from rich.table import Table
 
-    console = Console(highlight=False)
+    console = terminal_console()
     result, s = est.result, est.result.settings
     head = (f"{est.model} ({est.architecture or 'unknown architecture'}) on {est.gpus}, "
             f"TP {est.tp} PP {est.pp}, vLLM {s.vllm_version}")
@@ -152,17 +153,18 @@ def render_human(est: Any) -> None:
         console.print(f"note: {note}")
 
 
-def run_calibration(args: argparse.Namespace) -> int:
-    from club3090.catalog import load_catalog
+def run_calibration(args: argparse.Namespace, catalog: Any) -> int:
+    from club3090.cli.exit_codes import exit_code
     from club3090.fit.calibration import (
         KV_TOKEN_TOLERANCE,
         PEAK_TOLERANCE_BYTES,
         AnchorScore,
         calibrate,
     )
+    from club3090.gate.outcome import Outcome
 
-    report = calibrate(load_catalog())
-    code = 0 if report.upstream_all_pass else 2
+    report = calibrate(catalog)
+    code = exit_code(Outcome.OK if report.upstream_all_pass else Outcome.REFUSED)
     if args.json:
         print(json.dumps(report.to_json(), indent=1))
         return code
@@ -198,47 +200,43 @@ def run_calibration(args: argparse.Namespace) -> int:
 # ---------------------------------------------------------------------------------------------
 
 
-def _overrides(args: argparse.Namespace) -> Any:
+def request_of(args: argparse.Namespace) -> Any:
     from club3090.fit.estimate import Overrides
+    from club3090.pipeline.kv_calc import PriceRequest
 
-    return Overrides(tp=args.tp, pp=args.pp, mem_util=args.mem_util, max_model_len=args.max_model_len,
-                     max_num_seqs=args.max_num_seqs, max_num_batched_tokens=args.max_num_batched_tokens,
-                     block_size=args.block_size, kv_cache_dtype=args.kv_cache_dtype, dtype=args.dtype,
-                     vllm_version=args.vllm_version, num_speculative_tokens=args.num_speculative_tokens,
-                     enforce_eager=args.enforce_eager, weights_gib=args.weights_gib, gpus=args.gpus,
-                     solve_max_ctx=args.solve_max_ctx)
+    return PriceRequest(model=args.model, profile=args.profile, gpus=args.gpus, overrides=Overrides(
+        tp=args.tp, pp=args.pp, mem_util=args.mem_util, max_model_len=args.max_model_len,
+        max_num_seqs=args.max_num_seqs, max_num_batched_tokens=args.max_num_batched_tokens,
+        block_size=args.block_size, kv_cache_dtype=args.kv_cache_dtype, dtype=args.dtype,
+        vllm_version=args.vllm_version, num_speculative_tokens=args.num_speculative_tokens,
+        enforce_eager=args.enforce_eager, weights_gib=args.weights_gib, solve_max_ctx=args.solve_max_ctx))
 
 
-def run(args: argparse.Namespace, settings: Any) -> int:
-    from club3090.catalog import load_catalog
-    from club3090.edges.derive import stop_to_json
-    from club3090.edges.sources import resolve_source
-    from club3090.fit.estimate import NoFit, estimate
+def run(args: argparse.Namespace, provider: Any) -> int:
+    from club3090.cli.exit_codes import exit_code
+    from club3090.cli.model_json import stop_to_json
+    from club3090.fit.estimate import NoFit
     from club3090.gate.outcome import Stop
+    from club3090.pipeline.kv_calc import price, price_outcome
 
     if args.calibration:
-        return run_calibration(args)
-    catalog = load_catalog()
-    src = resolve_source(args.model, catalog, settings, profile_key=args.profile,
-                         weights_given=args.weights_gib is not None)
-    if isinstance(src, Stop):           # the deriver's stratum-1 stop: a verdict, as inspect gives it
-        payload = stop_to_json(src)
+        return run_calibration(args, provider.catalog())
+    result = price(request_of(args), provider)
+    if isinstance(result, Stop):        # the resolver's stratum-1 stop: a verdict, as inspect gives it
+        payload = stop_to_json(result)
         if args.json:
-            print(json.dumps(payload, ensure_ascii=False))
+            print(safe(json.dumps(payload, ensure_ascii=False)))
         else:
-            print(f"[kv-calc] stratum 1 stop: {payload['reason']} ({payload['detail']})", file=sys.stderr)
+            print(safe(f"[kv-calc] stratum 1 stop: {payload['reason']} ({payload['detail']})"), file=sys.stderr)
             if payload["message"]:
-                print(f"[kv-calc] {payload['message']}", file=sys.stderr)
-        return 2
-    est = estimate(src, _overrides(args), catalog)
-    if isinstance(est, NoFit):          # a verdict about the model (exit 2), not a tool failure
+                print(safe(f"[kv-calc] {payload['message']}"), file=sys.stderr)
+    elif isinstance(result, NoFit):     # a verdict about the model, not a tool failure
         if args.json:
-            print(json.dumps(est.to_json()))
+            print(json.dumps(result.to_json()))
         else:
-            print(f"no-fit-model: {est.model}: {est.error}", file=sys.stderr)
-        return 2
-    if args.json:
-        print(json.dumps(est.to_json(), indent=1))
+            print(safe(f"no-fit-model: {result.model}: {result.error}"), file=sys.stderr)
+    elif args.json:
+        print(json.dumps(result.to_json(), indent=1))
     else:
-        render_human(est)
-    return 2 if est.result.raw_verdict == "wont-fit" else 0
+        render_human(result)
+    return exit_code(price_outcome(result))

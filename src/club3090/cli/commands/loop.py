@@ -41,7 +41,7 @@ def add_parser(sub: Any) -> None:
     p.set_defaults(run=run)
 
 
-def run(args: argparse.Namespace, settings: Any) -> int:
+def run(args: argparse.Namespace, provider: Any) -> int:
     action = {"ingest": _ingest, "list": _list, "promote": _promote, "classify": _classify}[args.loop_action]
     return action(args)
 

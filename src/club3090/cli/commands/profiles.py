@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from typing import Any
 
 
 def add_parser(sub) -> None:
@@ -25,13 +26,12 @@ def add_parser(sub) -> None:
     p.set_defaults(run=run)
 
 
-def run(args: argparse.Namespace, settings) -> int:
-    from club3090.catalog import load_catalog
+def run(args: argparse.Namespace, provider: Any) -> int:
     from club3090.catalog.listing import profile_rows
-    from club3090.rig.gpus import parse_gpus
+    from club3090.pipeline.stages import gpu_set
 
-    catalog = load_catalog()
-    gpus = parse_gpus(args.gpus, catalog) if args.gpus is not None else None
+    catalog = provider.catalog()
+    gpus = gpu_set(args.gpus, catalog)
     rows = profile_rows(catalog, gpus)
     if args.json:
         doc = {"catalog": catalog.version, "schema_version": catalog.schema_version,

@@ -1,11 +1,11 @@
 """`club3090 pull SLUG|DIR --profile-like KEY`: the gate, its verdict, and (Path A) the compose;
 for an accepted non-curated repo, Pull-Emit-Derived ``[E]``: compose, download, boot, smoke.
 
-Exit codes (SYSTEM.md sections 10, 12): 0 ok; 2 a stratum 1-6 stop, hard-block, or a failed
-``[E]`` stage; 3 a terminal that needs ``--yes`` / ``--force-download``; 64 usage (a bad ``--out``,
-or ``--submit-last`` / ``--submit DIR`` with no bundle to submit). Tool failures go through
-``club3090.cli``'s error table (69 Hub unreachable, 70 internal error, 78 invalid catalog); a
-submission ``gh`` could not file exits ``EXIT_GH_FAILED`` (69).
+Exit codes (``club3090.cli.exit_codes``): 0 ok; 2 a stratum 1-6 stop, hard-block, or a failed
+``[E]`` stage; 3 a terminal that needs ``--yes`` / ``--force-download``; 64 usage (a bad ``--out``
+or ``--gpus``, or ``--submit-last`` / ``--submit DIR`` with no bundle to submit). Tool failures go
+through ``club3090.cli``'s error table (69 Hub unreachable, 70 internal error, 78 invalid
+catalog); a submission ``gh`` could not file exits 69.
 """
 
 from __future__ import annotations
@@ -17,10 +17,11 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+from club3090.cli.exit_codes import UNAVAILABLE, exit_code
+from club3090.cli.render import safe
 from club3090.fit.memory import GiB
+from club3090.gate.outcome import Outcome
 from club3090.rig import gpus
-
-EXIT_GH_FAILED = 69   # sysexits EX_UNAVAILABLE: the GitHub CLI could not file the report
 
 
 def parse_sm(text: str) -> Decimal:
@@ -62,7 +63,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--hardware", type=parse_sm, metavar="SM", help="override the compute capability, e.g. 8.6")
     p.add_argument("--gpus", metavar="SPEC",
                    help="override the GPU topology: 2x3090, 4xH100-80GB, 2x24GiB, or 'MiB:NAME,...'")
-    # upstream's spelling, accepted as SYSTEM.md section 10 asks; hidden from --help
+    # upstream's spelling, accepted; hidden from --help
     p.add_argument("--hardware-gpus", dest="gpus", metavar="SPEC", help=argparse.SUPPRESS)
     p.add_argument("--recommend", action="store_true", help="append a plain-language recommendation")
     p.add_argument("--json", action="store_true", help="print the whole decision as one JSON object")
@@ -73,7 +74,7 @@ def add_parser(sub: Any) -> None:
     p.set_defaults(run=run)
 
 
-def run(args: argparse.Namespace, settings: Any) -> int:
+def run(args: argparse.Namespace, provider: Any) -> int:
     from club3090.errors import UsageError
 
     if args.submit_last or args.submit is not None:
@@ -81,7 +82,7 @@ def run(args: argparse.Namespace, settings: Any) -> int:
             raise UsageError("give either --submit-last or --submit DIR, not both")
         if args.json:
             raise UsageError("--submit-last / --submit show the payload and ask first; --json does not apply")
-        return _submit(args, settings)
+        return _submit(args, provider.settings)
     if not args.source:
         raise UsageError("pull needs SLUG|DIR (or --submit-last / --submit DIR)")
     if not args.profile_like:
@@ -90,40 +91,41 @@ def run(args: argparse.Namespace, settings: Any) -> int:
         from club3090.edges.files import check_output_path
         check_output_path(args.out, force=args.force)
 
-    from club3090.catalog import load_catalog
-    from club3090.pipeline.pull import PullRequest, evaluate
+    from club3090.pipeline.pull import evaluate
     from club3090.reports.capture import CAPTURES_DIRNAME
 
-    catalog = load_catalog()
-    gpu_set = None
-    if args.gpus is not None:
-        gpu_set = gpus.parse_gpus(args.gpus, catalog)
-    request = PullRequest(
-        source=args.source, profile_like=args.profile_like, dry_run=args.dry_run, yes=args.yes,
-        force_download=args.force_download, experimental_arch=args.experimental_arch,
-        trust_remote_code=args.trust_remote_code, out=args.out, force=args.force,
-        hardware_sm=args.hardware, gpus=args.gpus)
-    result = evaluate(request, catalog=catalog, settings=settings, gpu_set=gpu_set,
-                      captures_root=Path.cwd() / CAPTURES_DIRNAME, stages=_e_stages(args))
+    result = evaluate(request_of(args), provider, captures_root=Path.cwd() / CAPTURES_DIRNAME,
+                      stages=_e_stages(args, provider))
+    if provider.settings.debug:
+        for note in result.detection_notes:
+            print(safe(f"[pull] debug: GPU probe {note}"), file=sys.stderr)
     if args.json:
         payload = result.to_json()
         if args.recommend:
             payload["recommend"] = recommend_line(result)
-        print(json.dumps(payload, ensure_ascii=False, indent=2, default=str))
+        print(safe(json.dumps(payload, ensure_ascii=False, indent=2, default=str), multiline=True))
     else:
         print(render(result, recommend=args.recommend))
-    return result.exit_code
+    return exit_code(result.outcome)
 
 
-def _e_stages(args: argparse.Namespace) -> Any:
-    """The real [E] seams (the Hub, docker, loopback HTTP); progress goes to stderr. A seam for tests."""
+def request_of(args: argparse.Namespace) -> Any:
+    from club3090.pipeline.pull import PullRequest
+
+    return PullRequest(source=args.source, profile_like=args.profile_like, dry_run=args.dry_run, yes=args.yes,
+                       force_download=args.force_download, experimental_arch=args.experimental_arch,
+                       trust_remote_code=args.trust_remote_code, out=args.out, force=args.force,
+                       hardware_sm=args.hardware, gpus=args.gpus)
+
+
+def _e_stages(args: argparse.Namespace, provider: Any) -> Any:
+    """[E]'s I/O (the Hub, docker, loopback HTTP) from the provider; progress goes to stderr."""
     if args.dry_run:
         return None
-    from club3090.pipeline.emit_derived import EStages
 
     def progress(message: str) -> None:
-        print(message, file=sys.stderr, flush=True)
-    return EStages(progress=progress, no_boot=args.no_boot)
+        print(safe(message), file=sys.stderr, flush=True)
+    return provider.derived_stages(no_boot=args.no_boot, progress=progress)
 
 
 # --------------------------------------------------------------------------------------------
@@ -239,7 +241,7 @@ def render(result: Any, *, recommend: bool = False) -> str:
     lines.append(f"[pull] {summary_line(result)}")
     if recommend:
         lines.append(f"recommend: {recommend_line(result)}")
-    return "\n".join(lines)
+    return "\n".join(safe(line) for line in lines)   # each line: a newline inside a value is shown, not obeyed
 
 
 # --------------------------------------------------------------------------------------------
@@ -272,5 +274,5 @@ def _submit(args: argparse.Namespace, settings: Any) -> int:
     outcome = submit(Path(bundle), ask=_ask, out=sys.stdout, secrets=settings.redaction_secrets)
     if outcome.action == "gh-failed":
         print(f"gh failed: {outcome.error}; nothing was sent", file=sys.stderr)
-        return EXIT_GH_FAILED
-    return 0
+        return UNAVAILABLE
+    return exit_code(Outcome.OK)

@@ -62,7 +62,7 @@ def _f(value: Any) -> str:
     return "-" if value is None else f"{value:.1f}"
 
 
-def run(args: argparse.Namespace, settings: Any, *, http: Any = None, clock: Callable[[], float] | None = None,
+def run(args: argparse.Namespace, provider: Any, *, http: Any = None, clock: Callable[[], float] | None = None,
         sleep: Callable[[float], None] | None = None, env: Any = None,
         gpu_sampler: Callable[[], Any] | None = None) -> int:
     import time
@@ -75,7 +75,7 @@ def run(args: argparse.Namespace, settings: Any, *, http: Any = None, clock: Cal
     options = SoakOptions(mode=args.mode, target_tokens=args.target_tokens, min_retention=args.min_retention,
                           max_growth_mib=args.max_growth_mib, deadline_s=args.deadline,
                           request_timeout_s=args.timeout, pause_s=args.pause)
-    sampler = gpu_sampler or (lambda: memory_used_bytes(enabled=settings.gpu_detect))
+    sampler = gpu_sampler or (lambda: memory_used_bytes(enabled=provider.settings.gpu_detect))
     report = soak(client, options, model=model, gpu_sampler=sampler,
                   sleep=sleep or time.sleep, progress=(lambda _s: None) if args.json else stderr_progress(args))
     paths = write_files(report, Path(args.out_dir))

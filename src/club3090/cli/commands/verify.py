@@ -37,7 +37,7 @@ def render(report: Any) -> str:
     return "\n".join(lines)
 
 
-def run(args: argparse.Namespace, settings: Any, *, http: Any = None, clock: Callable[[], float] | None = None,
+def run(args: argparse.Namespace, provider: Any, *, http: Any = None, clock: Callable[[], float] | None = None,
         env: Any = None) -> int:
     from club3090.validate.verify import verify
 

@@ -1,0 +1,68 @@
+"""Terminal-safe text: what a repo, a header or the Hub says is data, never terminal control.
+
+Architecture names, model types, file names, tensor names and repo ids come from strangers. An
+escape sequence in one could clear the screen or paint a fake ``FITS`` line; rich markup
+(``[link=…]``, ``[/]``) could become a live hyperlink or crash the renderer. Every command prints
+such text through this module:
+
+- ``safe(text)``: control and format characters (C0, DEL, C1, bidi overrides, line separators)
+  become visible ``\\uXXXX`` escapes. The escape is valid inside a JSON string, so JSON text can
+  go through ``safe(..., multiline=True)`` as well. ``multiline`` keeps ``\\n`` and ``\\t``, for a
+  block whose lines were each built by the program.
+- ``safe_markup(text)``: ``safe`` plus rich markup escaping, for text placed inside markup.
+- ``terminal_console(...)``: a rich ``Console`` with markup, emoji codes and highlighting off
+  that passes every string it renders (``print`` arguments, table cells) through ``safe``.
+- Credentials written into a URL (``https://user:pass@host``) are masked by ``safe`` too.
+"""
+
+from __future__ import annotations
+
+import unicodedata
+from typing import Any
+
+from club3090.settings import redact_url_credentials
+
+_KEEP_MULTILINE = frozenset("\n\t")
+_UNSAFE_CATEGORIES = frozenset({"Cc", "Cf", "Zl", "Zp", "Cs", "Co", "Cn"})
+
+
+def _visible(ch: str) -> str:
+    code = ord(ch)
+    return f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}"
+
+
+def safe(value: object, *, multiline: bool = False) -> str:
+    """``value`` as text that cannot drive a terminal (see the module docstring)."""
+    text = redact_url_credentials(str(value))
+    if text.isascii() and text.isprintable():
+        return text
+    out = []
+    for ch in text:
+        if multiline and ch in _KEEP_MULTILINE:
+            out.append(ch)
+        elif ch != " " and unicodedata.category(ch) in _UNSAFE_CATEGORIES:
+            out.append(_visible(ch))
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
+def safe_markup(value: object) -> str:
+    """``safe`` text with rich markup escaped, for interpolation into a markup string."""
+    from rich.markup import escape
+
+    return escape(safe(value))
+
+
+def terminal_console(**kwargs: Any) -> Any:
+    """A rich ``Console`` whose every rendered string went through ``safe`` (markup off)."""
+    from rich.console import Console
+
+    class _SafeConsole(Console):
+        def render_str(self, text: str, **options: Any) -> Any:
+            options["markup"] = False
+            options["emoji"] = False
+            return super().render_str(safe(text), **options)
+
+    kwargs.setdefault("highlight", False)
+    return _SafeConsole(markup=False, emoji=False, **kwargs)

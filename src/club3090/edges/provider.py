@@ -1,0 +1,89 @@
+"""``LiveProvider``: the real I/O behind :class:`club3090.pipeline.provider.Provider`.
+
+Each piece can be replaced by a keyword (tests inject a fixed GPU list, a free-space figure, a
+clock, a Hub source); everything not given is the real thing, created on first use.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # pragma: no cover - typing only
+    from club3090.catalog.model import Catalog, Patch, Profile
+    from club3090.edges.gpu_probe import DetectedGpus
+    from club3090.edges.hub import HubSource
+    from club3090.gate.outcome import Stop
+    from club3090.model.spec import ModelSpec
+    from club3090.pipeline.emit_derived import EStages
+    from club3090.settings import Settings
+
+
+@dataclass(frozen=True)
+class LiveProvider:
+    """The live Provider for ``settings``; keywords replace single pieces."""
+
+    settings: "Settings"
+    hub_source: "HubSource | None" = None                        # default: HubClient(settings)
+    detect: "Callable[[], DetectedGpus] | None" = None           # default: gpu_probe.detect
+    free_disk: Callable[[Path], int | None] | None = None        # default: statvfs
+    clock: Callable[[], datetime] | None = None                  # default: UTC now
+    guard: "Callable[[Patch, Profile], bool] | None" = None      # default: every guard passes
+    progress: Callable[[int, int], None] | None = None           # header-read progress
+    load: "Callable[[], Catalog] | None" = None                  # default: the packaged catalog
+    derived: "Callable[..., EStages | None] | None" = None       # default: the real [E] seams
+
+    def catalog(self) -> "Catalog":
+        if self.load is not None:
+            return self.load()
+        from club3090.catalog import load_catalog
+
+        return load_catalog()
+
+    def resolve(self, source: str, catalog: "Catalog", *, weights_optional: bool = False,
+                progress: Callable[[int, int], None] | None = None) -> "ModelSpec | Stop":
+        from club3090.edges.resolve import resolve
+
+        return resolve(source, self.settings, catalog, hub_factory=self.hub, progress=progress or self.progress,
+                       weights_optional=weights_optional)
+
+    def hub(self) -> "HubSource":
+        if self.hub_source is not None:
+            return self.hub_source
+        from club3090.edges.hub import HubClient
+
+        return HubClient(self.settings)
+
+    def detect_gpus(self) -> "DetectedGpus":
+        if self.detect is not None:
+            return self.detect()
+        from club3090.edges.gpu_probe import detect
+
+        return detect(enabled=self.settings.gpu_detect)
+
+    def free_bytes(self, path: Path) -> int | None:
+        if self.free_disk is not None:
+            return self.free_disk(path)
+        from club3090.edges.disk import free_bytes_at
+
+        return free_bytes_at(path)
+
+    def now(self) -> datetime:
+        return self.clock() if self.clock is not None else datetime.now(timezone.utc)
+
+    def drift_guard(self, patch: "Patch", profile: "Profile") -> bool:
+        return self.guard(patch, profile) if self.guard is not None else True
+
+    def derived_stages(self, *, no_boot: bool,
+                       progress: Callable[[str], None] | None) -> "EStages | None":
+        if self.derived is not None:
+            return self.derived(no_boot=no_boot, progress=progress)
+        from club3090.pipeline.emit_derived import EStages
+
+        return EStages(progress=progress, no_boot=no_boot)
+
+
+__all__ = ["LiveProvider"]

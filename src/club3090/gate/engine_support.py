@@ -1,0 +1,227 @@
+"""Stratum 3, ``[C0]``: can the profile's engine load this architecture on these GPUs?
+
+Three top-level states (``engine-supported``, ``engine-support-unknown``,
+``needs-trust-remote-code-ack``) plus the fail-closed hardware reasons. Findings come in decision
+order; the caller applies the bypass subset rule and moves on to the next finding.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from decimal import Decimal
+from enum import Enum
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any
+
+from club3090.fit.memory import tp_geometry_problem
+from club3090.gate.flags import BYPASS_EXPERIMENTAL_ARCH, BYPASS_TRUST_REMOTE_CODE
+from club3090.gate.outcome import Reason, Stop, Stratum
+from club3090.rig.hardware import HardwareFacts
+
+if TYPE_CHECKING:  # pragma: no cover - typing only
+    from club3090.catalog.model import ArchRow, Catalog, Engine, Profile
+
+
+def _frozen(mapping: Mapping[str, Any] | None = None) -> Mapping[str, Any]:
+    return MappingProxyType(dict(mapping or {}))
+
+
+class EngineState(str, Enum):
+    """[C0]'s three top-level states; nothing else is ever emitted. The tokens are
+    ``outcome.Reason``'s (their one definition)."""
+
+    ENGINE_SUPPORTED = Reason.ENGINE_SUPPORTED.value
+    ENGINE_SUPPORT_UNKNOWN = Reason.ENGINE_SUPPORT_UNKNOWN.value
+    NEEDS_TRC_ACK = Reason.NEEDS_TRC_ACK.value
+
+    def __str__(self) -> str:
+        return self.value
+
+
+ENGINE_STATES = frozenset(s.value for s in EngineState)
+
+
+class EngineSubReason(str, Enum):
+    NO_ARCH_ROW = "no-arch-row"
+    RUNTIME_INCOMPATIBLE = "runtime-incompatible"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass(frozen=True, slots=True)
+class EngineFinding:
+    """One [C0] finding. ``reason`` is the public token a stop carries: the state itself, or
+    the fail-closed ``hardware-sm-undetermined`` / ``hardware-vram-undetermined``."""
+
+    state: EngineState
+    sub_reason: EngineSubReason | None = None
+    bypassable_by: frozenset[str] = frozenset()
+    detail: str = ""
+    arch: str | None = None
+    reason: Reason | None = None
+    need_sm: Decimal | None = None
+
+    @property
+    def supported(self) -> bool:
+        return self.state is EngineState.ENGINE_SUPPORTED
+
+    @property
+    def token(self) -> str:
+        return self.stop().token if not self.supported else self.state.value
+
+    def stop(self) -> Stop:
+        reason = self.reason or Reason(self.state.value)
+        return Stop(Stratum.ENGINE_SUPPORT, reason,
+                    sub_reason=self.sub_reason.value if self.sub_reason else None,
+                    bypassable_by=self.bypassable_by,
+                    detail=_frozen({"message": self.detail, "arch": self.arch,
+                                    "need_sm": str(self.need_sm) if self.need_sm is not None else None}))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"state": self.state.value,
+                "sub_reason": self.sub_reason.value if self.sub_reason else None,
+                "bypassable_by": sorted(self.bypassable_by)}
+
+
+@dataclass(frozen=True, slots=True)
+class EngineInputs:
+    """The facts [C0] needs, gathered by the caller."""
+
+    profile: "Profile"
+    engine: "Engine"
+    architecture: str                       # architectures[0] of the config ("" if absent)
+    auto_map: bool
+    curated_model: str | None               # curated model id (registry model_slugs join)
+    hardware: HardwareFacts
+    num_attention_heads: int | None = None
+    num_key_value_heads: int | None = None
+    weight_format: str | None = None        # "gguf" refuses on a vLLM engine
+    kv_format: str | None = None            # defaults to the profile's
+    tp: int | None = None                   # defaults to the profile's
+
+
+def find_arch_row(catalog: "Catalog", *, curated_model: str | None, architecture: str,
+                  config_architectures: Iterable[str] = ()) -> "ArchRow | None":
+    """Registry ``model_slugs`` join (curated) -> ``architectures[0]`` -> aliases."""
+    if curated_model:
+        row = catalog.arch_row_for_model(curated_model)
+        if row is not None:
+            return row
+    for name in (architecture, *config_architectures):
+        if name:
+            row = catalog.arch_row(name)
+            if row is not None:
+                return row
+    return None
+
+
+def required_sm(profile: "Profile", engine: "Engine", catalog: "Catalog",
+                kv_format: str | None = None) -> Decimal:
+    """need_sm for a profile (``Catalog.need_sm`` owns the rule; ``engine`` is the profile's)."""
+    return catalog.need_sm(profile.key, kv_format)
+
+
+def engine_findings(inputs: EngineInputs, catalog: "Catalog") -> tuple[EngineFinding, ...]:
+    """Every [C0] finding in decision order (empty tuple: engine-supported).
+
+    The first finding is what [C0] emits. A caller that bypasses a finding (subset rule) moves
+    on to the next one, so a bypassed trust-remote-code ack never hides a runtime problem.
+    """
+    p, eng, hw = inputs.profile, inputs.engine, inputs.hardware
+    kv_format = inputs.kv_format or p.kv_format
+    tp = int(inputs.tp or p.tp or 1)
+    row = find_arch_row(catalog, curated_model=inputs.curated_model, architecture=inputs.architecture)
+    arch_name = row.arch if row is not None else (inputs.architecture or None)
+    found: list[EngineFinding] = []
+
+    # 1. trust-remote-code, fail closed
+    trc_why = []
+    if row is not None and row.trust_remote_code in ("true", "unverified"):
+        trc_why.append(f"arch row {row.arch} says trust_remote_code={row.trust_remote_code}")
+    if inputs.auto_map:
+        trc_why.append("config.json declares auto_map (custom modelling code)")
+    if trc_why:
+        tags = {BYPASS_TRUST_REMOTE_CODE}
+        if row is None:
+            tags.add(BYPASS_EXPERIMENTAL_ARCH)
+            trc_why.append(f"no arch row for {inputs.architecture or 'this model'}")
+        found.append(EngineFinding(EngineState.NEEDS_TRC_ACK, None, frozenset(tags), "; ".join(trc_why), arch_name,
+                              Reason.NEEDS_TRC_ACK))
+
+    # 2. no arch row (already covered by a trc finding that carries both tags)
+    if row is None and not trc_why:
+        found.append(EngineFinding(EngineState.ENGINE_SUPPORT_UNKNOWN, EngineSubReason.NO_ARCH_ROW,
+                              frozenset({BYPASS_EXPERIMENTAL_ARCH}),
+                              f"no arch row for {inputs.architecture or '(config has no architectures)'}; "
+                              "nobody has validated that this engine loads it", arch_name,
+                              Reason.ENGINE_SUPPORT_UNKNOWN))
+
+    # 3. runtime / hardware
+    need = required_sm(p, eng, catalog, kv_format)
+
+    def incompatible(why: str) -> EngineFinding:
+        return EngineFinding(EngineState.ENGINE_SUPPORT_UNKNOWN, EngineSubReason.RUNTIME_INCOMPATIBLE, frozenset(), why,
+                        arch_name, Reason.ENGINE_SUPPORT_UNKNOWN, need)
+
+    runtime: list[EngineFinding] = []
+    if row is not None:
+        pin = row.pin_for(eng.pin)
+        if pin is None:
+            runtime.append(incompatible(f"engine pin {eng.pin} is not validated for {row.arch}"))
+        elif not pin.loads:
+            runtime.append(incompatible(f"engine pin {eng.pin} does not load {row.arch}"
+                                        + (f": {pin.reason}" if pin.reason else "")))
+        if row.tp_divisors and tp not in row.tp_divisors:
+            runtime.append(incompatible(f"tp={tp} is not among {row.arch}'s valid TP sizes "
+                                        f"{list(row.tp_divisors)}"))
+    geometry = tp_geometry_problem(tp, inputs.num_attention_heads, inputs.num_key_value_heads)
+    if geometry:
+        runtime.append(incompatible(geometry))
+    if kv_format not in eng.supported_kv_formats:
+        runtime.append(incompatible(f"KV format {kv_format} is not supported by engine {eng.id} "
+                                    f"({', '.join(eng.supported_kv_formats)})"))
+    if (inputs.weight_format or "").lower() == "gguf" and "gguf" not in eng.supported_weight_formats:
+        runtime.append(incompatible(f"GGUF weights cannot be served by {eng.id}; use a safetensors variant"))
+    if runtime:
+        found.append(runtime[0])
+        return tuple(found)
+
+    if hw.sm is None:
+        why = ("no GPU detected and --gpus gives memory sizes, not a known card; add --hardware SM "
+               "(e.g. 8.6)" if hw.memory_source == "gpus-flag" else "no GPU detected and neither --hardware nor --gpus given")
+        found.append(EngineFinding(EngineState.ENGINE_SUPPORT_UNKNOWN, None, frozenset(),
+                              f"{why}; refusing to judge the runtime blind", arch_name,
+                              Reason.HARDWARE_SM_UNDETERMINED, need))
+        return tuple(found)
+    kv_floor, kv_ceiling = catalog.kv_sm_window(kv_format)
+    if kv_ceiling is not None and hw.sm > kv_ceiling:
+        found.append(incompatible(f"{kv_format} KV is only built for SM {kv_floor or 0} to {kv_ceiling}; "
+                                  f"this rig is SM {hw.sm}"))
+        return tuple(found)
+    if hw.sm < need:
+        found.append(incompatible(
+            f"SM {hw.sm} ({hw.sm_source}) is below the {need} this runtime needs "
+            f"(engine {eng.min_sm}, profile {p.fallback_sm or p.required_sm or 0}, "
+            f"KV {kv_format} {kv_floor or 0})"))
+        return tuple(found)
+    if not hw.memory_bytes:
+        found.append(EngineFinding(EngineState.ENGINE_SUPPORT_UNKNOWN, None, frozenset(),
+                              "per-GPU memory unknown: no NVIDIA GPU detected and no --gpus given",
+                              arch_name, Reason.HARDWARE_VRAM_UNDETERMINED, need))
+        return tuple(found)
+    if hw.count < tp:
+        found.append(incompatible(f"the profile needs tp={tp} GPUs but only {hw.count} are available"))
+    return tuple(found)
+
+
+def engine_support(inputs: EngineInputs, catalog: "Catalog") -> EngineFinding:
+    """The single [C0] verdict: the first finding, else ``engine-supported``."""
+    found = engine_findings(inputs, catalog)
+    if found:
+        return found[0]
+    row = find_arch_row(catalog, curated_model=inputs.curated_model, architecture=inputs.architecture)
+    return EngineFinding(EngineState.ENGINE_SUPPORTED, arch=row.arch if row else inputs.architecture or None,
+                    reason=Reason.ENGINE_SUPPORTED,
+                    need_sm=required_sm(inputs.profile, inputs.engine, catalog, inputs.kv_format))

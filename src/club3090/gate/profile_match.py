@@ -1,0 +1,59 @@
+"""Stratum 2: is ``--profile-like`` a registry profile that gives a vLLM runtime shape, and on
+Path A does it serve the curated repo? (docs/DESIGN.md, the gate order)"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any
+
+from club3090.catalog.model import NOT_EMITTABLE_TEXT
+from club3090.gate.outcome import Reason, Stop, Stratum
+
+if TYPE_CHECKING:  # pragma: no cover - typing only
+    from club3090.catalog.model import Catalog
+
+
+def _frozen(mapping: Mapping[str, Any] | None = None) -> Mapping[str, Any]:
+    return MappingProxyType(dict(mapping or {}))
+
+
+def check_profile(key: str, catalog: "Catalog", *, path: str,
+                          curated_model: str | None = None,
+                          curated_variant: str | None = None) -> Stop | None:
+    """Stratum 2: ``unknown-profile-like``, ``unsupported-runtime-engine`` (both paths),
+    ``profile-not-emittable`` and ``profile-mismatch`` (Path A only)."""
+    profile = catalog.profiles.get(key)
+    if profile is None:
+        return Stop(Stratum.PROFILE_LIKE, Reason.UNKNOWN_PROFILE_LIKE,
+                    detail=_frozen({"profile_like": key,
+                                    "message": f"{key!r} is not a registry profile; "
+                                               "list them with `club3090 profiles`"}))
+    engine = catalog.engines.get(profile.engine)
+    if engine is None or engine.type != "vllm":
+        return Stop(Stratum.PROFILE_LIKE, Reason.UNSUPPORTED_RUNTIME_ENGINE,
+                    detail=_frozen({"profile_like": key, "engine": profile.engine,
+                                    "engine_type": engine.type if engine else None,
+                                    "message": f"profile {key!r} runs on {profile.engine!r}"
+                                               f" ({engine.type if engine else 'unknown'}); only vLLM "
+                                               "profiles give a runtime shape the gate can price"}))
+    if path == "A":
+        ok, why = catalog.emittable(key)
+        if not ok:
+            return Stop(Stratum.PROFILE_LIKE, Reason.PROFILE_NOT_EMITTABLE,
+                        detail=_frozen({"profile_like": key, "not_emittable_reason": why,
+                                        "message": NOT_EMITTABLE_TEXT[why or ""][0]}))
+        if curated_model is None:
+            return Stop(Stratum.PROFILE_LIKE, Reason.PROFILE_MISMATCH,
+                        detail=_frozen({"profile_like": key,
+                                        "message": "Path A needs a curated repo to match the profile against"}))
+        if profile.model != curated_model or profile.weights_variant != curated_variant:
+            return Stop(Stratum.PROFILE_LIKE, Reason.PROFILE_MISMATCH,
+                        detail=_frozen({"profile_like": key,
+                                        "profile_model": profile.model,
+                                        "profile_variant": profile.weights_variant,
+                                        "curated_model": curated_model,
+                                        "curated_variant": curated_variant,
+                                        "message": f"{key!r} serves {profile.model}/{profile.weights_variant}, "
+                                                   f"but the repo is {curated_model}/{curated_variant}"}))
+    return None

@@ -1,0 +1,67 @@
+"""The ``Provider``: every piece of I/O the pipeline needs, behind one protocol.
+
+The stages (model facts, rig, serving shape, fit, gate decision, emission) take values and return
+values; what they need from the outside world comes from a Provider. The live one is
+:class:`club3090.edges.provider.LiveProvider`; tests pass a live one with pieces swapped, or any
+object with these methods.
+
+=================  ================================================================================
+method             what it reads
+=================  ================================================================================
+``settings``       the frozen ``Settings`` (HF home, endpoint, token, offline, debug)
+``catalog()``      the packaged catalog (``load_catalog``)
+``resolve()``      a name -> ``ModelSpec`` or a stratum-1 ``Stop``: local folder, catalog, HF cache,
+                   Hub, in the one precedence of :mod:`club3090.edges.resolve`
+``hub()``          the Hub client (repo listing, JSON files, safetensors headers)
+``detect_gpus()``  the visible GPUs, with a note for every probe that found nothing
+``free_bytes()``   free disk space at a path (None when unknown: the disk gate fails closed)
+``now()``          the clock (capture bundles)
+``drift_guard()``  whether a patch's drift guard passes for a profile (compose replay)
+``derived_stages`` the I/O behind Pull-Emit-Derived [E] (downloads, docker, loopback HTTP), or
+                   None to run no [E]
+=================  ================================================================================
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:  # pragma: no cover - typing only
+    from club3090.catalog.model import Catalog, Patch, Profile
+    from club3090.edges.gpu_probe import DetectedGpus
+    from club3090.edges.hub import HubSource
+    from club3090.gate.outcome import Stop
+    from club3090.model.spec import ModelSpec
+    from club3090.pipeline.emit_derived import EStages
+    from club3090.settings import Settings
+
+
+class Provider(Protocol):
+    """All I/O of one pipeline run. Every method may be called more than once."""
+
+    @property
+    def settings(self) -> "Settings": ...
+
+    def catalog(self) -> "Catalog": ...
+
+    def resolve(self, source: str, catalog: "Catalog", *, weights_optional: bool = False,
+                progress: "Callable[[int, int], None] | None" = None) -> "ModelSpec | Stop": ...
+
+    def hub(self) -> "HubSource": ...
+
+    def detect_gpus(self) -> "DetectedGpus": ...
+
+    def free_bytes(self, path: Path) -> int | None: ...
+
+    def now(self) -> datetime: ...
+
+    def drift_guard(self, patch: "Patch", profile: "Profile") -> bool: ...
+
+    def derived_stages(self, *, no_boot: bool,
+                       progress: "Callable[[str], None] | None") -> "EStages | None": ...
+
+
+__all__ = ["Provider"]

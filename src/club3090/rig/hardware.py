@@ -1,0 +1,127 @@
+"""Who supplies the SM and the per-GPU memory the gate judges: ``--hardware``, ``--gpus``,
+detected GPUs, or the profile's reference card (docs/DESIGN.md, the rig stage)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import TYPE_CHECKING, Any
+
+from club3090.fit.memory import GiB
+from club3090.gate.outcome import Notice, NoticeCode
+from club3090.rig.gpus import NON_NVIDIA_SM
+
+if TYPE_CHECKING:  # pragma: no cover - typing only
+    from club3090.catalog.model import Gpu
+
+NVIDIA = "nvidia"
+
+
+@dataclass(frozen=True, slots=True)
+class HardwareFacts:
+    """What the gate knows about the GPUs the profile will use.
+
+    ``memory_bytes`` lists every known GPU in index order (the fit takes the first ``tp``);
+    it is empty when no source gives per-GPU memory (then [C0] fails closed).
+    """
+
+    sm: Decimal | None
+    sm_source: str                          # hardware-flag | gpus-flag | detected | probe | none
+    memory_bytes: tuple[int, ...]
+    memory_source: str                      # gpus-flag | detected | reference-gpu | none
+    names: tuple[str, ...] = ()
+    sms: tuple[Decimal, ...] = ()           # per GPU, when known (mixed-arch notice)
+    notices: tuple[Notice, ...] = ()
+    detection_notes: tuple[str, ...] = ()   # why each GPU probe that ran found nothing
+
+    @property
+    def count(self) -> int:
+        return len(self.memory_bytes)
+
+    def selected_memory(self, tp: int) -> tuple[int, ...]:
+        return self.memory_bytes[:max(tp, 1)]
+
+
+def resolve_hardware(*, tp: int, hardware_sm: Decimal | None = None, gpu_set: Any = None,
+                     detected: Any = None, reference_gpu: "Gpu | None" = None) -> HardwareFacts:
+    """Pick the SM and per-GPU memory sources in the order of docs/DESIGN.md.
+
+    SM: ``--hardware`` > ``--gpus`` > the minimum SM of detected NVIDIA GPUs 0..tp-1 > a
+    non-NVIDIA probe (8.0, SM gate only) > unknown. Memory: ``--gpus`` > detected NVIDIA GPUs
+    > the profile's reference card when only ``--hardware`` was given > unknown. A non-NVIDIA
+    GPU never feeds the fit.
+    """
+    notices: list[Notice] = []
+    tp = max(int(tp or 1), 1)
+    visible = tuple(detected.gpus) if detected is not None else ()
+    # Memory the fit may use: detected GPUs in index order, up to the first one that is not
+    # NVIDIA or whose memory the driver did not report.
+    fit_gpus: list[Any] = []
+    for g in visible:
+        if not _is_nvidia(g) or g.memory_bytes is None:
+            break
+        fit_gpus.append(g)
+
+    memory: tuple[int, ...] = ()
+    names: tuple[str, ...] = ()
+    sms: tuple[Decimal, ...] = ()
+    memory_source = "none"
+    if gpu_set is not None:
+        memory = tuple(int(m) for m in gpu_set.memory_bytes)
+        names = tuple(str(n) for n in gpu_set.names)
+        cards = tuple(gpu_set.gpus)
+        if cards and all(c is not None for c in cards):
+            sms = tuple(Decimal(c.sm) for c in cards)
+        elif gpu_set.sm is not None:
+            sms = tuple(Decimal(gpu_set.sm) for _ in memory)
+        memory_source = "gpus-flag"
+    elif fit_gpus:
+        memory = tuple(int(g.memory_bytes) for g in fit_gpus)
+        names = tuple(str(g.name) for g in fit_gpus)
+        sms = tuple(Decimal(g.sm) for g in fit_gpus if g.sm is not None)
+        memory_source = "detected"
+    elif hardware_sm is not None and reference_gpu is not None and not visible:
+        memory = tuple(int(reference_gpu.memory_bytes) for _ in range(tp))
+        names = tuple(reference_gpu.display_name for _ in range(tp))
+        memory_source = "reference-gpu"
+        notices.append(Notice(
+            NoticeCode.REFERENCE_GPU_PRICED,
+            f"no GPU detected and no --gpus given: priced on the profile's reference card, "
+            f"{tp} x {reference_gpu.display_name} ({_gib(reference_gpu.memory_bytes)} GiB each); "
+            f"pass --gpus to price your own cards",
+            {"gpu": reference_gpu.id, "count": tp, "memory_bytes": int(reference_gpu.memory_bytes)}))
+
+    sm: Decimal | None = None
+    sm_source = "none"
+    in_use = visible[:tp]
+    if hardware_sm is not None:
+        sm, sm_source = Decimal(hardware_sm), "hardware-flag"
+    elif gpu_set is not None and sms:
+        sm, sm_source = min(sms[:tp]), "gpus-flag"
+    elif in_use and all(g.sm is not None or not _is_nvidia(g) for g in in_use):
+        caps = [Decimal(g.sm) if _is_nvidia(g) else NON_NVIDIA_SM for g in in_use]
+        sm = min(caps)
+        sm_source = "detected" if all(_is_nvidia(g) for g in in_use) else "probe"
+        if len(set(caps)) > 1:
+            notices.append(Notice(NoticeCode.MIXED_GPU_ARCH,
+                                  "mixed GPU architectures among the GPUs in use "
+                                  f"({', '.join(str(c) for c in caps)}); the lowest SM gates the runtime",
+                                  {"sms": tuple(str(c) for c in caps)}))
+    if any(not _is_nvidia(g) for g in in_use) and gpu_set is None:
+        other = next(g for g in in_use if not _is_nvidia(g))
+        notices.append(Notice(NoticeCode.NON_NVIDIA_GPU,
+                              f"non-NVIDIA GPU detected ({other.name}); SM {NON_NVIDIA_SM} is assumed for "
+                              "the SM gate only and its memory is not used for the fit",
+                              {"name": str(other.name), "assumed_sm": str(NON_NVIDIA_SM)}))
+    return HardwareFacts(sm=sm, sm_source=sm_source, memory_bytes=memory, memory_source=memory_source,
+                         names=names, sms=sms, notices=tuple(notices),
+                         detection_notes=tuple(getattr(detected, "notes", ())))
+
+
+def _is_nvidia(gpu: Any) -> bool:
+    """Fail closed: only a GPU whose vendor says NVIDIA is one (an unknown vendor is not)."""
+    return str(gpu.vendor or "").lower() == NVIDIA
+
+
+def _gib(n: int) -> str:
+    return f"{n / GiB:.2f}"
