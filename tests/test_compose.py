@@ -17,6 +17,7 @@ import pytest
 import yaml
 
 from club3090.catalog import load_catalog
+from club3090.cli.exit_codes import exit_code
 from club3090.compose.generate import (
     DEGRADED_DRIFT,
     FOUNDATIONAL_DRIFT,
@@ -102,11 +103,11 @@ def test_seed_profiles_are_in_the_catalog(catalog):
 def test_every_seed_profile_emits_valid_compose_or_refuses_with_a_seed_token(catalog, key):
     outcome = generate(key, catalog, accept_degraded=True, out_name="out.yml")
     if outcome.ok:
-        assert outcome.exit_code == 0 and outcome.text
+        assert exit_code(outcome.outcome) == 0 and outcome.text
         assert "--trust-remote-code" not in outcome.text
         validate_compose(outcome.text)
     else:
-        assert outcome.exit_code == 2 and outcome.text is None
+        assert exit_code(outcome.outcome) == 2 and outcome.text is None
         assert outcome.refusal in REFUSAL_TOKENS
         assert outcome.token == f"d-refused:{outcome.refusal}"
     if key in GENESIS:
@@ -254,7 +255,7 @@ def test_dropped_patches_are_undelivered_and_not_mounted(catalog, key):
         return patch.id not in DROPPED[key]
 
     outcome = generate(key, catalog, guard_runner=guard)
-    assert outcome.ok and outcome.exit_code == 0 and not outcome.degraded
+    assert outcome.ok and exit_code(outcome.outcome) == 0 and not outcome.degraded
     assert seen and not set(DROPPED[key]) & set(seen)
     undelivered = dict(outcome.patches.undelivered)
     for pid in DROPPED[key]:
@@ -277,7 +278,7 @@ def test_foundational_drift_refuses(catalog):
 
     assert catalog.patches["gemma-vllm-pr40391-rebased"].foundational
     outcome = dry_run("vllm/gemma-int8-mtp", catalog, guard_runner=guard)
-    assert not outcome.ok and outcome.exit_code == 2 and outcome.refusal == FOUNDATIONAL_DRIFT
+    assert not outcome.ok and exit_code(outcome.outcome) == 2 and outcome.refusal == FOUNDATIONAL_DRIFT
     assert outcome.text is None and "gemma-vllm-pr40391-rebased" not in outcome.patches.wired
     assert outcome.failed_patches == ("gemma-vllm-pr40391-rebased",)
     assert outcome.stop().detail["failed_patches"] == ("gemma-vllm-pr40391-rebased",)
@@ -294,10 +295,10 @@ def test_capability_degraded_needs_acknowledgement(catalog):
         return patch.id != pid
 
     refused = generate("vllm/gemma-int8-mtp", catalog, guard_runner=guard)
-    assert refused.exit_code == 3 and refused.refusal == DEGRADED_DRIFT and refused.degraded
+    assert exit_code(refused.outcome) == 3 and refused.refusal == DEGRADED_DRIFT and refused.degraded
     assert refused.text is None and refused.failed_patches == (pid,)
     accepted = generate("vllm/gemma-int8-mtp", catalog, guard_runner=guard, accept_degraded=True)
-    assert accepted.ok and accepted.degraded and accepted.exit_code == 0
+    assert accepted.ok and accepted.degraded and exit_code(accepted.outcome) == 0
     assert accepted.patches.degraded == ((pid, "tool-call-stream"),)
     assert accepted.patches.wired == ("gemma-vllm-pr40391-rebased",)
     header = accepted.text.split("services:")[0]
@@ -361,7 +362,7 @@ def test_pin_mismatch_carries_row_reason(catalog):
     pin = catalog.arch_row_for_model(profile.model).pin_for(catalog.engines[profile.engine].pin)
     assert pin is not None and not pin.loads and pin.reason
     outcome = dry_run(profile.key, catalog)
-    assert outcome.refusal == PIN_MISMATCH and outcome.exit_code == 2 and outcome.detail == pin.reason
+    assert outcome.refusal == PIN_MISMATCH and exit_code(outcome.outcome) == 2 and outcome.detail == pin.reason
     assert outcome.detail.startswith("Engine deprecated")
 
 
@@ -465,7 +466,7 @@ def test_derived_gpu_selection(catalog):
     assert "NVIDIA_VISIBLE_DEVICES=3,1" in svc["environment"]
     assert svc["deploy"]["resources"]["reservations"]["devices"][0]["device_ids"] == ["3", "1"]
     refused = derive(catalog, make_spec(), profile="vllm/qwen-35b-a3b-dual", gpu_indices=(0,))
-    assert refused.refusal == "derived-runtime-unsupported:gpu-count" and refused.exit_code == 2
+    assert refused.refusal == "derived-runtime-unsupported:gpu-count" and exit_code(refused.outcome) == 2
 
 
 @pytest.mark.parametrize("spec_kw,token", [

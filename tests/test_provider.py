@@ -239,3 +239,10 @@ def test_importing_the_package_loads_no_pipeline() -> None:
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True, timeout=60,
                          env={"PYTHONPATH": str(SRC.parent), "PATH": "/usr/bin:/bin"}).stdout
     assert out.strip() == "['club3090.version']"
+
+
+def test_every_outcome_has_one_exit_code() -> None:
+    from club3090.cli.exit_codes import TOOL_FAILURE_CODES, VERDICT_CODES
+
+    assert set(VERDICT_CODES) == set(Outcome)
+    assert not set(VERDICT_CODES.values()) & set(TOOL_FAILURE_CODES)

@@ -255,7 +255,7 @@ def test_path_a_writes_atomically_and_refuses_to_clobber(catalog, tmp_path):
                                    "other"])
 def test_every_dry_run_refusal_is_a_stratum6_stop(catalog, tmp_path, token):
     out = tmp_path / "c.yml"
-    refuse = lambda key, cat: ComposeOutcome(ok=False, exit_code=2, profile=key, refusal=token)  # noqa: E731
+    refuse = lambda key, cat: ComposeOutcome(ok=False, outcome=Outcome.REFUSED, profile=key, refusal=token)  # noqa: E731
     r = _run(catalog, PullRequest(CURATED, "vllm/minimal", gpus="1x3090", out=out), dry_run=refuse)
     assert (r.stratum, r.reason, r.ok, r.exit_code) == (Stratum.COMPOSE_DRY_RUN, f"d-refused:{token}", False, 2)
     assert not out.exists() and r.caveat is None

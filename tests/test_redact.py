@@ -100,6 +100,7 @@ def test_a_hub_repo_id_is_not_a_local_folder(tmp_path, monkeypatch):
 
 def test_the_cli_renders_a_redaction_failure_with_the_next_step(monkeypatch, capsys):
     from club3090 import cli
+    from club3090.cli import exit_codes
     from tests.fixtures_path import fixture_path
 
     def boom():
@@ -107,4 +108,4 @@ def test_the_cli_renders_a_redaction_failure_with_the_next_step(monkeypatch, cap
     monkeypatch.setattr(redact_mod.getpass, "getuser", boom)
     code = cli.main(["calibrate", str(fixture_path("logs", "startup_v05_weights.log"))])
     out, err = capsys.readouterr()
-    assert code == cli.EXIT_SOFTWARE and "Set USER" in err and "Traceback" not in err and out == ""
+    assert code == exit_codes.SOFTWARE and "Set USER" in err and "Traceback" not in err and out == ""

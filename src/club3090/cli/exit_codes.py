@@ -7,7 +7,9 @@ process status. Tool failures are exceptions mapped by ``club3090.cli.ERRORS``.
 code  meaning
 ====  =========================================================================================
 0     ok: fits, accepted, emitted
-2     refused: a stop, hard-block, does not fit, cannot be priced, a failed [E] stage
+1     failed: a ``verify`` check, ``bench`` run or ``soak`` criterion failed
+2     refused: a stop, hard-block, does not fit, cannot be priced, a failed [E] stage; for
+      ``verify`` / ``bench`` / ``soak``: the server is unreachable or the soak inconclusive
 3     needs an acknowledgement flag (``--yes``, ``--force-download``)
 4     listing only (``compose --list``)
 64    usage error (EX_USAGE)
@@ -32,6 +34,8 @@ VERDICT_CODES: Mapping[Outcome, int] = MappingProxyType({
     Outcome.REFUSED: 2,
     Outcome.NEEDS_ACK: 3,
     Outcome.LISTING_ONLY: 4,
+    Outcome.FAILED: 1,
+    Outcome.INCONCLUSIVE: 2,
 })
 
 USAGE = 64

@@ -34,7 +34,7 @@ from club3090.compose.launch import (
 )
 from club3090.errors import InputError, UsageError
 from club3090.fit.kv_formats import canonical_dtype
-from club3090.gate.outcome import Notice, NoticeCode, Reason, Stop, Stratum
+from club3090.gate.outcome import Notice, NoticeCode, Outcome, Reason, Stop, Stratum
 from club3090.model.slug import sanitize_slug
 from club3090.version import __version__
 
@@ -59,9 +59,6 @@ DERIVED_QUANT_METHODS = ("awq", "gptq", "compressed-tensors", "fp8")
 AUTOROUND_METHODS = ("auto-round", "autoround", "auto_round", "intel/auto-round")
 DERIVED_COMPUTE_DTYPES = ("bfloat16", "float16")   # canonical names (kvformats.canonical_dtype)
 
-EXIT_EMITTED = 0
-EXIT_REFUSED = 2
-EXIT_DEGRADED = 3
 
 PULLS_MOUNT_ROOT = "/models/club3090/pulls"
 MAX_SERVED_NAME = 256
@@ -97,7 +94,7 @@ class ComposeOutcome:
     """Result of one generator call. ``text`` is set exactly when something may be written."""
 
     ok: bool
-    exit_code: int                        # 0 emitted, 2 refused, 3 degraded without acknowledgement
+    outcome: Outcome                      # OK emitted, REFUSED, NEEDS_ACK degraded without acknowledgement
     profile: str
     refusal: str | None = None            # seed token ("pin-mismatch"), or "derived-runtime-unsupported:kv"
     detail: str | None = None             # why, for humans (the arch row's reason, ...)
@@ -131,7 +128,7 @@ class ComposeOutcome:
     def to_json(self, out: str | None = None) -> dict[str, Any]:
         return {
             "ok": self.ok,
-            "exit_code": self.exit_code,
+            "outcome": self.outcome.value,
             "profile": self.profile,
             "refusal": self.refusal,
             "detail": self.detail,
@@ -145,7 +142,7 @@ class ComposeOutcome:
 
 
 def _refuse(profile: str, token: str, detail: str, **kw: Any) -> ComposeOutcome:
-    return ComposeOutcome(ok=False, exit_code=EXIT_REFUSED, profile=profile, refusal=token,
+    return ComposeOutcome(ok=False, outcome=Outcome.REFUSED, profile=profile, refusal=token,
                           detail=detail, **kw)
 
 
@@ -251,7 +248,7 @@ def generate(profile_key: str, catalog: "Catalog", *, guard_runner: GuardRunner 
     report = PatchReport(tuple(p.id for p in wired), tuple(undelivered), tuple(excluded),
                          tuple(degraded))
     if degraded and not accept_degraded:
-        return ComposeOutcome(ok=False, exit_code=EXIT_DEGRADED, profile=profile_key,
+        return ComposeOutcome(ok=False, outcome=Outcome.NEEDS_ACK, profile=profile_key,
                               refusal=DEGRADED_DRIFT, degraded=True, patches=report,
                               failed_patches=tuple(p for p, _c in degraded),
                               detail="capability-degraded drift: "
@@ -282,7 +279,7 @@ def generate(profile_key: str, catalog: "Catalog", *, guard_runner: GuardRunner 
     text = render(launch, fmt)
     if "--trust-remote-code" in text:  # fail closed: the governed slot never leaks
         return _refuse(profile_key, TRC, "trust-remote-code survived stripping", patches=report)
-    return ComposeOutcome(ok=True, exit_code=EXIT_EMITTED, profile=profile_key, degraded=bool(degraded),
+    return ComposeOutcome(ok=True, outcome=Outcome.OK, profile=profile_key, degraded=bool(degraded),
                           text=text, format=fmt, launch=launch, patches=report,
                           notices=tuple(notices), failed_patches=tuple(p for p, _c in degraded),
                           trust_remote_code=trc_note)
@@ -716,7 +713,7 @@ def derived_compose(spec: "ModelSpec", profile_key: str, catalog: "Catalog", *, 
     )
     launch = Launch(kind="derived", service_name=f"vllm-{slug}"[:128], service=service,
                     header=header, profile=profile_key)
-    return ComposeOutcome(ok=True, exit_code=EXIT_EMITTED, profile=profile_key,
+    return ComposeOutcome(ok=True, outcome=Outcome.OK, profile=profile_key,
                           text=render(launch, fmt), format=fmt, launch=launch,
                           notices=tuple(notices), trust_remote_code=trc_note)
 

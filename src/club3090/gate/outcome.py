@@ -16,7 +16,9 @@ class Outcome(str, Enum):
     OK = "ok"                        # fits / accepted / emitted
     REFUSED = "refused"              # a stop, hard-block, does not fit, a failed [E] stage
     NEEDS_ACK = "needs-ack"          # a terminal an acknowledgement flag would accept
-    LISTING_ONLY = "listing-only"    # compose --list: nothing generated
+    LISTING_ONLY = "listing-only"    # compose's tuple form: nothing generated
+    FAILED = "failed"                # verify / bench / soak: a check, run or criterion failed
+    INCONCLUSIVE = "inconclusive"    # verify / bench: server unreachable; soak: inconclusive
 
     def __str__(self) -> str:
         return self.value

@@ -20,10 +20,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from club3090.cli.exit_codes import exit_code
 from club3090.edges.openai_client import ChatResult, OpenAIClient
+from club3090.gate.outcome import Outcome
 from club3090.validate.stats import summary
 
-EXIT_OK, EXIT_RED, EXIT_UNREACHABLE = 0, 1, 2
 WARMUPS = 3
 RUNS = 5
 PREFILL_RUNS = 3
@@ -86,10 +87,14 @@ class BenchReport:
     error: str | None = None
 
     @property
-    def exit_code(self) -> int:
+    def outcome(self) -> Outcome:
         if self.unreachable:
-            return EXIT_UNREACHABLE
-        return EXIT_RED if self.error or any(not r.ok for r in self.runs) else EXIT_OK
+            return Outcome.INCONCLUSIVE
+        return Outcome.FAILED if self.error or any(not r.ok for r in self.runs) else Outcome.OK
+
+    @property
+    def exit_code(self) -> int:
+        return exit_code(self.outcome)
 
     def kinds(self) -> list[str]:
         seen: list[str] = []
@@ -118,7 +123,7 @@ class BenchReport:
         return out
 
     def to_json(self) -> dict[str, Any]:
-        return {"tool": "bench", "ok": self.exit_code == EXIT_OK, "exit_code": self.exit_code, "url": self.url,
+        return {"tool": "bench", "ok": self.outcome is Outcome.OK, "exit_code": self.exit_code, "url": self.url,
                 "model": self.model, "unreachable": self.unreachable, "error": self.error,
                 "warmups": [r.to_json() for r in self.warmups], "runs": [r.to_json() for r in self.runs],
                 "prefill_targets": list(self.prefill_targets), "summary": self.summaries()}

@@ -25,10 +25,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from club3090.cli.exit_codes import exit_code
 from club3090.edges.openai_client import OpenAIClient
+from club3090.gate.outcome import Outcome
 from club3090.validate.stats import median
 
-EXIT_PASS, EXIT_FAIL, EXIT_INCONCLUSIVE = 0, 1, 2
 MODES: Mapping[str, tuple[int, int]] = {"fresh": (20, 5), "continuous": (5, 5), "quick": (8, 5)}
 TARGET_TOKENS = 24000
 MIN_RETENTION = 0.98
@@ -187,8 +188,12 @@ class SoakReport:
         return "pass", []
 
     @property
+    def outcome(self) -> Outcome:
+        return {"pass": Outcome.OK, "fail": Outcome.FAILED}.get(self.verdict()[0], Outcome.INCONCLUSIVE)
+
+    @property
     def exit_code(self) -> int:
-        return {"pass": EXIT_PASS, "fail": EXIT_FAIL}.get(self.verdict()[0], EXIT_INCONCLUSIVE)
+        return exit_code(self.outcome)
 
     def to_json(self) -> dict[str, Any]:
         verdict, why = self.verdict()

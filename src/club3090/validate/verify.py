@@ -17,10 +17,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from club3090.cli.exit_codes import exit_code
 from club3090.edges.openai_client import ChatResult, OpenAIClient
+from club3090.gate.outcome import Outcome
 
 PASS, FAIL, SKIP = "pass", "fail", "skip"
-EXIT_OK, EXIT_RED, EXIT_UNREACHABLE = 0, 1, 2
 
 CAPITAL_PROMPT = "What is the capital of France? Answer in one word."
 STREAM_PROMPT = "Count from 1 to 10, separated by commas."
@@ -65,14 +66,18 @@ class VerifyReport:
     unreachable: bool = False
 
     @property
-    def exit_code(self) -> int:
+    def outcome(self) -> Outcome:
         if self.unreachable:
-            return EXIT_UNREACHABLE
-        return EXIT_RED if any(c.status == FAIL for c in self.checks) else EXIT_OK
+            return Outcome.INCONCLUSIVE
+        return Outcome.FAILED if any(c.status == FAIL for c in self.checks) else Outcome.OK
+
+    @property
+    def exit_code(self) -> int:
+        return exit_code(self.outcome)
 
     @property
     def ok(self) -> bool:
-        return self.exit_code == EXIT_OK
+        return self.outcome is Outcome.OK
 
     def to_json(self) -> dict[str, Any]:
         return {"tool": "verify", "ok": self.ok, "exit_code": self.exit_code, "url": self.url, "model": self.model,

@@ -16,6 +16,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from club3090.cli.exit_codes import exit_code
+from club3090.gate.outcome import Outcome
+
 LOG_LIMIT = 64 * 1024 * 1024
 LOG_SUFFIXES = (".log", ".txt")
 
@@ -126,14 +129,14 @@ def run(args: argparse.Namespace, provider: Any) -> int:
         atomic_write_text(args.out, dump_json({"receipts": receipts}))
     if args.json:
         sys.stdout.write(json.dumps(doc, indent=2, ensure_ascii=False) + "\n")
-        return 0
+        return exit_code(Outcome.OK)
     for receipt in receipts:
         _render(receipt)
     for name in skipped:
         print(f"[calibrate] {redactor.text(name)}: no start-up lines; skipped")
     for path in saved:
         print(f"[calibrate] saved {redactor.text(path)}")
-    return 0
+    return exit_code(Outcome.OK)
 
 
 def _fmt(value: Any) -> str:

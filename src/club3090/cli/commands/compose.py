@@ -77,15 +77,16 @@ def run(args, provider) -> int:
     else:
         print(f"[compose] refused: {outcome.token}" + (f" ({outcome.detail})" if outcome.detail else ""),
               file=sys.stderr)
-        if outcome.exit_code == 3:
+        if outcome.outcome is Outcome.NEEDS_ACK:
             print("[compose] re-run with --accept-degraded to emit the degraded compose", file=sys.stderr)
     if args.json:
         payload = outcome.to_json(out=written)
+        payload["exit_code"] = exit_code(outcome.outcome)
         payload["format"] = args.format
         if outcome.ok and out is None:
             payload["text"] = outcome.text
         print(json.dumps(payload, ensure_ascii=False))
-    return outcome.exit_code
+    return exit_code(outcome.outcome)
 
 
 def _list_candidates(catalog, given: dict, *, as_json: bool, guard) -> int:

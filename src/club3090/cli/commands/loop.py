@@ -18,6 +18,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from club3090.cli.exit_codes import exit_code
+from club3090.gate.outcome import Outcome
+
 
 def add_parser(sub: Any) -> None:
     p = sub.add_parser("loop", help="trust pipeline: ingest bundles and receipts, list, promote",
@@ -93,14 +96,14 @@ def _list(args: argparse.Namespace) -> int:
         doc = {"bundles": [], "groups": [], "rejected": []}
         if not args.json:
             print("[loop] nothing ingested yet: club3090 loop ingest DIR")
-            return 0
+            return exit_code(Outcome.OK)
     return _show(doc, args.json)
 
 
 def _show(doc: dict[str, Any], as_json: bool) -> int:
     if as_json:
         sys.stdout.write(json.dumps(doc, indent=2, ensure_ascii=False) + "\n")
-        return 0
+        return exit_code(Outcome.OK)
     bundles = doc.get("bundles") or []
     counts: dict[str, int] = {}
     for b in bundles:
@@ -113,7 +116,7 @@ def _show(doc: dict[str, Any], as_json: bool) -> int:
             print(f"      calibration row: {json.dumps(g['calibration_row'], ensure_ascii=False)}")
     for r in doc.get("rejected") or []:
         print(f"  rejected: {r['path']}: {r['reason']}")
-    return 0
+    return exit_code(Outcome.OK)
 
 
 def _promote(args: argparse.Namespace) -> int:
@@ -128,7 +131,7 @@ def _promote(args: argparse.Namespace) -> int:
         raise UsageError(f"no group {args.group!r}; see `club3090 loop list`")
     if "disagree" in str(group.get("note")) or "topology" in str(group.get("note")):
         print(f"[loop] promote refused: {group['note']}", file=sys.stderr)
-        return 2
+        return exit_code(Outcome.REFUSED)
     status = "tier1" if group["state"] == "tier1" else "validated"
     entry = {"schema": 1, "kind": "promoted-entry", "id": f"{group['kind']}-{group['id']}", "status": status,
              "consensus_key": group["key"], "shape": group.get("shape") or {}, "measured": group.get("measured") or {},
@@ -140,7 +143,7 @@ def _promote(args: argparse.Namespace) -> int:
         sys.stdout.write(json.dumps({"path": str(path), "entry": entry}, indent=2, ensure_ascii=False) + "\n")
     else:
         print(f"[loop] promoted {group['id']} as {status}: {path}")
-    return 0
+    return exit_code(Outcome.OK)
 
 
 def _classify(args: argparse.Namespace) -> int:
@@ -164,7 +167,7 @@ def _classify(args: argparse.Namespace) -> int:
         rows.append({"bundle": redactor.text(str(folder)), **redactor.value(verdict.to_json())})
     if args.json:
         sys.stdout.write(json.dumps({"bundles": rows}, indent=2, ensure_ascii=False) + "\n")
-        return 0
+        return exit_code(Outcome.OK)
     for row in rows:
         print(f"{row['bundle']}: {row['failure_class']} -> {row['route']} ({row['tier']}"
               + (f", {row['rule']}" if row["rule"] else "") + ")")
@@ -176,4 +179,4 @@ def _classify(args: argparse.Namespace) -> int:
             print(f"  exact_fingerprints line:  {row['fingerprint']}: {args.as_class}")
     if not rows:
         print("[loop] no capture bundles found")
-    return 0
+    return exit_code(Outcome.OK)

@@ -13,6 +13,9 @@ import json
 import sys
 from typing import Any
 
+from club3090.cli.exit_codes import exit_code
+from club3090.gate.outcome import Outcome
+
 
 def add_parser(sub) -> None:
     p = sub.add_parser("profiles", help="list the curated serving profiles",
@@ -37,9 +40,9 @@ def run(args: argparse.Namespace, provider: Any) -> int:
         doc = {"catalog": catalog.version, "schema_version": catalog.schema_version,
                "gpus": gpus.to_json() if gpus is not None else None, "profiles": rows}
         sys.stdout.write(json.dumps(doc, indent=2, ensure_ascii=False) + "\n")
-        return 0
+        return exit_code(Outcome.OK)
     _render(rows, catalog.version, gpus)
-    return 0
+    return exit_code(Outcome.OK)
 
 
 def _render(rows: list[dict], version: str, gpus) -> None:
