@@ -20,9 +20,9 @@ from club3090.model.architecture import LayerSpec
 
 __all__ = [
     "K_EQ_V_STORED_ONCE",
+    "CannotPrice",
     "KvGroup",
     "Layout",
-    "CannotPrice",
     "Unpriceable",
     "blocks_per_request",
     "bytes_needed",
