@@ -8,17 +8,30 @@ Switches in ``mode`` (all off by default): ``ready`` (default True; False -> 503
 ``model`` (served id, default ``fake-model``), ``wrong_answer`` (Lyon), ``no_tool_call``,
 ``bad_tool_args``, ``broken_stream`` (no ``[DONE]``), ``garbage_stream`` (a non-JSON event),
 ``empty`` (200 with no text), ``no_usage``, ``no_reasoning``, ``degenerate`` (repeated text),
-``tool_call_text`` (``<tool_call>`` in plain text), ``slowdown`` (k: request n sends n*k SSE
-keep-alive comment lines per token, which a ticking test clock turns into a slowdown),
+``tool_call_text`` (``<tool_call>`` in plain text), ``slowdown`` (k: every request after the
+first ``slowdown_after`` (10) sends k SSE keep-alive comment lines per token, which a ticking
+test clock turns into a slowdown),
 ``status`` (every POST answers it, e.g. 500), ``require_key`` (401 echoing the presented key
-unless ``Authorization: Bearer <key>`` matches). ``log`` holds (method, path, json body) and
-``headers`` the lowercased request headers.
+unless ``Authorization: Bearer <key>`` matches), ``stop_early`` (long answers end after 15
+tokens with ``stop``), ``never_stop`` (the short answer repeats until ``max_tokens``, ``length``),
+``max_model_len`` (listed in ``/v1/models``), ``metrics`` (the text of ``/metrics``),
+``no_vision`` (400 for a message with content parts).
+
+Hostile switches (issue: a server that fights the client): ``trickle`` (seconds: POST answers
+dribble one byte every 0.05 s for that long; ``trickle_done`` tells whether the server got to
+the end, i.e. the client did not hang up first), ``redirect`` (a base URL: every request not yet
+redirected answers 307 to ``<redirect>/redirected<path>``), ``redirect_loop`` (302 to itself),
+``nested`` (a stream event nested 100,000 levels deep), ``non_json`` (200 HTML for everything),
+``stall`` (seconds: one stream chunk, then silence).
+``log`` holds (method, path, json body) and ``headers`` the lowercased request headers (plus
+``host``).
 """
 
 from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -28,6 +41,7 @@ import pytest
 DEFAULT_MODEL = "fake-model"
 LONG_SENTENCE = ("Segment {i} notes that window {w} grew after ack {a}, while the sender kept "
                  "{r} bytes in flight. ")
+HTML = b"<html><body>Welcome to nginx!</body></html>"
 
 
 class OpenAIHandler(BaseHTTPRequestHandler):
@@ -55,31 +69,64 @@ class OpenAIHandler(BaseHTTPRequestHandler):
         self._send(401, json.dumps({"error": f"invalid api key: {got}"}).encode())
         return False
 
-    def do_GET(self) -> None:
-        self.server.log.append(("GET", self.path, None))  # type: ignore[attr-defined]
+    def _hostile(self) -> bool:
+        """Redirects and non-JSON answers; True when the request was answered here."""
+        mode = self.mode
+        if mode.get("redirect_loop"):
+            self.send_response(302)
+            self.send_header("Location", self.path)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return True
+        if mode.get("redirect") and not self.path.startswith("/redirected"):
+            self.send_response(307)
+            self.send_header("Location", f"{mode['redirect']}/redirected{self.path}")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return True
+        self.path = self.path.removeprefix("/redirected")
+        if mode.get("non_json"):
+            self._send(200, HTML, "text/html")
+            return True
+        return False
+
+    def _record(self, method: str, body: Any) -> None:
+        self.server.log.append((method, self.path, body))  # type: ignore[attr-defined]
         self.server.headers.append({k.lower(): v for k, v in self.headers.items()})  # type: ignore[attr-defined]
-        if not self._authorized():
+
+    def do_GET(self) -> None:
+        self._record("GET", None)
+        if not self._authorized() or self._hostile():
             return
-        if self.path == "/v1/models" and self.mode.get("ready", True):
-            self._send(200, json.dumps({"object": "list",
-                                        "data": [{"id": self.mode.get("model", DEFAULT_MODEL)}]}).encode())
+        if self.path == "/metrics" and self.mode.get("metrics") is not None:
+            self._send(200, str(self.mode["metrics"]).encode(), "text/plain")
+        elif self.path == "/v1/models" and self.mode.get("ready", True):
+            entry: dict[str, Any] = {"id": self.mode.get("model", DEFAULT_MODEL)}
+            if self.mode.get("max_model_len"):
+                entry["max_model_len"] = self.mode["max_model_len"]
+            self._send(200, json.dumps({"object": "list", "data": [entry]}).encode())
         else:
-            self._send(503, b'{"error": "loading"}')
+            self._send(503 if self.path == "/v1/models" else 404, b'{"error": "loading"}')
 
     def do_POST(self) -> None:
-        body = json.loads(self.rfile.read(int(self.headers["content-length"])))
+        body = json.loads(self.rfile.read(int(self.headers.get("content-length") or 0)) or b"null")
         server = self.server
-        server.log.append(("POST", self.path, body))  # type: ignore[attr-defined]
-        server.headers.append({k.lower(): v for k, v in self.headers.items()})  # type: ignore[attr-defined]
+        self._record("POST", body)
         with server.lock:  # type: ignore[attr-defined]
             server.posts += 1  # type: ignore[attr-defined]
             n = server.posts  # type: ignore[attr-defined]
-        if not self._authorized():
+        if not self._authorized() or self._hostile():
             return
         if self.path != "/v1/chat/completions":
             return self._send(404, b"{}")
         if self.mode.get("status"):
             return self._send(int(self.mode["status"]), b'{"error": "internal server error"}')
+        if self.mode.get("trickle"):
+            return self._trickle(float(self.mode["trickle"]))
+        if self.mode.get("stall"):
+            return self._stall(float(self.mode["stall"]))
+        if self.mode.get("no_vision") and any(isinstance(m.get("content"), list) for m in body["messages"]):
+            return self._send(400, b'{"error": "this model does not take images"}')
         reasoning, words, tool = self._answer(body)
         prompt_tokens = sum(len(str(m.get("content") or "")) for m in body.get("messages", [])) // 4
         if body.get("stream"):
@@ -92,7 +139,7 @@ class OpenAIHandler(BaseHTTPRequestHandler):
                                       "function": {"name": tool[0], "arguments": tool[1]}}]
         reply: dict[str, Any] = {"id": f"chatcmpl-{n}", "object": "chat.completion",
                                  "choices": [{"index": 0, "message": message,
-                                              "finish_reason": "tool_calls" if tool else "stop"}]}
+                                              "finish_reason": self._finish(body, words, tool)}]}
         if not self.mode.get("no_usage"):
             reply["usage"] = {"prompt_tokens": prompt_tokens, "completion_tokens": len(words) + len(reasoning)}
         self._send(200, json.dumps(reply).encode())
@@ -106,11 +153,13 @@ class OpenAIHandler(BaseHTTPRequestHandler):
         last = str(body.get("messages", [{}])[-1].get("content") or "")
         thinking = (body.get("chat_template_kwargs") or {}).get("enable_thinking")
         reasoning = ["Let ", "me ", "think ", "it ", "through."] if thinking and not mode.get("no_reasoning") else []
-        if body.get("tools") and not mode.get("no_tool_call"):
+        if body.get("tools") and body.get("tool_choice") != "none" and not mode.get("no_tool_call"):
             args = '{"city": "Par' if mode.get("bad_tool_args") else '{"city": "Paris"}'
             return reasoning, [], ("get_weather", args)
         max_tokens = int(body.get("max_tokens") or 16)
         if "capital of France" in text:
+            if mode.get("never_stop"):
+                return reasoning, ["Paris "] * max_tokens, None
             return reasoning, ["Lyon." if mode.get("wrong_answer") else "Paris."], None
         if max_tokens >= 1000:
             if mode.get("degenerate"):
@@ -119,9 +168,9 @@ class OpenAIHandler(BaseHTTPRequestHandler):
             elif mode.get("tool_call_text"):
                 words = ["<tool_call>", '{"name": "x"}', "</tool_call>", " "] * 6
             else:
-                long = "".join(LONG_SENTENCE.format(i=i, w=i * 3 + 1, a=i * 7 + 2, r=i * 11 + 5) for i in range(60))
+                long = "".join(LONG_SENTENCE.format(i=i, w=i * 3 + 1, a=i * 7 + 2, r=i * 11 + 5) for i in range(100))
                 words = [w + " " for w in long.split()]
-            return reasoning, words[:max_tokens], None
+            return reasoning, words[:15 if mode.get("stop_early") else max_tokens], None
         if "Reply with the single word OK" in last:
             return [], ["OK"], None
         words = [f"word{i} " for i in range(min(max_tokens, 24))]
@@ -131,7 +180,8 @@ class OpenAIHandler(BaseHTTPRequestHandler):
                 tool: tuple[str, str] | None, prompt_tokens: int) -> None:
         mode = self.mode
         cid = f"chatcmpl-{n}"
-        pad = "".join(": keep-alive\n\n" for _ in range(n * int(mode.get("slowdown") or 0)))
+        slow = int(mode.get("slowdown") or 0) if n > int(mode.get("slowdown_after", 10)) else 0
+        pad = "".join(": keep-alive\n\n" for _ in range(slow))
 
         def chunk(delta: dict[str, Any], finish: str | None = None) -> str:
             data = {"id": cid, "object": "chat.completion.chunk", "model": body.get("model"),
@@ -143,19 +193,57 @@ class OpenAIHandler(BaseHTTPRequestHandler):
         out += [pad + chunk({"content": t}) for t in words]
         if mode.get("garbage_stream"):
             out.append("data: {not json\n\n")
+        if mode.get("nested"):
+            out.append("data: " + "[" * 100_000 + "]" * 100_000 + "\n\n")
         if tool:
             half = len(tool[1]) // 2
             out.append(chunk({"tool_calls": [{"index": 0, "id": "call_1", "type": "function",
                                               "function": {"name": tool[0], "arguments": ""}}]}))
             out.append(chunk({"tool_calls": [{"index": 0, "function": {"arguments": tool[1][:half]}}]}))
             out.append(chunk({"tool_calls": [{"index": 0, "function": {"arguments": tool[1][half:]}}]}))
-        out.append(chunk({}, "tool_calls" if tool else "stop"))
+        out.append(chunk({}, self._finish(body, words, tool)))
         if (body.get("stream_options") or {}).get("include_usage") and not mode.get("no_usage"):
             usage = {"prompt_tokens": prompt_tokens, "completion_tokens": len(words) + len(reasoning) + (5 if tool else 0)}
             out.append(f"data: {json.dumps({'id': cid, 'object': 'chat.completion.chunk', 'choices': [], 'usage': usage})}\n\n")
         if not mode.get("broken_stream"):
             out.append("data: [DONE]\n\n")
         self._send(200, "".join(out).encode(), "text/event-stream")
+
+
+    def _finish(self, body: dict[str, Any], words: list[str], tool: tuple[str, str] | None) -> str:
+        if tool:
+            return "tool_calls"
+        return "length" if self.mode.get("never_stop") and len(words) >= int(body.get("max_tokens") or 16) else "stop"
+
+    def _trickle(self, seconds: float) -> None:
+        """Headers at once, then one byte of a keep-alive comment every 0.05 s for ``seconds``."""
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.end_headers()
+        end = time.monotonic() + seconds
+        try:
+            while time.monotonic() < end:
+                self.wfile.write(b":")
+                self.wfile.flush()
+                time.sleep(0.05)
+            self.server.trickle_done = True  # type: ignore[attr-defined]
+        except OSError:
+            self.server.trickle_done = False  # type: ignore[attr-defined]
+        self.close_connection = True
+
+
+    def _stall(self, seconds: float) -> None:
+        """One chunk of a stream, then silence for ``seconds`` (the connection stays open)."""
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.end_headers()
+        try:
+            self.wfile.write(b'data: {"id": "s", "choices": [{"index": 0, "delta": {"content": "Hel"}}]}\n\n')
+            self.wfile.flush()
+            time.sleep(seconds)
+        except OSError:
+            pass
+        self.close_connection = True
 
 
 class FakeOpenAI:
@@ -176,6 +264,10 @@ class FakeOpenAI:
     def headers(self) -> list[dict[str, str]]:
         return self.server.headers  # type: ignore[attr-defined]
 
+    @property
+    def trickle_done(self) -> bool | None:
+        return self.server.trickle_done  # type: ignore[attr-defined]
+
     def posts(self) -> list[dict[str, Any]]:
         return [b for m, _p, b in self.log if m == "POST"]
 
@@ -187,6 +279,7 @@ def start() -> ThreadingHTTPServer:
     server.log = []  # type: ignore[attr-defined]
     server.headers = []  # type: ignore[attr-defined]
     server.posts = 0  # type: ignore[attr-defined]
+    server.trickle_done = None  # type: ignore[attr-defined]
     server.lock = threading.Lock()  # type: ignore[attr-defined]
     return server
 

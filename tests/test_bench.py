@@ -101,3 +101,26 @@ def test_cli_table(fake_openai, capsys):
 def test_cli_unreachable(capsys):
     assert cli.main(["bench", "--url", closed_port_url(), "--timeout", "2"]) == 2
     assert "UNREACHABLE" in capsys.readouterr().out
+
+
+def test_real_server(llama_server, capsys):
+    """llama.cpp's server streams no usage: tokens are counted from chunks (and marked so)."""
+    assert cli.main(["bench", "--url", llama_server.url, "--runs", "2", "--prefill", "300", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["model"] == llama_server.model and len(data["warmups"]) == 3
+    runs = [r for r in data["runs"] if r["kind"] in ("narrative", "code")]
+    assert len(runs) == 4 and all(r["ok"] and r["tokens"] > 1 and r["decode_tps"] > 0 for r in runs)
+    assert {r["tokens_source"] for r in runs} == {"chunks"}
+    prefill = [r for r in data["runs"] if r["kind"] == "prefill-300"]
+    assert len(prefill) == 3 and all(r["ok"] and r["ttft_s"] > 0 for r in prefill)
+
+
+def test_deadline_stops_the_runs(fake_openai):
+    ticks = [0.0]
+
+    def clock():
+        ticks[0] += 0.01
+        return ticks[0]
+    report = bench(OpenAIClient(fake_openai.url, clock=clock, deadline_s=60), runs=50)
+    assert report.exit_code == 1 and report.error.startswith("run deadline reached")
+    assert 0 < len(report.runs) < 100 and len(fake_openai.posts()) == len(report.runs) + len(report.warmups)

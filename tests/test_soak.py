@@ -26,29 +26,66 @@ def test_quick_pass_without_gpu(fake_openai):
     assert len(report.turns) == 40 and report.retention == pytest.approx(1.0) and not report.gpu_sampled
     data = report.to_json()
     assert data["gpu"]["note"].startswith("not sampled") and data["turns_done"] == data["turns_planned"] == 40
-    # fresh sessions: every session restarts from the system prompt; turns within one accumulate
+    # 5 identical probes, then fresh sessions (each restarts from the system prompt), then 5 probes
     posts = fake_openai.posts()
-    assert [len(p["messages"]) for p in posts[:6]] == [2, 4, 6, 8, 10, 2]
+    assert len(posts) == 5 + 40 + 5
+    assert all(p["messages"] == posts[0]["messages"] for p in posts[:5] + posts[-5:])
+    assert [len(p["messages"]) for p in posts[5:11]] == [2, 4, 6, 8, 10, 2]
 
 
 def test_slowdown_fails_retention(fake_openai):
     fake_openai.mode["slowdown"] = 1
     report = soak(_client(fake_openai), SoakOptions(mode="quick"))
     verdict, why = report.verdict()
-    assert verdict == "fail" and report.exit_code == 1 and report.retention < 0.98
+    assert verdict == "fail" and report.exit_code == 1 and report.retention < 0.93
     assert any("retention" in w for w in why)
+
+
+def test_retention_compares_probes_of_the_same_context(fake_openai):
+    """Continuous mode grows the context 40x; the probes do not, so normal slowdown with context is
+    not read as lost retention (the old first-5 vs last-5 turns rule called this 24.7 %)."""
+    report = soak(_client(fake_openai), SoakOptions(mode="continuous", target_tokens=8000))
+    starts = [t.prompt_tokens for t in report.probes]
+    assert len(set(starts)) == 1 and starts[0] < 50
+    assert report.turns[-1].prompt_tokens > 100 * starts[0]
+    assert report.retention == pytest.approx(1.0) and report.exit_code == 0
+
+
+def _report(first, last, **opts):
+    from club3090.validate.soak import SoakReport, Turn
+
+    def probes(phase, values):
+        return tuple(Turn(phase, 0, i, 0.0, 1.0, 0.1, 10, "usage", 20, v, False, None) for i, v in enumerate(values))
+    return SoakReport("u", "m", SoakOptions(**opts), (), probes=probes("probe-start", first) + probes("probe-end", last))
+
+
+def test_noise_aware_floor_does_not_flap():
+    # 96.1 % then 104 %: run-to-run noise around a 98 % rule; both are passes under the tolerance
+    for last in ([96.1] * 5, [104.0] * 5):
+        assert _report([100.0] * 5, last).verdict()[0] == "pass"
+    # a real loss still fails, and the stated floor is in the reason
+    verdict, why = _report([100.0] * 5, [80.0] * 5).verdict()
+    assert verdict == "fail" and "93.0%" in why[0]
+    # noisy probes widen the floor by 2 x their relative MAD ...
+    wide = _report([100, 90, 110, 95, 105], [90, 85, 95, 88, 92])
+    assert wide.retention_stats()["noise"] == pytest.approx(0.05)
+    assert wide.retention_stats()["floor"] == pytest.approx(0.88) and wide.exit_code == 0
+    assert _report([100] * 5, [90, 85, 95, 88, 92]).exit_code == 1         # the same drop, quiet probes
+    # ... and past MAX_NOISE a low retention is inconclusive, not a coin toss
+    wild = _report([100, 50, 150, 100, 60], [40, 20, 70, 40, 25])
+    assert wild.verdict()[0] == "inconclusive" and "noisy" in wild.verdict()[1][0]
 
 
 def test_empty_turns_fail(fake_openai):
     fake_openai.mode["empty"] = True
     report = soak(_client(fake_openai), SoakOptions(mode="quick", sessions=2, turns=5))
-    assert report.exit_code == 1 and report.empties == 10 and "10 silent-empty turn(s)" in report.verdict()[1]
+    assert report.exit_code == 1 and report.empties == 20 and "20 silent-empty turn(s)" in report.verdict()[1]
 
 
 def test_500s_fail(fake_openai):
     fake_openai.mode["status"] = 500
     report = soak(_client(fake_openai), SoakOptions(mode="quick", sessions=2, turns=5))
-    assert report.exit_code == 1 and report.errors == 10 and "HTTP 500" in report.turns[0].error
+    assert report.exit_code == 1 and report.errors == 20 and "HTTP 500" in report.turns[0].error
 
 
 def test_vram_growth(fake_openai):
@@ -63,16 +100,19 @@ def test_vram_growth(fake_openai):
 
 
 def test_deadline_bounds_the_run(fake_openai):
-    clock = TickClock(0.5)
+    clock = TickClock(0.05)
     report = soak(OpenAIClient(fake_openai.url, clock=clock), SoakOptions(mode="fresh", deadline_s=60))
     assert report.deadline_hit and 0 < len(report.turns) < 100 and report.exit_code == 2
     assert report.verdict()[0] == "inconclusive"
-    assert len(fake_openai.posts()) == len(report.turns)
+    # a request the deadline cut is not a measurement (and not a server error)
+    assert 0 <= len(fake_openai.posts()) - len(report.turns) - len(report.probes) <= 1
 
 
-def test_too_few_turns_is_inconclusive(fake_openai):
-    report = soak(_client(fake_openai), SoakOptions(mode="quick", sessions=1, turns=4))
-    assert report.exit_code == 2 and "retention needs 10" in report.verdict()[1][0]
+def test_too_few_probes_is_inconclusive(fake_openai):
+    fake_openai.mode["no_usage"] = True
+    fake_openai.mode["empty"] = False
+    report = soak(_client(fake_openai), SoakOptions(mode="quick", sessions=1, turns=4, probes=2))
+    assert report.exit_code == 2 and "retention needs >= 3 probes" in report.verdict()[1][0]
 
 
 def test_continuous_ramps_context(fake_openai):
@@ -81,7 +121,7 @@ def test_continuous_ramps_context(fake_openai):
     prompts = [t.prompt_tokens for t in report.turns]
     assert prompts == sorted(prompts) and 7600 <= prompts[-1] <= 8400
     posts = fake_openai.posts()
-    assert len(posts[-1]["messages"]) == 1 + 2 * 24 + 1         # one conversation across the sessions
+    assert len(posts[-6]["messages"]) == 1 + 2 * 24 + 1         # one conversation across the sessions
 
 
 def test_pause_uses_the_sleep_seam(fake_openai):
@@ -104,7 +144,8 @@ def test_files(fake_openai, tmp_path):
     base = json.loads(paths[0].read_text())
     assert base["tool"] == "soak" and base["verdict"] == "pass" and base["turns_done"] == 10
     rows = list(csv.DictReader(paths[1].read_text().splitlines()))
-    assert len(rows) == 10 and rows[0]["session"] == "1" and float(rows[0]["decode_tps"]) > 0
+    assert [r["phase"] for r in rows] == ["probe-start"] * 5 + ["turn"] * 10 + ["probe-end"] * 5
+    assert rows[5]["session"] == "1" and float(rows[5]["decode_tps"]) > 0
     gpu = list(csv.DictReader(paths[2].read_text().splitlines()))
     assert len(gpu) == 11 * 2 and gpu[1] == {**gpu[1], "gpu": "1", "used_mib": "200.0"}
 
@@ -154,3 +195,26 @@ def test_cli_samples_gpus_only_when_settings_allow(fake_openai, tmp_path, monkey
     assert soak_cmd.run(args, LiveProvider(settings), clock=clock, sleep=clock.sleep) == 0
     assert seen and set(seen) == {gpu_detect}
     assert json.loads(capsys.readouterr().out)["gpu"]["sampled"] is gpu_detect
+
+
+def test_real_server_quick(llama_server, tmp_path, capsys):
+    """The tolerance is wide here on purpose: a shared CI machine's noise is not what this test is about
+    (the criterion itself is tested above); the real wire is."""
+    out = tmp_path / "soak"
+    assert cli.main(["soak", "--url", llama_server.url, "--mode", "quick", "--tolerance", "0.5", "--json",
+                     "--out-dir", str(out)]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["verdict"] == "pass" and data["turns_done"] == 40 and data["errors"] == data["silent_empty"] == 0
+    assert data["retention"] > 0 and data["retention_floor"] <= 0.48 + 1e-9
+    rows = list(csv.DictReader((out / "turn-log.csv").read_text().splitlines()))
+    assert len(rows) == 50 and all(float(r["decode_tps"]) > 0 for r in rows)
+
+
+def test_real_server_continuous_ramps(llama_server, tmp_path, capsys):
+    """The context grows turn by turn toward --target-tokens; the probes stay short and identical."""
+    assert cli.main(["soak", "--url", llama_server.url, "--mode", "continuous", "--target-tokens", "1500",
+                     "--tolerance", "0.5", "--json", "--out-dir", str(tmp_path / "c")]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["turns_done"] == 25 and data["errors"] == 0 and data["verdict"] == "pass"
+    rows = list(csv.DictReader((tmp_path / "c" / "turn-log.csv").read_text().splitlines()))
+    assert [r["phase"] for r in rows].count("turn") == 25

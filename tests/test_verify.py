@@ -140,3 +140,128 @@ def test_cli_bad_timeout_is_usage(capsys):
         cli.main(["verify", "--timeout", "0", "--json"])
     assert exc.value.code == 64
     assert json.loads(capsys.readouterr().out)["exit_code"] == 64
+
+
+# --------------------------------------------------------------------------------------------
+# checks that mean something (a never-stopping answer, an early stop)
+# --------------------------------------------------------------------------------------------
+
+def test_never_stopping_answer_fails_completion(fake_openai):
+    fake_openai.mode["never_stop"] = True          # "Paris Paris Paris ..." until max_tokens, finish_reason length
+    report = verify(OpenAIClient(fake_openai.url))
+    check = next(c for c in report.checks if c.name == "completion")
+    assert check.status == "fail" and "finish_reason length" in check.detail and report.exit_code == 1
+
+
+def test_early_stop_fails_long_output(fake_openai):
+    fake_openai.mode["stop_early"] = True          # 15 tokens of a 2048-token request, finish_reason stop
+    report = verify(OpenAIClient(fake_openai.url), full=True)
+    check = next(c for c in report.checks if c.name == "long-output")
+    assert check.status == "fail" and check.detail.startswith("stopped early: 15 tokens of 2048")
+
+
+def test_long_output_without_usage_estimates_from_characters(fake_openai):
+    fake_openai.mode["no_usage"] = True
+    report = verify(OpenAIClient(fake_openai.url), full=True)
+    check = next(c for c in report.checks if c.name == "long-output")
+    assert check.status == "pass" and "estimated from characters" in check.detail
+
+
+# --------------------------------------------------------------------------------------------
+# launch checks (patches from the log, speculative acceptance from /metrics) and capabilities
+# --------------------------------------------------------------------------------------------
+
+METRICS = """# HELP vllm:spec_decode_num_drafts_total Number of spec decoding drafts.
+# TYPE vllm:spec_decode_num_drafts_total counter
+vllm:spec_decode_num_drafts_total{{engine="0",model_name="m"}} {drafts}
+vllm:spec_decode_num_accepted_tokens_total{{engine="0",model_name="m"}} {accepted}
+"""
+
+
+def _full(fake, capsys, *extra):
+    code = cli.main(["verify", "--url", fake.url, "--full", "--json", *extra])
+    data = json.loads(capsys.readouterr().out)
+    return code, {c["name"]: c for c in data["checks"]}, data
+
+
+def test_launch_checks_not_applicable_for_a_plain_profile(fake_openai, capsys):
+    code, checks, _ = _full(fake_openai, capsys, "--profile", "vllm/dual-tq3-nomtp")
+    assert code == 0
+    assert checks["patches-applied"]["status"] == checks["spec-acceptance"]["status"] == "not-applicable"
+
+
+def test_launch_checks_skip_without_profile_never_pass(fake_openai, capsys):
+    code, checks, _data = _full(fake_openai, capsys)
+    assert code == 0 and checks["patches-applied"]["status"] == checks["spec-acceptance"]["status"] == "skip"
+    assert "--profile" in checks["patches-applied"]["detail"]
+
+
+@pytest.mark.parametrize("drafts, accepted, status", [(100, 180, "pass"), (100, 60, "fail")])
+def test_spec_acceptance_from_metrics(fake_openai, capsys, drafts, accepted, status):
+    fake_openai.mode["metrics"] = METRICS.format(drafts=drafts, accepted=accepted)
+    _code, checks, _ = _full(fake_openai, capsys, "--profile", "vllm/dual")
+    check = checks["spec-acceptance"]
+    assert check["status"] == status and f"{1 + accepted / drafts:.2f}" in check["detail"]
+    assert ("GET", "/metrics", None) in fake_openai.log
+
+
+def test_spec_acceptance_fails_without_counters(fake_openai, capsys):
+    code, checks, _ = _full(fake_openai, capsys, "--profile", "vllm/dual")
+    assert code == 1 and checks["spec-acceptance"]["status"] == "fail"
+
+
+def test_patches_applied_from_the_launch_log(fake_openai, tmp_path, capsys):
+    fake_openai.mode["metrics"] = METRICS.format(drafts=10, accepted=20)
+    log = tmp_path / "launch.log"
+    applied = ["[patch] qwen-vllm-marlin-pad applied", "INFO patch qwen-vllm-pr35936-required-fallback: ok",
+               "installed chat_template.jinja (qwen-froggeric-chat-template)"]
+    log.write_text("\n".join([*applied, "ERROR qwen-qwen3coder-tool-parser-deferred-commit failed to apply"]))
+    code, checks, _ = _full(fake_openai, capsys, "--profile", "vllm/dual", "--log", str(log))
+    assert code == 1 and checks["patches-applied"]["status"] == "fail"
+    assert checks["patches-applied"]["detail"].endswith("qwen-qwen3coder-tool-parser-deferred-commit")
+    log.write_text("\n".join([*applied, "qwen-qwen3coder-tool-parser-deferred-commit applied"]))
+    code, checks, _ = _full(fake_openai, capsys, "--profile", "vllm/dual", "--log", str(log))
+    assert code == 0 and checks["patches-applied"]["status"] == "pass"
+
+
+def test_bad_log_and_profile_are_usage_errors(fake_openai, tmp_path, capsys):
+    assert cli.main(["verify", "--url", fake_openai.url, "--log", str(tmp_path / "missing.log")]) == 64
+    assert cli.main(["verify", "--url", fake_openai.url, "--profile", "no/such-profile"]) == 64
+    assert not fake_openai.log
+
+
+def test_capabilities_are_probed(fake_openai, capsys):
+    fake_openai.mode.update(no_vision=True, max_model_len=8192)
+    code, checks, data = _full(fake_openai, capsys)
+    assert code == 0                                     # capabilities are reported, not verdicts
+    assert data["capabilities"] == {"tool-calls": "supported", "reasoning": "supported", "vision": "unsupported",
+                                    "long-context": "supported"}
+    assert checks["long-context"]["status"] == "pass" and "of 8192" in checks["long-context"]["detail"]
+    fake_openai.mode.update(no_vision=False, no_reasoning=True, no_tool_call=True, max_model_len=None)
+    _code, checks, data = _full(fake_openai, capsys)
+    assert data["capabilities"] == {"tool-calls": "unsupported", "reasoning": "unsupported",
+                                    "vision": "answered-unverified", "long-context": "not-probed"}
+
+
+# --------------------------------------------------------------------------------------------
+# against a real llama.cpp server (tests/llama_server.py)
+# --------------------------------------------------------------------------------------------
+
+def test_real_server_full_green_without_tools(llama_server, capsys):
+    code, checks, _data = _full(llama_server, capsys, "--skip-tools", "--context", str(llama_server.n_ctx))
+    assert code == 0, checks
+    assert {n: c["status"] for n, c in checks.items()} == {
+        "models": "pass", "completion": "pass", "streaming": "pass", "tool-call": "skip", "thinking": "skip",
+        "long-output": "pass", "streaming-tool-call": "skip", "patches-applied": "skip", "spec-acceptance": "skip",
+        "long-context": "pass"}
+    assert "finish_reason stop" in checks["completion"]["detail"]
+
+
+def test_real_server_reports_what_it_cannot_do(llama_server, capsys):
+    """llama.cpp's server with a plain chat template answers tool_choice=auto in text: the tool checks
+    are red, and the capabilities say so rather than assuming."""
+    code, checks, data = _full(llama_server, capsys)
+    assert code == 1 and checks["tool-call"]["status"] == "fail"
+    assert data["capabilities"]["tool-calls"] == "unsupported"
+    assert data["capabilities"]["reasoning"] == "unsupported"
+    assert data["capabilities"]["long-context"] == "not-probed"      # /v1/models has no max_model_len

@@ -1,4 +1,4 @@
-"""``bench``: decode throughput and time to first token (SYSTEM.md section 14 ``bench``).
+"""``bench``: decode throughput and time to first token (docs/DESIGN.md, validation tools).
 
 Three warm-up requests, then ``runs`` streamed runs of each prompt (narrative: an 800-word essay
 on transformer attention, ``max_tokens`` 1000; code: a commented quicksort, ``max_tokens`` 800).
@@ -10,7 +10,8 @@ opened by a fresh salt, so no prefix-cache hit) and ``max_tokens`` 1; prefill ra
 prompt tokens / TTFT. The haystack is rescaled after each answer from the server's reported
 ``prompt_tokens``.
 
-Exit code: 0 every run answered, 1 a run failed, 2 the server was unreachable.
+Exit code: 0 every run answered, 1 a run failed or ``--deadline`` stopped the run, 2 the server
+was unreachable.
 """
 
 from __future__ import annotations
@@ -109,7 +110,7 @@ class BenchReport:
             rows = [r for r in self.runs if r.kind == kind]
             good = [r for r in rows if r.ok]
 
-            def col(get: Callable[[Run], float | None]) -> list[float]:
+            def col(get: Callable[[Run], float | None], good: list[Run] = good) -> list[float]:
                 return [v for v in map(get, good) if v is not None]
             entry = {"runs": len(rows), "ok": len(good),
                      "tokens_source": sorted({r.tokens_source for r in good}) or ["none"],
@@ -165,19 +166,33 @@ def bench(client: OpenAIClient, *, model: str | None = None, runs: int = RUNS, w
                             "max_tokens": max_tokens}, stream=True)
 
     warm: list[Run] = []
+    done: list[Run] = []
+    stopped: list[str] = []
+
+    def spent() -> bool:
+        """True once --deadline is spent: the runs so far are reported, the rest are not made."""
+        if client.expired and not stopped:
+            stopped.append(client.deadline_message())
+        return bool(stopped)
+
     for i in range(warmups):
+        if spent():
+            break
         name, prompt, max_tokens = PROMPTS[i % len(PROMPTS)]
         warm.append(_run(f"warmup-{name}", i, ask(prompt, max_tokens)))
         progress(f"[bench] warm-up {i + 1}/{warmups}")
-    done: list[Run] = []
     for name, prompt, max_tokens in PROMPTS:
         for i in range(runs):
+            if spent():
+                break
             run = _run(name, i, ask(prompt, max_tokens))
             done.append(run)
             progress(f"[bench] {name} {i + 1}/{runs}: " + (_brief(run) if run.ok else f"error {run.error}"))
     ratio = CHARS_PER_TOKEN
     for target in prefill:
         for i in range(prefill_runs):
+            if spent():
+                break
             text = haystack(salt(), int(target * ratio))
             prompt = f"{text}\n\nReply with the single word OK."
             run = _run(f"prefill-{target}", i, ask(prompt, 1))
@@ -187,7 +202,8 @@ def bench(client: OpenAIClient, *, model: str | None = None, runs: int = RUNS, w
             progress(f"[bench] prefill {target} {i + 1}/{prefill_runs}: "
                      + (f"{run.prompt_tokens} tokens, TTFT {run.ttft_s:.3f}s" if run.ok and run.ttft_s is not None
                         else f"error {run.error}"))
-    return BenchReport(client.base, model, tuple(done), tuple(warm), tuple(prefill))
+    return BenchReport(client.base, model, tuple(done), tuple(warm), tuple(prefill),
+                       error=stopped[0] if stopped else None)
 
 
 def _brief(run: Run) -> str:

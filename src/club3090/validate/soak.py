@@ -1,18 +1,26 @@
-"""``soak``: does the server stay fast and sane over many turns? (SYSTEM.md section 14 ``soak``.)
+"""``soak``: does the server stay fast and sane over many turns? (docs/DESIGN.md, validation tools.)
 
 Modes: ``fresh`` (20 sessions x 5 turns; every session a new conversation), ``continuous``
 (5 x 5, one conversation whose context ramps toward ``target_tokens``: each turn adds filler so
-that the last turn's prompt is about the target), ``quick`` (8 x 5, fresh). Each turn is one
+that the last turn's prompt is about the target; characters per token are measured from each
+turn's ``usage.prompt_tokens``), ``quick`` (8 x 5, fresh). Each turn is one
 streamed chat; recorded: latency, TTFT, tokens, decode TPS, silent-empty (HTTP 200, no text),
 errors. GPU memory in use is sampled before the first turn and after each turn through
 ``club3090.edges.gpu_probe.memory_used_bytes`` when NVML is available, else "not sampled".
 
-Verdict: ``fail`` (exit 1) on any error or silent-empty turn, decode-TPS retention (median of
-the first 5 vs the last 5 good turns) under ``min_retention``, or VRAM growth (largest per-GPU
-increase, last sample minus first) over ``max_growth_mib`` (only when sampled);
-``inconclusive`` (exit 2) when the server is unreachable, the deadline stopped the run, or
-fewer than 10 turns gave a decode TPS; else ``pass`` (exit 0). The whole run stops at
-``deadline_s``; each request gets at most the smaller of ``request_timeout_s`` and the time left.
+Retention compares like with like: ``probes`` identical requests (a fresh conversation, the same
+short prompt, so the same context length) before the first turn and after the last; retention =
+median decode TPS of the end probes / median of the start probes. Noise-aware: the floor is
+``min_retention - max(tolerance, NOISE_K x noise)``, where noise is the larger relative median
+absolute deviation of the two probe groups; with noise above ``MAX_NOISE`` a retention under
+``min_retention - tolerance`` is inconclusive rather than a coin toss.
+
+Verdict: ``fail`` (exit 1) on any error or silent-empty turn, retention under its floor, or VRAM
+growth (largest per-GPU increase, last sample minus first) over ``max_growth_mib`` (only when
+sampled); ``inconclusive`` (exit 2) when the server is unreachable, the deadline stopped the run,
+a probe group has fewer than 3 decode TPS values, or the probes are too noisy; else ``pass``
+(exit 0). The whole run stops at ``deadline_s``; each request gets at most the smaller of
+``request_timeout_s`` and the time left.
 """
 
 from __future__ import annotations
@@ -28,16 +36,21 @@ from typing import Any
 from club3090.cli.exit_codes import exit_code
 from club3090.edges.openai_client import OpenAIClient
 from club3090.gate.outcome import Outcome
-from club3090.validate.stats import median
+from club3090.validate.stats import median, relative_mad
 
 MODES: Mapping[str, tuple[int, int]] = {"fresh": (20, 5), "continuous": (5, 5), "quick": (8, 5)}
 TARGET_TOKENS = 24000
 MIN_RETENTION = 0.98
+TOLERANCE = 0.05
+NOISE_K = 2.0
+MAX_NOISE = 0.25
+PROBES = 5
+MIN_PROBES = 3
+PROBE_PROMPT = "Write a short paragraph about the history of the bicycle."
 MAX_GROWTH_MIB = 200.0
 DEADLINE_S = 1800.0
 REQUEST_TIMEOUT_S = 600.0
 MAX_TOKENS = 256
-WINDOW = 5                        # turns at each end compared for retention
 CHARS_PER_TOKEN = 4.0
 MIB = 1 << 20
 
@@ -62,6 +75,8 @@ class SoakOptions:
     mode: str = "fresh"
     target_tokens: int = TARGET_TOKENS
     min_retention: float = MIN_RETENTION
+    tolerance: float = TOLERANCE
+    probes: int = PROBES
     max_growth_mib: float = MAX_GROWTH_MIB
     deadline_s: float = DEADLINE_S
     request_timeout_s: float = REQUEST_TIMEOUT_S
@@ -79,13 +94,15 @@ class SoakOptions:
         sessions, turns = self.plan
         return {"mode": self.mode, "sessions": sessions, "turns_per_session": turns,
                 "target_tokens": self.target_tokens if self.mode == "continuous" else None,
-                "min_retention": self.min_retention, "max_growth_mib": self.max_growth_mib,
+                "min_retention": self.min_retention, "tolerance": self.tolerance, "probes": self.probes,
+                "max_growth_mib": self.max_growth_mib,
                 "deadline_s": self.deadline_s, "request_timeout_s": self.request_timeout_s,
                 "max_tokens": self.max_tokens, "pause_s": self.pause_s}
 
 
 @dataclass(frozen=True, slots=True)
 class Turn:
+    phase: str                     # "probe-start" | "turn" | "probe-end"
     session: int
     turn: int
     t_s: float                     # start, seconds since the soak began
@@ -98,11 +115,11 @@ class Turn:
     empty: bool
     error: str | None
 
-    FIELDS = ("session", "turn", "t_s", "latency_s", "ttft_s", "tokens", "tokens_source", "prompt_tokens",
+    FIELDS = ("phase", "session", "turn", "t_s", "latency_s", "ttft_s", "tokens", "tokens_source", "prompt_tokens",
               "decode_tps", "empty", "error")
 
     def row(self) -> list[Any]:
-        return [self.session, self.turn, f"{self.t_s:.3f}", f"{self.latency_s:.3f}",
+        return [self.phase, self.session, self.turn, f"{self.t_s:.3f}", f"{self.latency_s:.3f}",
                 "" if self.ttft_s is None else f"{self.ttft_s:.3f}", "" if self.tokens is None else self.tokens,
                 self.tokens_source, "" if self.prompt_tokens is None else self.prompt_tokens,
                 "" if self.decode_tps is None else f"{self.decode_tps:.3f}", int(self.empty), self.error or ""]
@@ -122,6 +139,7 @@ class SoakReport:
     options: SoakOptions
     turns: tuple[Turn, ...]
     gpu: tuple[GpuSample, ...] = ()
+    probes: tuple[Turn, ...] = ()
     gpu_sampled: bool = False
     deadline_hit: bool = False
     unreachable: bool = False
@@ -133,31 +151,45 @@ class SoakReport:
         sessions, turns = self.options.plan
         return sessions * turns
 
+    def _all(self) -> tuple[Turn, ...]:
+        return self.turns + self.probes
+
     @property
     def errors(self) -> int:
-        return sum(t.error is not None for t in self.turns)
+        return sum(t.error is not None for t in self._all())
 
     @property
     def empties(self) -> int:
-        return sum(t.empty for t in self.turns)
+        return sum(t.empty for t in self._all())
 
-    def _tps(self) -> list[float]:
-        return [t.decode_tps for t in self.turns if t.decode_tps is not None]
+    def _probe_tps(self, phase: str) -> list[float]:
+        return [t.decode_tps for t in self.probes if t.phase == phase and t.decode_tps is not None]
+
+    def retention_stats(self) -> dict[str, float | None]:
+        """first, last (median probe decode TPS), retention, noise (larger relative MAD), floor."""
+        first, last = self._probe_tps("probe-start"), self._probe_tps("probe-end")
+        out: dict[str, float | None] = {"first": None, "last": None, "retention": None, "noise": None,
+                                        "floor": None}
+        if len(first) < MIN_PROBES or len(last) < MIN_PROBES:
+            return out
+        m1, m2 = median(first), median(last)
+        if not m1 or m2 is None:
+            return out
+        noise = max(relative_mad(first), relative_mad(last))
+        out.update(first=m1, last=m2, retention=m2 / m1, noise=noise,
+                   floor=self.options.min_retention - max(self.options.tolerance, NOISE_K * noise))
+        return out
 
     @property
     def retention(self) -> float | None:
-        tps = self._tps()
-        if len(tps) < 2 * WINDOW:
-            return None
-        first, last = median(tps[:WINDOW]), median(tps[-WINDOW:])
-        return last / first if first else None
+        return self.retention_stats()["retention"]
 
     @property
     def growth_mib(self) -> float | None:
         if len(self.gpu) < 2:
             return None
         first, last = self.gpu[0].used_bytes, self.gpu[-1].used_bytes
-        return max((b - a) / MIB for a, b in zip(first, last)) if first and last else None
+        return max((b - a) / MIB for a, b in zip(first, last, strict=False)) if first and last else None
 
     def verdict(self) -> tuple[str, list[str]]:
         """("pass" | "fail" | "inconclusive", why)."""
@@ -170,9 +202,13 @@ class SoakReport:
             fail.append(f"{self.errors} turn(s) failed")
         if self.empties:
             fail.append(f"{self.empties} silent-empty turn(s)")
-        retention, growth = self.retention, self.growth_mib
-        if retention is not None and retention < self.options.min_retention:
-            fail.append(f"decode-TPS retention {retention:.1%} < {self.options.min_retention:.0%}")
+        stats, growth = self.retention_stats(), self.growth_mib
+        retention, floor, noise = stats["retention"], stats["floor"], stats["noise"]
+        noisy = noise is not None and noise > MAX_NOISE
+        if retention is not None and floor is not None and retention < floor and not noisy:
+            fail.append(f"decode-TPS retention {retention:.1%} < {floor:.1%} (--min-retention "
+                        f"{self.options.min_retention:.0%} less the larger of --tolerance and {NOISE_K:g} x noise "
+                        f"{noise:.1%})")
         if growth is not None and growth > self.options.max_growth_mib:
             fail.append(f"VRAM growth {growth:.0f} MiB > {self.options.max_growth_mib:.0f} MiB")
         if fail:
@@ -182,7 +218,11 @@ class SoakReport:
             unsure.append(f"deadline {self.options.deadline_s:.0f}s hit after {len(self.turns)} of "
                           f"{self.planned} turns")
         if retention is None:
-            unsure.append(f"only {len(self._tps())} turns with a decode TPS; retention needs {2 * WINDOW}")
+            unsure.append(f"retention needs >= {MIN_PROBES} probes with a decode TPS at each end; got "
+                          f"{len(self._probe_tps('probe-start'))} and {len(self._probe_tps('probe-end'))}")
+        elif noisy and retention < self.options.min_retention - self.options.tolerance:
+            unsure.append(f"probe decode TPS too noisy to judge retention {retention:.1%} (noise {noise:.1%} > "
+                          f"{MAX_NOISE:.0%})")
         if unsure:
             return "inconclusive", unsure
         return "pass", []
@@ -197,14 +237,13 @@ class SoakReport:
 
     def to_json(self) -> dict[str, Any]:
         verdict, why = self.verdict()
-        tps = self._tps()
+        stats = self.retention_stats()
         return {"tool": "soak", "ok": verdict == "pass", "verdict": verdict, "exit_code": self.exit_code,
                 "reasons": why, "url": self.url, "model": self.model, "options": self.options.to_json(),
                 "turns_planned": self.planned, "turns_done": len(self.turns), "errors": self.errors,
                 "silent_empty": self.empties, "deadline_hit": self.deadline_hit, "elapsed_s": round(self.elapsed_s, 3),
-                "decode_tps_first": median(tps[:WINDOW]) if len(tps) >= 2 * WINDOW else None,
-                "decode_tps_last": median(tps[-WINDOW:]) if len(tps) >= 2 * WINDOW else None,
-                "retention": self.retention,
+                "decode_tps_first": stats["first"], "decode_tps_last": stats["last"],
+                "retention": stats["retention"], "retention_floor": stats["floor"], "probe_noise": stats["noise"],
                 "gpu": {"sampled": self.gpu_sampled, "samples": len(self.gpu), "growth_mib": self.growth_mib,
                         "note": None if self.gpu_sampled else "not sampled (no NVML)"},
                 "max_prompt_tokens": max((t.prompt_tokens or 0 for t in self.turns), default=0)}
@@ -213,7 +252,7 @@ class SoakReport:
         out = io.StringIO()
         writer = csv.writer(out, lineterminator="\n")
         writer.writerow(Turn.FIELDS)
-        for t in self.turns:
+        for t in sorted(self._all(), key=lambda t: t.t_s):
             writer.writerow(t.row())
         return out.getvalue()
 
@@ -265,7 +304,7 @@ def soak(client: OpenAIClient, options: SoakOptions, *, model: str | None = None
     sessions, per_session = options.plan
     total = sessions * per_session
     continuous = options.mode == "continuous"
-    target_chars = options.target_tokens * CHARS_PER_TOKEN if continuous else 0.0
+    chars_per_token = CHARS_PER_TOKEN      # first guess; then measured from usage.prompt_tokens
 
     gpu: list[GpuSample] = []
 
@@ -279,53 +318,85 @@ def soak(client: OpenAIClient, options: SoakOptions, *, model: str | None = None
 
     sample(0)
     turns: list[Turn] = []
+    probes: list[Turn] = []
     deadline_hit = False
+
+    def left() -> float:
+        return options.deadline_s - (clock() - t0)
+
+    def ask(phase: str, session: int, k: int, messages: list[dict[str, str]]) -> tuple[Turn | None, str]:
+        start = clock() - t0
+        try:
+            r = client.chat({"model": model, "messages": list(messages), "max_tokens": options.max_tokens},
+                            stream=True, timeout=min(options.request_timeout_s, left()))
+        except Exception as exc:  # noqa: BLE001 - one broken turn is a recorded error
+            return Turn(phase, session, k, start, clock() - t0 - start, None, None, "none", None, None, False,
+                        client.scrub(f"{type(exc).__name__}: {exc}")), ""
+        tps = None
+        if r.error is None and not r.empty and r.completion_tokens and r.ttft_s is not None and r.wall_s > r.ttft_s:
+            tps = r.completion_tokens / (r.wall_s - r.ttft_s)
+        if r.error is not None and left() <= 0:
+            return None, ""         # cut by the run's deadline: not a server error, not a measurement
+        turn = Turn(phase, session, k, start, r.wall_s, r.ttft_s, r.completion_tokens, r.tokens_source,
+                    r.prompt_tokens, tps, r.empty, r.error)
+        return turn, (r.content if r.error is None else "")
+
+    def probe(phase: str) -> bool:
+        for i in range(options.probes):
+            if left() <= 0:
+                return False
+            turn, _ = ask(phase, 0, i + 1, [{"role": "system", "content": SYSTEM_PROMPT},
+                                            {"role": "user", "content": PROBE_PROMPT}])
+            if turn is None:
+                return False
+            probes.append(turn)
+            progress(f"[soak] {phase} {i + 1}/{options.probes}: " + _state(turn))
+        return True
+
+    deadline_hit = not probe("probe-start")
     messages: list[dict[str, str]] = []
     index = 0
     for s in range(sessions):
+        if deadline_hit:
+            break
         if s and options.pause_s:
-            sleep(options.pause_s)
+            sleep(max(0.0, min(options.pause_s, left())))
         if not continuous or not messages:
             messages = [{"role": "system", "content": SYSTEM_PROMPT}]
         for k in range(per_session):
-            left = options.deadline_s - (clock() - t0)
-            if left <= 0:
+            if left() <= 0:
                 deadline_hit = True
                 break
             index += 1
             question = QUESTIONS[(index - 1) % len(QUESTIONS)]
             if continuous:      # top the context up to its share of the target: the last turn is at the target
                 have = sum(len(m["content"]) for m in messages) + len(question)
-                content = f"{_filler(index, int(target_chars * index / total - have))}\n\n{question}"
+                want = options.target_tokens * chars_per_token * index / total
+                content = f"{_filler(index, int(want - have))}\n\n{question}"
             else:
                 content = question
             messages.append({"role": "user", "content": content})
-            start = clock() - t0
-            try:
-                r = client.chat({"model": model, "messages": list(messages), "max_tokens": options.max_tokens},
-                                stream=True, timeout=min(options.request_timeout_s, left))
-                error = r.error
-                turn = Turn(s + 1, k + 1, start, r.wall_s, r.ttft_s, r.completion_tokens, r.tokens_source,
-                            r.prompt_tokens, None, r.empty, error)
-            except Exception as exc:  # noqa: BLE001 - one broken turn is a recorded error
-                r = None
-                turn = Turn(s + 1, k + 1, start, clock() - t0 - start, None, None, "none", None, None, False,
-                            client.scrub(f"{type(exc).__name__}: {exc}"))
-            if r is not None and turn.error is None and not turn.empty and r.completion_tokens and \
-                    r.ttft_s is not None and r.wall_s > r.ttft_s:
-                turn = Turn(**{**{f: getattr(turn, f) for f in Turn.FIELDS},
-                               "decode_tps": r.completion_tokens / (r.wall_s - r.ttft_s)})
+            turn, reply = ask("turn", s + 1, k + 1, messages)
+            if turn is None:
+                deadline_hit = True
+                break
             turns.append(turn)
-            reply = r.content if r is not None and turn.error is None else ""
+            if continuous and turn.prompt_tokens:   # the server's tokenizer, not a guess, sizes the next turn
+                sent = sum(len(m["content"]) for m in messages)
+                chars_per_token = max(0.5, min(16.0, sent / turn.prompt_tokens))
             messages.append({"role": "assistant", "content": reply or "(no answer)"})
             sample(index)
-            state = f"error {turn.error}" if turn.error else ("EMPTY" if turn.empty else
-                                                               f"{turn.tokens} tokens in {turn.latency_s:.2f}s")
-            progress(f"[soak] session {s + 1}/{sessions} turn {k + 1}/{per_session}: {state}")
-        if deadline_hit:
-            break
-    return SoakReport(client.base, model, options, tuple(turns), tuple(gpu), bool(gpu), deadline_hit,
-                      elapsed_s=clock() - t0)
+            progress(f"[soak] session {s + 1}/{sessions} turn {k + 1}/{per_session}: " + _state(turn))
+    if not deadline_hit:
+        deadline_hit = not probe("probe-end")
+    return SoakReport(client.base, model, options, tuple(turns), tuple(gpu), tuple(probes), bool(gpu),
+                      deadline_hit, elapsed_s=clock() - t0)
+
+
+def _state(turn: Turn) -> str:
+    if turn.error:
+        return f"error {turn.error}"
+    return "EMPTY" if turn.empty else f"{turn.tokens} tokens in {turn.latency_s:.2f}s"
 
 
 __all__ = ["MODES", "GpuSample", "SoakOptions", "SoakReport", "Turn", "soak", "write_files"]

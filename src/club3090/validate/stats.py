@@ -20,3 +20,13 @@ def summary(values: Sequence[float]) -> dict[str, float | int | None]:
 
 def median(values: Sequence[float]) -> float | None:
     return statistics.median(values) if values else None
+
+
+def relative_mad(values: Sequence[float]) -> float:
+    """Median absolute deviation over the median (a robust relative spread); 0 for < 2 values."""
+    if len(values) < 2:
+        return 0.0
+    mid = statistics.median(values)
+    if not mid:
+        return 0.0
+    return statistics.median(abs(v - mid) for v in values) / abs(mid)

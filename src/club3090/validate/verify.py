@@ -1,27 +1,35 @@
-"""``verify``: is the served model answering correctly? (SYSTEM.md section 14 ``verify`` and ``verify-full``.)
+"""``verify``: is the served model answering correctly? (docs/DESIGN.md, validation tools.)
 
 Basic (about 10 s on a warm server): ``models`` (``/v1/models`` lists the model), ``completion``
-("capital of France" -> Paris), ``streaming`` (coherent SSE chunks ending in ``[DONE]``),
-``tool-call`` (one ``get_weather(city)`` call with ``tool_choice: auto``). ``full`` adds
-``thinking`` (reasoning with ``enable_thinking`` on, none with it off), ``long-output`` (a
-~2K-token answer scanned for ``<tool_call>`` leaks and degenerate repetition) and
-``streaming-tool-call`` (the same tool call, streamed, thinking on).
+("capital of France" -> Paris, and the answer must stop by itself: ``finish_reason: stop``),
+``streaming`` (coherent SSE chunks ending in ``[DONE]``), ``tool-call`` (one ``get_weather(city)``
+call with ``tool_choice: auto``). ``full`` adds ``thinking`` (reasoning with ``enable_thinking``
+on, none with it off), ``long-output`` (a ~2K-token request whose answer must reach
+``LONG_MIN_FRACTION`` of ``max_tokens``, scanned for ``<tool_call>`` leaks and degenerate
+repetition), ``streaming-tool-call`` (the same tool call, streamed, thinking on), then the launch
+checks (``club3090.validate.launch_checks``: ``patches-applied`` from the launch log,
+``spec-acceptance`` from ``/metrics``) and a probe of the optional capabilities (tool calls,
+reasoning, vision, long context), each reported as what was observed, never assumed.
 
-Exit code: 0 every check passed or was skipped, 1 any failed, 2 the server was unreachable.
+Statuses: ``pass``, ``fail``, ``skip`` (could not be checked; the detail says what is missing),
+``not-applicable`` (the check does not apply to this profile). Exit code: 0 no check failed, 1 a
+check failed (or the run's deadline stopped it), 2 the server was unreachable.
 """
 
 from __future__ import annotations
 
+import functools
 import json
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from club3090.cli.exit_codes import exit_code
-from club3090.edges.openai_client import ChatResult, OpenAIClient
+from club3090.edges.openai_client import ChatResult, ModelsResult, OpenAIClient
 from club3090.gate.outcome import Outcome
+from club3090.validate.launch_checks import LaunchFacts, check_acceptance, check_patches
 
-PASS, FAIL, SKIP = "pass", "fail", "skip"
+PASS, FAIL, SKIP, NOT_APPLICABLE = "pass", "fail", "skip", "not-applicable"
 
 CAPITAL_PROMPT = "What is the capital of France? Answer in one word."
 STREAM_PROMPT = "Count from 1 to 10, separated by commas."
@@ -31,6 +39,12 @@ LONG_PROMPT = ("Write a detailed technical explanation, about 1500 words, of how
                "slow start, congestion avoidance, fast retransmit, fast recovery, CUBIC and BBR. Use prose, "
                "not lists.")
 LONG_MAX_TOKENS = 2048
+LONG_MIN_FRACTION = 0.5    # a long answer shorter than this share of max_tokens stopped early
+CHARS_PER_TOKEN = 4.0      # only when the server reports no usage
+VISION_PROMPT = "What colour is this image? Answer in one word."
+# a 1x1 red PNG
+RED_PIXEL = ("data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8DwHwAFBQIAX8jx0gAA"
+             "AABJRU5ErkJggg==")
 REPEAT_WIDTH = 50          # a window this many characters long ...
 REPEAT_TIMES = 5           # ... found this many times (non-overlapping) is degenerate repetition
 TOOL_TAG = "<tool_call>"
@@ -64,12 +78,15 @@ class VerifyReport:
     full: bool
     checks: tuple[Check, ...]
     unreachable: bool = False
+    capabilities: Mapping[str, str] = field(default_factory=dict)
+    deadline_hit: bool = False
+    tool: str = "verify"
 
     @property
     def outcome(self) -> Outcome:
         if self.unreachable:
             return Outcome.INCONCLUSIVE
-        return Outcome.FAILED if any(c.status == FAIL for c in self.checks) else Outcome.OK
+        return Outcome.FAILED if self.deadline_hit or any(c.status == FAIL for c in self.checks) else Outcome.OK
 
     @property
     def exit_code(self) -> int:
@@ -80,11 +97,13 @@ class VerifyReport:
         return self.outcome is Outcome.OK
 
     def to_json(self) -> dict[str, Any]:
-        return {"tool": "verify", "ok": self.ok, "exit_code": self.exit_code, "url": self.url, "model": self.model,
+        return {"tool": self.tool, "ok": self.ok, "exit_code": self.exit_code, "url": self.url, "model": self.model,
                 "full": self.full, "unreachable": self.unreachable, "checks": [c.to_json() for c in self.checks],
                 "passed": sum(c.status == PASS for c in self.checks),
                 "failed": sum(c.status == FAIL for c in self.checks),
-                "skipped": sum(c.status == SKIP for c in self.checks)}
+                "skipped": sum(c.status == SKIP for c in self.checks),
+                "not_applicable": sum(c.status == NOT_APPLICABLE for c in self.checks),
+                "capabilities": dict(self.capabilities), "deadline_hit": self.deadline_hit}
 
 
 def repeated_window(text: str, width: int = REPEAT_WIDTH, times: int = REPEAT_TIMES) -> str | None:
@@ -119,8 +138,11 @@ def check_completion(client: OpenAIClient, model: str) -> tuple[str, str]:
                      **_thinking(False)})
     if (err := _failed(r)) is not None:
         return FAIL, err
+    if "paris" in r.content.lower() and r.finish_reason != "stop":
+        return FAIL, f"answered {r.content.strip()[:40]!r} but did not stop by itself (finish_reason " \
+                     f"{r.finish_reason}): a short factual answer must end with stop"
     if "paris" in r.content.lower():
-        return PASS, f"answered {r.content.strip()[:60]!r}"
+        return PASS, f"answered {r.content.strip()[:60]!r}, finish_reason stop"
     if "paris" in r.reasoning.lower():
         return FAIL, "Paris only in reasoning_content, not in the answer (finish_reason " \
                      f"{r.finish_reason}); raise max_tokens or check the reasoning parser"
@@ -205,8 +227,28 @@ def check_long_output(client: OpenAIClient, model: str) -> tuple[str, str]:
     window = repeated_window(text)
     if window is not None:
         return FAIL, f"degenerate repetition: {window!r} occurs >= {REPEAT_TIMES} times"
-    tokens = f"{r.completion_tokens} tokens" if r.completion_tokens is not None else f"{len(r.content)} chars"
-    return PASS, f"{tokens}, finish_reason {r.finish_reason}, no cascade or repetition"
+    if r.completion_tokens is not None:
+        tokens, unit = r.completion_tokens, "tokens"
+    else:
+        tokens, unit = int(len(text.strip()) / CHARS_PER_TOKEN), "tokens (estimated from characters, no usage)"
+    need = int(LONG_MIN_FRACTION * LONG_MAX_TOKENS)
+    if tokens < need:
+        return FAIL, f"stopped early: {tokens} {unit} of {LONG_MAX_TOKENS} requested (finish_reason " \
+                     f"{r.finish_reason}); needs >= {need} ({LONG_MIN_FRACTION:.0%})"
+    return PASS, f"{tokens} {unit} of {LONG_MAX_TOKENS} (>= {LONG_MIN_FRACTION:.0%}), finish_reason " \
+                 f"{r.finish_reason}, no cascade or repetition"
+
+
+def probe_vision(client: OpenAIClient, model: str) -> str:
+    """``supported`` (a red pixel was called red), ``answered-unverified`` (an image part was taken and
+    answered, but not with its colour: the server may have dropped the image), ``unsupported``
+    (refused with 4xx), or ``error``."""
+    r = client.chat({"model": model, "max_tokens": 16, "temperature": 0, **_thinking(False),
+                     "messages": [{"role": "user", "content": [{"type": "text", "text": VISION_PROMPT},
+                                                               {"type": "image_url", "image_url": {"url": RED_PIXEL}}]}]})
+    if r.error is None and not r.empty:
+        return "supported" if "red" in r.content.lower() else "answered-unverified"
+    return "unsupported" if 400 <= r.status < 500 else "error"
 
 
 Probe = Callable[[OpenAIClient, str], "tuple[str, str]"]
@@ -216,46 +258,93 @@ FULL: tuple[tuple[str, Probe], ...] = (("thinking", check_thinking), ("long-outp
                                        ("streaming-tool-call", check_streaming_tool_call))
 
 
+def list_model(client: OpenAIClient, model: str | None) -> tuple[Check, str | None, ModelsResult]:
+    """The ``models`` check: (check, the model to ask or None, the listing)."""
+    t0 = client.clock()
+    listed = client.models()
+    seconds = client.clock() - t0
+    if listed.unreachable:
+        return Check("models", FAIL, f"server unreachable at {client.base}: {listed.error}", seconds), model, listed
+    if listed.error is not None:
+        return Check("models", FAIL, listed.error, seconds), model, listed
+    if model is None and not listed.ids:
+        return Check("models", FAIL, "/v1/models lists no model", seconds), None, listed
+    if model is None:
+        model = listed.ids[0]
+    if model in listed.ids:
+        return Check("models", PASS, f"serving {model}", seconds), model, listed
+    return Check("models", FAIL, f"{model!r} not in /v1/models ({', '.join(listed.ids[:5]) or 'empty'})",
+                 seconds), model, listed
+
+
+def _capabilities(checks: list[Check], vision: str | None, long_context: Check | None) -> dict[str, str]:
+    status = {c.name: c.status for c in checks}
+    tool = status.get("tool-call")
+    think = status.get("thinking")
+    out = {"tool-calls": {PASS: "supported", FAIL: "unsupported"}.get(tool or "", "not-probed"),
+           "reasoning": {PASS: "supported", SKIP: "unsupported", FAIL: "broken"}.get(think or "", "not-probed"),
+           "vision": vision or "not-probed"}
+    if long_context is None:
+        out["long-context"] = "not-probed"
+    else:
+        out["long-context"] = {PASS: "supported", FAIL: "failed"}.get(long_context.status, "not-probed")
+    return out
+
+
 def verify(client: OpenAIClient, *, model: str | None = None, full: bool = False, skip_tools: bool = False,
+           launch: LaunchFacts | None = None, context: int | None = None,
            progress: Callable[[str], None] = lambda _s: None) -> VerifyReport:
     """Run the checks in order; a probe's exception is a failed check, never a crash."""
     clock = client.clock
-    t0 = clock()
-    listed = client.models()
-    seconds = clock() - t0
+    first, model, listed = list_model(client, model)
     if listed.unreachable:
-        checks = [Check("models", FAIL, f"server unreachable at {client.base}: {listed.error}", seconds)]
-        return VerifyReport(client.base, model, full, tuple(checks), unreachable=True)
-    checks: list[Check] = []
-    if listed.error is not None:
-        checks.append(Check("models", FAIL, listed.error, seconds))
-    elif model is None and not listed.ids:
-        checks.append(Check("models", FAIL, "/v1/models lists no model", seconds))
-    elif model is None:
-        model = listed.ids[0]
-        checks.append(Check("models", PASS, f"serving {model}", seconds))
-    elif model in listed.ids:
-        checks.append(Check("models", PASS, f"serving {model}", seconds))
-    else:
-        checks.append(Check("models", FAIL, f"{model!r} not in /v1/models ({', '.join(listed.ids[:5]) or 'empty'})",
-                            seconds))
-    progress(f"[verify] models: {checks[0].status} {checks[0].detail}")
-    probes = BASIC + (FULL if full else ())
-    for name, probe in probes:
+        return VerifyReport(client.base, model, full, (first,), unreachable=True)
+    checks: list[Check] = [first]
+    progress(f"[verify] models: {first.status} {first.detail}")
+    deadline_hit = False
+
+    def run(name: str, probe: Callable[[], tuple[str, str]]) -> Check:
+        nonlocal deadline_hit
+        if client.expired:
+            deadline_hit = True
+            check = Check(name, SKIP, f"not run: {client.deadline_message()}")
+        else:
+            t = clock()
+            try:
+                status, detail = probe()
+            except Exception as exc:  # noqa: BLE001 - a probe failure is a red check
+                status, detail = FAIL, f"{type(exc).__name__}: {exc}"
+            check = Check(name, status, client.scrub(detail) or "", clock() - t)
+        checks.append(check)
+        progress(f"[verify] {name}: {check.status} {check.detail}")
+        return check
+
+    for name, probe in BASIC + (FULL if full else ()):
         if model is None:
             checks.append(Check(name, SKIP, "no model to ask"))
-            continue
-        if skip_tools and "tool" in name:
+        elif skip_tools and "tool" in name:
             checks.append(Check(name, SKIP, "--skip-tools"))
-            continue
-        t = clock()
-        try:
-            status, detail = probe(client, model)
-        except Exception as exc:  # noqa: BLE001 - a probe failure is a red check
-            status, detail = FAIL, f"{type(exc).__name__}: {exc}"
-        checks.append(Check(name, status, client.scrub(detail) or "", clock() - t))
-        progress(f"[verify] {name}: {status} {checks[-1].detail}")
-    return VerifyReport(client.base, model, full, tuple(checks))
+        else:
+            run(name, functools.partial(probe, client, model))
+    vision: str | None = None
+    long_check: Check | None = None
+    if full and model is not None:
+        facts = launch or LaunchFacts()
+        run("patches-applied", lambda: check_patches(facts))
+        run("spec-acceptance", lambda: check_acceptance(facts, *(client.metrics() if facts.drafter else
+                                                                  (None, None))))
+        if not client.expired:
+            try:
+                vision = probe_vision(client, model)
+            except Exception:  # noqa: BLE001 - a probe that breaks reports "error"
+                vision = "error"
+        from club3090.validate.stress import long_prompt
+
+        ctx, name = context or listed.context(model), model
+        long_check = run("long-context", lambda: long_prompt(client, name, ctx))
+    caps = _capabilities(checks, vision, long_check) if full else \
+        {"tool-calls": _capabilities(checks, None, None)["tool-calls"]}
+    return VerifyReport(client.base, model, full, tuple(checks), capabilities=caps, deadline_hit=deadline_hit)
 
 
-__all__ = ["WEATHER_TOOL", "Check", "VerifyReport", "repeated_window", "verify"]
+__all__ = ["WEATHER_TOOL", "Check", "VerifyReport", "list_model", "repeated_window", "verify"]

@@ -21,7 +21,7 @@ def bounded(kind: type, *, low: float | None = None, high: float | None = None,
 
     def parse(text: str) -> float:
         try:
-            value = kind(text)
+            value: float = kind(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"expected {noun}, got {text!r}") from None
         too_low = low is not None and (value <= low if low_open else value < low)

@@ -16,13 +16,13 @@ from club3090.cli.commands._types import bounded, token_count
 _runs = bounded(int, low=1, high=1000, what="a run count")
 
 
-def add_parser(sub) -> None:
+def add_parser(sub: Any) -> None:
     p = sub.add_parser("bench", help="measure TTFT and decode tokens/s of a running server",
                        description="3 warm-ups, then N streamed runs each of a narrative and a code prompt: "
                                    "wall, TTFT, tokens, wall and decode tokens/s with mean, std and CV. "
                                    "--prefill N probes prompt processing at N tokens. Exit 0 all runs "
                                    "answered, 1 a run failed, 2 server unreachable.")
-    add_common(p, timeout=600.0)
+    add_common(p, timeout=600.0, deadline=3600.0)
     p.add_argument("--runs", type=_runs, default=5, help="measured runs per prompt (default 5)")
     p.add_argument("--prefill", type=token_count, action="append", default=[], metavar="N",
                    help="probe prefill at about N prompt tokens, 3 runs (repeatable)")
@@ -68,7 +68,7 @@ def run(args: argparse.Namespace, provider: Any, *, http: Any = None, clock: Cal
     from club3090.validate.bench import bench
 
     client, model = make_client(args, env=env, http=http, clock=clock)
-    extra = {"salt": salt} if salt is not None else {}
+    extra: dict[str, Any] = {"salt": salt} if salt is not None else {}
     report = bench(client, model=model, runs=args.runs, prefill=tuple(args.prefill),
                    progress=(lambda _s: None) if args.json else stderr_progress(args), **extra)
     data = report.to_json()
