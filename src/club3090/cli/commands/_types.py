@@ -44,8 +44,8 @@ token_count = bounded(int, low=1, high=2_000_000, what="a token count")
 
 
 def context_length(text: str) -> int | str:
-    """``--max-model-len``: a positive token count, or vLLM's ``auto`` (the largest that fits)."""
-    if text.strip().lower() == "auto":
+    """``--max-model-len``: a positive token count, or vLLM's ``auto`` / ``-1`` (the largest that fits)."""
+    if text.strip().lower() in ("auto", "-1"):
         return "auto"
     return int(token_count(text))
 

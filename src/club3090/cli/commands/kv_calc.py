@@ -56,6 +56,13 @@ def model_dtype(text: str) -> str:
     return text
 
 
+def max_model_len(text: str) -> int:
+    """A positive context length, or ``auto`` / ``-1``: vLLM fits the length itself (-1)."""
+    if text.strip().lower() in ("auto", "-1"):
+        return -1
+    return int(positive_int(text))
+
+
 def vllm_version(text: str) -> str:
     from club3090.fit.memory import VERSION_RE
 
@@ -221,14 +228,14 @@ def request_of(args: argparse.Namespace) -> Any:
     from club3090.fit.estimate import Overrides
     from club3090.pipeline.kv_calc import PriceRequest
 
-    auto_len = args.max_model_len == "auto"
+    auto_len = args.max_model_len == "auto"       # vLLM's -1: the largest that fits
     return PriceRequest(model=args.model, profile=args.profile, gpus=args.gpus, overrides=Overrides(
-        tp=args.tp, pp=args.pp, mem_util=args.mem_util, max_model_len=None if auto_len else args.max_model_len,
+        tp=args.tp, pp=args.pp, mem_util=args.mem_util, max_model_len=-1 if auto_len else args.max_model_len,
         max_num_seqs=args.max_num_seqs, max_num_batched_tokens=args.max_num_batched_tokens,
         block_size=args.block_size, kv_cache_dtype=args.kv_cache_dtype, dtype=args.dtype,
         vllm_version=args.vllm_version, num_speculative_tokens=args.num_speculative_tokens,
         enforce_eager=args.enforce_eager, weights_gib=args.weights_gib,
-        solve_max_ctx=args.solve_max_ctx or auto_len))
+        solve_max_ctx=args.solve_max_ctx))
 
 
 def run(args: argparse.Namespace, provider: Any) -> int:
