@@ -253,6 +253,8 @@ STOP_WORDS = {
                                     "read the repo's code, then re-run with --trust-remote-code"),
     "engine-support-unknown": ("vLLM support for this model is not established", ""),
     "no-fit-model": ("The fit engine cannot price this model", ""),
+    "unsupported-format": ("The repo has no weights vLLM can load here", ""),
+    "repo-not-found": ("The repo cannot be read", "check the name; a private or gated repo needs HF_TOKEN"),
 }
 
 
