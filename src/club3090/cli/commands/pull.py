@@ -131,7 +131,7 @@ def captures_root(args: argparse.Namespace) -> Path:
     import os
 
     if getattr(args, "captures_dir", None) is not None:
-        return Path.cwd() / args.captures_dir
+        return Path.cwd() / Path(args.captures_dir)
     if os.environ.get("CLUB3090_CAPTURES"):
         return Path.cwd() / os.environ["CLUB3090_CAPTURES"]
     state = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
