@@ -139,3 +139,32 @@ def write(folder: Path, name: str, spec: Spec) -> list[Path]:
     if spec.split_max_tensors:
         return sorted(folder.glob(f"{name}-*-of-*.gguf"))
     return [path]
+
+
+def header_only(arch: str, meta: dict[str, int], tensors: list[tuple[str, tuple[int, ...], GGMLQuantizationType]],
+                path: Path) -> tuple[bytes, int]:
+    """A GGUF header describing big tensors without their data: (header bytes, the full file size).
+
+    Served by the fake Hub as a virtual file (header, then zeros), it stands for a real multi-GB
+    quant whose header is all a memory model reads.
+    """
+    writer = GGUFWriter(path, arch)
+    for key, value in meta.items():
+        writer.add_uint32(key, value)
+    for name, ne, qtype in tensors:
+        block, size = GGML_QUANT_SIZES[qtype]
+        nbytes = ne[0] // block * size
+        for d in ne[1:]:
+            nbytes *= d
+        writer.add_tensor_info(name, tuple(reversed(ne)), np.dtype(np.float32), nbytes, raw_dtype=qtype)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_ti_data_to_file()
+    writer.close()
+    header = path.read_bytes()
+    offset = -(-len(header) // 32) * 32
+    data = 0
+    for tensor_set in writer.tensors:
+        for info in tensor_set.values():
+            data = -(-data // 32) * 32 + info.nbytes
+    return header, offset + data

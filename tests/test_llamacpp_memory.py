@@ -21,6 +21,11 @@ from club3090.model.gguf_model import GgufModel, from_files
 from tests.gguf_fixtures import Q, Spec, write
 
 GiB, MiB = 1 << 30, 1 << 20
+MODEL_FOR_TYPES = GgufModel(
+    files=("x",), arch="llama", name=None, quant=None, n_layer=1, n_embd=256, n_vocab=256, ctx_train=4096,
+    n_head=(4,), n_head_kv=(1,), head_dim_k=64, head_dim_v=64, n_ff=512, n_expert=0, n_expert_used=0, n_ff_exp=0,
+    swa_window=None, swa_layers=(False,), recurrent_layers=(False,), state_bytes=0, weights_bytes=0, embd_bytes=0,
+    output_bytes=0, tied_output=True, layer_bytes=(0,), expert_bytes=(0,), other_bytes=0, type_bytes={})
 
 
 @pytest.fixture(scope="module")
@@ -162,3 +167,42 @@ def test_host_capacity_is_checked(models: dict[str, GgufModel]) -> None:
 def test_cpu_only(models: dict[str, GgufModel], tmp_path: Path) -> None:
     r = predict(models["dense"], LlamaCppArgs(ctx_size=4096), [])
     assert r.gpu_layers == 0 and len(r.devices) == 1 and r.host.weights_bytes == models["dense"].weights_bytes
+
+
+def test_override_tensors_move_matching_tensors(models: dict[str, GgufModel]) -> None:
+    m = models["moe"]
+    args = LlamaCppArgs(ctx_size=4096)
+    base = predict(m, args, [24 * GiB])
+    ot = predict(m, replace(args, override_tensors=((r"blk\.[01]\.ffn_.*_exps", "CPU"),)), [24 * GiB])
+    via_flag = predict(m, replace(args, n_cpu_moe=2), [24 * GiB])
+    assert ot.devices[0].weights_bytes == via_flag.devices[0].weights_bytes < base.devices[0].weights_bytes
+    assert ot.host.weights_bytes == via_flag.host.weights_bytes
+    first_wins = predict(m, replace(args, override_tensors=(("attn_q", "CUDA0"), ("attn", "CPU"))), [24 * GiB])
+    moved = sum(n for name, n in m.tensors if "attn" in name and "attn_q." not in name)
+    assert first_wins.host.weights_bytes == base.host.weights_bytes + moved
+    assert isinstance(predict(m, replace(args, override_tensors=(("x", "CUDA3"),)), [24 * GiB]), Unpriceable)
+    assert isinstance(predict(m, replace(args, override_tensors=(("(", "CPU"),)), [24 * GiB]), Unpriceable)
+
+
+def test_catalog_llamacpp_engines_kv_formats_are_priced() -> None:
+    """llama.cpp and its forks (beellama, ...): every KV format the catalog lets them use prices."""
+    from club3090.catalog import load_catalog
+    from club3090.fit.llamacpp import cache_types
+
+    catalog = load_catalog()
+    engines = [e for e in catalog.engines.values() if e.type == "llama.cpp"]
+    assert len(engines) >= 2
+    for engine in engines:
+        for fmt in engine.supported_kv_formats:
+            pair = cache_types(fmt)
+            assert isinstance(pair, tuple), fmt
+            k, v = pair
+            cache = kv_cache(replace(MODEL_FOR_TYPES, head_dim_k=256, head_dim_v=256),
+                             LlamaCppArgs(ctx_size=512, cache_type_k=k, cache_type_v=v))
+            assert not isinstance(cache, Unpriceable) and cache.total_bytes > 0
+    for profile in catalog.profiles.values():
+        if catalog.engines[profile.engine].type == "llama.cpp":
+            pair = cache_types(profile.kv_format)
+            assert isinstance(pair, tuple) and pair[0] in ("q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "f16")
+    assert cache_types("k8v4") == ("q8_0", "q4_0")
+    assert isinstance(cache_types("fp8_e5m2"), Unpriceable)

@@ -59,7 +59,7 @@ def test_size_only_rig_has_unknown_sm(capsys):
 
 
 def test_bad_gpus_exits_64(capsys):
-    code = main(["profiles", "--gpus", "1xrtx-3080"])
+    code = main(["profiles", "--gpus", "1xrtx-3099"])
     err = capsys.readouterr().err
     assert code == 64
     assert "rtx-3090" in err

@@ -115,8 +115,19 @@ class Gpu:
     memory_bytes: int                  # total as the driver reports it (nvidia-smi "Total")
     sm: Decimal
     nvlink: bool
-    arch: str                          # ampere, ada, hopper, blackwell, turing
+    arch: str                          # ampere, ada, hopper, blackwell, turing, cdna3, apple-m3, ...
     vendor: str = "nvidia"
+    # required in gpus.yaml; None only on records built by hand (the speed estimate then has none)
+    memory_bandwidth_gb_s: Decimal | None = None   # peak, vendor specification
+    bf16_tflops: Decimal | None = None             # dense, fp32 accumulate
+    usable_memory_fraction: float | None = None   # unified memory: share the GPU may allocate
+
+    @property
+    def usable_memory_bytes(self) -> int:
+        """What a named card offers the fit: all of it, or the stated share of unified memory."""
+        if self.usable_memory_fraction is None:
+            return self.memory_bytes
+        return int(self.memory_bytes * self.usable_memory_fraction)
 
 
 @dataclass(frozen=True, slots=True)
@@ -280,6 +291,15 @@ class Anchor:
 
 
 @dataclass(frozen=True, slots=True)
+class UpstreamFile:
+    id: str                            # the file's path in the upstream repository
+    commit: str
+    size: int
+    sha256: str
+    executable: bool
+
+
+@dataclass(frozen=True, slots=True)
 class Catalog:
     version: str
     schema_version: int
@@ -293,6 +313,7 @@ class Catalog:
     kv_formats: Mapping[str, KvFormat]
     anchors: tuple[Anchor, ...]
     corrections: tuple[Correction, ...] = ()
+    upstream_files: Mapping[str, UpstreamFile] = field(default_factory=dict)
     _repo_index: Mapping[str, tuple[str, str]] = field(default_factory=dict, repr=False, compare=False)
     _gpu_index: Mapping[str, str] = field(default_factory=dict, repr=False, compare=False)
     _arch_alias: Mapping[str, str] = field(default_factory=dict, repr=False, compare=False)

@@ -37,9 +37,14 @@ class QuantFile:
     size_bytes: int | None       # sum of the files' sizes, when the Hub reports them all
 
 
+def _shown(text: str) -> str:
+    """A repo's file name as it may appear in a message: control characters escaped (it is data)."""
+    return text if text.isprintable() else ascii(text)[1:-1]
+
+
 def _label(stem: str) -> str:
     m = _QUANT_RE.findall(stem.rsplit("/", 1)[-1] + ".")
-    return m[-1].upper() if m else stem.rsplit("/", 1)[-1]
+    return m[-1].upper() if m else _shown(stem.rsplit("/", 1)[-1])
 
 
 def list_quants(info: RepoInfo) -> list[QuantFile]:
@@ -86,7 +91,7 @@ def read_remote(client: HubClient, repo_id: str, filename: str, revision: str | 
                 size: int | None) -> GgufFile:
     """One file's GGUF header by ranged GETs (``size`` from the repo listing, when known)."""
     url = client._url(repo_id, filename, revision)
-    label = f"{repo_id}/{filename}"
+    label = _shown(f"{repo_id}/{filename}")
 
     def read(start: int, length: int) -> bytes:
         return client._get(url, start=start, length=length, ranged=True)
@@ -110,9 +115,9 @@ def _read_file(path: Path) -> GgufFile:
                 fh.seek(start)
                 return fh.read(length)
 
-            return _read_growing(read, path.name, size)
+            return _read_growing(read, _shown(path.name), size)
     except OSError as exc:
-        raise InputError(str(path), f"cannot read: {exc.strerror or exc}") from None
+        raise InputError(_shown(str(path)), f"cannot read: {exc.strerror or exc}") from None
 
 
 def load_local(path: Path) -> GgufModel:

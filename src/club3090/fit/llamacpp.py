@@ -24,8 +24,9 @@ Pure: no I/O, no environment, no printing.
 
 from __future__ import annotations
 
+import re
 from bisect import bisect_right
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from itertools import accumulate
 
@@ -42,6 +43,7 @@ __all__ = [
     "KvCache",
     "LlamaCppArgs",
     "LlamaCppBreakdown",
+    "cache_types",
     "fewest_offloaded",
     "kv_cache",
     "largest_context",
@@ -56,6 +58,9 @@ CONFIDENCE = "estimated"
 # llama.cpp's --cache-type-k/-v choices; forks add their own (given by the catalog).
 KV_CACHE_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")
 SPLIT_MODES = ("layer", "row", "none")
+# catalog KV formats that name a K/V pair rather than one llama.cpp type
+KV_FORMAT_PAIRS = {"k8v4": ("q8_0", "q4_0"), "auto": ("f16", "f16"), "fp16": ("f16", "f16"),
+                   "bf16": ("bf16", "bf16"), "fp32": ("f32", "f32")}
 
 
 def _pad(n: int, to: int) -> int:
@@ -81,6 +86,7 @@ class LlamaCppArgs:
     n_cpu_moe: int = 0                 # --n-cpu-moe (>= n_layer: --cpu-moe)
     swa_full: bool = False             # --swa-full
     kv_offload: bool = True            # --no-kv-offload turns it off
+    override_tensors: tuple[tuple[str, str], ...] = ()   # -ot PATTERN=BUFFER (CPU, CUDA0, ...); first match wins
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,6 +154,16 @@ def _cache_type(name: str) -> GgmlType:
     if kind is None:
         raise _CannotPrice(f"unknown llama.cpp cache type {name!r}; known: {', '.join(KV_CACHE_TYPES)}")
     return kind
+
+
+def cache_types(kv_format: str) -> tuple[str, str] | Unpriceable:
+    """(--cache-type-k, --cache-type-v) for a catalog KV format (q4_0, q8_0, k8v4, ...)."""
+    name = kv_format.strip().lower()
+    if name in KV_FORMAT_PAIRS:
+        return KV_FORMAT_PAIRS[name]
+    if name not in TYPE_BY_NAME:
+        return Unpriceable(f"KV format {kv_format!r} has no llama.cpp cache type; known: {', '.join(KV_CACHE_TYPES)}")
+    return name, name
 
 
 def _context(args: LlamaCppArgs) -> tuple[int, int, int]:
@@ -284,6 +300,8 @@ def _predict(model: GgufModel, args: LlamaCppArgs, gpu_bytes: Sequence[int],
     weights[cpu] += model.embd_bytes + model.other_bytes
     if out_dev != cpu or not model.tied_output:
         weights[out_dev] += model.output_bytes + (model.embd_bytes if model.tied_output else 0)
+    if args.override_tensors:
+        _apply_overrides(model, args, weights, device_of, out_dev, fractions)
     devices = []
     for g in range(n_gpu + 1):
         used = layers[g] > 0 or g == out_dev
@@ -297,6 +315,42 @@ def _predict(model: GgufModel, args: LlamaCppArgs, gpu_bytes: Sequence[int],
             overhead_bytes=CUDA_CONTEXT_BYTES if g != cpu and (used or weights[g]) else 0,
             capacity_bytes=host_bytes if g == cpu else gpu_bytes[g]))
     return LlamaCppBreakdown(args=args, kv=cache, devices=tuple(devices), gpu_layers=ngl)
+
+
+def _buffer_index(name: str, n_gpu: int) -> int:
+    if name.upper() == "CPU":
+        return n_gpu
+    m = re.fullmatch(r"CUDA(\d+)", name, flags=re.IGNORECASE)
+    if m is None or int(m[1]) >= n_gpu:
+        raise _CannotPrice(f"-ot buffer {name!r} is not CPU or one of CUDA0..CUDA{max(n_gpu - 1, 0)}")
+    return int(m[1])
+
+
+def _apply_overrides(model: GgufModel, args: LlamaCppArgs, weights: list[int], device_of: Callable[[int], int],
+                     out_dev: int, fractions: list[float]) -> None:
+    """Move the tensors an ``-ot`` pattern matches (llama.cpp: regex search, first pattern wins)."""
+    cpu = len(weights) - 1
+    try:
+        rules = [(re.compile(p), _buffer_index(b, cpu)) for p, b in args.override_tensors]
+    except re.error as exc:
+        raise _CannotPrice(f"-ot pattern is not a regular expression: {exc}") from None
+    for name, nbytes in model.tensors:
+        target = next((dev for rx, dev in rules if rx.search(name)), None)
+        if target is None:
+            continue
+        home: dict[int, float] = {}
+        m = re.match(r"blk\.(\d+)\.", name)
+        if m and int(m[1]) < model.n_layer:
+            il = int(m[1])
+            d = cpu if "_exps" in name and il < args.n_cpu_moe else device_of(il)
+            home = {g: f for g, f in enumerate(fractions)} if d != cpu and args.split_mode == "row" else {d: 1.0}
+        elif name.startswith(("output.", "output_norm.")) and (out_dev != cpu or not model.tied_output):
+            home = {out_dev: 1.0}
+        else:
+            home = {cpu: 1.0}
+        for g, f in home.items():
+            weights[g] -= int(nbytes * f)
+        weights[target] += sum(int(nbytes * f) for f in home.values())
 
 
 def largest_context(model: GgufModel, args: LlamaCppArgs, gpu_bytes: Sequence[int],

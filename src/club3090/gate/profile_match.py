@@ -31,12 +31,16 @@ def check_profile(key: str, catalog: "Catalog", *, path: str,
                                                "list them with `club3090 profiles`"}))
     engine = catalog.engines.get(profile.engine)
     if engine is None or engine.type != "vllm":
+        hint = f"`club3090 kv-calc {key}` prices it with llama.cpp's memory model" \
+            if engine is not None and engine.type == "llama.cpp" else None
         return Stop(Stratum.PROFILE_LIKE, Reason.UNSUPPORTED_RUNTIME_ENGINE,
                     detail=_frozen({"profile_like": key, "engine": profile.engine,
                                     "engine_type": engine.type if engine else None,
                                     "message": f"profile {key!r} runs on {profile.engine!r}"
                                                f" ({engine.type if engine else 'unknown'}); only vLLM "
-                                               "profiles give a runtime shape the gate can price"}))
+                                               "profiles give a runtime shape the gate can price"
+                                               + (f"; {hint}" if hint else ""),
+                                    **({"hint": hint} if hint else {})}))
     if path == "A":
         ok, why = catalog.emittable(key)
         if not ok:

@@ -70,6 +70,7 @@ class GgufModel:
     expert_bytes: tuple[int, ...]       # expert tensors per block
     other_bytes: int
     type_bytes: Mapping[str, int]
+    tensors: tuple[tuple[str, int], ...] = ()   # (name, bytes) of every tensor, for -ot overrides
 
     @property
     def is_moe(self) -> bool:
@@ -232,4 +233,4 @@ def from_files(files: Sequence[GgufFile]) -> GgufModel:
         weights_bytes=sum(t.nbytes for t in tensors.values()), embd_bytes=embd_bytes,
         output_bytes=output_bytes, tied_output="output.weight" not in tensors,
         layer_bytes=tuple(layer_bytes), expert_bytes=tuple(expert_bytes), other_bytes=other_bytes,
-        type_bytes=MappingProxyType(type_bytes))
+        type_bytes=MappingProxyType(type_bytes), tensors=tuple((t.name, t.nbytes) for t in tensors.values()))

@@ -20,6 +20,7 @@ import json
 import sys
 from typing import Any
 
+from club3090.cli.commands import _llamacpp
 from club3090.cli.commands._types import (
     bounded,
     fraction,
@@ -64,7 +65,7 @@ def vllm_version(text: str) -> str:
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("kv-calc", help="predict vLLM's KV cache, verdict and max context for a model",
+    p = sub.add_parser("kv-calc", help="predict vLLM's (or, for GGUF models, llama.cpp's) memory, verdict and max context",
                        description="Predict vLLM's start-up memory split per GPU: weights, non-torch, "
                                    "activation, CUDA graphs and the KV pool, with the verdict and the "
                                    "largest context that fits.")
@@ -91,6 +92,7 @@ def add_parser(sub) -> None:
     p.add_argument("--solve-max-ctx", action="store_true", help="answer for the largest context that fits")
     p.add_argument("--calibration", action="store_true", help="score the curated profiles against the anchors")
     p.add_argument("--json", action="store_true", help="machine-readable output")
+    _llamacpp.add_arguments(p)
     p.set_defaults(run=run)
 
 
@@ -212,7 +214,12 @@ def run(args: argparse.Namespace, provider: Any) -> int:
 
     if args.calibration:
         return run_calibration(args, provider.catalog())
+    catalog = provider.catalog()
+    if _llamacpp.wants_llamacpp(args, catalog):     # GGUF file or llama.cpp profile: llama.cpp's model
+        return _llamacpp.run(args, provider.settings, catalog)
     result = price(request_of(args), provider)
+    if isinstance(result, Stop) and result.sub_reason == "gguf-only":   # a GGUF repo: llama.cpp prices it
+        return _llamacpp.run(args, provider.settings, catalog)
     if isinstance(result, Stop):        # the resolver's stratum-1 stop: a verdict, as inspect gives it
         payload = stop_to_json(result)
         if args.json:

@@ -222,7 +222,8 @@ def render(result: Any, *, recommend: bool = False) -> str:
         lines.append(f"[pull] detail: {result.detail}")
     if result.sub_reason == "gguf-only":
         lines.append("[pull] hint: this repo ships GGUF files only; vLLM needs safetensors - look for a "
-                     "safetensors variant of the same model")
+                     "safetensors variant of the same model, or price the GGUF for llama.cpp with "
+                     f"`club3090 kv-calc {result.slug} --quant QUANT`")
     lines.extend(fit_lines(result.fit))
     hw = result.hardware
     if hw is not None and hw.memory_bytes:
