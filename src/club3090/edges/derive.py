@@ -327,8 +327,11 @@ def derive_hub(client: "HubSource", repo_id: str, revision: str | None, *, has_t
     files = {f.name: f for f in info.files}
     where = f"{repo_id}: "
 
+    fetched: dict[str, Any] = {}
+
     def fetch(name: str) -> Any:
-        return client.fetch_json(repo_id, name, rev)
+        fetched[name] = client.fetch_json(repo_id, name, rev)
+        return fetched[name]
 
     def gate(exc: Exception) -> Stop:
         if isinstance(exc, GatedRepo):
@@ -357,7 +360,8 @@ def derive_hub(client: "HubSource", repo_id: str, revision: str | None, *, has_t
                 if isinstance(loaded, Stop):
                     return loaded
                 quant_files[name] = loaded
-        headers = client.read_headers(repo_id, [files[n] for n in weights.files], rev, progress)
+        index = fetched.get(weights.index) if weights.index is not None else None
+        headers = client.read_headers(repo_id, [files[n] for n in weights.files], rev, progress, index=index)
     except (RepoNotFound, EntryNotFound, RevisionNotFound) as exc:
         return gate(exc)
     return build_spec(kind="hub", ref=repo_id, revision=revision, commit=info.commit, config=config,
