@@ -3,12 +3,12 @@ headless Chromium and parsed back to check the SVG carries the fit's numbers."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import shutil
 import subprocess
 from html.parser import HTMLParser
-from pathlib import Path
 
 import pytest
 
@@ -59,7 +59,7 @@ def test_curve_matches_the_fit(fit):
     lengths = [n for n, _ in curve]
     assert lengths == sorted(lengths) and lengths[-1] == fit.max_model_len_fit and fit.max_model_len in lengths
     concurrency = [c for _, c in curve]
-    assert all(a >= b for a, b in zip(concurrency, concurrency[1:]))          # longer context, fewer requests
+    assert all(a >= b for a, b in itertools.pairwise(concurrency))          # longer context, fewer requests
 
 
 def test_segments_sum_to_the_card(fit):
