@@ -85,3 +85,16 @@ def test_reason_wording_has_one_table(capsys):
         reason = row["not_emittable_reason"]
         assert (reason is None) == row["emittable"]
         assert row["not_emittable_text"] == (NOT_EMITTABLE_TEXT[reason][0] if reason else None)
+
+
+def test_curated_3090_profiles_pass_on_their_reference_card(capsys):
+    _, doc = _json(capsys, "--gpus", "2x3090")
+    rows = {r["key"]: r for r in doc["profiles"]}
+    for key in ("vllm/default", "vllm/bounded-thinking", "vllm/long-text", "vllm/long-text-no-mtp",
+                "vllm/long-vision", "vllm/dual-turbo"):
+        assert rows[key]["reference_gpu"] == "rtx-3090" and rows[key]["kv_format"] == "turboquant_3bit_nc"
+        assert rows[key]["rig"]["sm_ok"] is True, (key, rows[key]["rig"]["why_not"])
+    # a profile with no registry SM term passes on its own reference card, whatever its KV format
+    for key, row in rows.items():
+        if row["reference_gpu"] == "rtx-3090" and row["required_sm"] is None:
+            assert row["rig"]["sm_ok"] is True, (key, row["rig"]["why_not"])
