@@ -65,7 +65,7 @@ def vllm_version(text: str) -> str:
     return text
 
 
-def add_parser(sub) -> None:
+def add_parser(sub: Any) -> None:
     p = sub.add_parser("kv-calc", help="predict vLLM's (or, for GGUF models, llama.cpp's) memory, verdict and max context",
                        description="Predict vLLM's start-up memory split per GPU: weights, non-torch, "
                                    "activation, CUDA graphs and the KV pool, with the verdict and the "

@@ -19,7 +19,7 @@ from club3090.cli.exit_codes import exit_code
 from club3090.gate.outcome import Outcome
 
 
-def add_parser(sub) -> None:
+def add_parser(sub: Any) -> None:
     p = sub.add_parser("profiles", help="list the curated serving profiles",
                        description=__doc__.splitlines()[0].split(": ", 1)[1],
                        formatter_class=argparse.RawDescriptionHelpFormatter,
