@@ -25,8 +25,10 @@ def _hermetic(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPath
     monkeypatch.setenv("HF_HOME", str(home))
     monkeypatch.setenv("HF_HUB_CACHE", str(home / "hub"))
     for name in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_ENDPOINT",
-                 "HF_TOKEN_PATH", "MODEL_DIR", "XDG_CACHE_HOME", "CLUB3090_DEBUG"):
+                 "HF_TOKEN_PATH", "MODEL_DIR", "XDG_CACHE_HOME", "XDG_STATE_HOME", "CLUB3090_DEBUG"):
         monkeypatch.delenv(name, raising=False)
+    # the local overlay (promoted measurements, receipts) of each test is its own
+    monkeypatch.setenv("CLUB3090_STATE_DIR", str(home / "club3090-state"))
     monkeypatch.setenv("HF_HUB_DISABLE_TELEMETRY", "1")
     monkeypatch.setenv("HF_HUB_DISABLE_XET", "1")
     monkeypatch.setenv("NO_COLOR", "1")

@@ -36,6 +36,7 @@ RECORDS = (
     (schema.PROFILE_SPEC, schema.PROFILE_NESTED, m.Profile, {"key"}),
     (schema.RUNTIME_SPEC, {}, m.ProfileRuntime, set()),
     (schema.ANCHOR_SPEC, {}, m.Anchor, set()),
+    (schema.UPSTREAM_FILE_SPEC, {}, m.UpstreamFile, {"id"}),
     (schema.CORRECTION_SPEC, {}, m.Correction, {"file"}),
 )
 

@@ -46,6 +46,7 @@ from .schema import (
     RUNTIME_SPEC,
     SCHEMA_BY_FILE,
     SUPPORTED_SCHEMA_VERSIONS,
+    UPSTREAM_FILE_SPEC,
     VARIANT_SPEC,
     Bad,
     Nested,
@@ -159,6 +160,7 @@ def _build_plain(section: str, spec: Any, cls: type) -> Callable[[_Collector, di
 
 _build_gpus = _build_plain("gpus", GPU_SPEC, m.Gpu)
 _build_kv = _build_plain("kv_formats", KV_SPEC, m.KvFormat)
+_build_upstream_files = _build_plain("upstream_files", UPSTREAM_FILE_SPEC, m.UpstreamFile)
 
 
 def _build_engines(c: _Collector, body: dict[str, Any]) -> dict[str, m.Engine]:
@@ -627,6 +629,7 @@ def _load(root: Path | None) -> m.Catalog:
         "models.yaml": ("models", _build_models), "arches.yaml": ("arches", _build_arches),
         "patches.yaml": ("patches", _build_patches), "profiles.yaml": ("profiles", _build_profiles),
         "anchors.yaml": ("anchors", _build_anchors),
+        "upstream_files.yaml": ("upstream_files", _build_upstream_files),
     }
     for name, (attr, build) in builders.items():
         c.file = name

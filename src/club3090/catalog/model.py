@@ -291,6 +291,15 @@ class Anchor:
 
 
 @dataclass(frozen=True, slots=True)
+class UpstreamFile:
+    id: str                            # the file's path in the upstream repository
+    commit: str
+    size: int
+    sha256: str
+    executable: bool
+
+
+@dataclass(frozen=True, slots=True)
 class Catalog:
     version: str
     schema_version: int
@@ -304,6 +313,7 @@ class Catalog:
     kv_formats: Mapping[str, KvFormat]
     anchors: tuple[Anchor, ...]
     corrections: tuple[Correction, ...] = ()
+    upstream_files: Mapping[str, UpstreamFile] = field(default_factory=dict)
     _repo_index: Mapping[str, tuple[str, str]] = field(default_factory=dict, repr=False, compare=False)
     _gpu_index: Mapping[str, str] = field(default_factory=dict, repr=False, compare=False)
     _arch_alias: Mapping[str, str] = field(default_factory=dict, repr=False, compare=False)

@@ -103,6 +103,21 @@ def t_nonneg_int(value: Any) -> int:
     return number
 
 
+def _hex(n: int) -> Check:
+    pattern = re.compile(rf"^[0-9a-f]{{{n}}}$")
+
+    @_labelled(f"{n} lower-case hex digits")
+    def check(value: Any) -> str:
+        if not isinstance(value, str) or not pattern.match(value):
+            raise Bad(f"expected {n} lower-case hex digits, got {describe(value)}")
+        return value
+    return check
+
+
+t_sha256 = _hex(64)
+t_commit = _hex(40)
+
+
 @_labelled("number in (0, 1]")
 def t_fraction(value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
@@ -489,6 +504,13 @@ ANCHOR_SPEC: Spec = {
     "note": evidence(nullable(t_str), "Reviewers' note (e.g. which catalog model stands in for an "
                      "uncatalogued one, and why)."),
 }
+UPSTREAM_FILE_SPEC: Spec = {
+    "commit": req(t_commit, "The upstream club-3090 commit the file is fetched at."),
+    "size": req(t_nonneg_int, "Size in bytes; a fetched file of another size is refused."),
+    "sha256": req(t_sha256, "SHA-256 of the file's bytes; a fetched file with another digest is refused "
+                  "(exit 65) and nothing starts."),
+    "executable": req(t_bool, "Whether the file is written executable into the bundle (scripts)."),
+}
 # what an anchor without a profile must record itself (nothing to fall back to)
 ANCHOR_SELF_DESCRIBING = ("model", "ctx", "mem_util", "kv_format", "max_num_seqs", "drafter", "engine")
 
@@ -551,6 +573,10 @@ FILE_SCHEMAS: tuple[FileSchema, ...] = (
     FileSchema("anchors.yaml", "anchors", "list", ANCHOR_SPEC,
                "Measured vLLM start-ups with the inputs each run used; `kv-calc --calibration` "
                "scores the estimator against them."),
+    FileSchema("upstream_files.yaml", "upstream_files", "mapping", UPSTREAM_FILE_SPEC,
+               "Files of the upstream club-3090 project that curated composes mount (chat templates, "
+               "patch overlays, sidecar scripts), by their path there: `club3090 up` fetches each at its "
+               "commit into the bundle folder and checks its size and sha256."),
 )
 SCHEMA_BY_FILE: Mapping[str, FileSchema] = {s.name: s for s in FILE_SCHEMAS}
 FILES = tuple(s.name for s in FILE_SCHEMAS)

@@ -29,6 +29,7 @@ from club3090.errors import (
     HubError,
     HubUnreachable,
     InputError,
+    LauncherUnavailable,
     RepoNotFound,
     RevisionNotFound,
     UsageError,
@@ -56,6 +57,8 @@ COMMANDS: tuple[tuple[str, str], ...] = (
     ("soak", "club3090.cli.commands.soak"),
     ("calibrate", "club3090.cli.commands.calibrate"),
     ("loop", "club3090.cli.commands.loop"),
+    ("up", "club3090.cli.commands.up"),
+    ("down/status/logs", "club3090.cli.commands.served"),
 )
 
 
@@ -73,6 +76,7 @@ ERRORS: tuple[tuple[type[BaseException], int, Callable[[BaseException], str]], .
     (RepoNotFound, REFUSED, lambda e: f"{e.repo_id}: repository not found (private repos need HF_TOKEN)"),
     (HubError, UNAVAILABLE, lambda e: f"Hub error for {e.repo_id}: {e.detail}"),
     (CatalogError, CONFIG, _catalog_message),
+    (LauncherUnavailable, UNAVAILABLE, str),
     (InputError, DATAERR, lambda e: f"invalid input: {e}"),
     (UsageError, USAGE, lambda e: f"club3090: error: {e}"),
     (Club3090Error, SOFTWARE, lambda e: f"error: {e}"),

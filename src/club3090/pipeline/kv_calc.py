@@ -4,13 +4,13 @@ reference card) -> fit."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from club3090.errors import UsageError
 from club3090.fit.estimate import Estimate, NoFit, Overrides, default_gpus, estimate, serving_shape
 from club3090.gate.outcome import Outcome, Stop
-from club3090.pipeline.stages import gpu_set
+from club3090.pipeline.stages import gpu_set, measured_here
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from club3090.pipeline.provider import Provider
@@ -45,8 +45,15 @@ def price(request: PriceRequest, provider: "Provider") -> Estimate | NoFit | Sto
     spec = request.gpus if request.gpus is not None else default_gpus(shape, shape_profile)
     gpus = gpu_set(spec, catalog)
     assert gpus is not None
-    return estimate(facts, shape, gpus, request.overrides, label=name, gpus_spec=spec, profile=shape_profile,
-                    catalog=catalog)
+    result = estimate(facts, shape, gpus, request.overrides, label=name, gpus_spec=spec, profile=shape_profile,
+                      catalog=catalog)
+    if isinstance(result, Estimate):
+        priced = replace(shape, tp=result.tp, pp=result.pp)
+        here = measured_here(result.result, facts, priced, gpus.memory_bytes[:result.tp * result.pp], catalog,
+                             provider.measured())
+        if here is not None:
+            result = replace(result, result=here[0])
+    return result
 
 
 def price_outcome(result: Estimate | NoFit | Stop) -> Outcome:

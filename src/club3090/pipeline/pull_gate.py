@@ -9,10 +9,10 @@ The decisions themselves live in the pure packages (``gate.profile_match``,
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from club3090.fit.memory import FitResult, Unpriceable, predict
 from club3090.fit.shape import profile_shape
@@ -24,6 +24,7 @@ from club3090.gate.flags import BYPASS_EXPERIMENTAL_ARCH
 from club3090.gate.outcome import Notice, NoticeCode, Outcome, Reason, Stop, Stratum, bypassed
 from club3090.gate.profile_match import check_profile
 from club3090.gate.terminal import Terminal, terminal_for
+from club3090.pipeline.stages import measured_here
 from club3090.rig.hardware import HardwareFacts, resolve_hardware
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
@@ -117,7 +118,7 @@ def decide(request: "PullRequest", facts: "ModelSpec | Stop", catalog: "Catalog"
     if stop is not None:
         return stopped(at, stop)
     at = with_shape(at, catalog)                                            # serving shape
-    priced = with_fit(at, catalog)                                          # [B] the fit
+    priced = with_fit(at, catalog, provider.measured())                     # [B] the fit
     if isinstance(priced, Stop):
         return stopped(at, priced)
     return accept(priced, catalog, compose=compose, e_enabled=e_enabled)    # [C1], then 6 on Path A
@@ -218,6 +219,12 @@ def disk_stop(at: Gate, provider: "Provider") -> Stop | None:
     hf_home = provider.settings.hf_home
     footprint = variant.size_bytes if variant is not None and variant.size_bytes else spec.footprint_bytes
     free = None if local else provider.free_bytes(Path(hf_home))
+    if footprint and not local and spec.source != "catalog":
+        from club3090.edges.hf_cache import cached_bytes
+
+        # files already complete in the HF cache at this commit are not downloaded again
+        footprint = max(0, int(footprint) - cached_bytes(provider.settings.hub_cache, spec.ref, spec.commit,
+                                                         spec.download_files))
     return check_disk(footprint_bytes=footprint, free_bytes=free, local=local, where=str(hf_home)).stop()
 
 
@@ -242,9 +249,11 @@ def with_shape(at: Gate, catalog: "Catalog") -> Gate:
     return replace(at, shape=shape)
 
 
-def with_fit(at: Gate, catalog: "Catalog") -> Gate | Stop:
-    """[B]: the fit on the GPUs in use; an unpriceable shape is a stratum-5 stop. On wont-fit, the
-    closest fits (a shorter context, another KV format, more GPUs) become suggestions."""
+def with_fit(at: Gate, catalog: "Catalog", measured: "Sequence[Mapping[str, Any]]" = ()) -> Gate | Stop:
+    """[B]: the fit on the GPUs in use; an unpriceable shape is a stratum-5 stop. A shape this
+    machine has measured (``measured``: promoted receipts) is priced from the measurement, with
+    confidence ``exact``. On wont-fit, the closest fits (a shorter context, another KV format, more
+    GPUs) become suggestions."""
     spec, variant, shape, hw = at.spec, at.variant, at.shape, at.hardware
     assert spec is not None and shape is not None and hw is not None
     weights = int(variant.size_bytes if variant is not None and variant.size_bytes else spec.weights_bytes or 0)
@@ -253,6 +262,10 @@ def with_fit(at: Gate, catalog: "Catalog") -> Gate | Stop:
     if isinstance(fit, Unpriceable):
         return Stop(Stratum.ELIGIBILITY, Reason.NO_FIT_MODEL,
                     detail={"message": f"the fit engine cannot price this model: {fit.reason}"})
+    here = measured_here(fit, spec, shape, hw.selected_memory(shape.tp), catalog, measured)
+    if here is not None:
+        fit, spec, notice = here
+        at = replace(at, spec=spec).noting(notice)
     at = replace(at, fit=fit)
     if fit.raw_verdict != "wont-fit":
         return at

@@ -57,6 +57,13 @@ def model_dtype(text: str) -> str:
     return text
 
 
+def max_model_len(text: str) -> int:
+    """A positive context length, or ``auto`` / ``-1``: vLLM fits the length itself (-1)."""
+    if text.strip().lower() in ("auto", "-1"):
+        return -1
+    return int(positive_int(text))
+
+
 def vllm_version(text: str) -> str:
     from club3090.fit.memory import VERSION_RE
 
@@ -76,7 +83,9 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--tp", type=positive_int, help="tensor-parallel size")
     p.add_argument("--pp", type=positive_int, help="pipeline-parallel size")
     p.add_argument("--mem-util", type=fraction, help="--gpu-memory-utilization (fraction of total memory, (0, 1])")
-    p.add_argument("--max-model-len", type=positive_int, help="context length per request")
+    p.add_argument("--max-model-len", type=max_model_len,
+                   help="context length per request; auto (or -1): the largest that fits, as vLLM >= 0.12 "
+                        "chooses it")
     p.add_argument("--max-num-seqs", type=positive_int, help="concurrent sequences (sampler, graphs, verdict)")
     p.add_argument("--max-num-batched-tokens", type=positive_int, help="tokens per scheduler step")
     p.add_argument("--block-size", type=block_size, help=f"KV block size in tokens (1..{MAX_BLOCK_SIZE})")
