@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from club3090.fit.memory import FitResult, RankBreakdown, _blocks_for
+from club3090.fit.kv_layout import _blocks_for
+from club3090.fit.memory import FitResult, RankBreakdown
 
 __all__ = ["Segment", "concurrency_at", "concurrency_curve", "memory_segments"]
 
