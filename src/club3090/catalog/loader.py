@@ -232,6 +232,7 @@ def _build_models(c: _Collector, body: dict[str, Any]) -> dict[str, m.Model]:
                   f"names no weight variant of this model ({describe(rec['default_weight_variant'])})")
             ok = False
         derived = _config_facts(c, rec["hf_config"], f"{path}.hf_config")
+        rec["serving_defaults"] = MappingProxyType(dict(rec.get("serving_defaults") or {}))
         if ok and derived is not None:
             out[mid] = m.Model(id=mid, weights=MappingProxyType(weights), **derived, **rec)
     return out
@@ -520,6 +521,17 @@ def _cross_check(c: _Collector, raw: dict[str, Any], cat: dict[str, Any]) -> Non
             for j, key in enumerate(gap.profiles):
                 _ref(c, "patches.yaml", f"{base}.delivery_gaps[{i}].profiles[{j}]", key, profiles_raw,
                      "profile")
+    for mid, model in cat["models"].items():
+        for cls, key in model.serving_defaults.items():
+            where = f"models[{mid!r}].serving_defaults[{cls!r}]"
+            if cls not in m.GPU_COUNT_CLASSES:
+                c.add(where, f"unknown GPU-count class; allowed: {', '.join(m.GPU_COUNT_CLASSES)}",
+                      file="models.yaml")
+                continue
+            _ref(c, "models.yaml", where, key, profiles_raw, "profile")
+            profile = cat["profiles"].get(key)
+            if profile is not None and profile.model != mid:
+                c.add(where, f"profile {key!r} serves {profile.model}, not {mid}", file="models.yaml")
     for key, p in cat["profiles"].items():
         base = f"profiles[{key!r}]"
         f = "profiles.yaml"

@@ -24,6 +24,7 @@ from club3090.model.param_estimate import estimate_weights
 
 if TYPE_CHECKING:
     from club3090.catalog.model import Catalog, Profile
+    from club3090.fit.auto_shape import ShapeChoice
     from club3090.model.spec import ModelSpec
     from club3090.rig.gpus import GpuSet
 
@@ -63,11 +64,13 @@ class Estimate:
     pp: int
     weights_source: str
     profile: str | None
+    choice: "ShapeChoice | None" = None      # how TP/PP were chosen, when nobody gave them
 
     def to_json(self) -> dict[str, Any]:
         out = self.result.to_json()
         out.update({"ok": True, "model": self.model, "architecture": self.architecture, "gpus": self.gpus,
-                    "tp": self.tp, "pp": self.pp, "profile": self.profile, "weights_source": self.weights_source})
+                    "tp": self.tp, "pp": self.pp, "profile": self.profile, "weights_source": self.weights_source,
+                    "shape": self.choice.to_json() if self.choice is not None else None})
         return out
 
 

@@ -23,8 +23,8 @@ from typing import Any
 
 from club3090.cli.commands import _llamacpp
 from club3090.cli.commands._types import (
+    add_shape_flags,
     bounded,
-    fraction,
     non_negative_int,
     positive_int,
     positive_number,
@@ -80,17 +80,9 @@ def add_parser(sub: Any) -> None:
     p.add_argument("model", nargs="?", help="local folder, config.json path, profile key, model id, or org/name")
     p.add_argument("--profile", help="curated profile key whose settings to use")
     p.add_argument("--gpus", help="GPU set: 1x3090, 2xrtx-4090, 2x24GiB, MiB:NAME,...")
-    p.add_argument("--tp", type=positive_int, help="tensor-parallel size")
-    p.add_argument("--pp", type=positive_int, help="pipeline-parallel size")
-    p.add_argument("--mem-util", type=fraction, help="--gpu-memory-utilization (fraction of total memory, (0, 1])")
-    p.add_argument("--max-model-len", type=max_model_len,
-                   help="context length per request; auto (or -1): the largest that fits, as vLLM >= 0.12 "
-                        "chooses it")
-    p.add_argument("--max-num-seqs", type=positive_int, help="concurrent sequences (sampler, graphs, verdict)")
+    add_shape_flags(p, aliases=True)
     p.add_argument("--max-num-batched-tokens", type=positive_int, help="tokens per scheduler step")
     p.add_argument("--block-size", type=block_size, help=f"KV block size in tokens (1..{MAX_BLOCK_SIZE})")
-    p.add_argument("--kv-cache-dtype", type=kv_cache_dtype, metavar="FORMAT",
-                   help="KV cache element format: " + ", ".join(KV_FORMATS))
     p.add_argument("--dtype", type=model_dtype, help=f"model dtype ({', '.join(MODEL_DTYPES)})")
     p.add_argument("--weights-gib", type=positive_number,
                    help="weights loaded per GPU rank, as vLLM's 'Model loading took X GiB'")
@@ -118,6 +110,31 @@ def _gib(value: int) -> str:
     return f"{value / GIB:.2f} GiB"
 
 
+CONFIDENCE = {"exact": "exact (curated)", "derived": "derived", "estimated-lower-bound": "estimated"}
+
+
+def headline(est: Any) -> str:
+    """One sentence first: fits (context, concurrency) or not, and by how much, with the next step."""
+    r = est.result
+    conf = CONFIDENCE.get(r.confidence, r.confidence)
+    where = f"{est.gpus} (TP {est.tp}" + (f" x PP {est.pp})" if est.pp > 1 else ")")
+    ctx = f"{r.max_model_len // 1024}K" if r.max_model_len % 1024 == 0 else f"{r.max_model_len:,}"
+    if r.raw_verdict != "wont-fit":
+        n = int(r.max_concurrency)
+        return (f"Fits on {where}: {ctx} context, {n} concurrent full-length request{'s' if n != 1 else ''}"
+                f" - {conf}")
+    g = r.per_gpu
+    used = g.weights_bytes + g.non_torch_bytes + g.activation_bytes + g.cudagraph_bytes
+    if used >= g.budget_bytes:
+        short = (used - g.budget_bytes) / GIB
+        return (f"Does not fit on {where} - {conf}: weights and overheads need {used / GIB:.2f} GiB per GPU, "
+                f"{short:.2f} GiB more than the {g.budget_bytes / GIB:.2f} GiB budget; next: more GPUs "
+                "(--tensor-parallel-size), a smaller quantization, or a higher --gpu-memory-utilization")
+    most = r.max_model_len_fit
+    return (f"Does not fit on {where} at {ctx} context - {conf}: the largest context that fits is {most:,}; "
+            f"next: --max-model-len {most} (or auto), a compact --kv-cache-dtype, or more GPUs")
+
+
 def render_human(est: Any) -> None:
     from rich.table import Table
 
@@ -126,6 +143,11 @@ def render_human(est: Any) -> None:
 
     console = terminal_console()
     result, s = est.result, est.result.settings
+    console.print(headline(est), markup=False, highlight=False, soft_wrap=True)
+    if est.choice is not None:
+        console.print(f"shape: {est.choice.reason}", markup=False, highlight=False, soft_wrap=True)
+        for cand, why in est.choice.runner_ups:
+            console.print(f"runner-up: {cand.label()} ({why})", markup=False, highlight=False, soft_wrap=True)
     head = (f"{est.model} ({est.architecture or 'unknown architecture'}) on {est.gpus}, "
             f"TP {est.tp} PP {est.pp}, vLLM {s.vllm_version}")
     console.print(head)
@@ -231,12 +253,14 @@ def request_of(args: argparse.Namespace) -> Any:
     from club3090.fit.estimate import Overrides
     from club3090.pipeline.kv_calc import PriceRequest
 
+    auto_len = args.max_model_len == "auto"       # vLLM's -1: the largest that fits
     return PriceRequest(model=args.model, profile=args.profile, gpus=args.gpus, overrides=Overrides(
-        tp=args.tp, pp=args.pp, mem_util=args.mem_util, max_model_len=args.max_model_len,
+        tp=args.tp, pp=args.pp, mem_util=args.mem_util, max_model_len=-1 if auto_len else args.max_model_len,
         max_num_seqs=args.max_num_seqs, max_num_batched_tokens=args.max_num_batched_tokens,
         block_size=args.block_size, kv_cache_dtype=args.kv_cache_dtype, dtype=args.dtype,
         vllm_version=args.vllm_version, num_speculative_tokens=args.num_speculative_tokens,
-        enforce_eager=args.enforce_eager, weights_gib=args.weights_gib, solve_max_ctx=args.solve_max_ctx))
+        enforce_eager=args.enforce_eager, weights_gib=args.weights_gib,
+        solve_max_ctx=args.solve_max_ctx))
 
 
 def _no_html_for_llamacpp(html: Path | None) -> None:
