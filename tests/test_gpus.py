@@ -11,6 +11,7 @@ from club3090.errors import UsageError
 from club3090.rig.gpus import parse_gpus
 
 GIB, MIB = 2 ** 30, 2 ** 20
+MAX_BYTES = 2 ** 40
 
 
 @pytest.fixture(scope="module")
@@ -62,8 +63,8 @@ def test_mixed_rig_takes_min_sm(cat):
     assert g.subset(1).sm == Decimal("8.9")
 
 
-@pytest.mark.parametrize("spec, name, known", [("1xrtx-3080", "rtx-3080", "1xrtx-3090"),
-                                               ("2xfoo", "foo", "2x3090"), ("rtx3080", "rtx3080", "rtx3090")])
+@pytest.mark.parametrize("spec, name, known", [("1xrtx-3099", "rtx-3099", "1xrtx-3090"),
+                                               ("2xfoo", "foo", "2x3090"), ("rtx3099", "rtx3099", "rtx3090")])
 def test_unknown_name_suggests(cat, spec, name, known):
     # the same spec with a known name parses, and the name is not in the catalog: the name is refused
     assert parse_gpus(known, cat).count >= 1 and cat.gpu(name) is None
@@ -73,7 +74,7 @@ def test_unknown_name_suggests(cat, spec, name, known):
 
 def test_suggestions_name_close_cards(cat):
     with pytest.raises(UsageError) as info:
-        parse_gpus("1xrtx-3080", cat)
+        parse_gpus("1xrtx-3099", cat)
     assert "rtx-3090" in str(info.value)
 
 
@@ -81,3 +82,104 @@ def test_suggestions_name_close_cards(cat):
 def test_bad_counts_and_syntax(cat, spec):
     with pytest.raises(UsageError):
         parse_gpus(spec, cat)
+
+
+# ----------------------------------------------------------------------------- the GPU table
+
+@pytest.mark.parametrize("spec, gpu, mib, sm", [
+    ("1x3080", "rtx-3080", 10240, "8.6"),
+    ("1x3080-12gb", "rtx-3080-12gb", 12288, "8.6"),
+    ("2x3080ti", "rtx-3080-ti", 12288, "8.6"),
+    ("1x4070ti", "rtx-4070-ti", 12282, "8.9"),
+    ("1x4080", "rtx-4080", 16376, "8.9"),
+    ("1x4060ti-16gb", "rtx-4060-ti-16gb", 16380, "8.9"),
+    ("1x4060ti", "rtx-4060-ti", 8188, "8.9"),          # a bare name of a two-size card: the smaller
+    ("1x5080", "rtx-5080", 16303, "12.0"),
+    ("4xa10g", "a10g", 23028, "8.6"),
+    ("1xa10", "a10", 23028, "8.6"),
+    ("2xa40", "a40", 46068, "8.6"),
+    ("1xl40", "l40", 46068, "8.9"),
+    ("8xl40s", "l40s", 46068, "8.9"),
+    ("4xv100", "v100-16gb", 16160, "7.0"),
+    ("1xv100-32gb", "v100-32gb", 32510, "7.0"),
+    ("2x2080ti", "rtx-2080-ti", 11264, "7.5"),
+    ("8xa100-80gb", "a100-80gb", 81920, "8.0"),
+    ("8xh100-pcie", "h100-pcie", 81559, "9.0"),
+    ("8xh200-nvl", "h200-nvl", 143771, "9.0"),
+    ("8xb200", "b200", 183359, "10.0"),
+    ("1xrtx-pro-6000", "rtx-6000-pro-blackwell", 97887, "12.0"),
+    ("24576:NVIDIA GeForce RTX 3090", "rtx-3090", 24576, "8.6"),
+    ("16376:NVIDIA GeForce RTX 4080", "rtx-4080", 16376, "8.9"),
+])
+def test_table_covers_current_nvidia_cards(cat, spec, gpu, mib, sm):
+    g = parse_gpus(spec, cat)
+    assert g.gpu is not None and g.gpu.id == gpu
+    assert set(g.memory_bytes) == {mib * MIB}
+    assert g.sm == Decimal(sm)
+    assert g.gpu.memory_bandwidth_gb_s > 0 and g.gpu.bf16_tflops > 0
+
+
+@pytest.mark.parametrize("spec, gpu, vendor, gib", [
+    ("8xmi300x", "mi300x", "amd", 192), ("1xmi210", "mi210", "amd", 64), ("8xmi355x", "mi355x", "amd", 288),
+    ("8xmi325x", "mi325x", "amd", 256), ("2x7900xtx", "rx-7900-xtx", "amd", 24),
+    ("1xw7900", "radeon-pro-w7900", "amd", 48),
+])
+def test_table_covers_amd(cat, spec, gpu, vendor, gib):
+    g = parse_gpus(spec, cat)
+    assert g.gpu.id == gpu and g.gpu.vendor == vendor
+    assert set(g.memory_bytes) == {gib * GIB}
+    assert g.unified_note is None
+
+
+@pytest.mark.parametrize("spec, total_gib, fraction", [
+    ("1xm3-ultra-512gb", 512, 0.75), ("1xm4-max-128gb", 128, 0.75), ("1xm2-ultra-192gb", 192, 0.75),
+    ("1xm4-pro-24gb", 24, 0.67), ("1xdgx-spark", 128, 0.93), ("1xgb10", 128, 0.93),
+])
+def test_unified_memory_prices_the_usable_share(cat, spec, total_gib, fraction):
+    g = parse_gpus(spec, cat)
+    assert g.gpu.memory_bytes == total_gib * GIB
+    assert g.gpu.usable_memory_fraction == fraction
+    assert g.memory_bytes == (int(total_gib * GIB * fraction),)
+    assert f"{fraction:.0%}" in g.unified_note and "usable" in g.unified_note
+
+
+def test_every_row_has_speed_figures_and_a_plausible_size(cat):
+    assert len(cat.gpus) >= 80
+    for gid, gpu in cat.gpus.items():
+        assert 8 * 10 ** 9 * 0.95 <= gpu.memory_bytes <= MAX_BYTES, gid
+        assert 100 <= gpu.memory_bandwidth_gb_s <= 10_000, gid
+        assert 5 <= gpu.bf16_tflops <= 5_000, gid
+        if gpu.vendor != "nvidia":
+            assert gpu.sm == Decimal("8.0"), gid        # the SM gate's assumption, not a capability
+
+
+@pytest.mark.parametrize("spec, suggestion", [("2x24", "2x24GiB"), ("1x80", "1x80GiB"), ("4x23.5", "4x23.5GiB"),
+                                               ("48", "1x48GiB")])
+def test_size_without_unit_suggests_the_size(cat, spec, suggestion):
+    with pytest.raises(UsageError) as info:
+        parse_gpus(spec, cat)
+    text = str(info.value)
+    assert suggestion in text
+    assert "t4" not in text and "l4" not in text
+    assert parse_gpus(suggestion, cat).count == int(suggestion.split("x")[0])
+
+
+def test_mixed_rig_prices_the_smallest_card_and_says_so(cat):
+    g = parse_gpus("1x4090,1x3060", cat)
+    assert g.min_memory_bytes == 12288 * MIB
+    assert "rtx-3060-12gb" in g.mixed_note and "smallest" in g.mixed_note and "12.00 GiB" in g.mixed_note
+    assert parse_gpus("2x3090", cat).mixed_note is None
+    sized = parse_gpus("1x24GiB,1x16GiB", cat)
+    assert "16GiB" in sized.mixed_note
+
+
+def test_named_non_nvidia_card_is_priced_with_a_notice(cat):
+    from club3090.gate.outcome import NoticeCode
+    from club3090.rig.hardware import resolve_hardware
+
+    hw = resolve_hardware(tp=2, gpu_set=parse_gpus("2xmi300x", cat))
+    assert hw.memory_bytes == (192 * GIB, 192 * GIB) and hw.sm == Decimal("8.0")
+    notice = next(n for n in hw.notices if n.code == NoticeCode.NON_NVIDIA_GPU)
+    assert "AMD Instinct MI300X" in notice.text and "size check" in notice.text
+    nvidia = resolve_hardware(tp=2, gpu_set=parse_gpus("2x3090", cat))
+    assert not any(n.code == NoticeCode.NON_NVIDIA_GPU for n in nvidia.notices)

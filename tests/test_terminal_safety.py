@@ -99,3 +99,29 @@ def test_terminal_console_never_parses_markup(capsys):
     console.print("[bold]x[/bold] [/]")
     out = capsys.readouterr().out
     assert "[/]\\u001b[2J" in out and "[bold]x[/bold] [/]" in out
+
+
+# --------------------------------------------------------------------------------------------
+# the Loop: bundles and logs from other people's machines
+# --------------------------------------------------------------------------------------------
+def test_loop_and_calibrate_print_what_others_wrote_inert(tmp_path, monkeypatch, capsys):
+    from tests.fixtures_path import fixture_path
+    from tests.test_loop import e_bundle as green_e_bundle
+    from tests.test_submit import e_bundle as failed_e_bundle
+    from tests.test_submit import failed_boot
+
+    name = HOSTILE.replace("/", "|")                                  # a file name cannot hold '/'
+    monkeypatch.setenv("CLUB3090_STATE_DIR", str(tmp_path / "state"))
+    log = fixture_path("logs", "undefined_symbol.log").read_text().replace("undefined symbol: ",
+                                                                          f"undefined symbol: {HOSTILE} ")
+    failed_e_bundle(tmp_path / "failed", failed_boot(log))
+    green_e_bundle(tmp_path / "caps", model=f"acme/{name}")
+    startup = tmp_path / f"{name}.log"
+    startup.write_text(fixture_path("logs", "startup_v064_profiling.log").read_text())
+    for argv in (["loop", "classify", str(tmp_path / "failed")], ["loop", "classify", str(tmp_path / "failed"), "--json"],
+                 ["calibrate", str(startup)], ["calibrate", str(startup), "--json"],
+                 ["loop", "ingest", str(tmp_path / "caps")], ["loop", "list"], ["loop", "list", "--json"]):
+        code, out, err = run(argv, capsys)
+        assert code in (0, 2), (argv, code, err)
+        _assert_inert(out)
+        _assert_inert(err)

@@ -12,6 +12,8 @@ Club3090Error
  │   ├─ FileMetadataMissing          a file's answer lacked its ETag / commit headers
  │   └─ HubUnreachable               network outage: not a verdict (exit 69)
  ├─ InputError(ValueError)           a file we were given is malformed or over a size cap (exit 65)
+ │   └─ IntegrityError               a downloaded payload or weight file failed its size/sha256 (exit 65)
+ ├─ LauncherUnavailable              docker / the compose plugin / the NVIDIA runtime / vllm missing (exit 69)
  ├─ InterpolationError(ValueError)   a ``${...}`` expression Compose itself would reject (exit 70)
  ├─ RedactionError                   redaction could not run, so nothing was written or sent (exit 70)
  └─ CatalogError(ValueError)         problems: tuple[Problem, ...] (exit 78)
@@ -74,6 +76,14 @@ class InputError(Club3090Error, ValueError):
         super().__init__(f"{file}: {message}")
         self.file = file
         self.message = message
+
+
+class IntegrityError(InputError):
+    """A fetched file (patch payload, weight file) does not match the size / sha256 pinned for it."""
+
+
+class LauncherUnavailable(Club3090Error):
+    """What a launcher needs is missing; the message names the fix."""
 
 
 class InterpolationError(Club3090Error, ValueError):

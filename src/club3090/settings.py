@@ -10,6 +10,8 @@ from pathlib import Path
 
 DEFAULT_ENDPOINT = "https://huggingface.co"
 TOKEN_ENV = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")
+UPSTREAM_URL_ENV = "CLUB3090_UPSTREAM_URL"
+DEFAULT_UPSTREAM_URL = "https://raw.githubusercontent.com/noonghunna/club-3090"
 NO_GPU_DETECT_ENV = "CLUB3090_NO_GPU_DETECT"   # set (not "0"): GPU detection is switched off
 DEFAULT_HUB_DEADLINE_S = 60.0
 DEFAULT_HUB_COMMAND_DEADLINE_S = 300.0
@@ -84,6 +86,7 @@ class Settings:
     hub_deadline_s: float = DEFAULT_HUB_DEADLINE_S                   # one Hub request, connect to last byte
     hub_command_deadline_s: float = DEFAULT_HUB_COMMAND_DEADLINE_S   # all Hub reads of one command
     download_stall_s: float = DEFAULT_DOWNLOAD_STALL_S               # a download without progress fails
+    upstream_url: str = DEFAULT_UPSTREAM_URL                         # club-3090 files (patch payloads)
 
     @property
     def redaction_secrets(self) -> tuple[str, ...]:
@@ -120,4 +123,5 @@ class Settings:
                    hub_deadline_s=_seconds(env, HUB_DEADLINE_ENV, DEFAULT_HUB_DEADLINE_S),
                    hub_command_deadline_s=_seconds(env, HUB_COMMAND_DEADLINE_ENV,
                                                            DEFAULT_HUB_COMMAND_DEADLINE_S),
-                   download_stall_s=_seconds(env, DOWNLOAD_STALL_ENV, DEFAULT_DOWNLOAD_STALL_S))
+                   download_stall_s=_seconds(env, DOWNLOAD_STALL_ENV, DEFAULT_DOWNLOAD_STALL_S),
+                   upstream_url=(env.get(UPSTREAM_URL_ENV) or DEFAULT_UPSTREAM_URL).rstrip("/"))

@@ -18,6 +18,7 @@ from club3090.model.spec import CONFIDENCES
 # Closed value sets, shared by the loader (validation) and readers (documentation).
 ENGINE_TYPES = ("vllm", "llama.cpp")
 WEIGHT_KINDS = ("main", "draft", "gguf", "mmproj")
+GPU_COUNT_CLASSES = ("single", "dual", "multi")   # Model.serving_defaults keys
 WORKLOADS = ("fast-chat", "long-ctx-single", "vision-coding", "multi-stream-tenant", "tool-heavy")
 PROFILE_STATUSES = ("production", "caveats", "experimental", "incubating", "preview",
                     "upstream-gated", "deprecated")
@@ -68,6 +69,7 @@ class Model:
     default_weight_variant: str
     description: str = ""
     hf_config_source: str = ""         # where hf_config came from (fixture repo or constructed)
+    serving_defaults: Mapping[str, str] = field(default_factory=dict)  # single|dual|multi -> profile key
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,8 +117,19 @@ class Gpu:
     memory_bytes: int                  # total as the driver reports it (nvidia-smi "Total")
     sm: Decimal
     nvlink: bool
-    arch: str                          # ampere, ada, hopper, blackwell, turing
+    arch: str                          # ampere, ada, hopper, blackwell, turing, cdna3, apple-m3, ...
     vendor: str = "nvidia"
+    # required in gpus.yaml; None only on records built by hand (the speed estimate then has none)
+    memory_bandwidth_gb_s: Decimal | None = None   # peak, vendor specification
+    bf16_tflops: Decimal | None = None             # dense, fp32 accumulate
+    usable_memory_fraction: float | None = None   # unified memory: share the GPU may allocate
+
+    @property
+    def usable_memory_bytes(self) -> int:
+        """What a named card offers the fit: all of it, or the stated share of unified memory."""
+        if self.usable_memory_fraction is None:
+            return self.memory_bytes
+        return int(self.memory_bytes * self.usable_memory_fraction)
 
 
 @dataclass(frozen=True, slots=True)
@@ -280,6 +293,15 @@ class Anchor:
 
 
 @dataclass(frozen=True, slots=True)
+class UpstreamFile:
+    id: str                            # the file's path in the upstream repository
+    commit: str
+    size: int
+    sha256: str
+    executable: bool
+
+
+@dataclass(frozen=True, slots=True)
 class Catalog:
     version: str
     schema_version: int
@@ -293,6 +315,7 @@ class Catalog:
     kv_formats: Mapping[str, KvFormat]
     anchors: tuple[Anchor, ...]
     corrections: tuple[Correction, ...] = ()
+    upstream_files: Mapping[str, UpstreamFile] = field(default_factory=dict)
     _repo_index: Mapping[str, tuple[str, str]] = field(default_factory=dict, repr=False, compare=False)
     _gpu_index: Mapping[str, str] = field(default_factory=dict, repr=False, compare=False)
     _arch_alias: Mapping[str, str] = field(default_factory=dict, repr=False, compare=False)

@@ -103,6 +103,21 @@ def t_nonneg_int(value: Any) -> int:
     return number
 
 
+def _hex(n: int) -> Check:
+    pattern = re.compile(rf"^[0-9a-f]{{{n}}}$")
+
+    @_labelled(f"{n} lower-case hex digits")
+    def check(value: Any) -> str:
+        if not isinstance(value, str) or not pattern.match(value):
+            raise Bad(f"expected {n} lower-case hex digits, got {describe(value)}")
+        return value
+    return check
+
+
+t_sha256 = _hex(64)
+t_commit = _hex(40)
+
+
 @_labelled("number in (0, 1]")
 def t_fraction(value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
@@ -271,9 +286,19 @@ GPU_SPEC: Spec = {
     "sm": req(t_sm, "CUDA compute capability; gates engine, profile and KV-format SM floors."),
     "nvlink": req(t_bool, "Whether the card has an NVLink bridge connector (rigs of such cards may "
                   "report NVLink)."),
-    "arch": req(t_str, "GPU generation (ampere, ada, hopper, blackwell, turing); shown in rig notes."),
-    "vendor": opt(enum("nvidia", "amd"), "GPU vendor; non-NVIDIA cards are refused by the vLLM gate.",
-                  "nvidia"),
+    "arch": req(t_str, "GPU generation (volta, turing, ampere, ada, hopper, blackwell, cdna3, rdna3, "
+                "apple-m3, ...); shown in rig notes."),
+    "vendor": opt(enum("nvidia", "amd", "apple"), "GPU vendor; non-NVIDIA cards are refused by the vLLM "
+                  "gate (their `sm` is the assumed 8.0 of the SM gate, never a CUDA capability).", "nvidia"),
+    "memory_bandwidth_gb_s": req(t_decimal, "Peak memory bandwidth in GB/s (10^9 bytes/s) from the vendor's "
+                                 "specification; the speed estimate's decode rate is priced from it."),
+    "bf16_tflops": req(t_decimal, "Dense (no sparsity) bf16 tensor throughput in TFLOP/s with fp32 "
+                       "accumulation, from the vendor's specification (GeForce parts run it at half their "
+                       "fp16-accumulate rate); the speed estimate's prefill rate is priced from it."),
+    "usable_memory_fraction": opt(nullable(t_fraction), "Unified-memory machines (Apple silicon, DGX Spark, "
+                                  "MI300A): the fraction of `memory_bytes` the GPU may allocate (Apple's "
+                                  "default wired-memory limit, the OS and CPU share); `--gpus NAME` prices "
+                                  "`memory_bytes` times it. Null for discrete cards.", None),
 }
 KV_SPEC: Spec = {
     "min_sm": req(nullable(t_sm), "Lowest compute capability the format runs on (null: no floor)."),
@@ -356,6 +381,11 @@ MODEL_SPEC: Spec = {
                      "longest supported context."),
     "hf_config_source": evidence(t_text, "Where `hf_config` came from (a Hub repo's config.json, or "
                                  "constructed, with the evidence for each constructed key).", ""),
+    "serving_defaults": opt(map_of(t_id), "The profile (id in profiles.yaml, serving this model) a "
+                            "rig of one GPU (`single`), two (`dual`) or more (`multi`) gets when no "
+                            "`--profile-like` is given; upstream's registry `defaults` for vLLM. A "
+                            "GPU count with no entry gets a shape derived from the model and the rig.",
+                            {}),
 }
 MODEL_NESTED: Mapping[str, Nested] = {
     "weights": Nested(VARIANT_SPEC, "mapping", True, "Weight variants by id (at least one)."),
@@ -479,6 +509,13 @@ ANCHOR_SPEC: Spec = {
     "note": evidence(nullable(t_str), "Reviewers' note (e.g. which catalog model stands in for an "
                      "uncatalogued one, and why)."),
 }
+UPSTREAM_FILE_SPEC: Spec = {
+    "commit": req(t_commit, "The upstream club-3090 commit the file is fetched at."),
+    "size": req(t_nonneg_int, "Size in bytes; a fetched file of another size is refused."),
+    "sha256": req(t_sha256, "SHA-256 of the file's bytes; a fetched file with another digest is refused "
+                  "(exit 65) and nothing starts."),
+    "executable": req(t_bool, "Whether the file is written executable into the bundle (scripts)."),
+}
 # what an anchor without a profile must record itself (nothing to fall back to)
 ANCHOR_SELF_DESCRIBING = ("model", "ctx", "mem_util", "kv_format", "max_num_seqs", "drafter", "engine")
 
@@ -541,6 +578,10 @@ FILE_SCHEMAS: tuple[FileSchema, ...] = (
     FileSchema("anchors.yaml", "anchors", "list", ANCHOR_SPEC,
                "Measured vLLM start-ups with the inputs each run used; `kv-calc --calibration` "
                "scores the estimator against them."),
+    FileSchema("upstream_files.yaml", "upstream_files", "mapping", UPSTREAM_FILE_SPEC,
+               "Files of the upstream club-3090 project that curated composes mount (chat templates, "
+               "patch overlays, sidecar scripts), by their path there: `club3090 up` fetches each at its "
+               "commit into the bundle folder and checks its size and sha256."),
 )
 SCHEMA_BY_FILE: Mapping[str, FileSchema] = {s.name: s for s in FILE_SCHEMAS}
 FILES = tuple(s.name for s in FILE_SCHEMAS)

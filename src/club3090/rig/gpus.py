@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
+from typing import Any
 
 from club3090.catalog.model import Catalog, Gpu
 from club3090.errors import UsageError
@@ -81,6 +82,26 @@ class GpuSet:
             return None
         return all(g.nvlink for g in self.gpus if g is not None)
 
+    @property
+    def mixed_note(self) -> str | None:
+        """For a rig of unequal cards: vLLM gives every rank the same KV pool, so the smallest card
+        prices the whole rig. None when all cards are alike."""
+        if self.homogeneous:
+            return None
+        smallest = self.memory_bytes.index(self.min_memory_bytes)
+        return (f"mixed rig: priced at the smallest card, {self.names[smallest]} "
+                f"({self.min_memory_bytes / 2 ** 30:.2f} GiB); every rank gets the same KV pool")
+
+    @property
+    def unified_note(self) -> str | None:
+        """For unified-memory cards: the share of memory the GPU may use, stated."""
+        for card in self.gpus:
+            if card is not None and card.usable_memory_fraction is not None:
+                return (f"{card.display_name}: unified memory, {card.usable_memory_fraction:.0%} of "
+                        f"{card.memory_bytes / 2 ** 30:.0f} GiB usable by the GPU "
+                        f"({card.usable_memory_bytes / 2 ** 30:.1f} GiB priced)")
+        return None
+
     def subset(self, n: int) -> "GpuSet":
         """The first ``n`` GPUs (the ones a TP=n profile uses)."""
         n = max(1, min(n, self.count))
@@ -91,7 +112,7 @@ class GpuSet:
         return GpuSet(count=n, memory_bytes=self.memory_bytes[:n], names=self.names[:n], sm=sm,
                       gpu=same, gpus=gpus, spec=self.spec)
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {"count": self.count, "memory_bytes": list(self.memory_bytes), "names": list(self.names),
                 "sm": str(self.sm) if self.sm is not None else None,
                 "gpu": self.gpu.id if self.gpu is not None else None}
@@ -109,8 +130,15 @@ def _size_bytes(number: str, unit: str) -> int:
     return int(value)
 
 
-def _lookup(name: str, catalog: Catalog, spec: str) -> Gpu:
+_BARE_NUMBER_RE = re.compile(r"^\d{1,15}(?:\.\d{1,15})?$", re.ASCII)
+
+
+def _lookup(name: str, catalog: Catalog, spec: str, count: int = 1) -> Gpu:
     gpu = catalog.gpu(name)
+    if gpu is None and _BARE_NUMBER_RE.match(name.strip()):
+        # a size without its unit ("2x24"): the user meant memory, not a card name
+        raise UsageError(f"--gpus {spec!r}: {name!r} has no unit; did you mean {count}x{name.strip()}GiB? "
+                         f"(sizes take GiB, GB or MiB; or name the card, e.g. {count}x3090)")
     if gpu is None:
         close = catalog.gpu_suggestions(name)
         hint = (f"; closest known: {', '.join(close)}" if close
@@ -156,8 +184,8 @@ def parse_gpus(spec: str, catalog: Catalog) -> GpuSet:
             names += [f"{size.group(1)}{size.group(2)}"] * count
             cards += [None] * count
         else:
-            card = _lookup(what, catalog, spec)
-            memory += [card.memory_bytes] * count
+            card = _lookup(what, catalog, spec, count)
+            memory += [card.usable_memory_bytes] * count
             names += [card.id] * count
             cards += [card] * count
         if len(memory) > MAX_GPUS:

@@ -17,10 +17,16 @@ from pathlib import Path
 from typing import Any
 
 from club3090.cli.exit_codes import exit_code
+from club3090.cli.render import safe
 from club3090.gate.outcome import Outcome
 
 LOG_LIMIT = 64 * 1024 * 1024
 LOG_SUFFIXES = (".log", ".txt")
+
+
+def _emit(*parts: object, **kwargs: Any) -> None:
+    """``print``, with what bundles and logs say made terminal-safe (``cli.render``)."""
+    print(*(safe(part) for part in parts), **kwargs)
 
 
 def add_parser(sub: Any) -> None:
@@ -128,14 +134,14 @@ def run(args: argparse.Namespace, provider: Any) -> int:
     if args.out is not None:
         atomic_write_text(args.out, dump_json({"receipts": receipts}))
     if args.json:
-        sys.stdout.write(json.dumps(doc, indent=2, ensure_ascii=False) + "\n")
+        sys.stdout.write(safe(json.dumps(doc, indent=2, ensure_ascii=False), multiline=True) + "\n")
         return exit_code(Outcome.OK)
     for receipt in receipts:
         _render(receipt)
     for name in skipped:
-        print(f"[calibrate] {redactor.text(name)}: no start-up lines; skipped")
+        _emit(f"[calibrate] {redactor.text(name)}: no start-up lines; skipped")
     for path in saved:
-        print(f"[calibrate] saved {redactor.text(path)}")
+        _emit(f"[calibrate] saved {redactor.text(path)}")
     return exit_code(Outcome.OK)
 
 
@@ -147,9 +153,9 @@ def _fmt(value: Any) -> str:
 
 def _render(receipt: dict[str, Any]) -> None:
     shape = {k: v for k, v in receipt["shape"].items() if v is not None}
-    print(f"[calibrate] {receipt['source']['name']}: vLLM {shape.pop('vllm_version', '?')} "
+    _emit(f"[calibrate] {receipt['source']['name']}: vLLM {shape.pop('vllm_version', '?')} "
           f"({receipt.get('engine') or 'engine ?'}), outcome {receipt.get('startup_outcome') or 'unknown'}")
-    print("  shape: " + (", ".join(f"{k}={_fmt(v)}" for k, v in shape.items()) or "(not stated in the log)"))
+    _emit("  shape: " + (", ".join(f"{k}={_fmt(v)}" for k, v in shape.items()) or "(not stated in the log)"))
     measured = receipt["measured"]
     predicted = receipt.get("predicted") or {}
     errors = receipt.get("term_error") or {}
@@ -159,8 +165,8 @@ def _render(receipt: dict[str, Any]) -> None:
         line = f"  {term}: {_fmt(value)}"
         if term in predicted:
             line += f"   predicted {_fmt(predicted[term])}   error {errors.get(term, 0):+.4g}"
-        print(line)
+        _emit(line)
     if isinstance(measured.get("error"), dict):
-        print("  error: " + ", ".join(f"{k}={_fmt(v)}" for k, v in measured["error"].items()))
+        _emit("  error: " + ", ".join(f"{k}={_fmt(v)}" for k, v in measured["error"].items()))
     if receipt.get("prediction_note"):
-        print(f"  no prediction: {receipt['prediction_note']}")
+        _emit(f"  no prediction: {receipt['prediction_note']}")

@@ -1,0 +1,92 @@
+"""`club3090 up MODEL --dir DIR`: the gate, then a self-contained launch bundle, the weights in the
+HF cache, a started server (Docker or native), smoke + verify, and the URL.
+
+Exit codes (``club3090.cli.exit_codes``): 0 serving and verified (or written, ``--no-start``);
+1 the start or the verification failed (log tail printed, capture bundle written); 2 / 3 the
+gate's refusal or acknowledgement; 64 usage; 65 a patch payload or weight file failed its
+sha256 (nothing started); 69 the launcher is missing (docker, the compose plugin, the NVIDIA
+runtime, vllm) or the Hub is unreachable.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from club3090.cli.render import safe
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser(
+        "up", help="gate a model, write a self-contained launch bundle, download, start, verify",
+        description="Run the pull gate for MODEL; when it FITS, write compose.yml, .env, serve.sh, "
+                    "launch.json and every mounted file into DIR, put the weights into the HF cache "
+                    "(sha256-verified, resumable), start the server (Docker or native vLLM), wait for "
+                    "/v1/models, run the smoke and verify, and print the URL.")
+    p.add_argument("source", metavar="MODEL", help="Hugging Face repo id (or a local folder)")
+    p.add_argument("--dir", dest="directory", type=Path, required=True, metavar="DIR",
+                   help="the bundle folder (created; everything the server needs lands here)")
+    p.add_argument("--profile-like", metavar="KEY", help="registry profile giving the runtime shape (required)")
+    p.add_argument("--gpus", metavar="SPEC", help="the GPU topology: 1x3090, 2x24GiB, ...")
+    p.add_argument("--launcher", choices=("docker", "native"), default="docker",
+                   help="docker (docker compose, default) or native (vllm on this host)")
+    p.add_argument("--port", type=int, metavar="N", help="host port (default: the profile's)")
+    p.add_argument("--no-start", action="store_true", help="write the bundle and download, do not start")
+    p.add_argument("--vllm", metavar="PATH", help="the vllm executable for --launcher native (default: PATH)")
+    p.add_argument("--yes", "-y", action="store_true", help="accept a confirm→proceed terminal")
+    p.add_argument("--force-download", action="store_true", help="accept a low-confidence wont-fit")
+    p.add_argument("--trust-remote-code", action="store_true", help="acknowledge custom modelling code")
+    p.add_argument("--force", action="store_true", help="rewrite a bundle folder that is not serving")
+    p.add_argument("--skip-tools", action="store_true",
+                   help="verify without the tool-call checks (an engine without tool calling)")
+    p.add_argument("--json", action="store_true", help="print the result as one JSON object")
+    p.set_defaults(run=run)
+
+
+def _progress(args: argparse.Namespace) -> tuple[Any, Any]:
+    def say(message: str) -> None:
+        print(safe(message), file=sys.stderr, flush=True)
+
+    tty = sys.stderr.isatty()
+
+    def spin(line: str) -> None:
+        if tty:
+            print("\r" + safe(line)[:160].ljust(160), end="", file=sys.stderr, flush=True)
+    return say, spin
+
+
+def run(args: argparse.Namespace, provider: Any) -> int:
+    from club3090.errors import UsageError
+    from club3090.pipeline.up import UpRequest, UpSeams, up
+
+    if not args.profile_like:
+        raise UsageError("up needs --profile-like KEY (see `club3090 profiles`)")
+    if args.port is not None and not 0 < args.port < 65536:
+        raise UsageError("--port must be 1-65535")
+    say, spin = _progress(args)
+    seams = UpSeams(say=say, spin=spin, payload=_payload_source(provider), bar=not args.json)
+    seams_hook = getattr(provider, "up_seams", None)
+    if callable(seams_hook):
+        seams = seams_hook(seams)
+    req = UpRequest(source=args.source, directory=args.directory, profile_like=args.profile_like,
+                    launcher=args.launcher, gpus=args.gpus, port=args.port, no_start=args.no_start,
+                    vllm=args.vllm, yes=args.yes, force_download=args.force_download,
+                    trust_remote_code=args.trust_remote_code, force=args.force,
+                    skip_tools=args.skip_tools)
+    result = up(req, provider, seams)
+    if seams.spin is not None and sys.stderr.isatty():
+        print(file=sys.stderr)
+    if args.json:
+        print(safe(json.dumps(result.to_json(), indent=2, default=str), multiline=True))
+    else:
+        print("\n".join(safe(line, multiline=True) for line in result.lines))
+    return int(result.code)
+
+
+def _payload_source(provider: Any) -> Any:
+    from club3090.edges.payloads import catalog_payloads
+
+    return catalog_payloads(provider.settings, provider.catalog())

@@ -1,0 +1,226 @@
+"""Weights in the standard Hugging Face cache (``HF_HOME/hub``), where vLLM and ``hf`` find them.
+
+``fetch_into_cache`` downloads the selected files of one repo at one commit with
+``hf_hub_download`` in cache mode: an interrupted transfer leaves ``blobs/<etag>.incomplete``
+behind and the next run resumes it with a ranged GET. Each weight file is then checked against the
+LFS sha256 the gate saw; a mismatch deletes the blob and its link and fails with ``sha-mismatch``
+(nothing is served from a file that did not verify). Offline (``HF_HUB_OFFLINE``) only the cache is
+read. The deadlines, stall detection, lock and failure tokens are :mod:`club3090.edges.download`'s.
+"""
+
+from __future__ import annotations
+
+import errno
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from club3090.edges import download as dl
+from club3090.edges.request_budget import Budget, bounded, install_policy
+
+if TYPE_CHECKING:
+    from club3090.model.spec import RepoFile
+    from club3090.settings import Settings
+
+# the small files vLLM reads next to the weights; anything else (images, READMEs, other formats) stays remote
+SMALL_SUFFIXES = (".json", ".txt", ".model", ".jinja", ".tiktoken", ".py")
+OFFLINE_MISSING = "offline-not-cached"
+
+
+def serving_files(files: Sequence["RepoFile"]) -> tuple["RepoFile", ...]:
+    """The selected weight set (top-level ``*.safetensors``) plus the small files vLLM needs."""
+    picked = [f for f in files if "/" not in f.name and
+              (f.name.endswith(".safetensors") or f.name.endswith(SMALL_SUFFIXES))]
+    return tuple(sorted(picked, key=lambda f: f.name))
+
+
+def repo_folder(hub_cache: Path, repo_id: str) -> Path:
+    return Path(hub_cache) / ("models--" + repo_id.replace("/", "--"))
+
+
+def snapshot_dir(hub_cache: Path, repo_id: str, commit: str) -> Path:
+    return repo_folder(hub_cache, repo_id) / "snapshots" / commit
+
+
+def cached_snapshot(hub_cache: Path, repo_id: str, commit: str | None) -> Path | None:
+    """Offline: the snapshot at ``commit``, else the newest one holding a config.json (``up`` pins
+    snapshots by commit, so no ``refs/main`` exists for them)."""
+    snaps = repo_folder(hub_cache, repo_id) / "snapshots"
+    if commit:
+        return snaps / commit if (snaps / commit / "config.json").is_file() else None
+    try:
+        found = [p for p in snaps.iterdir() if (p / "config.json").is_file()]
+    except OSError:
+        return None
+    return max(found, key=lambda p: p.stat().st_mtime, default=None)
+
+
+def cached_bytes(hub_cache: Path, repo_id: str, commit: str | None, files: Sequence["RepoFile"]) -> int:
+    """Bytes of ``files`` already complete in the cache at ``commit`` (the disk check subtracts them)."""
+    if not commit:
+        return 0
+    snap = snapshot_dir(hub_cache, repo_id, commit)
+    total = 0
+    for f in files:
+        path = snap / f.name
+        try:
+            size = path.stat().st_size
+        except OSError:
+            continue
+        if f.size_bytes is None or size == f.size_bytes:
+            total += size
+    return total
+
+
+def _drop(path: Path) -> None:
+    """Remove a cached file and the blob it links to (a file that failed its check)."""
+    try:
+        blob = path.resolve()
+        path.unlink(missing_ok=True)
+        if blob != path:
+            blob.unlink(missing_ok=True)
+    except OSError:
+        pass
+
+
+def fetch_into_cache(settings: "Settings", repo_id: str, commit: str, files: Sequence["RepoFile"], *,
+                     progress: Callable[[str], None] | None = None,
+                     bar: bool = True) -> dl.DownloadReport:
+    """Download ``files`` of ``repo_id@commit`` into the HF cache and verify them; never raises for a
+    download problem (the report carries the token). ``bar`` shows huggingface_hub's progress bar."""
+    from huggingface_hub import hf_hub_download
+    from huggingface_hub import utils as hf_utils
+
+    say = progress or (lambda _m: None)
+    hub_cache = Path(settings.hub_cache)
+    dest = snapshot_dir(hub_cache, repo_id, commit)
+    missing_hash = [f.name for f in files if dl._is_weights(f.name) and not f.sha256]
+    if missing_hash:
+        return dl.DownloadReport(False, dest, failure=dl.NO_ETAG, failed_file=missing_hash[0],
+                                 detail=f"the Hub lists no LFS sha256 for {', '.join(missing_hash)}; "
+                                        "refusing weights that cannot be verified")
+    try:
+        hub_cache.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        return dl.DownloadReport(False, dest, failure=dl.DISK if exc.errno == errno.ENOSPC else dl.FALLBACK_FAILED,
+                                 detail=f"{hub_cache}: {exc}")
+    lock = dl.SlugLock(hub_cache / dl.LOCKS / "club3090" / (repo_id.replace("/", "--") + ".flock"))
+    if not lock.acquire():
+        return dl.DownloadReport(False, dest, failure=dl.IN_PROGRESS, detail=f"another download holds {lock.path}")
+    install_policy()
+    getattr(hf_utils, "enable_progress_bars" if bar else "disable_progress_bars")()
+    done: list[str] = []
+    total_bytes = 0
+    try:
+        for i, f in enumerate(files, 1):
+            size = f"{f.size_bytes / 2**30:.2f} GiB" if f.size_bytes else "? bytes"
+            cached = dest / f.name
+            if cached.is_file() and dl._check(f, cached) is None and (
+                    not dl._is_weights(f.name) or dl._sha256(cached) == f.sha256):
+                say(f"[up] weights {i}/{len(files)} {f.name}: in the HF cache, checked")
+            else:
+                if settings.offline:
+                    raise dl._Failed(OFFLINE_MISSING, f"{f.name} is not in the HF cache and HF_HUB_OFFLINE is "
+                                                      "set; run once online", f.name)
+                say(f"[up] weights {i}/{len(files)} {f.name} ({size})")
+                try:
+                    with _online(), bounded(Budget.for_stream(settings.download_stall_s, dl.STALL_BYTES)):
+                        if dl._is_weights(f.name):
+                            cached = _resumable(settings, repo_id, commit, f, hub_cache, bar=bar)
+                        else:
+                            cached = Path(hf_hub_download(repo_id, f.name, revision=commit,
+                                                          cache_dir=str(hub_cache), endpoint=settings.endpoint,
+                                                          token=settings.token or False, library_name="club3090",
+                                                          etag_timeout=dl.TIMEOUT_S))
+                except dl._Failed:
+                    raise
+                except Exception as exc:  # noqa: BLE001 - classified once, like download.hub_fetcher
+                    raise dl._hub_failure(exc, repo_id, f.name) or dl._Failed(
+                        dl.FALLBACK_FAILED, f"{f.name}: {dl._one(exc)} (re-run to resume)", f.name) from None
+                problem = dl._check(f, cached)
+                if problem is not None:
+                    _drop(cached)
+                    raise dl._Failed(dl.FALLBACK_FAILED, problem, f.name)
+            done.append(f.name)
+            total_bytes += cached.stat().st_size
+        return dl.DownloadReport(True, dest, files=tuple(done), bytes=total_bytes,
+                                 sha_verified=all(f.sha256 for f in files if dl._is_weights(f.name)))
+    except dl._Failed as exc:
+        return dl.DownloadReport(False, dest, files=tuple(done), bytes=total_bytes, failure=exc.token,
+                                 detail=exc.detail, failed_file=exc.name)
+    except OSError as exc:
+        return dl.DownloadReport(False, dest, files=tuple(done), bytes=total_bytes,
+                                 failure=dl.DISK if exc.errno == errno.ENOSPC else dl.FALLBACK_FAILED,
+                                 detail=dl._one(exc))
+    finally:
+        lock.release()
+
+
+PARTIAL = ".club3090-partial"
+
+
+def _resumable(settings: "Settings", repo_id: str, commit: str, f: "RepoFile", hub_cache: Path, *,
+               bar: bool) -> Path:
+    """One weight file into the cache layout (``blobs/<sha256>`` + the snapshot link), resuming a
+    ``<sha256>.club3090-partial`` left by an interrupted run with a ranged GET. The blob is only
+    renamed into place after its sha256 matched, so the cache never holds an unverified weight file.
+    (huggingface_hub downloads to a per-process temporary file and cannot resume across runs.)"""
+    import os
+
+    from huggingface_hub import get_session, hf_hub_url, hf_raise_for_status
+    from huggingface_hub.utils._headers import build_hf_headers
+    from tqdm.auto import tqdm  # type: ignore[import-untyped]
+
+    assert f.sha256 is not None
+    blobs = repo_folder(hub_cache, repo_id) / "blobs"
+    blob, part = blobs / f.sha256, blobs / (f.sha256 + PARTIAL)
+    if blob.is_file() and dl._sha256(blob) != f.sha256:
+        blob.unlink()
+    if not blob.is_file():
+        blobs.mkdir(parents=True, exist_ok=True)
+        start = part.stat().st_size if part.is_file() else 0
+        if f.size_bytes is not None and start > f.size_bytes:
+            part.unlink()
+            start = 0
+        headers = build_hf_headers(token=settings.token or False, library_name="club3090")
+        if start:
+            headers["Range"] = f"bytes={start}-"
+        url = hf_hub_url(repo_id, f.name, revision=commit, endpoint=settings.endpoint)
+        # httpx drops Authorization on a redirect to another origin (the LFS CDN)
+        with get_session().stream("GET", url, headers=headers, timeout=dl.TIMEOUT_S, follow_redirects=True) as resp:
+            if resp.status_code >= 400:
+                resp.read()
+                hf_raise_for_status(resp)
+            got = start if start and resp.status_code == 206 else 0
+            with open(part, "ab" if got else "wb") as fh, tqdm(total=f.size_bytes, initial=got, unit="B",
+                                                              unit_scale=True, desc=f.name, disable=not bar,
+                                                              leave=False) as progress:
+                for chunk in resp.iter_bytes():
+                    got += len(chunk)
+                    if f.size_bytes is not None and got > f.size_bytes:
+                        part.unlink(missing_ok=True)
+                        raise dl._Failed(dl.FALLBACK_FAILED, f"{f.name}: the body is longer than the "
+                                                             f"{f.size_bytes} bytes the Hub lists", f.name)
+                    fh.write(chunk)
+                    progress.update(len(chunk))
+        digest = dl._sha256(part)
+        if digest != f.sha256:
+            part.unlink(missing_ok=True)
+            raise dl._Failed(dl.SHA_MISMATCH, f"{f.name}: sha256 {digest}, the Hub says {f.sha256}", f.name)
+        os.replace(part, blob)
+    link = snapshot_dir(hub_cache, repo_id, commit) / f.name
+    link.parent.mkdir(parents=True, exist_ok=True)
+    if not link.exists():
+        link.unlink(missing_ok=True)
+        os.symlink(os.path.relpath(blob, link.parent), link)
+    return link
+
+
+def _online() -> AbstractContextManager[None]:
+    from club3090.edges import hub
+
+    return hub.online()
+
+
+__all__ = ["OFFLINE_MISSING", "cached_bytes", "cached_snapshot", "fetch_into_cache", "repo_folder", "serving_files", "snapshot_dir"]

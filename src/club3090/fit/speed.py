@@ -1,0 +1,228 @@
+"""Estimated single-stream decode speed and time to first token, from the GPU's datasheet figures.
+
+``estimate_speed(arch, weights_bytes, shape, gpus, *, interconnect=None, context_tokens=None,
+prompt_tokens=PROMPT_TOKENS, speculative_speedup=None) -> SpeedEstimate``
+
+Decode is memory-bound at one request: every token reads the weights a token touches (all of them
+for a dense model; the shared part plus ``num_experts_per_tok`` experts for a MoE; the LM head
+always), the KV cache up to the context and the recurrent state of linear-attention/Mamba layers,
+each rank its 1/TP share, at the card's bandwidth times :data:`BANDWIDTH_EFFICIENCY`. On top come a
+fixed cost per layer (kernels, norms, sampling) and, at TP > 1, two all-reduces per layer whose
+latency depends on the link (PCIe or NVLink). Pipeline stages run one after the other for one
+request, so PP does not speed decode up. Prefill is compute-bound: 2 FLOPs per active parameter per
+prompt token plus the causal attention term, at the card's dense bf16 rate times
+:data:`COMPUTE_EFFICIENCY`.
+
+Speculative decoding (MTP, EAGLE, DFlash drafters) is applied only as a measured multiplier the
+caller passes (``speculative_speedup``, e.g. a drafter's measured decode speed-up); without one the
+estimate is for plain decoding and says so. Every result is an estimate, never a measurement: its
+``label`` is ``"estimated"``. The constants are fitted to upstream's measured decode figures
+(``benchmarks/speed.py``; the median error is in docs/ACCURACY.md).
+
+Pure: no I/O. Reads only the values it is given.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any
+
+from club3090.fit.kv_formats import dtype_bytes, kv_format
+from club3090.fit.kv_layout import CannotPrice, _attn_token_bytes, _state_bytes
+from club3090.fit.memory import ServeShape
+from club3090.model.architecture import Architecture
+
+__all__ = ["BAND", "INTERCONNECTS", "PROMPT_TOKENS", "SpeedEstimate", "active_weight_bytes",
+           "default_interconnect", "estimate_speed"]
+
+LABEL = "estimated"
+PROMPT_TOKENS = 2048               # TTFT is quoted for a prompt this long unless the caller says otherwise
+DECODE_CONTEXT = 2048              # KV read per token when no context is given (a short chat turn)
+BANDWIDTH_EFFICIENCY = 0.80        # share of datasheet bandwidth a batch-1 GEMV stream reaches
+COMPUTE_EFFICIENCY = 0.45          # share of dense bf16 peak a quantized prefill reaches
+LAYER_OVERHEAD_S = 20e-6           # per layer per token: launches, norms, rotary, router, sampling
+MOE_LAYER_OVERHEAD_S = 30e-6       # extra per MoE layer per token: routing and the grouped expert kernel
+# two all-reduces per layer per token at TP > 1; small messages, so latency-bound
+ALLREDUCE_LATENCY_S = {"pcie": 22e-6, "nvlink": 8e-6, "unified": 0.0}
+LINK_BYTES_PER_S = {"pcie": 12e9, "nvlink": 100e9, "unified": 1e12}
+INTERCONNECTS = tuple(ALLREDUCE_LATENCY_S)
+BAND = (0.75, 1.25)                # stated band around the estimate (docs/ACCURACY.md: the fitted spread)
+STEP_FIXED_S = 0.015               # prefill: scheduler, sampling and the first decode step
+
+
+@dataclass(frozen=True, slots=True)
+class SpeedEstimate:
+    decode_tps: float               # tokens per second for one request (speculation applied if given)
+    ttft_s: float                   # seconds to the first token of a ``prompt_tokens`` prompt
+    band_low: float                 # decode_tps * BAND[0]
+    band_high: float                # decode_tps * BAND[1]
+    assumptions: tuple[str, ...]
+    prompt_tokens: int = PROMPT_TOKENS
+    context_tokens: int = DECODE_CONTEXT
+    speculative_speedup: float | None = None
+    bytes_per_token: int = 0        # per rank, read for one decoded token
+    label: str = LABEL              # always "estimated": never present this as a measurement
+
+    def to_json(self) -> dict[str, Any]:
+        return {"label": self.label, "decode_tps": round(self.decode_tps, 1), "ttft_s": round(self.ttft_s, 3),
+                "decode_band_tps": [round(self.band_low, 1), round(self.band_high, 1)],
+                "prompt_tokens": self.prompt_tokens, "context_tokens": self.context_tokens,
+                "speculative_speedup": self.speculative_speedup, "bytes_per_token": self.bytes_per_token,
+                "assumptions": list(self.assumptions)}
+
+    def headline(self) -> str:
+        """``~38 tok/s decode, ~0.9 s to first token — estimated``."""
+        return f"~{self.decode_tps:.0f} tok/s decode, ~{self.ttft_s:.1f} s to first token — {self.label}"
+
+
+# ---------------------------------------------------------------------------------------------
+# parameters a token touches
+
+
+def _attention_params(arch: Architecture) -> int:
+    h, hd = arch.hidden_size, arch.head_dim
+    return h * arch.num_attention_heads * hd * 2 + h * arch.num_key_value_heads * hd * 2
+
+
+def _body_params(arch: Architecture) -> tuple[int, int]:
+    """(all, active) parameters of the transformer layers: attention/mixer, dense MLPs, experts."""
+    h, layers = arch.hidden_size, arch.num_hidden_layers
+    attn = _attention_params(arch) * layers
+    if not arch.is_moe:
+        mlp = 3 * h * arch.intermediate_size * layers
+        return attn + mlp, attn + mlp
+    dense_layers = min(arch.num_dense_layers, layers)
+    moe_layers = layers - dense_layers
+    expert = 3 * h * (arch.moe_intermediate_size or arch.intermediate_size)
+    shared = 3 * h * (arch.shared_expert_intermediate_size or 0) + h * arch.num_experts
+    dense = 3 * h * arch.intermediate_size * dense_layers
+    total = attn + dense + moe_layers * (shared + expert * arch.num_experts)
+    active = attn + dense + moe_layers * (shared + expert * max(arch.num_experts_per_tok, 1))
+    return total, active
+
+
+def active_weight_bytes(arch: Architecture, weights_bytes: int) -> tuple[int, int]:
+    """(body bytes one token reads, LM-head bytes) out of a checkpoint of ``weights_bytes``.
+
+    The embedding table and the LM head are kept in the model dtype by the usual quantizers; the
+    embedding is read one row per token, the head whole. The rest of the checkpoint is scaled by the
+    share of layer parameters a token touches (1 for dense models)."""
+    model_bytes = dtype_bytes(arch.torch_dtype)
+    head = arch.vocab_size * arch.hidden_size * model_bytes
+    tables = head if arch.tie_word_embeddings else 2 * head
+    body = weights_bytes - tables
+    if body <= 0:                   # tiny or odd checkpoints: no separate tables
+        body, head = weights_bytes, 0
+    total, active = _body_params(arch)
+    share = active / total if total > 0 else 1.0
+    return int(body * share), head
+
+
+def _kv_read_bytes(arch: Architecture, shape: ServeShape, context: int) -> int:
+    """Per rank: attention KV read for one token at ``context`` plus recurrent state read and written."""
+    fmt = kv_format(shape.kv_cache_dtype) or kv_format("auto")
+    assert fmt is not None
+    model_bytes = dtype_bytes(shape.dtype or arch.torch_dtype)
+    tp = max(int(shape.tp), 1)
+    total = 0.0
+    for layer in arch.layers:
+        if layer.is_attention:
+            tokens = min(context, layer.window) if layer.window else context
+            total += float(_attn_token_bytes(layer, tp, fmt, model_bytes)) * tokens
+        elif layer.is_state:
+            ssm = 4 if (arch.mamba_ssm_cache_dtype or "").lower() in ("float32", "fp32") else model_bytes
+            try:
+                total += 2 * _state_bytes(layer, tp, 0, model_bytes, ssm)
+            except CannotPrice:     # a state the memory model cannot size: it is small next to weights
+                continue
+    return int(total)
+
+
+def default_interconnect(gpus: Any) -> str:
+    """PCIe unless every card is NVLink-capable and data-centre sized (>= 70 GiB, SXM-class: the
+    same assumption the memory model makes for NVSwitch); unified-memory machines have no link."""
+    cards = [g for g in getattr(gpus, "gpus", ()) if g is not None]
+    if cards and all(g.usable_memory_fraction is not None for g in cards):
+        return "unified"
+    if cards and len(cards) == len(gpus.gpus) and all(g.nvlink and g.memory_bytes >= 70 * 2 ** 30 for g in cards):
+        return "nvlink"
+    return "pcie"
+
+
+def _slowest(gpus: Any, used: int) -> Any:
+    cards = [g for g in tuple(getattr(gpus, "gpus", ()))[:used]]
+    if not cards or any(g is None or g.memory_bandwidth_gb_s is None or g.bf16_tflops is None for g in cards):
+        return None
+    return min(cards, key=lambda g: (Decimal(g.memory_bandwidth_gb_s), Decimal(g.bf16_tflops)))
+
+
+# ---------------------------------------------------------------------------------------------
+# the estimate
+
+
+def estimate_speed(arch: Architecture, weights_bytes: int, shape: ServeShape, gpus: Any, *,
+                   interconnect: str | None = None, context_tokens: int | None = None,
+                   prompt_tokens: int = PROMPT_TOKENS,
+                   speculative_speedup: float | None = None) -> SpeedEstimate | None:
+    """Decode tokens/s and TTFT for one request of ``arch`` (``weights_bytes`` on disk) at ``shape``
+    on ``gpus`` (a ``rig.gpus.GpuSet``). None when a GPU the shape uses has no catalog row (a
+    size-only ``--gpus``: no bandwidth known). ``interconnect``: ``pcie``, ``nvlink`` or ``unified``
+    (default :func:`default_interconnect`). ``context_tokens``: tokens already in the request when
+    decoding (default :data:`DECODE_CONTEXT`)."""
+    tp, pp = max(int(shape.tp), 1), max(int(shape.pp), 1)
+    card = _slowest(gpus, tp * pp)
+    if card is None:
+        return None
+    link = interconnect or default_interconnect(gpus)
+    if link not in ALLREDUCE_LATENCY_S:
+        raise ValueError(f"interconnect must be one of {', '.join(INTERCONNECTS)}, got {link!r}")
+    context = max(int(context_tokens if context_tokens is not None else DECODE_CONTEXT), 1)
+    prompt = max(int(prompt_tokens), 1)
+    bandwidth = float(card.memory_bandwidth_gb_s) * 1e9 * BANDWIDTH_EFFICIENCY
+    flops = float(card.bf16_tflops) * 1e12 * COMPUTE_EFFICIENCY
+    layers = max(arch.num_hidden_layers, 1)
+    moe_layers = (layers - min(arch.num_dense_layers, layers)) if arch.is_moe else 0
+
+    body, head = active_weight_bytes(arch, int(weights_bytes))
+    kv = _kv_read_bytes(arch, shape, context)
+    per_rank = (body + head) // tp + kv
+    comm = 0.0
+    if tp > 1:
+        message = arch.hidden_size * 2 * 2 * (tp - 1) / tp
+        comm = layers * 2 * (ALLREDUCE_LATENCY_S[link] + message / LINK_BYTES_PER_S[link])
+    # pipeline stages run one after another for one request; each holds 1/pp of the layers
+    step = per_rank / bandwidth + layers * LAYER_OVERHEAD_S + moe_layers * MOE_LAYER_OVERHEAD_S + comm
+    if pp > 1:
+        step += (pp - 1) * ALLREDUCE_LATENCY_S[link]
+    decode = 1.0 / step
+
+    _total, active = _body_params(arch)
+    attn_width = arch.num_attention_heads * arch.head_dim
+    attn_layers = sum(1 for layer in arch.layers if layer.is_attention) or layers
+    prefill_flops = 2.0 * active * prompt + 2.0 * attn_layers * attn_width * prompt * prompt
+    prefill = max(prefill_flops / (flops * tp), (body + head) / tp / bandwidth)
+    chunks = max(1, -(-prompt // max(int(shape.max_num_batched_tokens or 2048), 1)))
+    ttft = prefill + chunks * (comm * 4 + layers * LAYER_OVERHEAD_S) + STEP_FIXED_S
+
+    notes = [
+        f"{card.display_name}: {card.memory_bandwidth_gb_s} GB/s at {BANDWIDTH_EFFICIENCY:.0%} reached, "
+        f"{card.bf16_tflops} dense bf16 TFLOP/s at {COMPUTE_EFFICIENCY:.0%}",
+        f"one request, {context:,} tokens of context read per decoded token; TTFT for a {prompt:,}-token prompt",
+        f"{per_rank / 1e9:.2f} GB read per token per GPU (weights"
+        + (f", {arch.num_experts_per_tok} of {arch.num_experts} experts" if arch.is_moe else "")
+        + ", LM head, KV and state)",
+    ]
+    if tp > 1:
+        notes.append(f"TP {tp} over {link}: {layers * 2} all-reduces per token")
+    if pp > 1:
+        notes.append(f"PP {pp}: stages run in turn for one request (no decode speed-up)")
+    if speculative_speedup is not None and speculative_speedup > 0:
+        decode *= speculative_speedup
+        notes.append(f"speculative decoding: x{speculative_speedup:.2f} (measured speed-up of the drafter)")
+    else:
+        speculative_speedup = None
+        notes.append("no speculative decoding applied (no measured speed-up for a drafter)")
+    return SpeedEstimate(decode_tps=decode, ttft_s=ttft, band_low=decode * BAND[0], band_high=decode * BAND[1],
+                         assumptions=tuple(notes), prompt_tokens=prompt, context_tokens=context,
+                         speculative_speedup=speculative_speedup, bytes_per_token=int(per_rank))

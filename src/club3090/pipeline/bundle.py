@@ -1,0 +1,271 @@
+"""The self-contained launch bundle ``club3090 up`` writes into DIR (docs/DESIGN.md).
+
+From one :class:`club3090.compose.launch.Launch` (curated replay or derived) it builds:
+
+- ``compose.yml``: the service with every bind-mount source inside DIR (``./files/...``,
+  ``./cache/...``) or the HF cache (mounted at ``/root/.cache/huggingface/hub``); the model is
+  served by repo id at the evaluated commit, offline, so ``docker compose -f DIR/compose.yml up -d``
+  works from any working directory;
+- ``.env``: the host port and the HF cache path the compose reads;
+- ``serve.sh``: the same server without Docker, host paths only (the snapshot folder, DIR's files);
+- ``launch.json``: the launch description (``compose.launch.launch_json``) plus what ``up`` decided;
+- ``files/``: every file the service mounts (chat templates, patch overlays, sidecar scripts).
+
+``plan`` is pure (values in, a ``Bundle`` out); ``write`` puts it on disk atomically.
+"""
+
+from __future__ import annotations
+
+import json
+import posixpath
+import re
+import shlex
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from club3090.compose.generate import PULLS_MOUNT_ROOT
+from club3090.compose.launch import Launch, launch_json, plain_data, render_compose, split_volume
+
+CONTAINER_HUB = "/root/.cache/huggingface/hub"
+CONTAINER_HF = "/root/.cache/huggingface"
+FILES = "files"
+CACHE = "cache"
+LOGS = "logs"
+STATE = "state.json"
+PID = "server.pid"
+BUNDLE_FILES = ("compose.yml", ".env", "serve.sh", "launch.json")
+_MODEL_REF = re.compile(r"/root/\.cache/huggingface/[^\s\"',]+")
+_CONTAINER_ROOTS = ("/root/", "/etc/", "/usr/", "/opt/", "/app/", "/workspace/")
+_HF_TOKEN_VARS = ("HUGGING_FACE_HUB_TOKEN", "HF_TOKEN")
+
+
+@dataclass(frozen=True)
+class Bundle:
+    """Everything ``write`` puts into DIR, as text (and payload bytes), plus the facts ``up`` needs."""
+
+    directory: Path
+    files: Mapping[str, str]                 # relative name -> text
+    payloads: Mapping[str, bytes]            # relative name (under files/) -> bytes
+    native_argv: tuple[str, ...]
+    native_env: Mapping[str, str]
+    served_model: str
+    port: int
+    container_name: str
+    container_only: tuple[str, ...] = ()     # steps serve.sh cannot do (overlays into the image)
+    unresolved: tuple[str, ...] = ()         # container model paths the bundle cannot serve (a drafter's weights)
+    upstream_files: Mapping[str, str] = field(default_factory=dict)  # bundle path -> upstream path
+
+
+def _is_model_mount(target: str) -> bool:
+    return target.rstrip("/") in (CONTAINER_HF, CONTAINER_HUB) or target.startswith(PULLS_MOUNT_ROOT + "/")
+
+
+def _bundle_source(source: str, upstream_base: str) -> tuple[str, str | None]:
+    """A relative/absolute mount source -> (path inside DIR, upstream path of the file or None for a cache)."""
+    norm = posixpath.normpath(posixpath.join(upstream_base, source)) if upstream_base else posixpath.normpath(source)
+    parts = PurePosixPath(norm).parts
+    if "cache" in parts:                        # torch_compile / triton caches: empty folders of our own
+        return f"./{CACHE}/" + "/".join(parts[parts.index("cache") + 1:]), None
+    return f"./{FILES}/" + norm.lstrip("./"), norm
+
+
+def plan(launch: Launch, *, directory: Path, repo_id: str, commit: str, snapshot: Path, hub_cache: Path,
+         port: int, upstream_base: str = "") -> Bundle:
+    """Rewrite ``launch`` into a self-contained bundle (see the module docstring).
+
+    ``upstream_base`` is the shipped compose's folder in the upstream checkout (curated profiles):
+    relative mount sources resolve from it to the upstream file each mount needs.
+    """
+    directory = Path(directory).absolute()
+    svc: dict[str, Any] = plain_data(launch.service)
+    volumes: list[Any] = []
+    upstream: dict[str, str] = {}
+    model_target = CONTAINER_HUB
+    for entry in svc.get("volumes") or []:
+        if isinstance(entry, Mapping):
+            source, target = str(entry.get("source", "")), str(entry.get("target", ""))
+            mode = "ro" if entry.get("read_only") else ""
+        else:
+            source, target, mode = split_volume(str(entry))
+        if _is_model_mount(target) or "MODEL_DIR" in source:
+            model_target = target
+            continue
+        inside, up = _bundle_source(source, upstream_base)
+        if up is not None:
+            upstream[inside[2:]] = up
+        volumes.append(f"{inside}:{target}" + (f":{mode}" if mode else ""))
+    volumes.insert(0, f"${{HF_HUB_CACHE_HOST:-{hub_cache}}}:{CONTAINER_HUB}")
+    svc["volumes"] = volumes
+
+    command = [str(a) for a in svc.get("command") or []]
+    command = _swap_model(command, model_target, repo_id)
+    command = [*_drop_flag(command, "--revision"), "--revision", commit]
+    served = _flag_value(command, "--served-model-name") or repo_id
+    container_port = _container_port(svc, command)
+    svc["command"] = command
+    svc["ports"] = [f"127.0.0.1:${{PORT:-{port}}}:{container_port}"]
+    env = [e for e in (svc.get("environment") or []) if str(e).split("=", 1)[0] not in
+           (*_HF_TOKEN_VARS, "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")]
+    svc["environment"] = [*env, "HF_HUB_OFFLINE=1", "TRANSFORMERS_OFFLINE=1"]
+    svc["restart"] = "no"
+    container = str(svc.get("container_name") or f"club3090-{launch.service_name}")
+    svc["container_name"] = container
+    bundled = Launch(kind=launch.kind, service_name=launch.service_name, service=svc,
+                     header=(*launch.header[:-1], f"run: docker compose -f {directory / 'compose.yml'} up -d"),
+                     top_level=launch.top_level, profile=launch.profile)
+
+    argv, env_pairs, container_only = _native(bundled, directory, snapshot, port)
+    description = launch_json(bundled)
+    description["up"] = {"repo_id": repo_id, "commit": commit, "snapshot": str(snapshot), "port": port,
+                         "served_model": served, "hub_cache": str(hub_cache), "upstream_files": upstream}
+    files = {
+        "compose.yml": render_compose(bundled),
+        ".env": f"PORT={port}\nHF_HUB_CACHE_HOST={hub_cache}\n",
+        "serve.sh": _serve_sh(argv, env_pairs, container_only, launch.header),
+        "launch.json": json.dumps(description, indent=2, ensure_ascii=False) + "\n",
+    }
+    unresolved = tuple(sorted({m.group(0) for a in argv for m in _MODEL_REF.finditer(a)}))
+    return Bundle(directory, files, {}, tuple(argv), dict(env_pairs), served, port, container,
+                  container_only=tuple(container_only), upstream_files=upstream, unresolved=unresolved)
+
+
+def _swap_model(command: list[str], model_target: str, repo_id: str) -> list[str]:
+    """``--model <container path>`` (or the positional model) -> the repo id."""
+    out = list(command)
+    if "--model" in out:
+        i = out.index("--model")
+        if i + 1 < len(out):
+            out[i + 1] = repo_id
+        return out
+    if out and not out[0].startswith("-"):
+        out[0] = repo_id
+        return out
+    return ["--model", repo_id, *out]
+
+
+def _flag_value(args: list[str], flag: str) -> str | None:
+    for i, a in enumerate(args):
+        if a == flag and i + 1 < len(args):
+            return args[i + 1]
+        if a.startswith(flag + "="):
+            return a.split("=", 1)[1]
+    return None
+
+
+def _drop_flag(args: list[str], flag: str) -> list[str]:
+    out: list[str] = []
+    skip = False
+    for a in args:
+        if skip:
+            skip = False
+            continue
+        if a == flag:
+            skip = True
+            continue
+        if not a.startswith(flag + "="):
+            out.append(a)
+    return out
+
+
+def _container_port(svc: Mapping[str, Any], command: list[str]) -> str:
+    value = _flag_value(command, "--port")
+    if value and value.isdigit():
+        return value
+    for entry in svc.get("ports") or []:
+        last = str(entry).rsplit(":", 1)[-1].split("/")[0]
+        if last.isdigit():
+            return last
+    return "8000"
+
+
+def _native(launch: Launch, directory: Path, snapshot: Path, port: int
+            ) -> tuple[list[str], list[tuple[str, str]], list[str]]:
+    """The host command line: mount targets -> DIR's files, the model -> the snapshot folder."""
+    svc = launch.resolved_service()
+    mounts: list[tuple[str, str]] = []
+    container_only: list[str] = []
+    for entry in svc.get("volumes") or []:
+        source, target, _mode = split_volume(str(entry))
+        if target == CONTAINER_HUB:
+            continue
+        host = str(directory / source[2:]) if source.startswith("./") else source
+        if target.startswith(("/usr/", "/opt/", "/app/")) or "site-packages" in target or "dist-packages" in target:
+            container_only.append(f"overlay {target} (mounted into the image; not applied to a host install)")
+        mounts.append((host, target))
+    mounts.sort(key=lambda m: -len(m[1]))
+    command = [str(a) for a in svc.get("command") or []]
+    command = _drop_flag(_drop_flag(command, "--revision"), "--host")
+    command = _drop_flag(command, "--port")
+    i = command.index("--model") if "--model" in command else -1
+
+    def to_host(a: str) -> str:
+        for host, target in mounts:
+            if a == target or a.startswith(target.rstrip("/") + "/"):
+                return host + a[len(target.rstrip("/")):]
+        return a
+    args = [to_host(a) for a in command]
+    if i >= 0:                       # `vllm serve MODEL`: the positional form, for every vLLM release
+        del args[i:i + 2]
+    elif args and not args[0].startswith("-"):
+        args.pop(0)
+    argv = ["vllm", "serve", str(snapshot), *args, "--host", "127.0.0.1", "--port", str(port)]
+    env: list[tuple[str, str]] = [("HF_HUB_OFFLINE", "1"), ("TRANSFORMERS_OFFLINE", "1")]
+    for raw in svc.get("environment") or []:
+        name, _, value = str(raw).partition("=")
+        if name in (*_HF_TOKEN_VARS, "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
+            continue
+        if name == "NVIDIA_VISIBLE_DEVICES":
+            if value and value not in ("all", "none", "void"):
+                env.append(("CUDA_VISIBLE_DEVICES", value))
+            continue
+        value = to_host(value)
+        if value.startswith(_CONTAINER_ROOTS):
+            container_only.append(f"{name}={value} (a path inside the image)")
+            continue
+        env.append((name, value))
+    entry = [str(e) for e in svc.get("entrypoint") or []]
+    if entry and entry[:2] != ["vllm", "serve"] and any("source" in e or ".sh" in e for e in entry):
+        container_only.append("entrypoint script (patch installs) runs only inside the container")
+    return argv, env, container_only
+
+
+def _serve_sh(argv: list[str], env: list[tuple[str, str]], container_only: list[str],
+              header: tuple[str, ...]) -> str:
+    lines = ["#!/bin/sh", "# The same server as compose.yml, without Docker (host paths only).",
+             "# Start it with `club3090 up --launcher native` (detached, logs in logs/), or run this file.",
+             *(f"# {h}" for h in header[:2])]
+    lines += [f"# not applied natively: {c}" for c in container_only]
+    lines.append('VLLM="${VLLM:-vllm}"')
+    lines += [f"export {k}={shlex.quote(v)}" for k, v in env]
+    lines.append('exec "$VLLM" ' + " ".join(shlex.quote(a) for a in argv[1:]) + ' "$@"')
+    return "\n".join(lines) + "\n"
+
+
+def write(bundle: Bundle, write_text: Callable[[Path, str], None], write_bytes: Callable[[Path, bytes], None],
+          chmod: Callable[[Path, int], None]) -> None:
+    """Put the bundle into its folder (the edges' atomic writers)."""
+    d = bundle.directory
+    for name, data in bundle.payloads.items():
+        write_bytes(d / name, data)
+    for name, text in bundle.files.items():
+        write_text(d / name, text)
+    chmod(d / "serve.sh", 0o755)
+
+
+def mount_sources(compose_text: str, env: Mapping[str, str]) -> list[str]:
+    """Every bind-mount source of a written compose.yml, interpolated with ``env``."""
+    import yaml
+
+    from club3090.compose.launch import interpolate_tree
+
+    doc = interpolate_tree(yaml.safe_load(compose_text), dict(env))
+    out: list[str] = []
+    for svc in (doc.get("services") or {}).values():
+        for entry in svc.get("volumes") or []:
+            out.append(str(entry.get("source")) if isinstance(entry, Mapping) else split_volume(str(entry))[0])
+    return out
+
+
+__all__ = ["BUNDLE_FILES", "CONTAINER_HUB", "LOGS", "PID", "STATE", "Bundle", "mount_sources", "plan", "write"]

@@ -1,0 +1,363 @@
+"""``club3090 up``: from a verdict to a running, verified server (docs/DESIGN.md).
+
+gate (``pull.evaluate``, no ``[E]``) -> launcher preflight (nothing written before it passes)
+-> the launch (curated replay or derived compose) -> the bundle in DIR with its patch payloads
+(fetched, verified) -> the weights into the HF cache (verified) -> start (native or Docker) ->
+wait for ``/v1/models`` -> smoke + ``verify`` -> the state file. Every refusal before the start
+leaves nothing running; a failed start prints the log tail and writes a capture bundle.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from club3090.edges import launchers
+from club3090.edges.openai_client import urllib_http
+from club3090.errors import HubUnreachable, InputError, IntegrityError, UsageError
+from club3090.pipeline import bundle as bundle_mod
+
+if TYPE_CHECKING:
+    from club3090.catalog.model import Catalog
+    from club3090.model.spec import ModelSpec, RepoFile
+    from club3090.pipeline.provider import Provider
+
+LAUNCHERS = ("docker", "native")
+# failure tokens of a start
+START_FAILED = "start-failed"
+VERIFY_FAILED = "verify-failed"
+
+
+@dataclass(frozen=True)
+class UpRequest:
+    source: str
+    directory: Path
+    profile_like: str
+    launcher: str = "docker"
+    gpus: str | None = None
+    port: int | None = None
+    no_start: bool = False
+    vllm: str | None = None
+    yes: bool = False
+    force_download: bool = False
+    trust_remote_code: bool = False
+    force: bool = False
+    skip_tools: bool = False
+
+
+@dataclass
+class UpSeams:
+    """The I/O of ``up`` beyond the Provider; ``None`` means the real thing."""
+
+    run: Any = None                                     # boot.Runner for docker / vllm --version
+    which: Callable[[str], str | None] | None = None
+    payload: Callable[[str], Mapping[str, bytes]] | None = None   # upstream path -> {file: verified bytes}
+    http: Any = None
+    say: Callable[[str], None] = lambda _m: None        # progress lines (stderr)
+    spin: Callable[[str], None] | None = None           # the spinner line (stderr, rewritten in place)
+    ready_deadline_s: float = launchers.READY_DEADLINE_S
+    bar: bool = True
+
+
+@dataclass
+class UpResult:
+    code: int
+    lines: list[str] = field(default_factory=list)
+    gate: Any = None
+    state: dict[str, Any] = field(default_factory=dict)
+    verify: Any = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"exit_code": self.code, "ok": self.code == 0, "state": self.state,
+                "gate": self.gate.to_json() if self.gate is not None else None,
+                "verify": self.verify.to_json() if self.verify is not None else None}
+
+
+def state_path(directory: Path) -> Path:
+    return Path(directory) / bundle_mod.STATE
+
+
+def read_state(directory: Path) -> dict[str, Any]:
+    path = state_path(directory)
+    try:
+        with open(path, "rb") as fh:
+            data = json.loads(fh.read(1 << 20))
+    except FileNotFoundError:
+        raise UsageError(f"{directory} has no {bundle_mod.STATE}: not a folder written by `club3090 up`") from None
+    except (OSError, ValueError) as exc:
+        raise InputError(str(path), f"unreadable: {exc}") from None
+    if not isinstance(data, dict):
+        raise InputError(str(path), "not a JSON object")
+    return data
+
+
+def write_state(directory: Path, state: dict[str, Any]) -> None:
+    from club3090.edges.files import atomic_write_text
+
+    atomic_write_text(state_path(directory), json.dumps(state, indent=2) + "\n")
+
+
+def _served_files(spec: "ModelSpec", provider: "Provider") -> tuple[str, tuple["RepoFile", ...]]:
+    """(commit, files) to put into the HF cache: the gate's own when it saw the Hub, else the Hub's
+    listing (a curated repo priced from the catalog), else the cached snapshot (offline)."""
+    from club3090.edges.hf_cache import serving_files
+    from club3090.model.spec import RepoFile
+
+    if spec.commit and spec.download_files:
+        return spec.commit, serving_files(spec.download_files)
+    settings = provider.settings
+    if settings.offline:
+        from club3090.edges.hf_cache import cached_snapshot
+
+        snap = cached_snapshot(settings.hub_cache, spec.ref, spec.commit)
+        if snap is None:
+            raise UsageError(f"{spec.ref} is not in the HF cache and HF_HUB_OFFLINE is set; run once online")
+        files = []
+        for p in sorted(snap.iterdir()):
+            blob = p.resolve().name
+            sha = blob if len(blob) == 64 and p.name.endswith(".safetensors") else None
+            files.append(RepoFile(p.name, p.stat().st_size, sha))
+        return snap.name, serving_files(files)
+    info = provider.hub().repo_info(spec.ref, spec.revision)
+    if not info.commit:
+        raise InputError(spec.ref, "the Hub named no commit for this repo; refusing an unpinned download")
+    return info.commit, serving_files(info.files)
+
+
+def _launch(req: UpRequest, spec: "ModelSpec", catalog: "Catalog", provider: "Provider", gate: Any,
+            snapshot: Path) -> tuple[Any, str]:
+    """(Launch, upstream base) for the gate's path: the curated replay, or the derived compose."""
+    from club3090.compose import generate as gen
+
+    profile = catalog.profiles[req.profile_like]
+    if spec.curated is not None and spec.curated.model_id == profile.model:
+        outcome = gen.generate(req.profile_like, catalog, guard_runner=provider.drift_guard)
+        base = os.path.dirname(profile.compose_path)
+    else:
+        from club3090.pipeline.emit_derived import chosen_context
+
+        ctx, _note = chosen_context(gate.fit)
+        hw = gate.hardware
+        count = hw.count if hw is not None and hw.count else profile.tp
+        outcome = gen.derived_compose(spec, req.profile_like, catalog, snapshot_dir=snapshot.absolute(),
+                                      hf_home=Path(provider.settings.hf_home).absolute(), max_model_len=ctx,
+                                      trust_remote_code=req.trust_remote_code, gpu_indices=tuple(range(count)))
+        base = ""
+    if outcome.launch is None or not outcome.ok:
+        raise UsageError(f"no launch for {req.profile_like}: {outcome.refusal or ''} {outcome.detail or ''}".strip())
+    return outcome.launch, base
+
+
+def _executable(catalog: "Catalog", path: str) -> bool:
+    f = catalog.upstream_files.get(path)
+    return bool(f is not None and f.executable)
+
+
+def up(req: UpRequest, provider: "Provider", seams: UpSeams) -> UpResult:
+    from club3090.cli.commands.pull import render as render_gate
+    from club3090.edges.files import atomic_write_bytes, atomic_write_text
+    from club3090.edges.hf_cache import fetch_into_cache
+    from club3090.pipeline.pull import PullRequest, evaluate
+    from club3090.reports.capture import CAPTURES_DIRNAME
+
+    if req.launcher not in LAUNCHERS:
+        raise UsageError(f"--launcher must be one of {', '.join(LAUNCHERS)}")
+    directory = Path(req.directory).absolute()
+    if (directory / bundle_mod.STATE).exists() and not req.force:
+        prior = read_state(directory)
+        if prior.get("launcher") == "native" and launchers.read_pid(directory) is not None:
+            pid = launchers.read_pid(directory)
+            if pid is not None and launchers.alive(pid):
+                raise UsageError(f"{directory} is serving (PID {pid}); `club3090 down {directory}` first")
+    say = seams.say
+    run = seams.run or launchers.run_process
+    catalog = provider.catalog()
+    if req.profile_like not in catalog.profiles:
+        raise UsageError(f"unknown --profile-like {req.profile_like!r}; `club3090 profiles` lists them")
+    gate = evaluate(PullRequest(source=req.source, profile_like=req.profile_like, yes=req.yes,
+                                force_download=req.force_download, trust_remote_code=req.trust_remote_code,
+                                gpus=req.gpus), provider, captures_root=Path.cwd() / CAPTURES_DIRNAME)
+    result = UpResult(gate.exit_code, [render_gate(gate)], gate)
+    if not gate.ok or gate.summary != "FITS":
+        return result
+
+    # preflight: nothing is written before the launcher is known to work
+    profile = catalog.profiles[req.profile_like]
+    engine = catalog.engines.get(profile.engine)
+    native = None
+    if not req.no_start:
+        if req.launcher == "docker":
+            launchers.preflight_docker(run=run, which=seams.which)
+        else:
+            native = launchers.preflight_native(req.vllm, engine.pin if engine is not None else None,
+                                                run=run, which=seams.which)
+            if native.pin_note:
+                say(f"[up] note: {native.pin_note}")
+
+    spec = provider.resolve(req.source, catalog)
+    if not hasattr(spec, "ref"):
+        raise UsageError(f"{req.source}: the gate passed but the model cannot be resolved again")
+    commit, files = _served_files(spec, provider)  # type: ignore[arg-type]
+    from club3090.edges.hf_cache import snapshot_dir
+
+    hub_cache = Path(provider.settings.hub_cache).absolute()
+    snapshot = snapshot_dir(hub_cache, spec.ref, commit)
+    launch, base = _launch(req, spec, catalog, provider, gate, snapshot)  # type: ignore[arg-type]
+    port = req.port or profile.port
+    plan = bundle_mod.plan(launch, directory=directory, repo_id=spec.ref, commit=commit, snapshot=snapshot,
+                           hub_cache=hub_cache, port=port, upstream_base=base)
+    if plan.unresolved:
+        raise UsageError(f"{req.profile_like} also serves {', '.join(plan.unresolved)} (a drafter's weights); "
+                         "`up` does not fetch drafter weights yet: use a profile without a drafter, or "
+                         "`club3090 compose` and place the drafter yourself")
+    payloads: dict[str, bytes] = {}
+    for _inside, upstream in plan.upstream_files.items():
+        if seams.payload is None:
+            raise UsageError(f"{upstream} is mounted by {req.profile_like} but no payload source is configured")
+        for name, data in seams.payload(upstream).items():   # IntegrityError (65): nothing written yet
+            payloads[f"{bundle_mod.FILES}/{name}"] = data
+    plan = replace(plan, payloads=payloads)
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / bundle_mod.LOGS).mkdir(exist_ok=True)
+    bundle_mod.write(plan, atomic_write_text, atomic_write_bytes, lambda p, m: os.chmod(p, m))
+    for name in payloads:
+        if name.endswith(".sh") or _executable(catalog, name[len(bundle_mod.FILES) + 1:]):
+            os.chmod(directory / name, 0o755)
+    result.lines.append(f"[up] bundle written to {directory} (compose.yml, .env, serve.sh, launch.json"
+                        + (f", {len(payloads)} mounted files" if payloads else "") + ")")
+    for note in plan.container_only:
+        result.lines.append(f"[up] note: serve.sh cannot apply: {note}")
+
+    say(f"[up] weights: {len(files)} files of {spec.ref}@{commit[:12]} into {hub_cache}")
+    report = fetch_into_cache(provider.settings, spec.ref, commit, files, progress=say, bar=seams.bar)
+    if not report.ok:
+        if report.failure == "sha-mismatch":
+            raise IntegrityError(report.failed_file or spec.ref, f"{report.detail}; the file was deleted, nothing "
+                                                                  "was started (re-run to download it again)")
+        raise HubUnreachable(spec.ref, f"download failed ({report.failure}): {report.detail}")
+    result.lines.append(f"[up] weights: {len(report.files)} files, {report.bytes / 2**30:.2f} GiB in the HF cache"
+                        + (", sha256 verified" if report.sha_verified else ""))
+    url = f"http://127.0.0.1:{port}"
+    state: dict[str, Any] = {"launcher": req.launcher, "url": url, "served_model": plan.served_model,
+                             "repo_id": spec.ref, "commit": commit, "profile_like": req.profile_like,
+                             "argv": list(plan.native_argv), "skip_tools": req.skip_tools,
+                             "container": plan.container_name, "pid": None, "state": "written", "directory": str(directory),
+                             "written_at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+    result.state = state
+    if req.no_start:
+        write_state(directory, state)
+        result.lines.append(f"[up] not started (--no-start); start it with `club3090 up` again, "
+                            f"`docker compose -f {directory / 'compose.yml'} up -d`, or {directory / 'serve.sh'}")
+        result.code = 0
+        return result
+    return _start(req, plan, state, result, native, run, seams)
+
+
+def _start(req: UpRequest, plan: bundle_mod.Bundle, state: dict[str, Any], result: UpResult,
+           native: launchers.NativeEngine | None, run: Any, seams: UpSeams) -> UpResult:
+    directory = plan.directory
+    logs = directory / bundle_mod.LOGS
+    compose = directory / "compose.yml"
+    url = state["url"]
+    if native is not None:
+        argv = [native.executable, *plan.native_argv[1:]]
+        pid = launchers.start_native(argv, plan.native_env, directory, logs)
+        state.update(pid=pid, state="starting")
+
+        def running() -> bool:
+            return launchers.alive(pid)
+
+        def last() -> str:
+            return (launchers.log_tail(logs / launchers.LOG_NAME, 1) or "").strip()
+    else:
+        done = launchers.docker_up(compose, run)
+        state.update(state="starting")
+        if done.returncode != 0:
+            return _failed(result, state, directory, done.stderr or done.stdout, "docker compose up failed")
+
+        def running() -> bool:
+            ps = run(launchers.compose_argv(compose, "ps", "--status", "running", "-q"), 30)
+            return ps.returncode == 0 and bool(ps.stdout.strip())
+
+        def last() -> str:
+            return (launchers.docker_logs(compose, run, 1) or "").strip()
+    write_state(directory, state)
+    ready = launchers.wait_ready(url, running=running, last_line=last, show=seams.spin,
+                                 http=seams.http or urllib_http, deadline_s=seams.ready_deadline_s)
+    if not ready.ok:
+        tail = (launchers.log_tail(logs / launchers.LOG_NAME, 40) if native is not None
+                else launchers.docker_logs(compose, run, 40))
+        return _failed(result, state, directory, tail,
+                       "the server exited" if ready.why == "exited" else f"not ready after {ready.seconds:.0f}s")
+    state.update(state="running", ready_s=round(ready.seconds, 1))
+    write_state(directory, state)
+    result.lines.append(f"[up] ready after {ready.seconds:.0f}s at {url}")
+    return _verify(result, state, seams)
+
+
+def _verify(result: UpResult, state: dict[str, Any], seams: UpSeams) -> UpResult:
+    from club3090.edges import boot
+    from club3090.edges.openai_client import OpenAIClient, urllib_http
+    from club3090.validate.verify import verify
+
+    http = seams.http or urllib_http
+    url, model = state["url"], state["served_model"]
+    smoke = boot.smoke(url, model, http=http)
+    result.lines.append("[up] smoke " + " ".join(f"{c}={v}" for c, v in smoke.results.items()))
+    client = OpenAIClient(f"{url}/v1", timeout=300.0, http=http, deadline_s=900.0)
+    # a launch without vLLM's tool flags serves no tool calls: probing them would fail by construction
+    skip_tools = state.get("skip_tools", False) or "--enable-auto-tool-choice" not in state.get("argv", [])
+    report = verify(client, model=model, skip_tools=skip_tools, progress=seams.say)
+    result.verify = report
+    for c in report.checks:
+        result.lines.append(f"[up] verify {c.status.upper():4s} {c.name:16s} {c.detail}")
+    ok = smoke.floor_green and report.ok
+    state.update(verified=ok)
+    result.lines += [f"[up] URL: {url}/v1", f"[up] served model: {model}",
+                     f"[up] try: curl -s {url}/v1/chat/completions -H 'Content-Type: application/json' "
+                     f"-d '{{\"model\": \"{model}\", \"messages\": [{{\"role\": \"user\", \"content\": \"Hello\"}}]}}'",
+                     f"[up] stop it with: club3090 down {result_dir(state)}"]
+    result.lines.append("[up] SERVING: verified" if ok else "[up] SERVING, but verification FAILED (see above)")
+    result.code = 0 if ok else 1
+    return result
+
+
+def result_dir(state: dict[str, Any]) -> str:
+    return str(state.get("directory", "DIR"))
+
+
+def _failed(result: UpResult, state: dict[str, Any], directory: Path, tail: str, why: str) -> UpResult:
+    from club3090.reports.capture import CAPTURES_DIRNAME
+
+    state.update(state="failed", failure=why)
+    write_state(directory, state)
+    result.lines.append(f"[up] FAILED to start: {why}")
+    result.lines += [f"[up] log: {ln}" for ln in tail.splitlines()[-20:]]
+    try:
+        bundle = _capture(result, state, tail, Path.cwd() / CAPTURES_DIRNAME)
+        result.lines.append(f"[up] capture bundle: {bundle}")
+    except (OSError, ValueError, TypeError, KeyError) as exc:
+        result.lines.append(f"[up] could not write the capture bundle: {exc}")
+    result.lines.append(f"[up] logs: {directory / bundle_mod.LOGS}; clean up with `club3090 down {directory}`")
+    result.code = 1
+    return result
+
+
+def _capture(result: UpResult, state: dict[str, Any], tail: str, root: Path) -> Path:
+    from club3090.reports import capture
+
+    gate = result.gate
+    payload = gate.to_json() if gate is not None else {}
+    keys = getattr(capture, "GATE_KEYS", ())
+    gate_fields = {k: payload.get(k) for k in keys} if keys else payload
+    return capture.write_e_bundle(root, slug=str(state.get("repo_id", "up")), gate=gate_fields,
+                                  points={}, manifest_fields={"model": state.get("repo_id")},
+                                  outcome="failed", now=datetime.now(timezone.utc), boot_log=tail or None)
+
+
+__all__ = ["LAUNCHERS", "UpRequest", "UpResult", "UpSeams", "read_state", "up", "write_state"]
