@@ -132,8 +132,7 @@ def download_set(names: Iterable[str], weights: WeightSet, *, trust_remote_code:
     out += sorted(n for n in present if "/" not in n and n.endswith(".jinja"))
     if trust_remote_code:
         out += sorted(n for n in present if "/" not in n and n.endswith(".py"))
-    seen: set[str] = set()
-    return tuple(n for n in out if not (n in seen or seen.add(n)))
+    return tuple(dict.fromkeys(out))  # first occurrence wins, order kept
 
 
 # ---------------------------------------------------------------------------------------------
@@ -403,7 +402,7 @@ MISSING_FILE_SUB_REASONS: Mapping[str, str] = MappingProxyType({
 
 def _missing_file(name: str | None, where: str) -> Stop:
     """``unsupported-format`` for a listed file the Hub answered 404 for, naming the file."""
-    if name in MISSING_FILE_SUB_REASONS:
+    if name is not None and name in MISSING_FILE_SUB_REASONS:
         sub = MISSING_FILE_SUB_REASONS[name]
     elif name is not None and name.endswith(".safetensors.index.json"):
         sub = "missing-index"
