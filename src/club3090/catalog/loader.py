@@ -544,6 +544,11 @@ def _cross_check(c: _Collector, raw: dict[str, Any], cat: dict[str, Any]) -> Non
         _ref(c, f, f"{base}.drafter", p.drafter, raw["drafters.yaml"], "drafter")
         _ref(c, f, f"{base}.kv_format", p.kv_format, kv_raw, "KV format")
         _ref(c, f, f"{base}.reference_gpu", p.reference_gpu, raw["gpus.yaml"], "GPU")
+        kv, card = cat["kv_formats"].get(p.kv_format), cat["gpus"].get(p.reference_gpu or "")
+        if kv is not None and card is not None and kv.min_sm is not None and kv.min_sm > card.sm:
+            # a profile validated on a card its own KV format's floor refuses: one of the two is wrong
+            c.add(f"{base}.kv_format", f"KV format {p.kv_format} needs SM {kv.min_sm}, above the SM "
+                  f"{card.sm} of the profile's reference GPU {p.reference_gpu}", file=f)
         engine = cat["engines"].get(p.engine)
         if p.runtime is not None and engine is not None and engine.type != "vllm":
             c.add(f"{base}.runtime", f"a runtime capture needs a vllm engine, {p.engine} is {engine.type}",

@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 from typing import Any
 
 from club3090.cli.commands import _llamacpp
@@ -71,7 +72,7 @@ def vllm_version(text: str) -> str:
     return text
 
 
-def add_parser(sub) -> None:
+def add_parser(sub: Any) -> None:
     p = sub.add_parser("kv-calc", help="predict vLLM's (or, for GGUF models, llama.cpp's) memory, verdict and max context",
                        description="Predict vLLM's start-up memory split per GPU: weights, non-torch, "
                                    "activation, CUDA graphs and the KV pool, with the verdict and the "
@@ -93,6 +94,10 @@ def add_parser(sub) -> None:
     p.add_argument("--solve-max-ctx", action="store_true", help="answer for the largest context that fits")
     p.add_argument("--calibration", action="store_true", help="score the curated profiles against the anchors")
     p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("--html", type=Path, metavar="FILE",
+                   help="also write one self-contained HTML page (inline SVG): memory per GPU and "
+                        "context vs concurrency")
+    p.add_argument("--force", action="store_true", help="overwrite an existing --html file")
     _llamacpp.add_arguments(p)
     p.set_defaults(run=run)
 
@@ -133,6 +138,9 @@ def headline(est: Any) -> str:
 def render_human(est: Any) -> None:
     from rich.table import Table
 
+    from club3090.cli.memory_bar import print_memory_bars
+    from club3090.fit.curve import memory_segments
+
     console = terminal_console()
     result, s = est.result, est.result.settings
     console.print(headline(est), markup=False, highlight=False, soft_wrap=True)
@@ -157,6 +165,8 @@ def render_human(est: Any) -> None:
     for name, value in rows:
         table.add_row(name, f"{value / GIB:.2f}")
     console.print(table)
+    print_memory_bars(console, result.ranks,
+                      lambda rank: memory_segments(rank, result.cudagraph_outside_budget_bytes))
     kv = Table(title="KV cache", show_header=False)
     kv.add_column("k")
     kv.add_column("v", justify="right")
@@ -175,6 +185,21 @@ def render_human(est: Any) -> None:
                   f"error band: ±{_gib(result.error_band_bytes)}")
     for note in result.notes:
         console.print(f"note: {note}")
+
+
+def write_html(path: Path, est: Any, *, force: bool) -> None:
+    """``--html FILE``: the fit as one self-contained page (``cli.html_report``), written atomically."""
+    from club3090.cli.html_report import candidate_from_fit, render_page
+    from club3090.edges.files import write_output_text
+
+    result, s = est.result, est.result.settings
+    name = (f"TP {est.tp} PP {est.pp}, {s.kv_cache_dtype} KV, max_model_len {s.max_model_len:,}, "
+            f"util {s.mem_util:.2f}")
+    headline = (f"{result.raw_verdict}: {result.max_concurrency:.2f} concurrent requests at "
+                f"{s.max_model_len:,} tokens; largest context {result.max_model_len_fit:,} — estimated")
+    page = render_page(f"{est.model} on {est.gpus}", [candidate_from_fit(name, result, result.notes)],
+                       headline=headline)
+    write_output_text(path, page, force=force, flag="--html")
 
 
 def run_calibration(args: argparse.Namespace, catalog: Any) -> int:
@@ -238,6 +263,13 @@ def request_of(args: argparse.Namespace) -> Any:
         solve_max_ctx=args.solve_max_ctx))
 
 
+def _no_html_for_llamacpp(html: Path | None) -> None:
+    if html is not None:
+        from club3090.errors import UsageError
+
+        raise UsageError("--html draws vLLM's memory split; llama.cpp pricing has no page yet (drop --html)")
+
+
 def run(args: argparse.Namespace, provider: Any) -> int:
     from club3090.cli.exit_codes import exit_code
     from club3090.cli.model_json import stop_to_json
@@ -248,11 +280,20 @@ def run(args: argparse.Namespace, provider: Any) -> int:
     if args.calibration:
         return run_calibration(args, provider.catalog())
     catalog = provider.catalog()
+    html = getattr(args, "html", None)
+    if html is not None:
+        from club3090.edges.files import check_output_path
+
+        check_output_path(html, force=args.force, flag="--html")
     if _llamacpp.wants_llamacpp(args, catalog):     # GGUF file or llama.cpp profile: llama.cpp's model
+        _no_html_for_llamacpp(html)
         return _llamacpp.run(args, provider.settings, catalog)
     result = price(request_of(args), provider)
     if isinstance(result, Stop) and result.sub_reason == "gguf-only":   # a GGUF repo: llama.cpp prices it
+        _no_html_for_llamacpp(html)
         return _llamacpp.run(args, provider.settings, catalog)
+    if html is not None and not isinstance(result, (Stop, NoFit)):
+        write_html(html, result, force=args.force)
     if isinstance(result, Stop):        # the resolver's stratum-1 stop: a verdict, as inspect gives it
         payload = stop_to_json(result)
         if args.json:
