@@ -5,7 +5,7 @@ every spelling seen in the wild (``num_key_value_heads`` / ``n_head_kv`` /
 ``multi_query_group_num``, ``n_embd`` / ``n_layer`` / ``n_head``, ``text_config`` wrappers) and
 ignores the rest. It never raises on odd input: when a dimension the fit engine needs is missing
 or a layer type is stateful and unmodelled, ``unpriceable_reason`` says why and the fit engine
-refuses (VLLM_MEMORY.md: no guessing). What a model family needs beyond the generic reader
+refuses (docs/DESIGN.md §17: no guessing). What a model family needs beyond the generic reader
 (transformers' class defaults, its layer layout, whether RoPE scaling stretches the context, a
 state we do not model) is a row of :data:`FAMILIES`, not a branch.
 
