@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from club3090.cli.render import safe, terminal_console
-from club3090.fit.memory import GiB
+from club3090.cli.render import GiB
 
 
 def add_parser(sub: Any) -> None:
