@@ -19,8 +19,7 @@ from typing import Any
 
 from club3090.cli.commands._types import add_shape_flags, shape_overrides
 from club3090.cli.exit_codes import UNAVAILABLE, exit_code
-from club3090.cli.render import safe
-from club3090.cli.render import GiB
+from club3090.cli.render import GiB, safe
 from club3090.gate.outcome import Outcome
 
 
