@@ -162,6 +162,7 @@ def up(req: UpRequest, provider: "Provider", seams: UpSeams) -> UpResult:
     from club3090.cli.commands.pull import render as render_gate
     from club3090.edges.files import atomic_write_bytes, atomic_write_text
     from club3090.edges.hf_cache import fetch_into_cache
+    from club3090.gate.outcome import NoticeCode
     from club3090.pipeline.pull import PullRequest, evaluate
     from club3090.reports.capture import CAPTURES_DIRNAME
 
@@ -182,6 +183,9 @@ def up(req: UpRequest, provider: "Provider", seams: UpSeams) -> UpResult:
     gate = evaluate(PullRequest(source=req.source, profile_like=req.profile_like, yes=req.yes,
                                 force_download=req.force_download, trust_remote_code=req.trust_remote_code,
                                 gpus=req.gpus), provider, captures_root=Path.cwd() / CAPTURES_DIRNAME)
+    # `pull`'s hints about --out do not apply: `up` writes and downloads everything itself
+    hints = {NoticeCode.NO_DOWNLOAD_YET.value, NoticeCode.CURATED_NEEDS_OUT.value}
+    gate = replace(gate, notices=tuple(n for n in gate.notices if str(getattr(n.code, "value", n.code)) not in hints))
     result = UpResult(gate.exit_code, [render_gate(gate)], gate)
     if not gate.ok or gate.summary != "FITS":
         return result
@@ -313,6 +317,8 @@ def _verify(result: UpResult, state: dict[str, Any], seams: UpSeams) -> UpResult
     # a launch without vLLM's tool flags serves no tool calls: probing them would fail by construction
     skip_tools = state.get("skip_tools", False) or "--enable-auto-tool-choice" not in state.get("argv", [])
     report = verify(client, model=model, skip_tools=skip_tools, progress=seams.say)
+    if skip_tools and not state.get("skip_tools"):
+        result.lines.append("[up] tool calls not verified: the launch has no --enable-auto-tool-choice")
     result.verify = report
     for c in report.checks:
         result.lines.append(f"[up] verify {c.status.upper():4s} {c.name:16s} {c.detail}")
