@@ -345,3 +345,15 @@ exit 0
     assert any(line.startswith("[up] capture bundle: ") for line in out)
     assert not out[-1].startswith("[pull] FITS") and "SERVING" not in "\n".join(out)
     assert json.loads((run / "state.json").read_text(encoding="utf-8"))["state"] == "failed"
+
+
+def test_pull_out_folder_writes_the_same_bundle(env, capsys):
+    run = env["tmp"] / "bundle"
+    run.mkdir()
+    code = cli.main(["pull", CURATED, "--profile-like", CURATED_PROFILE, "--gpus", "1x3090", "--out", str(run)],
+                    provider=env["provider"])
+    out = capsys.readouterr().out
+    assert code == 0 and "[pull] FITS" in out and "not started (--no-start)" in out
+    for name in ("compose.yml", ".env", "serve.sh", "launch.json", f"files/{TEMPLATE_PATH}"):
+        assert (run / name).is_file(), name
+    assert not (run / "server.pid").exists()

@@ -56,7 +56,9 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--hf-home", type=Path, metavar="DIR",
                    help="HF_HOME (default: $HF_HOME, $MODEL_DIR/.cache/huggingface, "
                         "$XDG_CACHE_HOME/huggingface, ~/.cache/huggingface)")
-    p.add_argument("--out", type=Path, metavar="FILE", help="write the compose here (selects Path A for a curated repo)")
+    p.add_argument("--out", type=Path, metavar="FILE|DIR",
+                   help="write the compose here (selects Path A for a curated repo); an existing folder "
+                        "(or a path ending in /) gets `up --no-start`'s self-contained launch bundle")
     p.add_argument("--force", action="store_true", help="overwrite an existing --out file")
     p.add_argument("--no-boot", action="store_true",
                    help="non-curated repos: write the compose and download, but do not start Docker")
@@ -87,6 +89,8 @@ def run(args: argparse.Namespace, provider: Any) -> int:
         raise UsageError("pull needs SLUG|DIR (or --submit-last / --submit DIR)")
     if not args.profile_like:
         raise UsageError("pull needs --profile-like KEY (see `club3090 profiles`)")
+    if args.out is not None and not args.dry_run and (Path(args.out).is_dir() or str(args.out).endswith("/")):
+        return _bundle(args, provider)
     if args.out is not None and not args.dry_run:  # fail fast, before the gate runs (exit 64)
         from club3090.edges.files import check_output_path
         check_output_path(args.out, force=args.force)
@@ -107,6 +111,15 @@ def run(args: argparse.Namespace, provider: Any) -> int:
     else:
         print(render(result, recommend=args.recommend))
     return exit_code(result.outcome)
+
+
+def _bundle(args: argparse.Namespace, provider: Any) -> int:
+    """``--out DIR``: the same gate, then ``up``'s self-contained launch bundle in DIR (nothing started;
+    the weights go into the HF cache only with a folder, as ``up --no-start`` does)."""
+    from club3090.cli.commands.up import run_request
+
+    return run_request(args, provider, directory=Path(args.out), no_start=True, launcher="docker",
+                       port=None, vllm=None, skip_tools=False)
 
 
 def request_of(args: argparse.Namespace) -> Any:
