@@ -357,3 +357,27 @@ def test_pull_out_folder_writes_the_same_bundle(env, capsys):
     for name in ("compose.yml", ".env", "serve.sh", "launch.json", f"files/{TEMPLATE_PATH}"):
         assert (run / name).is_file(), name
     assert not (run / "server.pid").exists()
+
+
+def test_native_preflight(tmp_path, monkeypatch):
+    from club3090.errors import LauncherUnavailable
+
+    monkeypatch.setenv("PATH", str(tmp_path))                   # no vllm on PATH
+    with pytest.raises(LauncherUnavailable, match="vllm is not on PATH"):
+        launchers.preflight_native(None, "vllm-stable@v0.22.0")
+    with pytest.raises(LauncherUnavailable, match="not an executable file"):
+        launchers.preflight_native(str(tmp_path / "nope"), "vllm-stable@v0.22.0")
+    exe = marker_standin(tmp_path)
+    same = launchers.preflight_native(str(exe), "vllm-stable@v0.22.0")
+    assert (same.version, same.pin_note) == ("0.22.0", None)
+    other = launchers.preflight_native(str(exe), "vllm-stable@v0.23.1")
+    assert other.pin_note == "vllm 0.22.0 is installed; the profile was validated on 0.23.1"
+    assert not (tmp_path / "started").exists()                   # --version only
+
+
+def test_native_missing_vllm_exits_69_and_writes_nothing(env, monkeypatch, capsys):
+    monkeypatch.setenv("PATH", str(env["tmp"]))
+    run = env["tmp"] / "run"
+    code = up(env, CURATED, "--gpus", "1x3090", "--profile-like", CURATED_PROFILE, "--dir", str(run),
+              "--launcher", "native")
+    assert code == 69 and "--vllm PATH" in capsys.readouterr().err and not run.exists()
