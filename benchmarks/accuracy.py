@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Score club3090's vLLM memory model against real start-up logs.
 
-    python benchmarks/accuracy.py [--cases FILE] [--configs FILE] [--json]
+    python benchmarks/accuracy.py [--cases FILE] [--configs FILE] [--json] [--no-refit]
 
 Each case is priced the way `kv-calc` prices its flags: `serving.profile_shape` without a profile
 (given settings on top of vLLM's defaults for the version and device) and `memory.predict`.
@@ -17,6 +17,9 @@ Per case it prints the error of the available KV memory (GiB, predicted − meas
 tokens (%), and whether the verdict agrees (false "fits" = we said it starts, vLLM refused;
 false "won't fit" = the reverse). A second token figure, `page-math`, feeds the *measured* KV pool
 through the page layout to isolate the exact part of the model from the fitted overheads.
+
+Then (unless ``--no-refit``) the out-of-sample table of ``benchmarks/refit.py``: the free terms
+refitted per release line with one model group left out at a time (a few minutes).
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ from club3090.fit.memory import GiB, ServeShape, Unpriceable, predict  # noqa: E
 from club3090.fit.shape import profile_shape  # noqa: E402
 from club3090.model.architecture import parse_config  # noqa: E402
 
-DEFAULT_CASES = ROOT.parent / "shared" / "calibration" / "vllm_startup_cases.json"
+DEFAULT_CASES = ROOT / "tests" / "fixtures" / "calibration" / "vllm_startup_cases.json"
 
 # total memory as torch/the driver report it, for logs that name the GPU but not its memory
 GPU_TOTAL_GIB = {
@@ -97,7 +100,7 @@ def _shape(case: dict[str, Any], pool_bytes: int | None = None) -> ServeShape:
         max_model_len=case.get("max_model_len"),
         max_num_seqs=case.get("max_num_seqs"),
         max_num_batched_tokens=case.get("max_num_batched_tokens"),
-        block_size=case.get("block_size") if not case.get("block_size") == 16 else None,
+        block_size=case.get("block_size") if case.get("block_size") != 16 else None,
         kv_cache_dtype=kv,
         enforce_eager=bool(case.get("enforce_eager")),
         vllm_version=_version_for(case),
@@ -214,10 +217,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cases", type=Path, default=DEFAULT_CASES)
     parser.add_argument("--configs", type=Path, default=None)
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--no-refit", action="store_true", help="skip the leave-one-group-out refit")
     args = parser.parse_args(argv)
     rows, summary = run(args.cases, args.configs)
+    refit_report: dict[str, Any] | None = None
+    if not args.no_refit:
+        sys.path.insert(0, str(ROOT / "benchmarks"))
+        import refit
+
+        refit_report = refit.run(args.cases)
     if args.json:
-        print(json.dumps({"cases": rows, "summary": summary}, indent=1, default=str))
+        doc: dict[str, Any] = {"cases": rows, "summary": summary}
+        if refit_report is not None:
+            doc["out_of_sample"] = {"table": refit_report["table"], "full_fit": refit_report["full_fit"],
+                                    "rows": [{k: v for k, v in r.items()} for r in refit_report["rows"]]}
+        print(json.dumps(doc, indent=1, default=str))
         return 0
     print(f"{'case':44s} {'meas KV':>8s} {'pred KV':>8s} {'err GiB':>8s} {'tok err%':>8s} "
           f"{'page%':>7s} {'verdict':>18s}  note")
@@ -238,6 +252,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"verdicts: {s['verdicts_scored']} scored, {s['false_fits']} false 'fits', {s['false_wont_fits']} false 'won't fit'")
     for case_id, why in s["skipped"].items():
         print(f"skipped {case_id}: {why}")
+    if refit_report is not None:
+        print()
+        refit.print_table(refit_report)
     return 0
 
 

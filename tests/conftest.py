@@ -25,12 +25,17 @@ def _hermetic(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPath
     monkeypatch.setenv("HF_HOME", str(home))
     monkeypatch.setenv("HF_HUB_CACHE", str(home / "hub"))
     for name in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_ENDPOINT",
-                 "HF_TOKEN_PATH", "MODEL_DIR", "XDG_CACHE_HOME", "CLUB3090_DEBUG"):
+                 "HF_TOKEN_PATH", "MODEL_DIR", "XDG_CACHE_HOME", "XDG_STATE_HOME", "CLUB3090_DEBUG"):
         monkeypatch.delenv(name, raising=False)
+    # the local overlay (promoted measurements, receipts) of each test is its own
+    monkeypatch.setenv("CLUB3090_STATE_DIR", str(home / "club3090-state"))
     monkeypatch.setenv("HF_HUB_DISABLE_TELEMETRY", "1")
     monkeypatch.setenv("HF_HUB_DISABLE_XET", "1")
     monkeypatch.setenv("NO_COLOR", "1")
     monkeypatch.setenv("CLUB3090_NO_GPU_DETECT", "1")
+    # capture bundles: the seed's ./.pull-captures under each test's working folder, never ~/.local/state
+    monkeypatch.setenv("CLUB3090_CAPTURES", ".pull-captures")
+    monkeypatch.delenv("XDG_STATE_HOME", raising=False)
     # huggingface_hub reads HF_HUB_OFFLINE once, at its first import: a test that set the variable
     # then would leave the process offline for helpers that call the client directly (our hub.py
     # follows Settings.offline and needs no such reset).

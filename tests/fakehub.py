@@ -210,6 +210,8 @@ def guess_shape(name: str, config: Mapping[str, Any]) -> list[int]:
     inter = g["moe"] if expert and "moe_intermediate_size" in _text(config) else g["inter"]
     rules: list[tuple[str, list[int]]] = [
         (r"(embed_tokens|wte|lm_head)\.weight$", [g["vocab"], h]),
+        (r"qkv_proj\.weight$", [(g["heads"] + 2 * g["kv"]) * hd, h]),       # Phi-3 fused q/k/v
+        (r"gate_up_proj\.weight$", [2 * inter, h]),                         # Phi-3 fused gate/up
         (r"q_proj\.weight$", [g["heads"] * hd, h]),
         (r"(k_proj|v_proj)\.weight$", [g["kv"] * hd, h]),
         (r"q_proj\.bias$", [g["heads"] * hd]),

@@ -93,3 +93,27 @@ def test_json_document(report):
     assert set(doc["upstream"]) == {name for name, _ in UPSTREAM_SETS}
     assert doc["strict"]["total"] == len(doc["anchors"]) == len(report.scores)
     assert {"anchor", "set", "upstream_ok", "strict_ok", "predicted_kv_tokens"} <= set(doc["anchors"][0])
+
+
+def test_strict_calibration_count_and_over_prediction(report):
+    """Issue 13's gate: strict >= 49/50; measured pools over-predicted (the false-"fits" direction)
+    by more than 5 % only where docs/ACCURACY.md names the cause, and never beyond the band's
+    known outlier (the approximate Gemma 4 12B single row)."""
+    assert report.strict_passed >= 49
+    over = {s.anchor: (s.predicted_kv_tokens - s.measured_kv_tokens) / s.measured_kv_tokens
+            for s in report.scores if s.measured_kv_tokens and s.predicted_kv_tokens}
+    assert len(over) >= 11
+    known = {"vllm/qwen-27b-dual-max:compose/doc", "vllm/gemma-26ba4b-dual:compose/doc",
+             "vllm/gemma-12b-single-int8-mtp:compose/doc"}
+    assert {a for a, e in over.items() if e > 0.05} <= known
+    assert max(e for a, e in over.items() if a != "vllm/gemma-12b-single-int8-mtp:compose/doc") <= 0.15
+
+
+def test_encoder_profiling_follows_the_shipped_compose(catalog):
+    from club3090.fit.shape import profile_encoder_profiling
+
+    assert profile_encoder_profiling(catalog.profiles["vllm/long-text"]) is False        # --language-model-only
+    assert profile_encoder_profiling(catalog.profiles["vllm/gemma-26ba4b-dual"]) is False  # image 0, audio 0
+    assert profile_encoder_profiling(catalog.profiles["vllm/qwen-35b-a3b-dual"]) is True   # image 2
+    assert profile_encoder_profiling(catalog.profiles["vllm/dual"]) is True
+    assert profile_encoder_profiling(None) is True

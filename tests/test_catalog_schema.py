@@ -206,3 +206,14 @@ def test_retired_keys_say_where_the_fact_lives_now(tmp_path):
     assert "profiles.yaml: profiles['vllm/minimal'].max_model_len: missing required key" in problems
     assert "engines.yaml: engines['vllm-stable'].pin: unknown key; no longer a catalog field: read from " \
            "'image' (<engine-id>@<tag>)" in problems
+
+
+def test_kv_floor_above_the_reference_card_is_refused(tmp_path):
+    """The KV-format floor and the profile's reference GPU cannot disagree: the 9.0 turboquant floor
+    once made every curated 3090 turboquant profile refuse its own card."""
+    root = _copy(tmp_path)
+    _edit(root, "kv_formats.yaml", lambda d: d["kv_formats"]["turboquant_3bit_nc"].update(min_sm="9.0"))
+    with pytest.raises(CatalogError) as info:
+        load_catalog(root)
+    text = "\n".join(map(str, info.value.problems))
+    assert "profiles['vllm/default'].kv_format" in text and "needs SM 9.0" in text and "rtx-3090" in text

@@ -106,7 +106,7 @@ def test_every_help_works(command, capsys):
     ["--bogus"],
     ["pull"],
     ["pull", "--profile-like", "vllm/minimal"],
-    ["pull", "org/name"],
+    ["pull", "org/name", "-tp", "0"],
     ["pull", "org/name", "extra", "--profile-like", "vllm/minimal"],
     ["pull", "org/name", "--profile-like", ""],
     ["pull", "--submit-last", "--submit", "."],

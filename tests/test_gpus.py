@@ -171,3 +171,15 @@ def test_mixed_rig_prices_the_smallest_card_and_says_so(cat):
     assert parse_gpus("2x3090", cat).mixed_note is None
     sized = parse_gpus("1x24GiB,1x16GiB", cat)
     assert "16GiB" in sized.mixed_note
+
+
+def test_named_non_nvidia_card_is_priced_with_a_notice(cat):
+    from club3090.gate.outcome import NoticeCode
+    from club3090.rig.hardware import resolve_hardware
+
+    hw = resolve_hardware(tp=2, gpu_set=parse_gpus("2xmi300x", cat))
+    assert hw.memory_bytes == (192 * GIB, 192 * GIB) and hw.sm == Decimal("8.0")
+    notice = next(n for n in hw.notices if n.code == NoticeCode.NON_NVIDIA_GPU)
+    assert "AMD Instinct MI300X" in notice.text and "size check" in notice.text
+    nvidia = resolve_hardware(tp=2, gpu_set=parse_gpus("2x3090", cat))
+    assert not any(n.code == NoticeCode.NON_NVIDIA_GPU for n in nvidia.notices)

@@ -358,12 +358,12 @@ def test_mamba_groups_neither_dividing_nor_single_are_unpriceable():
 
 def test_mamba_state_at_tp_above_groups_uses_replicated_conv():
     a = arch(NEMOTRON_H, n_groups=1, mamba_num_heads=256)
-    layer = next(l for l in a.layers if l.kind == "mamba2")
+    layer = next(layer for layer in a.layers if layer.kind == "mamba2")
     r2 = run(a, pool=8 * GiB, tp=2, max_model_len=4096)
     conv = (layer.mamba_intermediate + 2 * 2 * layer.ssm_state_size) // 2 * (layer.conv_kernel - 1)
     recurrent = layer.mamba_num_heads // 2 * layer.mamba_head_dim * layer.ssm_state_size
     per_layer = (conv + recurrent) * 2
-    mamba_layers = sum(1 for l in a.layers if l.kind == "mamba2")
+    mamba_layers = sum(1 for layer in a.layers if layer.kind == "mamba2")
     assert r2.state_bytes_per_request == per_layer * mamba_layers
 
 

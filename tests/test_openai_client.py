@@ -135,12 +135,12 @@ def test_post_redirect_303_becomes_get():
 
 @pytest.mark.parametrize("command", ["verify", "bench"])
 def test_timeout_is_per_request_against_a_slow_loris(fake_openai, tmp_path, capsys, command):
-    """A server that sends a byte every 50 ms for 20 s: --timeout 1 must end each request, so the
+    """A server that sends a byte every 50 ms for 20 s: --timeout 0.5 must end each request, so the
     server sees the client hang up long before its trickle ends (was: read to the end)."""
     fake_openai.mode["trickle"] = 20
-    assert cli.main(_argv(command, fake_openai.url, tmp_path, "--timeout", "1", "--json")) == 1
+    assert cli.main(_argv(command, fake_openai.url, tmp_path, "--timeout", "0.5", "--json")) == 1
     out = capsys.readouterr().out
-    assert "deadline: no complete answer within 1s" in out
+    assert "deadline: no complete answer within 0.5s" in out
     assert _wait_for_trickle(fake_openai) is False
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from club3090.cli import main
 from tests.test_catalog import SEED_VLLM_PROFILES
 
@@ -84,4 +86,71 @@ def test_reason_wording_has_one_table(capsys):
     for row in rows:
         reason = row["not_emittable_reason"]
         assert (reason is None) == row["emittable"]
-        assert row["not_emittable_text"] == (NOT_EMITTABLE_TEXT[reason][0] if reason else None)
+        if reason is None or reason in NOT_EMITTABLE_TEXT:
+            assert row["not_emittable_text"] == (NOT_EMITTABLE_TEXT[reason][0] if reason else None)
+        else:                                   # in scope, but compose's replay refuses it: its token
+            assert reason.startswith("d-refused:") and row["not_emittable_text"].startswith("compose refuses: ")
+
+
+def test_curated_3090_profiles_pass_on_their_reference_card(capsys):
+    _, doc = _json(capsys, "--gpus", "2x3090")
+    rows = {r["key"]: r for r in doc["profiles"]}
+    for key in ("vllm/default", "vllm/bounded-thinking", "vllm/long-text", "vllm/long-text-no-mtp",
+                "vllm/long-vision", "vllm/dual-turbo"):
+        assert rows[key]["reference_gpu"] == "rtx-3090" and rows[key]["kv_format"] == "turboquant_3bit_nc"
+        assert rows[key]["rig"]["sm_ok"] is True, (key, rows[key]["rig"]["why_not"])
+    # a profile with no registry SM term passes on its own reference card, whatever its KV format
+    for key, row in rows.items():
+        if row["reference_gpu"] == "rtx-3090" and row["required_sm"] is None:
+            assert row["rig"]["sm_ok"] is True, (key, row["rig"]["why_not"])
+
+
+
+def test_emittable_means_compose_writes_it(capsys):
+    """`profiles` says emittable exactly when `club3090 compose --profile KEY` writes the file."""
+    _, doc = _json(capsys)
+    emittable = 0
+    for row in doc["profiles"]:
+        code = main(["compose", "--profile", row["key"], "--json"])
+        capsys.readouterr()
+        assert (code == 0) == row["emittable"], (row["key"], code, row["not_emittable_reason"])
+        emittable += row["emittable"]
+    assert 0 < emittable < 17                   # 17 were counted before compose's own refusals
+
+
+def _rows(gpus: str | None):
+    from club3090.catalog import load_catalog
+    from club3090.catalog.listing import profile_rows
+    from club3090.rig.gpus import parse_gpus
+
+    cat = load_catalog()
+    rig = parse_gpus(gpus, cat) if gpus else None
+    return cat, rig, profile_rows(cat, rig)
+
+
+@pytest.mark.parametrize("gpus", [None, "1x3090", "2x3090"])
+@pytest.mark.parametrize("width", [40, 60, 80, 100])
+def test_narrow_terminal_keeps_whole_keys(gpus, width):
+    from club3090.cli.commands.profiles import render
+
+    cat, rig, rows = _rows(gpus)
+    text = render(rows, cat.version, rig, width)
+    lines = text.splitlines()
+    assert all(len(line) <= width for line in lines), max(lines, key=len)
+    starts = {line.split("  ", 1)[0] for line in lines}
+    for row in rows:
+        assert row["key"] in starts, row["key"]                 # the key column, whole, never cut
+    assert all(line == line.rstrip() for line in lines)
+    if width == 80:
+        assert "hidden at" in text                              # says what it left out
+
+
+def test_piped_output_has_every_column_and_no_padding(capsys):
+    assert main(["profiles", "--gpus", "2x3090"]) == 0
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    assert all(line == line.rstrip() for line in lines)
+    header = lines[1].split()
+    assert header == ["profile", "model", "variant", "engine", "kv", "tp", "max_model_len", "mem", "status",
+                      "emit", "rig"]
+    assert "hidden at" not in out

@@ -301,6 +301,8 @@ def test_early_stop_bundle_leaves_post_c0_fields_null(catalog, tmp_path):
     r = _run(catalog, PullRequest(CURATED, "vllm/dual-turbo", out=tmp_path / "o"), captures=captures)
     manifest = json.loads((r.bundle / "manifest.json").read_text())
     assert manifest["engine_pin"] is None and manifest["topology_class"] is None
+    # the fit engine's version is known whatever stopped the gate (the Loop's dedup key needs it)
+    assert manifest["kv_calc_version"].startswith("club3090-memory+")
 
 
 # ----------------------------------------------------------------------------- the acceptance: MoE / hybrid

@@ -44,9 +44,8 @@ def test_readme_main_job_works_offline_on_a_fresh_machine(tmp_path, monkeypatch,
     monkeypatch.setattr(socket.socket, "connect", no_network)
     assert cli.main(README_ARGS) == 0            # the live provider, real free space
     out = capsys.readouterr().out
-    assert out.startswith("[pull] OK path=A stratum=DECIDED slug=Lorbus/Qwen3.6-27B-int4-AutoRound "
-                          "profile-like=vllm/minimal")
-    assert "[pull] FITS" in out and "caveat:" in out
+    assert out.startswith("Fits on 1x RTX 3090 (vllm/minimal, TP 1): ")
+    assert "[pull] OK path=" not in out and "caveat:" in out      # gate tokens only with --verbose
     text = (tmp_path / "compose.yml").read_text(encoding="utf-8")
     assert "services:" in text and "vllm-stable@v0.22.0" in text and "--trust-remote-code" not in text
     # re-running refuses to clobber without --force
@@ -55,10 +54,12 @@ def test_readme_main_job_works_offline_on_a_fresh_machine(tmp_path, monkeypatch,
 
 
 def test_human_output_lines(capsys):
-    assert main(["pull", CURATED, "--profile-like", "vllm/minimal", "--gpus", "1x16GiB", "--hardware", "8.6"]) == 2
+    assert main(["pull", CURATED, "--profile-like", "vllm/minimal", "--gpus", "1x16GiB", "--hardware", "8.6",
+                 "--verbose"]) == 2
     out = capsys.readouterr().out.splitlines()
-    assert out[0] == f"[pull] ABORT path=B stratum=DECIDED slug={CURATED} profile-like=vllm/minimal"
-    assert out[1] == "[pull] confidence=exact raw_verdict=wont-fit terminal=hard-block"
+    assert out[0].startswith("Does not fit on 1x 16GiB at 32K context - exact (curated)")
+    assert out[1] == f"[pull] ABORT path=B stratum=DECIDED slug={CURATED} profile-like=vllm/minimal"
+    assert out[2] == "[pull] confidence=exact raw_verdict=wont-fit terminal=hard-block"
     assert "[pull] reason=hard-block" in out
     assert any(line.startswith("[pull] fit per GPU: budget ") and "GiB" in line for line in out)
     assert any(line.startswith("closest fit: ") for line in out)
@@ -74,9 +75,9 @@ def test_recommend_never_changes_the_decision(capsys):
     rec = _json(capsys)
     assert rec.pop("recommend").startswith("FITS-but-not-yet-accepted")
     assert {k: v for k, v in rec.items() if k != "bundle"} == {k: v for k, v in plain.items() if k != "bundle"}
-    assert main([*base, "--recommend"]) == 3
+    assert main([*base, "--recommend", "--verbose"]) == 3
     assert capsys.readouterr().out.splitlines()[-1].startswith("recommend: FITS-but-not-yet-accepted")
-    assert main([*base, "--yes", "--recommend"]) == 0
+    assert main([*base, "--yes", "--recommend", "--verbose"]) == 0
     assert "recommend: FITS (deciding stratum: 0 DECIDED)" in capsys.readouterr().out
 
 
@@ -90,7 +91,6 @@ def test_json_object(capsys):
 
 @pytest.mark.parametrize("argv", [
     ["pull"],                                                     # no slug
-    ["pull", CURATED],                                            # no --profile-like
     ["pull", CURATED, "--profile-like", "vllm/minimal", "--hardware", "fast"],
     ["pull", CURATED, "--profile-like", "vllm/minimal", "--gpus", "2xWarpDrive"],
     ["pull", CURATED, "--profile-like", "vllm/minimal", "--no-such-flag"],
@@ -104,7 +104,7 @@ def test_usage_errors_exit_64(argv, capsys):
 
 
 def test_json_usage_error_is_still_json(capsys):
-    assert main(["pull", CURATED, "--json"]) == 64
+    assert main(["pull", "--json"]) == 64                      # no SLUG
     data = _json(capsys)
     assert data["ok"] is False and data["exit_code"] == 64
 
@@ -171,7 +171,7 @@ def test_local_wrapper_with_auto_map_only_in_text_config_needs_the_ack(tmp_path,
     data = _json(capsys)
     assert (data["stratum"], data["reason"], data["sub_reason"]) == (3, "needs-trust-remote-code-ack", None)
     assert data["c0"]["bypassable_by"] == ["--trust-remote-code"]
-    assert main([*base, "--trust-remote-code"]) == 3      # acknowledged: on to the fit and [C1]
+    assert main([*base, "--trust-remote-code"]) == 0      # acknowledged: on to the fit; --dry-run asks nothing more
     assert _json(capsys)["stratum"] == 0
 
 

@@ -56,6 +56,8 @@ def _install(hub: FakeHub, spec: dict[str, Any]) -> None:
     if spec.get("bin_only"):
         kwargs["drop_files"] = ("model.safetensors",)
         kwargs["extra_files"]["pytorch_model.bin"] = b"\0" * 64
+    if spec.get("code_file"):
+        kwargs["extra_files"][spec["code_file"]] = b"# custom modelling code shipped by the repo\n"
     if spec.get("second_set"):
         kwargs["extra_files"]["consolidated.safetensors"] = safetensors_file(
             "consolidated.safetensors", {"tok_embeddings.weight": ("BF16", [8, 8])})

@@ -35,7 +35,7 @@ def test_gguf_only_repo_names_kv_calc(fake_hub, tmp_path: Path, monkeypatch: pyt
     (p,) = write(tmp_path / "m", "Tiny-Q8_0", Spec())
     fake_hub.add_repo("org/Tiny-GGUF", {p.name: p.read_bytes(), "config.json": b"{}"})
     monkeypatch.setenv("HF_ENDPOINT", fake_hub.url)
-    assert main(["pull", "org/Tiny-GGUF", "--profile-like", "vllm/minimal", "--gpus", "1x3090"]) == 2
+    assert main(["pull", "org/Tiny-GGUF", "--profile-like", "vllm/minimal", "--gpus", "1x3090", "--verbose"]) == 2
     out = capsys.readouterr().out
     assert "reason=unsupported-format" in out
     assert "club3090 kv-calc org/Tiny-GGUF --quant QUANT" in out

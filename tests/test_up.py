@@ -147,7 +147,7 @@ def test_curated_native_end_to_end(env, gguf, stopper, capsys):
     cap = capsys.readouterr()
     out = cap.out
     assert code == 0, out + cap.err + launchers.log_tail(run / "logs" / "server.log")
-    assert "[pull] FITS" in out
+    assert out.startswith("Fits on 1x RTX 3090 (vllm/minimal, TP 1)")      # pull's headline
     assert f"[up] URL: http://127.0.0.1:{port}/v1" in out and "[up] SERVING: verified" in out
     assert "curl -s" in out
     # the bundle: self-contained, the template fetched and verified, served from the HF cache snapshot

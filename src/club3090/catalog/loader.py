@@ -232,6 +232,7 @@ def _build_models(c: _Collector, body: dict[str, Any]) -> dict[str, m.Model]:
                   f"names no weight variant of this model ({describe(rec['default_weight_variant'])})")
             ok = False
         derived = _config_facts(c, rec["hf_config"], f"{path}.hf_config")
+        rec["serving_defaults"] = MappingProxyType(dict(rec.get("serving_defaults") or {}))
         if ok and derived is not None:
             out[mid] = m.Model(id=mid, weights=MappingProxyType(weights), **derived, **rec)
     return out
@@ -520,6 +521,17 @@ def _cross_check(c: _Collector, raw: dict[str, Any], cat: dict[str, Any]) -> Non
             for j, key in enumerate(gap.profiles):
                 _ref(c, "patches.yaml", f"{base}.delivery_gaps[{i}].profiles[{j}]", key, profiles_raw,
                      "profile")
+    for mid, model in cat["models"].items():
+        for cls, key in model.serving_defaults.items():
+            where = f"models[{mid!r}].serving_defaults[{cls!r}]"
+            if cls not in m.GPU_COUNT_CLASSES:
+                c.add(where, f"unknown GPU-count class; allowed: {', '.join(m.GPU_COUNT_CLASSES)}",
+                      file="models.yaml")
+                continue
+            _ref(c, "models.yaml", where, key, profiles_raw, "profile")
+            profile = cat["profiles"].get(key)
+            if profile is not None and profile.model != mid:
+                c.add(where, f"profile {key!r} serves {profile.model}, not {mid}", file="models.yaml")
     for key, p in cat["profiles"].items():
         base = f"profiles[{key!r}]"
         f = "profiles.yaml"
@@ -532,6 +544,11 @@ def _cross_check(c: _Collector, raw: dict[str, Any], cat: dict[str, Any]) -> Non
         _ref(c, f, f"{base}.drafter", p.drafter, raw["drafters.yaml"], "drafter")
         _ref(c, f, f"{base}.kv_format", p.kv_format, kv_raw, "KV format")
         _ref(c, f, f"{base}.reference_gpu", p.reference_gpu, raw["gpus.yaml"], "GPU")
+        kv, card = cat["kv_formats"].get(p.kv_format), cat["gpus"].get(p.reference_gpu or "")
+        if kv is not None and card is not None and kv.min_sm is not None and kv.min_sm > card.sm:
+            # a profile validated on a card its own KV format's floor refuses: one of the two is wrong
+            c.add(f"{base}.kv_format", f"KV format {p.kv_format} needs SM {kv.min_sm}, above the SM "
+                  f"{card.sm} of the profile's reference GPU {p.reference_gpu}", file=f)
         engine = cat["engines"].get(p.engine)
         if p.runtime is not None and engine is not None and engine.type != "vllm":
             c.add(f"{base}.runtime", f"a runtime capture needs a vllm engine, {p.engine} is {engine.type}",

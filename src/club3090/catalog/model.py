@@ -18,6 +18,7 @@ from club3090.model.spec import CONFIDENCES
 # Closed value sets, shared by the loader (validation) and readers (documentation).
 ENGINE_TYPES = ("vllm", "llama.cpp")
 WEIGHT_KINDS = ("main", "draft", "gguf", "mmproj")
+GPU_COUNT_CLASSES = ("single", "dual", "multi")   # Model.serving_defaults keys
 WORKLOADS = ("fast-chat", "long-ctx-single", "vision-coding", "multi-stream-tenant", "tool-heavy")
 PROFILE_STATUSES = ("production", "caveats", "experimental", "incubating", "preview",
                     "upstream-gated", "deprecated")
@@ -68,6 +69,7 @@ class Model:
     default_weight_variant: str
     description: str = ""
     hf_config_source: str = ""         # where hf_config came from (fixture repo or constructed)
+    serving_defaults: Mapping[str, str] = field(default_factory=dict)  # single|dual|multi -> profile key
 
 
 @dataclass(frozen=True, slots=True)

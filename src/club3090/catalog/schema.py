@@ -381,6 +381,11 @@ MODEL_SPEC: Spec = {
                      "longest supported context."),
     "hf_config_source": evidence(t_text, "Where `hf_config` came from (a Hub repo's config.json, or "
                                  "constructed, with the evidence for each constructed key).", ""),
+    "serving_defaults": opt(map_of(t_id), "The profile (id in profiles.yaml, serving this model) a "
+                            "rig of one GPU (`single`), two (`dual`) or more (`multi`) gets when no "
+                            "`--profile-like` is given; upstream's registry `defaults` for vLLM. A "
+                            "GPU count with no entry gets a shape derived from the model and the rig.",
+                            {}),
 }
 MODEL_NESTED: Mapping[str, Nested] = {
     "weights": Nested(VARIANT_SPEC, "mapping", True, "Weight variants by id (at least one)."),

@@ -47,6 +47,7 @@ REFUSED = VERDICT_CODES[Outcome.REFUSED]
 # (subcommand, module). Order is the order of `club3090 --help`.
 COMMANDS: tuple[tuple[str, str], ...] = (
     ("pull", "club3090.cli.commands.pull"),
+    ("fits", "club3090.cli.commands.fits"),
     ("kv-calc", "club3090.cli.commands.kv_calc"),
     ("inspect", "club3090.cli.commands.inspect"),
     ("compose", "club3090.cli.commands.compose"),
@@ -110,7 +111,34 @@ def build_parser() -> Parser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
     for _name, module in COMMANDS:
         importlib.import_module(module).add_parser(sub)
+    for name, command in sub.choices.items():
+        _add_examples(name, command)
     return parser
+
+
+# `--help` ends with these for every command that does not list its own
+EXAMPLES: dict[str, tuple[str, ...]] = {
+    "kv-calc": ("club3090 kv-calc microsoft/phi-4 --gpus 2x4090",
+                "club3090 kv-calc vllm/dual --max-model-len auto",
+                "club3090 kv-calc ./my-model -tp 2 --gpu-memory-utilization 0.9 --gpus 2x3090"),
+    "inspect": ("club3090 inspect Qwen/Qwen2.5-7B", "club3090 inspect ./my-model --json"),
+    "compose": ("club3090 compose --profile vllm/minimal --out compose.yml", "club3090 compose --list"),
+    "profiles": ("club3090 profiles", "club3090 profiles --gpus 2x3090 --json"),
+    "verify": ("club3090 verify", "club3090 verify --url http://127.0.0.1:8000 --full"),
+    "bench": ("club3090 bench --runs 3", "club3090 bench --prefill 500 --out bench.json"),
+    "soak": ("club3090 soak --mode quick", "club3090 soak --mode continuous --out-dir soak/"),
+    "calibrate": ("club3090 calibrate vllm-startup.log", "docker logs vllm 2>&1 | club3090 calibrate -"),
+    "loop": ("club3090 loop ingest", "club3090 loop list", "club3090 loop classify --json"),
+}
+
+
+def _add_examples(name: str, command: argparse.ArgumentParser) -> None:
+    lines = EXAMPLES.get(name)
+    if not lines or "examples:" in (command.epilog or ""):
+        return
+    text = "examples:\n" + "\n".join(f"  {line}" for line in lines)
+    command.epilog = f"{command.epilog}\n\n{text}" if command.epilog else text
+    command.formatter_class = argparse.RawDescriptionHelpFormatter
 
 
 def _stdio_utf8() -> None:

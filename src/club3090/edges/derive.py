@@ -208,7 +208,8 @@ def build_spec(*, kind: str, ref: str, revision: str | None, commit: str | None,
         has_vision=bool(arch.has_vision), confidence="estimated-lower-bound", curated=None,
         local_path=local_path, gguf_files=weights.gguf_files,
         provenance=MappingProxyType(dict(sorted(provenance.items()))),
-        max_ctx_supported=max_ctx or DEFAULT_MAX_CTX)
+        max_ctx_supported=max_ctx or DEFAULT_MAX_CTX,
+        python_files=tuple(sorted(n for n in files if n.endswith(".py"))))
 
 
 def config_only_spec(config: Mapping[str, Any], *, kind: str, ref: str,

@@ -23,6 +23,8 @@ def atomic_write_bytes(path: Path, data: bytes, *, overwrite: bool = True) -> No
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        with contextlib.suppress(OSError, AttributeError):   # mkstemp's 0600 -> what open() would give
+            os.fchmod(fd, 0o666 & ~_umask())
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
             handle.flush()
@@ -36,6 +38,12 @@ def atomic_write_bytes(path: Path, data: bytes, *, overwrite: bool = True) -> No
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def atomic_write_text(path: Path, text: str, *, overwrite: bool = True) -> None:

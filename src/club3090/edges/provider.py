@@ -6,11 +6,11 @@ clock, a Hub source); everything not given is the real thing, created on first u
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from club3090.catalog.model import Catalog, Patch, Profile
@@ -35,6 +35,7 @@ class LiveProvider:
     progress: Callable[[int, int], None] | None = None           # header-read progress
     load: "Callable[[], Catalog] | None" = None                  # default: the packaged catalog
     derived: "Callable[..., EStages | None] | None" = None       # default: the real [E] seams
+    promoted: "Callable[[], Sequence[Mapping[str, Any]]] | None" = None  # default: the local overlay
 
     def catalog(self) -> "Catalog":
         if self.load is not None:
@@ -73,6 +74,13 @@ class LiveProvider:
 
     def now(self) -> datetime:
         return self.clock() if self.clock is not None else datetime.now(timezone.utc)
+
+    def measured(self) -> "Sequence[Mapping[str, Any]]":
+        if self.promoted is not None:
+            return self.promoted()
+        from club3090.reports.overlay import load_promoted, overlay_root
+
+        return load_promoted(overlay_root())
 
     def drift_guard(self, patch: "Patch", profile: "Profile") -> bool:
         return self.guard(patch, profile) if self.guard is not None else True

@@ -117,7 +117,7 @@ class CalibrationReport:
 
 def anchor_set(anchor: Any) -> str:
     """The anchor's measurement set (``Anchor.set``)."""
-    return anchor.set
+    return str(anchor.set)
 
 
 def anchor_inputs(anchor: Any, catalog: Any) -> AnchorInputs:
@@ -142,7 +142,8 @@ def anchor_inputs(anchor: Any, catalog: Any) -> AnchorInputs:
     if anchor.tp:
         tp, pp = anchor.tp, max(1, anchor.gpu_count // anchor.tp)
     else:
-        tp = max(1, (anchor.gpu_count or profile.tp * pp) // max(pp, 1))
+        count = anchor.gpu_count or (profile.tp * pp if profile is not None else 1)
+        tp = max(1, count // max(pp, 1))
     overrides: dict[str, Any] = {}
     if anchor.drafter is not None:       # recorded: its own drafter (or none), not the profile's
         drafter = None if anchor.drafter == NO_DRAFTER else catalog.drafters.get(anchor.drafter)
@@ -176,7 +177,7 @@ def _score(anchor: Any, inputs: AnchorInputs) -> AnchorScore:
     up: list[str] = []
     if result.raw_verdict == "wont-fit":
         up.append("predicted wont-fit but the run booted")
-    if peak > card:
+    if card is not None and peak > card:
         up.append("predicted footprint exceeds the card")
     strict = list(up)
     if measured_peak is not None and peak < measured_peak - PEAK_TOLERANCE_BYTES:

@@ -7,7 +7,9 @@ is a catalog model that drafter does not serve (``model_compat``). GPUs default 
 reference card (else RTX 3090) x TP x PP: :func:`default_gpus` names them, the pipeline parses.
 
 ``estimate(...) -> Estimate | NoFit`` (``NoFit``: the model or shape cannot be priced, a verdict).
-Raises ``UsageError`` (weights unknown, fewer GPUs than TP x PP).
+Raises ``UsageError`` (fewer GPUs than TP x PP; weights unknown with no config to estimate them
+from). A folder with only ``config.json`` is priced with :func:`model.param_estimate.estimate_weights`,
+named as an estimate with its band in ``weights_source``.
 """
 
 from __future__ import annotations
@@ -18,9 +20,11 @@ from typing import TYPE_CHECKING, Any
 from club3090.errors import UsageError
 from club3090.fit.memory import FitResult, GiB, ServeShape, Unpriceable, predict
 from club3090.fit.shape import drafter_terms, profile_shape
+from club3090.model.param_estimate import estimate_weights
 
 if TYPE_CHECKING:
     from club3090.catalog.model import Catalog, Profile
+    from club3090.fit.auto_shape import ShapeChoice
     from club3090.model.spec import ModelSpec
     from club3090.rig.gpus import GpuSet
 
@@ -60,11 +64,13 @@ class Estimate:
     pp: int
     weights_source: str
     profile: str | None
+    choice: "ShapeChoice | None" = None      # how TP/PP were chosen, when nobody gave them
 
     def to_json(self) -> dict[str, Any]:
         out = self.result.to_json()
         out.update({"ok": True, "model": self.model, "architecture": self.architecture, "gpus": self.gpus,
-                    "tp": self.tp, "pp": self.pp, "profile": self.profile, "weights_source": self.weights_source})
+                    "tp": self.tp, "pp": self.pp, "profile": self.profile, "weights_source": self.weights_source,
+                    "shape": self.choice.to_json() if self.choice is not None else None})
         return out
 
 
@@ -130,9 +136,14 @@ def estimate(spec: "ModelSpec", shape: ServeShape, gpus: "GpuSet", overrides: Ov
     device = gpus.gpus[0].display_name if gpus.gpus and gpus.gpus[0] is not None else None
     shape = replace(shape, device_name=device)
     per_rank = weights_per_rank_bytes(overrides.weights_gib)
-    if per_rank is None and spec.weights_bytes is None:
-        raise UsageError(f"{label}: weights unknown; pass --weights-gib (weights per GPU rank)")
-    kwargs: dict[str, Any] = dict(weights_bytes=int(spec.weights_bytes or 0),
+    weights_bytes, estimated = spec.weights_bytes, None
+    if per_rank is None and weights_bytes is None:
+        # a folder with only config.json: a parameter-count estimate, said so with its band
+        if spec.arch.unpriceable_reason or spec.arch.hidden_size <= 0:
+            raise UsageError(f"{label}: weights unknown; pass --weights-gib (weights per GPU rank)")
+        estimated = estimate_weights(spec.arch, dtype=overrides.dtype)
+        weights_bytes = estimated.bytes
+    kwargs: dict[str, Any] = dict(weights_bytes=int(weights_bytes or 0),
                                   gpu_memory_bytes=list(gpus.memory_bytes[:world]),
                                   weights_bytes_per_rank=per_rank, confidence=spec.confidence)
     result = predict(spec.arch, shape=shape, **kwargs)
@@ -145,4 +156,5 @@ def estimate(spec: "ModelSpec", shape: ServeShape, gpus: "GpuSet", overrides: Ov
         result = solved
     return Estimate(result=result, model=label, architecture=spec.arch.architecture, gpus=gpus_spec, tp=shape.tp,
                     pp=shape.pp, weights_source="--weights-gib (per rank)" if per_rank is not None
-                    else weights_note(spec, catalog), profile=profile.key if profile is not None else None)
+                    else estimated.note if estimated is not None else weights_note(spec, catalog),
+                    profile=profile.key if profile is not None else None)

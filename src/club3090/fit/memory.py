@@ -1,4 +1,4 @@
-"""vLLM v1 start-up memory accounting per GPU rank (the model in docs VLLM_MEMORY.md).
+"""vLLM start-up memory accounting per GPU rank (V1, and V0 where the release line ran it).
 
 ``predict(arch, weights_bytes=..., gpu_memory_bytes=[...], shape=ServeShape(...))`` returns a
 :class:`FitResult`: the per-rank budget split (weights, non-torch, activation peak, CUDA-graph
@@ -6,29 +6,58 @@ pool, KV pool), the KV page layout (block size, groups, bytes per block), ``num_
 over ranks), the concurrency at ``max_model_len``, the "GPU KV cache size" line as the chosen vLLM
 version prints it, a verdict and the largest context that fits.
 
-Exact parts (page sizes, grouping, blocks per request, the refusal check) follow vLLM's code
-paths. The three free terms (non-torch, activation peak, CUDA graphs) are small physical formulas
-whose coefficients were fitted to real start-up logs (``benchmarks/accuracy.py``,
-docs/ACCURACY.md); they are module constants, not per-model values.
+Exact parts (page sizes, grouping, blocks per request, the refusal check: ``fit/kv_layout.py``)
+follow vLLM's code paths; so do the release-line rules (engine, profile batch, MLA, auto-fit,
+defaults: ``fit/vllm_rules.py``). The free terms (non-torch, activation peak with sampler and
+encoder, CUDA graphs: ``fit/profiling.py``) are small physical formulas whose coefficients were
+fitted to real start-up logs out of sample (``benchmarks/refit.py``, docs/ACCURACY.md); they are
+module constants, not per-model values.
 
 Pure: no I/O, no environment, no clock, no printing.
 """
 
 from __future__ import annotations
 
-import math
-import re
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from fractions import Fraction
 from typing import Any
 
-from club3090.fit.kv_formats import KvFormat, canonical_dtype, dtype_bytes, kv_format
+from club3090.fit import profiling
+from club3090.fit.kv_formats import canonical_dtype, dtype_bytes, kv_format
+from club3090.fit.kv_layout import (
+    CannotPrice,
+    KvGroup,
+    Layout,
+    Unpriceable,
+    blocks_per_request,
+    bytes_needed,
+    kv_page_layout,
+    mamba_groups,
+    tp_geometry_problem,
+)
+from club3090.fit.vllm_rules import (
+    AUTO_FIT_FLAG_FROM,
+    AUTO_FIT_UNSET_FROM,
+    GRAPH_ESTIMATE_FROM,
+    KV_TOKENS_BY_CONCURRENCY_FROM,
+    NEWEST_KNOWN_VLLM,
+    UTIL_092_FROM,
+    VERSION_RE,
+    batch_defaults,
+    capture_sizes,
+    choose_engine,
+    mla_rule,
+    parse_version,
+    v0_batched_tokens,
+    version_note,
+)
 from club3090.model.architecture import Architecture, LayerSpec
 
 __all__ = [
     "NEWEST_KNOWN_VLLM",
     "VERDICTS",
+    "VERSION_RE",
     "FitResult",
     "GiB",
     "KvGroup",
@@ -47,51 +76,13 @@ __all__ = [
 
 GiB = 1 << 30
 MiB = 1 << 20
-NEWEST_KNOWN_VLLM = "0.33.0"
 VERDICTS = ("fits-clean", "fits-constrained", "wont-fit")
 CONSTRAINED_SLACK = Fraction(105, 100)   # requested concurrency may exceed the pool by 5 % and stay "clean"
 
 
-@dataclass(frozen=True, slots=True)
-class Unpriceable:
-    """The fit engine cannot price this model/shape (unmodelled layer type, impossible TP, ...):
-    a verdict (``no-fit-model``), returned by :func:`predict` instead of a ``FitResult``."""
-
-    reason: str
-
-    def __str__(self) -> str:
-        return self.reason
-
-
-class _CannotPrice(Exception):
-    """Raised deep in the pricing maths, turned into :class:`Unpriceable` by :func:`predict`;
-    never leaves this module."""
-
 
 # ---------------------------------------------------------------------------------------------
-# fitted free terms (see docs/ACCURACY.md for the data and the fit)
-
-# non-torch memory allocated after the start-up snapshot
-NON_TORCH_TP1 = int(0.20 * GiB)            # cuBLAS/attention workspaces that appear during profiling
-NON_TORCH_MULTI = int(0.30 * GiB)          # + NCCL / custom all-reduce buffers once world size > 1
-NON_TORCH_NVSWITCH = int(1.45 * GiB)       # + NCCL NVLS (NVSwitch multicast) buffers, TP > 1 on SXM parts
-# activation peak of the profile run: max(forward pass, sampler) + fixed part
-ACT_FORWARD_COEF = 1.3                     # x the per-token activation width (bytes) x tokens
-SAMPLER_COEF = 3.75                        # x fp32 logits (num_reqs x vocab x 4 B): logits, probs, sort
-# CUDA-graph pool estimate (subtracted from v0.21.0 unless --enforce-eager). Piecewise graphs keep
-# per-layer buffers, so the pool scales with layers x hidden / TP on the rank: the first capture
-# costs about CUDAGRAPH_BASE_TOKENS tokens' worth of hidden states per layer, and vLLM extrapolates
-# each further capture size linearly (CUDAGRAPH_PER_GRAPH_TOKENS per graph).
-CUDAGRAPH_BASE_TOKENS = 2048
-CUDAGRAPH_PER_GRAPH_TOKENS = 36
 # the start-up free-memory check, and the margin vLLM suggests on top
-# K=V tied caches (Gemma 4 `attention_k_eq_v`, global layers only): vLLM's attention layer still
-# allocates a K and a V plane, so they cost full price. Evidence: vLLM PR #40391 sizes a Gemma 4
-# global head at 1,032 B/token in int8_per_token_head (512 K + 512 V + 8 scale bytes, padded to
-# 1,040), and the measured pools (gemma-bf16-mtp 196,527 tokens, gemma-int8-mtp 447K, the 12B boot
-# log's 384,019 tokens / 8.16 GiB) are reproduced with K + V and are 2x off with K only
-# (docs/ACCURACY.md).
-K_EQ_V_STORED_ONCE = False
 ERROR_BAND_FRACTION = Fraction(3, 100)
 ERROR_BAND_FLOOR = int(0.5 * GiB)
 
@@ -125,15 +116,13 @@ class ServeShape:
     disable_hybrid_kv_cache_manager: bool = False
     mamba_ssm_cache_dtype: str | None = None  # None: config's value, else the model dtype
     enable_prefix_caching: bool | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class KvGroup:
-    kind: str                  # full | sliding | chunked | mla | state
-    num_layers: int            # real layers in this group (<= group size; the rest is padding)
-    block_size: int            # tokens per block for this group
-    page_bytes: int            # one layer's page
-    window: int | None = None
+    # vLLM's release-line rules (fit/vllm_rules.py); None = that version's default
+    engine: str | None = None                # "v0" | "v1" (VLLM_USE_V1) on the 0.8-0.10 lines
+    enable_chunked_prefill: bool | None = None   # V0 only; V1 always chunks
+    mla_disabled: bool = False               # VLLM_MLA_DISABLE=1
+    quantization: str | None = None          # --quantization; None = the config's quant_method
+    speculative_method: str | None = None    # "mtp" | "eagle" | "eagle3" | "dflash" | "ngram" | "draft_model"
+    mm_encoder_profiling: bool = True        # False: no encoder dummy batch (language-only / images 0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,6 +158,10 @@ class Resolved:
     cudagraphs_subtracted: bool
     capture_sizes: int
     kv_tokens_formula: str          # "blocks" (<= 0.19) | "concurrency"
+    engine: str = "v1"              # "v0" | "v1"
+    chunked_prefill: bool = True
+    use_mla: bool = True
+    max_model_len_auto: bool = False   # vLLM fits max_model_len itself (-1 / auto, or unset from 0.26)
 
 
 @dataclass(frozen=True, slots=True)
@@ -224,277 +217,73 @@ class FitResult:
 # versions and defaults
 
 
-VERSION_RE = re.compile(r"\s*v?(\d+)\.(\d+)(?:\.(\d+))?")   # '0.22', 'v0.19.1', '0.8.3.dev172+g2b93162f'
-
-
-def parse_version(version: str | None) -> tuple[int, int, int]:
-    """'0.8.3.dev172+g2b93162f' -> (0, 8, 3); None/unparseable -> the newest known version."""
-    text = version if version else NEWEST_KNOWN_VLLM
-    match = VERSION_RE.match(str(text))
-    if not match:
-        match = VERSION_RE.match(NEWEST_KNOWN_VLLM)
-        assert match is not None
-    return int(match.group(1)), int(match.group(2)), int(match.group(3) or 0)
-
-
-def capture_sizes(max_num_seqs: int, num_speculative_tokens: int = 0, limit: int = 512) -> list[int]:
-    """vLLM's CUDA-graph capture sizes: [1, 2, 4] + 8..248 step 8 + 256.. step 16, cut at the max."""
-    top = min(2 * max_num_seqs * (1 + num_speculative_tokens), limit)
-    sizes = [1, 2, 4] + list(range(8, 256, 8)) + list(range(256, limit + 1, 16))
-    return [s for s in sizes if s <= top]
+def _quant_method(arch: Architecture, shape: ServeShape) -> str | None:
+    if shape.quantization:
+        return shape.quantization
+    qc = arch.quantization_config or {}
+    method = qc.get("quant_method")
+    return str(method) if method else None
 
 
 def resolve_defaults(arch: Architecture, shape: ServeShape, gpu_memory_bytes: Sequence[int]) -> Resolved:
+    """The settings vLLM would run with: the shape's, else the release line's defaults."""
     version = shape.vllm_version or NEWEST_KNOWN_VLLM
-    ver = parse_version(version)
-    util = shape.mem_util if shape.mem_util is not None else (0.92 if ver >= (0, 21, 0) else 0.90)
+    ver = parse_version(shape.vllm_version)
+    num_spec = int(shape.num_speculative_tokens or 0)
+    spec_method = shape.speculative_method or ("mtp" if num_spec and arch.mtp_layers else None)
+    choice = choose_engine(ver, requested=shape.engine, pp=int(shape.pp),
+                           kv_cache_dtype=str(shape.kv_cache_dtype or "auto"),
+                           has_state_layers=bool(arch.state_layers), spec_method=spec_method)
+    util = shape.mem_util if shape.mem_util is not None else (0.92 if ver >= UTIL_092_FROM else 0.90)
     device_gib = min(gpu_memory_bytes) / GiB if gpu_memory_bytes else 0.0
-    name = (shape.device_name or "").lower()
-    api = shape.entrypoint != "llm"
-    if ver >= (0, 10, 2) and device_gib >= 160:
-        mns, mnbt = 1024, 16384
-    elif ver >= (0, 10, 2) and device_gib >= 70 and "a100" not in name and "gb10" not in name:
-        mns, mnbt = 1024, (8192 if api else 16384)
-    else:
-        mns, mnbt = 256, (2048 if api else 8192)
+    mns, mnbt = batch_defaults(ver, choice.engine, device_gib=device_gib, device_name=shape.device_name or "",
+                               api_server=shape.entrypoint != "llm")
     max_num_seqs = shape.max_num_seqs or mns
-    max_len = shape.max_model_len or arch.derived_max_model_len or arch.max_position_embeddings or 0
+    auto = shape.max_model_len is not None and shape.max_model_len < 0
+    model_len = arch.derived_max_model_len or arch.max_position_embeddings or 0
+    max_len = model_len if auto or not shape.max_model_len else shape.max_model_len
+    auto = auto or (shape.max_model_len is None and choice.engine == "v1" and ver >= AUTO_FIT_UNSET_FROM)
+    use_mla = any(layer.kind == "mla" for layer in arch.layers)
+    if use_mla:
+        use_mla = mla_rule(ver, quant_method=_quant_method(arch, shape), disabled=shape.mla_disabled)[0]
+    chunked = True
+    if choice.engine == "v0":
+        chunked, mnbt = v0_batched_tokens(
+            ver, max_model_len=max_len, chunked=shape.enable_chunked_prefill,
+            sliding_window=any(layer.kind == "sliding" for layer in arch.layers), speculative=num_spec > 0,
+            multimodal=arch.has_vision, mla=use_mla)
     if shape.max_num_batched_tokens:
         mnbt = shape.max_num_batched_tokens
-    mnbt = max(mnbt, max_num_seqs if shape.max_num_batched_tokens is None else 0, 1)
+    elif choice.engine == "v1":
+        mnbt = max(mnbt, max_num_seqs, 1)
     model_dtype = canonical_dtype(shape.dtype) if shape.dtype and shape.dtype != "auto" else None
     if model_dtype is None:
         cfg = canonical_dtype(arch.torch_dtype)
         model_dtype = "bfloat16" if cfg in (None, "float32") else cfg
-    graphs = ver >= (0, 21, 0) and not shape.enforce_eager
-    n_sizes = 0 if shape.enforce_eager else len(capture_sizes(max_num_seqs, shape.num_speculative_tokens))
+    graphs = choice.engine == "v1" and ver >= GRAPH_ESTIMATE_FROM and not shape.enforce_eager
+    if shape.enforce_eager:
+        n_sizes = 0
+    elif choice.engine == "v0":     # worker/model_runner.py: _BATCH_SIZES_TO_CAPTURE cut at max_num_seqs
+        n_sizes = len([s for s in [1, 2, 4, *range(8, 257, 8)] if s <= max_num_seqs])
+    else:
+        n_sizes = len(capture_sizes(max_num_seqs, num_spec))
     return Resolved(vllm_version=version, mem_util=float(util), max_model_len=int(max_len),
-                    max_num_seqs=int(max_num_seqs), max_num_batched_tokens=int(mnbt),
+                    max_num_seqs=int(max_num_seqs), max_num_batched_tokens=int(max(mnbt, 1)),
                     kv_cache_dtype=shape.kv_cache_dtype or "auto", model_dtype=model_dtype,
                     cudagraphs_subtracted=graphs, capture_sizes=n_sizes,
-                    kv_tokens_formula="concurrency" if ver >= (0, 20, 0) else "blocks")
+                    kv_tokens_formula="concurrency" if ver >= KV_TOKENS_BY_CONCURRENCY_FROM else "blocks",
+                    engine=choice.engine, chunked_prefill=chunked, use_mla=use_mla, max_model_len_auto=auto)
 
 
-# ---------------------------------------------------------------------------------------------
-# KV page layout
-
-
-def _cdiv(a: int, b: int) -> int:
-    return -(-a // b)
-
-
-def _kv_heads_on_rank(total: int, tp: int) -> int:
-    return max(1, total // tp)
-
-
-def _attn_token_bytes(layer: LayerSpec, tp: int, fmt: KvFormat, model_bytes: int) -> Fraction:
-    """Bytes one token costs in one attention layer on one rank."""
-    if layer.kind == "mla":
-        if fmt.mla_bytes_per_token is not None:
-            return Fraction(fmt.mla_bytes_per_token)
-        k, _v = fmt.element_bytes(model_bytes)
-        return layer.head_dim * k                       # one latent head, never split by TP
-    heads = _kv_heads_on_rank(layer.num_kv_heads, tp)
-    k, v = fmt.element_bytes(model_bytes)
-    v_dim = layer.v_head_dim or (layer.head_dim if layer.k_eq_v else 0)
-    if layer.k_eq_v and K_EQ_V_STORED_ONCE:
-        v_dim = 0
-    per_head = layer.head_dim * k + v_dim * v + fmt.scale_bytes_per_head
-    return heads * per_head
-
-
-def tp_geometry_problem(tp: int, heads: int | None, kv_heads: int | None) -> str | None:
-    """Why vLLM cannot split attention over ``tp`` ranks, else None. The one owner of the rule
-    (the gate's [C0] and :func:`predict` both use it): the query heads must divide by TP; the KV
-    heads are split when TP divides them and replicated when TP is a multiple of them
-    (``config/model.py::get_num_kv_heads``)."""
-    if tp <= 1:
-        return None
-    if heads and heads % tp:
-        return f"tp={tp} does not divide the {heads} attention heads"
-    if kv_heads and kv_heads % tp and tp % kv_heads:
-        return f"tp={tp} neither divides nor is a multiple of the {kv_heads} KV heads"
-    return None
-
-
-def mamba_groups(n_groups: int, tp: int) -> int | Unpriceable:
-    """Mamba-2 groups across all ranks after vLLM's replication (MambaMixer2,
-    ``extra_groups_for_head_shards``): TP dividing the groups shards them as they are; a single
-    group is replicated once per rank; any other non-dividing count vLLM refuses to load."""
-    if n_groups % tp == 0:
-        return n_groups
-    if n_groups == 1:
-        return tp
-    return Unpriceable(f"{n_groups} Mamba groups are neither divisible by TP {tp} nor a single group")
-
-
-def _state_bytes(layer: LayerSpec, tp: int, num_spec: int, conv_bytes: int, ssm_bytes: int) -> int:
-    """One request's recurrent state for one layer on one rank (mamba_utils state shapes)."""
-    if layer.kind == "gdn":
-        conv_dim = (2 * layer.linear_num_key_heads * layer.linear_key_head_dim
-                    + layer.linear_num_value_heads * layer.linear_value_head_dim)
-        conv = (conv_dim // tp) * (layer.conv_kernel - 1 + num_spec)
-        recurrent = (layer.linear_num_value_heads // tp) * layer.linear_value_head_dim * layer.linear_key_head_dim
-        return conv * conv_bytes + recurrent * ssm_bytes
-    if layer.kind == "mamba2":
-        groups = mamba_groups(layer.n_groups, tp)
-        if isinstance(groups, Unpriceable):
-            raise _CannotPrice(groups.reason)
-        conv_dim = layer.mamba_intermediate + 2 * groups * layer.ssm_state_size
-        conv = (conv_dim // tp) * (layer.conv_kernel - 1 + num_spec)
-        recurrent = (layer.mamba_num_heads // tp) * layer.mamba_head_dim * layer.ssm_state_size
-        return conv * conv_bytes + recurrent * ssm_bytes
-    raise _CannotPrice(f"layer kind {layer.kind!r} has no state model")
-
-
-@dataclass(frozen=True, slots=True)
-class _Layout:
-    groups: tuple[KvGroup, ...]
-    group_size: int
-    bytes_per_block: int
-    attn_block_size: int
-    kv_bytes_per_token: int
-    state_bytes_per_request: int
-    layer_needs: tuple[tuple[str, int, int, int | None], ...]  # (kind, block_size, page, window) per layer
-
-
-def kv_page_layout(layers: Sequence[LayerSpec], *, tp: int, fmt: KvFormat, model_bytes: int,
-                   block_size: int | None, num_spec: int = 0, conv_bytes: int = 2, ssm_bytes: int = 2,
-                   disable_hybrid: bool = False, max_model_len: int = 0) -> _Layout:
-    """Per-layer pages, vLLM's grouping into equal-size groups and bytes per block for one rank."""
-    attn = [layer for layer in layers if layer.is_attention]
-    state = [layer for layer in layers if layer.is_state]
-    if disable_hybrid:
-        attn = [replace(layer, kind="full", window=None) if layer.kind in ("sliding", "chunked") else layer
-                for layer in attn]
-    bs = block_size or 16
-    attn_token = [_attn_token_bytes(layer, tp, fmt, model_bytes) for layer in attn]
-    kv_per_token = sum(attn_token, Fraction(0))
-
-    state_page = 0
-    if state:
-        state_page = max(_state_bytes(layer, tp, num_spec, conv_bytes, ssm_bytes) for layer in state)
-        if attn and block_size is None:
-            # raise the attention block size until one attention page holds a state page
-            # (platforms/interface.py::update_block_size_for_backend; kernel alignment 16, 128 for MLA)
-            align = 128 if any(layer.kind == "mla" for layer in attn) else 16
-            one_token = max(attn_token)
-            bs = max(bs, align * math.ceil(Fraction(state_page) / (align * one_token)))
-
-    # one page per layer; key = spec identity (kind, page, window)
-    entries: list[tuple[str, int, int, int | None]] = []
-    for layer, token_bytes in zip(attn, attn_token):
-        entries.append((layer.kind, bs, math.ceil(bs * token_bytes), layer.window))
-    if state:
-        att_page = max((e[2] for e in entries), default=state_page)
-        padded = max(state_page, att_page)
-        entries.extend(("state", bs, padded, None) for _ in state)
-
-    if not entries:
-        return _Layout((), 0, 0, bs, 0, 0, ())
-
-    # uniform page size: layers with smaller pages get proportionally larger blocks
-    max_page = max(e[2] for e in entries)
-    unified: list[tuple[str, int, int, int | None]] = []
-    for kind, block, page, window in entries:
-        if page != max_page and kind != "state":
-            # vLLM's unify_kv_cache_spec_page_size multiplies the block size by max_page // page when it
-            # divides. Per-token-head scales break the ratio (Gemma 4 int8_per_token_head at TP2:
-            # sliding 8 heads x (256 + 256 + 8) = 4,160 B/token, global 2 x (512 + 512 + 8) = 2,064);
-            # vLLM PR #40391 (the overlay every such profile runs) pads the smaller layer's per-token
-            # bytes up to max_page / (max_page // page) (1,032 -> 1,040 B per head), so the block grows
-            # by the floor of the ratio and the page is padded to max_page.
-            block, page = block * max(1, max_page // page), max_page
-        elif kind == "state":
-            page = max_page
-        unified.append((kind, block, page, window))
-
-    buckets: dict[tuple[str, int, int | None], int] = {}
-    for kind, block, _page, window in unified:
-        buckets[(kind, block, window)] = buckets.get((kind, block, window), 0) + 1
-    counts = list(buckets.values())
-    group_size = min(counts)
-    if max(counts) < group_size * 1.25:
-        group_size = max(counts)
-    groups: list[KvGroup] = []
-    for (kind, block, window), n in buckets.items():
-        for start in range(0, n, group_size):
-            groups.append(KvGroup(kind=kind, num_layers=min(group_size, n - start), block_size=block,
-                                  page_bytes=max_page, window=window))
-    state_per_request = sum(_state_bytes(layer, tp, num_spec, conv_bytes, ssm_bytes) for layer in state)
-    return _Layout(groups=tuple(groups), group_size=group_size, bytes_per_block=group_size * max_page,
-                   attn_block_size=bs, kv_bytes_per_token=math.ceil(kv_per_token),
-                   state_bytes_per_request=state_per_request, layer_needs=tuple(unified))
-
-
-def _tokens_needed(kind: str, length: int, window: int | None, inflight: int) -> int | None:
-    if kind in ("full", "mla"):
-        return length
-    if kind == "sliding":
-        return min((window or 0) - 1 + inflight, length)
-    if kind == "chunked":
-        return min((window or 0) + inflight, length)
-    return None
-
-
-def _blocks_for(kind: str, block: int, length: int, window: int | None, inflight: int, num_spec: int) -> int:
-    tokens = _tokens_needed(kind, length, window, inflight)
-    if tokens is None:                       # state: one page (+ speculative pages) per request
-        return 1 + num_spec
-    blocks = _cdiv(tokens, block)
-    return blocks + 1 if kind == "sliding" else blocks
-
-
-def _blocks_per_request(layout: _Layout, length: int, inflight: int, num_spec: int) -> int:
-    return sum(_blocks_for(g.kind, g.block_size, length, g.window, inflight, num_spec) for g in layout.groups)
-
-
-def _bytes_needed(layout: _Layout, length: int, inflight: int, num_spec: int) -> int:
-    """vLLM's _check_enough_kv_cache_memory: sum over layers of each layer's max memory use."""
-    return sum(_blocks_for(kind, block, length, window, inflight, num_spec) * page
-               for kind, block, page, window in layout.layer_needs)
-
-
-# ---------------------------------------------------------------------------------------------
-# free terms
-
-
-def _activation_width(arch: Architecture, tp: int) -> int:
-    """Bytes per batched token of the largest transient in one decoder layer (bf16 activations)."""
-    h = arch.hidden_size
-    q = arch.num_attention_heads * arch.head_dim
-    kv = 2 * arch.num_key_value_heads * arch.head_dim
-    attn = (q + kv + q) // tp
-    dense = 3 * arch.intermediate_size // tp if arch.intermediate_size else 0
-    moe = 0
-    if arch.num_experts:
-        inter = arch.moe_intermediate_size or arch.intermediate_size
-        moe = arch.num_experts_per_tok * (3 * inter // tp + h)
-        if arch.shared_expert_intermediate_size:
-            moe += 3 * arch.shared_expert_intermediate_size // tp
-    return 2 * (max(attn, dense, moe) + 2 * h)
-
-
-def _activation_bytes(arch: Architecture, tp: int, tokens: int, num_seqs: int, last_stage: bool) -> int:
-    forward = ACT_FORWARD_COEF * tokens * _activation_width(arch, tp)
-    sampler = SAMPLER_COEF * min(num_seqs, tokens) * arch.vocab_size * 4 if last_stage else 0
-    return int(max(forward, sampler))
-
-
-def _non_torch_bytes(tp: int, pp: int, nvswitch: bool) -> int:
-    value = NON_TORCH_TP1
-    if tp * pp > 1:
-        value += NON_TORCH_MULTI
-    if tp > 1 and nvswitch:
-        value += NON_TORCH_NVSWITCH
-    return value
-
-
-def _cudagraph_bytes(arch: Architecture, n_sizes: int, layers_here: int, tp: int) -> int:
-    if n_sizes <= 0:
-        return 0
-    unit = layers_here * arch.hidden_size * 2 // tp
-    return unit * (CUDAGRAPH_BASE_TOKENS + CUDAGRAPH_PER_GRAPH_TOKENS * n_sizes)
+def _without_mla(arch: Architecture, ver: tuple[int, int, int], quant: str | None, disabled: bool) -> Architecture:
+    """vLLM versions that did not (or could not) use MLA cache every head's K and V."""
+    _used, padded, _why = mla_rule(ver, quant_method=quant, disabled=disabled)
+    size = padded or arch.head_dim
+    full = LayerSpec(kind="full", num_kv_heads=arch.num_attention_heads, head_dim=size, v_head_dim=size)
+    layers = tuple(full if layer.kind == "mla" else layer for layer in arch.layers)
+    mtp = full if arch.mtp_layer is not None and arch.mtp_layer.kind == "mla" else arch.mtp_layer
+    return replace(arch, layers=layers, mtp_layer=mtp, num_key_value_heads=arch.num_attention_heads,
+                   layer_kinds=tuple(sorted({layer.kind for layer in layers})))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -544,51 +333,54 @@ def predict(arch: Architecture, *, weights_bytes: int, gpu_memory_bytes: Sequenc
     try:
         return _predict(arch, weights_bytes=weights_bytes, gpu_memory_bytes=gpu_memory_bytes, shape=shape,
                         weights_bytes_per_rank=weights_bytes_per_rank, confidence=confidence)
-    except _CannotPrice as exc:
+    except CannotPrice as exc:
         return Unpriceable(str(exc))
 
 
 def _predict(arch: Architecture, *, weights_bytes: int, gpu_memory_bytes: Sequence[int], shape: ServeShape,
              weights_bytes_per_rank: int | None, confidence: str) -> FitResult:
     if arch.unpriceable_reason:
-        raise _CannotPrice(arch.unpriceable_reason)
+        raise CannotPrice(arch.unpriceable_reason)
     tp, pp = int(shape.tp), int(shape.pp)
     if tp < 1 or pp < 1:
-        raise _CannotPrice("tensor and pipeline parallel sizes must be >= 1")
-    if any(layer.kind in ("full", "sliding", "chunked", "mla") for layer in arch.layers):
-        kv_split = any(layer.kind in ("full", "sliding", "chunked") for layer in arch.layers)
-        problem = tp_geometry_problem(tp, arch.num_attention_heads,
-                                      arch.num_key_value_heads if kv_split else None)
-        if problem:
-            raise _CannotPrice(problem)
-    for layer in arch.layers:
-        if layer.kind == "gdn" and (layer.linear_num_key_heads % tp or layer.linear_num_value_heads % tp):
-            raise _CannotPrice(f"linear-attention heads are not divisible by TP {tp}")
-        if layer.kind == "mamba2" and layer.mamba_num_heads % tp:
-            raise _CannotPrice(f"Mamba heads are not divisible by TP {tp}")
-        if layer.kind == "linear":
-            raise _CannotPrice("unmodelled linear-attention layer")
-    if pp > arch.num_hidden_layers:
-        raise _CannotPrice(f"PP {pp} exceeds {arch.num_hidden_layers} layers")
+        raise CannotPrice("tensor and pipeline parallel sizes must be >= 1")
     world = tp * pp
     mems = list(gpu_memory_bytes)
     if not mems:
-        raise _CannotPrice("no GPU memory given")
+        raise CannotPrice("no GPU memory given")
     if len(mems) == 1:
         mems = mems * world
     if len(mems) < world:
-        raise _CannotPrice(f"{len(mems)} GPUs given for TP {tp} x PP {pp}")
+        raise CannotPrice(f"{len(mems)} GPUs given for TP {tp} x PP {pp}")
     mems = mems[:world]
     fmt = kv_format(shape.kv_cache_dtype)
     if fmt is None:
-        raise _CannotPrice(f"unknown KV cache dtype {shape.kv_cache_dtype!r}")
+        raise CannotPrice(f"unknown KV cache dtype {shape.kv_cache_dtype!r}")
     if fmt.mla_bytes_per_token is not None and not any(layer.kind == "mla" for layer in arch.layers):
-        raise _CannotPrice(f"KV cache dtype {fmt.name} applies to MLA models only")
+        raise CannotPrice(f"KV cache dtype {fmt.name} applies to MLA models only")
 
     res = resolve_defaults(arch, shape, mems)
-    if res.max_model_len <= 0:
-        raise _CannotPrice("max_model_len unknown: the config has no max_position_embeddings")
+    if shape.max_model_len is not None and shape.max_model_len < 0 and \
+            parse_version(shape.vllm_version) < AUTO_FIT_FLAG_FROM:
+        raise CannotPrice(f"--max-model-len auto needs vLLM >= 0.12.0 (priced as {res.vllm_version})")
     notes: list[str] = []
+    unread = version_note(shape.vllm_version)
+    if unread:
+        notes.append(unread)
+    ver = parse_version(shape.vllm_version)
+    if res.engine == "v0":
+        why = choose_engine(ver, requested=shape.engine, pp=pp, kv_cache_dtype=str(shape.kv_cache_dtype or "auto"),
+                            has_state_layers=bool(arch.state_layers),
+                            spec_method=shape.speculative_method).reason
+        notes.append(f"vLLM {res.vllm_version} runs the V0 engine" + (f" ({why})" if why else "")
+                     + (": chunked prefill on" if res.chunked_prefill else
+                        f": no chunked prefill, the profile batch is {res.max_num_batched_tokens} tokens"))
+    if any(layer.kind == "mla" for layer in arch.layers) and not res.use_mla:
+        notes.append(mla_rule(ver, quant_method=_quant_method(arch, shape), disabled=shape.mla_disabled)[2] or "")
+        arch = _without_mla(arch, ver, _quant_method(arch, shape), shape.mla_disabled)
+    _check_geometry(arch, tp, pp)
+    if res.max_model_len <= 0:
+        raise CannotPrice("max_model_len unknown: the config has no max_position_embeddings")
     model_bytes = dtype_bytes(res.model_dtype)
     ssm_name = shape.mamba_ssm_cache_dtype or arch.mamba_ssm_cache_dtype
     ssm_bytes = dtype_bytes(ssm_name) if ssm_name and ssm_name != "auto" else model_bytes
@@ -605,28 +397,35 @@ def _predict(arch: Architecture, *, weights_bytes: int, gpu_memory_bytes: Sequen
         notes.append(f"{arch.mtp_layers} MTP layer(s) add their own KV")
 
     ranks: list[RankBreakdown] = []
-    layouts: list[_Layout] = []
+    layouts: list[Layout] = []
+    stage_graphs: list[int] = []
     start = 0
     for stage in range(pp):
         stage_layers = list(arch.layers[start:start + counts[stage]])
         start += counts[stage]
-        if stage == pp - 1:
+        last = stage == pp - 1
+        if last:
             stage_layers += mtp_layers
         layout = kv_page_layout(stage_layers, tp=tp, fmt=fmt, model_bytes=model_bytes,
                                 block_size=shape.block_size, num_spec=num_spec,
                                 conv_bytes=model_bytes, ssm_bytes=ssm_bytes,
                                 disable_hybrid=shape.disable_hybrid_kv_cache_manager,
                                 max_model_len=res.max_model_len)
-        last = stage == pp - 1
         if weights_bytes_per_rank is not None:
             weights = int(weights_bytes_per_rank)
         else:
             weights = _weights_per_rank(arch, int(weights_bytes), tp, pp, stage, counts[stage], model_bytes)
         if last and shape.extra_weights_bytes:
             weights += int(shape.extra_weights_bytes) // tp
-        non_torch = _non_torch_bytes(tp, pp, nvswitch)
-        activation = _activation_bytes(arch, tp, res.max_num_batched_tokens, res.max_num_seqs, last)
-        graphs = _cudagraph_bytes(arch, res.capture_sizes, counts[stage], tp)
+        non_torch = profiling.non_torch_bytes(tp, pp, nvswitch)
+        act = profiling.activation(arch, tp=tp, tokens=res.max_num_batched_tokens, num_seqs=res.max_num_seqs,
+                                   last_stage=last, num_spec=num_spec, engine=res.engine,
+                                   encoder=shape.mm_encoder_profiling and stage == 0,
+                                   graphs_in_budget=res.engine == "v1" and ver >= GRAPH_ESTIMATE_FROM)
+        # drafter layers capture their own graphs on the last stage
+        graph_layers = counts[stage] + (len(mtp_layers) if last else 0)
+        graphs = profiling.cudagraph_bytes(arch, res.capture_sizes, graph_layers, tp)
+        stage_graphs.append(graphs)
         for tp_rank in range(tp):
             idx = stage * tp + tp_rank
             budget = int(mems[idx] * util)
@@ -634,11 +433,11 @@ def _predict(arch: Architecture, *, weights_bytes: int, gpu_memory_bytes: Sequen
             if shape.kv_cache_memory_bytes is not None:
                 pool = int(shape.kv_cache_memory_bytes)
             else:
-                pool = max(0, budget - weights - non_torch - activation - subtracted)
+                pool = max(0, budget - weights - non_torch - act.total - subtracted)
             blocks = pool // layout.bytes_per_block if layout.bytes_per_block else 0
             ranks.append(RankBreakdown(rank=idx, gpu_memory_bytes=int(mems[idx]), budget_bytes=budget,
                                        weights_bytes=weights, non_torch_bytes=non_torch,
-                                       activation_bytes=activation, cudagraph_bytes=subtracted,
+                                       activation_bytes=act.total, cudagraph_bytes=subtracted,
                                        kv_pool_bytes=pool, num_blocks=blocks,
                                        bytes_per_block=layout.bytes_per_block,
                                        kv_bytes_per_token=layout.kv_bytes_per_token,
@@ -646,37 +445,23 @@ def _predict(arch: Architecture, *, weights_bytes: int, gpu_memory_bytes: Sequen
             layouts.append(layout)
 
     if not any(lay.groups for lay in layouts):
-        raise _CannotPrice("the model has no KV cache or state layers to size")
+        raise CannotPrice("the model has no KV cache or state layers to size")
     # a PP stage holding no cache layers (Nemotron-H's trailing MLP stages) allocates no KV and
     # cannot limit the pool: only stages with groups compete
     limiting = min((i for i in range(len(ranks)) if layouts[i].groups),
                    key=lambda i: (ranks[i].num_blocks, i))
     lim, layout = ranks[limiting], layouts[limiting]
     num_blocks = lim.num_blocks
-    length = res.max_model_len
-    per_request = max(_blocks_per_request(lay, length, inflight, num_spec) for lay in layouts if lay.groups)
-    concurrency = num_blocks / per_request if per_request else 0.0
-    if res.kv_tokens_formula == "concurrency":
-        kv_tokens = int(concurrency * length)
-    else:
-        min_block = min(g.block_size for g in layout.groups)
-        kv_tokens = num_blocks // len(layout.groups) * min_block
 
     def fits(candidate: int) -> bool:
-        for rank, lay in zip(ranks, layouts):
+        for rank, lay in zip(ranks, layouts, strict=True):
             if not lay.groups:
                 continue
-            if rank.kv_pool_bytes <= 0 or _bytes_needed(lay, candidate, inflight, num_spec) > rank.kv_pool_bytes:
+            if rank.kv_pool_bytes <= 0 or bytes_needed(lay, candidate, inflight, num_spec) > rank.kv_pool_bytes:
                 return False
         return True
 
-    requested = shape.max_num_seqs or 1
-    if not fits(length):
-        verdict = "wont-fit"
-    elif requested * per_request > num_blocks * CONSTRAINED_SLACK:
-        verdict = "fits-constrained"
-    else:
-        verdict = "fits-clean"
+    length = res.max_model_len
     upper = max(length, arch.derived_max_model_len or 0)
     lo, hi = 0, upper
     while lo < hi:                               # largest length that fits (estimate_max_model_len)
@@ -686,14 +471,33 @@ def _predict(arch: Architecture, *, weights_bytes: int, gpu_memory_bytes: Sequen
         else:
             hi = mid - 1
     max_fit = lo
+    if res.max_model_len_auto and not fits(length) and max_fit > 0:
+        notes.append(f"vLLM {res.vllm_version} auto-fits max_model_len: reduced from {length} to {max_fit}")
+        length = max_fit
+        res = replace(res, max_model_len=max_fit)
+    per_request = max(blocks_per_request(lay, length, inflight, num_spec) for lay in layouts if lay.groups)
+    concurrency = num_blocks / per_request if per_request else 0.0
+    if res.kv_tokens_formula == "concurrency":
+        kv_tokens = int(concurrency * length)
+    else:
+        min_block = min(g.block_size for g in layout.groups)
+        kv_tokens = num_blocks // len(layout.groups) * min_block
 
-    cg_est = _cudagraph_bytes(arch, res.capture_sizes, counts[limiting // tp], tp)
+    requested = shape.max_num_seqs or 1
+    if not fits(length):
+        verdict = "wont-fit"
+    elif requested * per_request > num_blocks * CONSTRAINED_SLACK:
+        verdict = "fits-constrained"
+    else:
+        verdict = "fits-clean"
+
+    cg_est = stage_graphs[limiting // tp]
     outside = 0 if res.cudagraphs_subtracted or shape.enforce_eager else cg_est
     if outside:
         notes.append(f"vLLM {res.vllm_version} captures CUDA graphs outside the budget "
                      f"(~{outside / GiB:.2f} GiB in the remaining {1 - res.mem_util:.0%})")
-    if arch.has_vision:
-        notes.append("multimodal encoder profiling is not modelled (text-only activation peak)")
+    if arch.has_vision and arch.vision is None and shape.mm_encoder_profiling:
+        notes.append("multimodal encoder profiling is not modelled for this vision tower (text-only activation peak)")
     if shape.kv_cache_memory_bytes is not None:
         notes.append("--kv-cache-memory-bytes sets the pool; util does not size the cache")
     notes.extend(arch.notes)
@@ -706,3 +510,21 @@ def _predict(arch: Architecture, *, weights_bytes: int, gpu_memory_bytes: Sequen
         max_model_len=length, max_model_len_fit=max_fit, confidence=confidence,
         error_band_bytes=band, groups=layout.groups, settings=res, notes=tuple(notes),
         cudagraph_outside_budget_bytes=outside, requested_concurrency=requested)
+
+
+def _check_geometry(arch: Architecture, tp: int, pp: int) -> None:
+    if any(layer.kind in ("full", "sliding", "chunked", "mla") for layer in arch.layers):
+        kv_split = any(layer.kind in ("full", "sliding", "chunked") for layer in arch.layers)
+        problem = tp_geometry_problem(tp, arch.num_attention_heads,
+                                      arch.num_key_value_heads if kv_split else None)
+        if problem:
+            raise CannotPrice(problem)
+    for layer in arch.layers:
+        if layer.kind == "gdn" and (layer.linear_num_key_heads % tp or layer.linear_num_value_heads % tp):
+            raise CannotPrice(f"linear-attention heads are not divisible by TP {tp}")
+        if layer.kind == "mamba2" and layer.mamba_num_heads % tp:
+            raise CannotPrice(f"Mamba heads are not divisible by TP {tp}")
+        if layer.kind == "linear":
+            raise CannotPrice("unmodelled linear-attention layer")
+    if pp > arch.num_hidden_layers:
+        raise CannotPrice(f"PP {pp} exceeds {arch.num_hidden_layers} layers")

@@ -10,6 +10,7 @@ Pure: no I/O, no environment, no printing. Reads only the catalog records it is 
 
 from __future__ import annotations
 
+import json
 from dataclasses import fields
 from typing import Any
 
@@ -17,7 +18,8 @@ from club3090.compose.launch import interpolate
 from club3090.errors import CatalogError, InterpolationError, Problem
 from club3090.fit.memory import ServeShape
 
-__all__ = ["SHAPE_FIELDS", "drafter_terms", "profile_batched_tokens", "profile_shape", "shipped_flag"]
+__all__ = ["SHAPE_FIELDS", "drafter_terms", "profile_batched_tokens", "profile_encoder_profiling", "profile_shape",
+           "shipped_flag"]
 
 SHAPE_FIELDS = tuple(f.name for f in fields(ServeShape))
 SPECULATIVE_METHODS = ("mtp", "mtp_assistant", "dflash", "eagle3")
@@ -58,6 +60,28 @@ def profile_batched_tokens(profile: Any) -> int | None:
         raise CatalogError([Problem("profiles.yaml", f"profiles[{profile.key!r}].runtime.service.command",
                                     f"--max-num-batched-tokens {value!r} is not a positive integer")])
     return int(value)
+
+
+def profile_encoder_profiling(profile: Any) -> bool:
+    """Whether vLLM profiles the vision encoder for this compose: ``--language-model-only`` and a
+    ``--limit-mm-per-prompt`` of zero for every modality skip the dummy image batch
+    (``profile_run`` runs encoder profiling only when some modality is allowed)."""
+    if profile is None or profile.runtime is None:
+        return True
+    command = profile.runtime.service.get("command")
+    if isinstance(command, (list, tuple)) and "--language-model-only" in [str(a) for a in command]:
+        return False
+    limits = shipped_flag(profile, "--limit-mm-per-prompt")
+    if limits:
+        try:
+            parsed = json.loads(limits)
+        except ValueError:
+            return True
+        if isinstance(parsed, dict) and parsed and all(
+                (isinstance(v, int) and v == 0) or (isinstance(v, dict) and v.get("count") == 0)
+                for v in parsed.values()):
+            return False
+    return True
 
 
 def drafter_terms(drafter: Any) -> tuple[int, int]:
@@ -105,6 +129,7 @@ def profile_shape(profile: Any, catalog: Any, *, drafter: bool = True, **overrid
             "max_num_batched_tokens": profile_batched_tokens(profile),
             "kv_cache_dtype": profile.kv_format or "auto",
             "vllm_version": engine.vllm_version,
+            "mm_encoder_profiling": profile_encoder_profiling(profile),
         }
         if drafter and profile.drafter:
             spec, extra = drafter_terms(catalog.drafters[profile.drafter])

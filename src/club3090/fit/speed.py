@@ -29,7 +29,8 @@ from decimal import Decimal
 from typing import Any
 
 from club3090.fit.kv_formats import dtype_bytes, kv_format
-from club3090.fit.memory import ServeShape, _attn_token_bytes, _CannotPrice, _state_bytes
+from club3090.fit.kv_layout import CannotPrice, _attn_token_bytes, _state_bytes
+from club3090.fit.memory import ServeShape
 from club3090.model.architecture import Architecture
 
 __all__ = ["BAND", "INTERCONNECTS", "PROMPT_TOKENS", "SpeedEstimate", "active_weight_bytes",
@@ -133,7 +134,7 @@ def _kv_read_bytes(arch: Architecture, shape: ServeShape, context: int) -> int:
             ssm = 4 if (arch.mamba_ssm_cache_dtype or "").lower() in ("float32", "fp32") else model_bytes
             try:
                 total += 2 * _state_bytes(layer, tp, 0, model_bytes, ssm)
-            except _CannotPrice:    # a state the memory model cannot size: it is small next to weights
+            except CannotPrice:     # a state the memory model cannot size: it is small next to weights
                 continue
     return int(total)
 

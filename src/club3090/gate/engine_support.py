@@ -100,6 +100,17 @@ class EngineInputs:
     weight_format: str | None = None        # "gguf" refuses on a vLLM engine
     kv_format: str | None = None            # defaults to the profile's
     tp: int | None = None                   # defaults to the profile's
+    python_files: tuple[str, ...] | None = None   # *.py in the repo listing; None: not read
+
+
+def no_code_evidence(inputs: EngineInputs) -> str | None:
+    """The repo's own evidence that it needs no custom code: no ``auto_map`` anywhere in its
+    config (nested configs included) and no Python file in its listing. None when it ships code,
+    declares ``auto_map`` or its listing could not be read (then an ``unverified`` row fails closed)."""
+    if inputs.auto_map or inputs.python_files is None or inputs.python_files:
+        return None
+    return ("config.json declares no auto_map (nested configs included) and the repo listing has no .py "
+            "files: vLLM's built-in implementation serves it")
 
 
 def find_arch_row(catalog: "Catalog", *, curated_model: str | None, architecture: str,
@@ -138,7 +149,10 @@ def engine_findings(inputs: EngineInputs, catalog: "Catalog") -> tuple[EngineFin
 
     # 1. trust-remote-code, fail closed
     trc_why = []
-    if row is not None and row.trust_remote_code in ("true", "unverified"):
+    row_trc = row.trust_remote_code if row is not None else None
+    if row_trc == "unverified" and no_code_evidence(inputs) is not None:
+        row_trc = "false"          # the repo's own evidence decides what the row left open
+    if row is not None and row_trc in ("true", "unverified"):
         trc_why.append(f"arch row {row.arch} says trust_remote_code={row.trust_remote_code}")
     if inputs.auto_map:
         trc_why.append("config.json declares auto_map (custom modelling code)")

@@ -118,6 +118,8 @@ class NoticeCode(str, Enum):
 
     # gate (club3090.pipeline.pull)
     DRY_RUN_IGNORES_OUT = "dry-run-ignores-out"
+    AUTO_SHAPE = "auto-shape"                                  # data: source, reason, runner_ups
+    TRC_NOT_NEEDED = "trust-remote-code-not-needed"            # data: evidence
     PROFILE_NOT_LAUNCHABLE = "profile-not-launchable"          # data: profile, status
     PATH_A_IGNORES_EXPERIMENTAL_ARCH = "path-a-ignores-experimental-arch"
     BYPASSED = "bypassed"                                      # data: token, flags
@@ -131,6 +133,7 @@ class NoticeCode(str, Enum):
     EMIT_ONLY = "emit-only"                                    # derived compose written, nothing downloaded
     EMIT_REFUSED = "emit-refused"                              # data: failure, detail
     BUNDLE_WRITE_FAILED = "bundle-write-failed"                # data: error
+    MEASURED_HERE = "measured-here"                            # data: entry, band_gib
     # hardware resolution (club3090.rig.hardware.resolve_hardware)
     REFERENCE_GPU_PRICED = "reference-gpu-priced"              # data: gpu, count, memory_bytes
     MIXED_GPU_ARCH = "mixed-gpu-arch"                          # data: sms

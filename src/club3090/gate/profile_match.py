@@ -25,10 +25,14 @@ def check_profile(key: str, catalog: "Catalog", *, path: str,
     ``profile-not-emittable`` and ``profile-mismatch`` (Path A only)."""
     profile = catalog.profiles.get(key)
     if profile is None:
+        import difflib
+
+        close = difflib.get_close_matches(key, list(catalog.profiles), n=3, cutoff=0.75)
+        near = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
         return Stop(Stratum.PROFILE_LIKE, Reason.UNKNOWN_PROFILE_LIKE,
-                    detail=_frozen({"profile_like": key,
-                                    "message": f"{key!r} is not a registry profile; "
-                                               "list them with `club3090 profiles`"}))
+                    detail=_frozen({"profile_like": key, "did_you_mean": tuple(close),
+                                    "message": f"{key!r} is not a registry profile{near} "
+                                               "(list them with `club3090 profiles`)"}))
     engine = catalog.engines.get(profile.engine)
     if engine is None or engine.type != "vllm":
         hint = f"`club3090 kv-calc {key}` prices it with llama.cpp's memory model" \

@@ -30,6 +30,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
+from club3090.model.vision import VisionSpec, vision_spec
+
 __all__ = [
     "ATTENTION_KINDS",
     "DIMENSION_CAPS",
@@ -178,6 +180,7 @@ class Architecture:
     mtp_layer: LayerSpec | None = None            # cache geometry of one MTP/draft layer
     derived_max_model_len: int | None = None      # vLLM's default max_model_len (rope scaling applied)
     notes: tuple[str, ...] = field(default=())
+    vision: VisionSpec | None = None              # the vision tower vLLM's encoder profiling runs
 
     @property
     def is_moe(self) -> bool:
@@ -287,13 +290,14 @@ _RECURRENT = "model type {model_type!r} keeps a recurrent state club3090 does no
 _DSV4_CSA = "DeepSeek-V4 compressed sparse attention (compress_ratios) is not modelled"
 _GEMMA3_TEXT = Family(defaults={"vocab_size": 262208, "max_position_embeddings": 131072,
                                 "sliding_window_pattern": 6, "num_key_value_heads": 4, "head_dim": 256},
-                      scales_max_len=False, sliding_period=6)
+                      scales_max_len=False, sliding_period=6, tie_word_embeddings=True)
 _GPT2_MLP = Family(mlp_hidden_ratio=4)   # GPT-2 style: n_inner null means 4 x n_embd
 
 # Keyed by model_type; a type without a row uses its base's (``gemma3_text`` -> ``gemma3``,
 # ``lfm2_vl`` -> ``lfm2``: see :func:`family`), else :data:`GENERIC`.
 FAMILIES: Mapping[str, Family] = MappingProxyType({
-    "gemma2": Family(defaults={"max_position_embeddings": 8192, "sliding_window": 4096}, sliding_period=2),
+    "gemma2": Family(defaults={"max_position_embeddings": 8192, "sliding_window": 4096}, sliding_period=2,
+                     tie_word_embeddings=True),
     "gemma3": _GEMMA3_TEXT,              # a wrapper whose text_config names no type: the text class
     "gemma3_text": _GEMMA3_TEXT,
     "gemma3n": Family(scales_max_len=False, sliding_period=6),
@@ -697,4 +701,5 @@ def _parse(config: Mapping[str, Any]) -> Architecture:
         mtp_layer=mtp_layer,
         derived_max_model_len=derived_max_len,
         notes=tuple(notes),
+        vision=vision_spec(config) if has_vision else None,
     )

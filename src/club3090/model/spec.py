@@ -68,3 +68,4 @@ class ModelSpec:
     gguf_files: tuple[str, ...] = ()
     provenance: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     max_ctx_supported: int | None = None      # max_position_embeddings, else 131072 (provenance "fallback")
+    python_files: tuple[str, ...] | None = None   # *.py in the repo listing; None: the listing was not read

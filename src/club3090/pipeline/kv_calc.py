@@ -4,15 +4,19 @@ reference card) -> fit."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from club3090.errors import UsageError
+from club3090.fit.auto_shape import choose_shape
 from club3090.fit.estimate import Estimate, NoFit, Overrides, default_gpus, estimate, serving_shape
+from club3090.gate.engine_support import find_arch_row
 from club3090.gate.outcome import Outcome, Stop
-from club3090.pipeline.stages import gpu_set
+from club3090.pipeline.auto_profile import curated_default, weights_of
+from club3090.pipeline.stages import gpu_set, measured_here
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
+    from club3090.catalog.model import Catalog
     from club3090.pipeline.provider import Provider
 
 
@@ -35,18 +39,65 @@ def price(request: PriceRequest, provider: "Provider") -> Estimate | NoFit | Sto
     if not request.model and not request.profile:
         raise UsageError("kv-calc needs MODEL or --profile")
     if request.profile and request.profile not in catalog.profiles:
-        raise UsageError(f"unknown profile {request.profile!r}")
+        raise UsageError(f"unknown profile {request.profile!r}{did_you_mean(request.profile, catalog)}; "
+                         "list them with `club3090 profiles`")
     name = request.model or request.profile or ""
+    if not request.profile and looks_like_profile_typo(name, catalog):   # never a Hub round trip
+        raise UsageError(f"{name!r} is not a profile{did_you_mean(name, catalog)}; "
+                         "list them with `club3090 profiles`")
+    gpus = gpu_set(request.gpus, catalog)      # a bad --gpus fails before any network
     shape_profile = catalog.profiles[request.profile] if request.profile else catalog.profiles.get(name)
     facts = provider.resolve(name, catalog, weights_optional=True)
     if isinstance(facts, Stop):
         return facts
-    shape = serving_shape(facts, shape_profile, request.overrides, catalog)
+    o = request.overrides
+    auto = shape_profile is None and gpus is not None and o.tp is None and o.pp is None
+    if auto and gpus is not None and facts.curated is not None and o == Overrides(solve_max_ctx=o.solve_max_ctx,
+                                                             weights_gib=o.weights_gib):
+        key = curated_default(catalog, facts, gpus.count)
+        shape_profile = catalog.profiles[key] if key is not None else None
+        auto = shape_profile is None
+    shape = serving_shape(facts, shape_profile, o, catalog)
+    choice = None
+    if auto and gpus is not None and gpus.count > 1 and (facts.weights_bytes is not None or o.weights_gib):
+        choice = choose_shape(facts, gpus.memory_bytes, catalog, sm=gpus.sm, vary_kv=False, solve_length=False,
+                              base=shape, weights_bytes=weights_of(facts, catalog),
+                              row=find_arch_row(catalog, curated_model=facts.curated.model_id if facts.curated
+                                                else None, architecture=facts.arch.architecture))
+        pick = choice.chosen or choice.best
+        if pick is not None:
+            shape = replace(shape, tp=pick.shape.tp, pp=pick.shape.pp)
     spec = request.gpus if request.gpus is not None else default_gpus(shape, shape_profile)
-    gpus = gpu_set(spec, catalog)
+    gpus = gpus if gpus is not None else gpu_set(spec, catalog)
     assert gpus is not None
-    return estimate(facts, shape, gpus, request.overrides, label=name, gpus_spec=spec, profile=shape_profile,
-                    catalog=catalog)
+    result = estimate(facts, shape, gpus, request.overrides, label=name, gpus_spec=spec, profile=shape_profile,
+                      catalog=catalog)
+    if isinstance(result, Estimate) and choice is not None:
+        result = replace(result, choice=choice)
+    if isinstance(result, Estimate):
+        priced = replace(shape, tp=result.tp, pp=result.pp)
+        here = measured_here(result.result, facts, priced, gpus.memory_bytes[:result.tp * result.pp], catalog,
+                             provider.measured())
+        if here is not None:
+            result = replace(result, result=here[0])
+    return result
+
+
+def did_you_mean(name: str, catalog: "Catalog") -> str:
+    """``; did you mean 'vllm/minimal'?`` for a near miss of a profile key, else ''."""
+    import difflib
+
+    close = difflib.get_close_matches(name, list(catalog.profiles), n=3, cutoff=0.75)
+    return f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+
+
+def looks_like_profile_typo(name: str, catalog: "Catalog") -> bool:
+    """A name in a profile namespace (``vllm/``, ``llamacpp/``, ...) that is not a profile but is
+    close to one: a typo, not a Hub repo to look up."""
+    if name in catalog.profiles or "/" not in name:
+        return False
+    spaces = {key.split("/", 1)[0] for key in catalog.profiles}
+    return name.split("/", 1)[0] in spaces and bool(did_you_mean(name, catalog))
 
 
 def price_outcome(result: Estimate | NoFit | Stop) -> Outcome:

@@ -16,6 +16,7 @@ method             what it reads
 ``detect_gpus()``  the visible GPUs, with a note for every probe that found nothing
 ``free_bytes()``   free disk space at a path (None when unknown: the disk gate fails closed)
 ``now()``          the clock (capture bundles)
+``measured()``     this machine's promoted measurements (``club3090 loop promote``), newest last
 ``drift_guard()``  whether a patch's drift guard passes for a profile (compose replay)
 ``derived_stages`` the I/O behind Pull-Emit-Derived [E] (downloads, docker, loopback HTTP), or
                    None to run no [E]
@@ -24,10 +25,10 @@ method             what it reads
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from club3090.catalog.model import Catalog, Patch, Profile
@@ -57,6 +58,8 @@ class Provider(Protocol):
     def free_bytes(self, path: Path) -> int | None: ...
 
     def now(self) -> datetime: ...
+
+    def measured(self) -> "Sequence[Mapping[str, Any]]": ...
 
     def drift_guard(self, patch: "Patch", profile: "Profile") -> bool: ...
 

@@ -8,11 +8,12 @@ value; every side effect goes through the ``Provider``. The result is built once
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from club3090.fit.auto_shape import ShapeOverrides
 from club3090.gate.flags import given_flags
 from club3090.gate.outcome import STRATUM_NAMES, Notice, NoticeCode, Outcome, Stratum
 from club3090.pipeline.pull_gate import EFFECTIVE_CAP_NOTICE, ComposeStep, PathName, Verdict, decide, select_path
@@ -21,6 +22,7 @@ from club3090.pipeline.stages import gpu_set
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from club3090.catalog.model import Catalog
+    from club3090.fit.auto_shape import ShapeChoice
     from club3090.fit.memory import FitResult
     from club3090.gate.engine_support import EngineFinding
     from club3090.pipeline.emit_derived import EReport, EStages
@@ -36,7 +38,7 @@ CAVEAT = ("This verdict is about start-up only: the model is predicted to load a
 @dataclass(frozen=True, slots=True)
 class PullRequest:
     source: str                              # HF repo id, local folder, or catalog name
-    profile_like: str
+    profile_like: str | None = None          # None: the automatic shape (pipeline.auto_profile)
     dry_run: bool = False
     yes: bool = False
     force_download: bool = False
@@ -47,6 +49,7 @@ class PullRequest:
     hardware_sm: Decimal | None = None       # --hardware
     gpus: str | None = None                  # --gpus SPEC
     path: PathName | None = None             # explicit path (library callers and tests)
+    shape_overrides: ShapeOverrides = field(default_factory=ShapeOverrides)   # vLLM flags pinning the shape
 
     @property
     def given(self) -> frozenset[str]:
@@ -62,7 +65,7 @@ class PullResult:
     stratum: Stratum
     reason: str | None                       # abort token, "hard-block", or "<terminal>:needs <flag>"
     slug: str
-    profile_like: str
+    profile_like: str | None
     detail: str = ""
     sub_reason: str | None = None            # a stratum-1 stop's case (gguf-only, not-found, ...)
     c0: "EngineFinding | None" = None        # the [C0] finding
@@ -79,6 +82,9 @@ class PullResult:
     bundle: Path | None = None
     suggestions: tuple[str, ...] = ()
     e: "EReport | None" = None               # Pull-Emit-Derived [E], when it ran or was skipped
+    shape_source: str = "profile-like"       # profile-like | curated-default | derived
+    choice: "ShapeChoice | None" = None      # the derived shape, with its reason and runner-ups
+    dry_run: bool = False
 
     @property
     def exit_code(self) -> int:
@@ -107,13 +113,16 @@ class PullResult:
 
     @property
     def summary(self) -> str:
-        """FITS / FITS-but-not-yet-accepted / DOES NOT FIT."""
+        """FITS / FITS-but-not-yet-accepted / DOES NOT FIT (a fit verdict only) / STOPPED (any
+        other stop: no verdict about the fit was reached, or a later stage refused)."""
         fits = self.raw_verdict in ("fits-clean", "fits-constrained")
         if self.ok and fits:
             return "FITS"
-        if self.outcome is Outcome.NEEDS_ACK and fits:
+        if fits and not self.ok and int(self.stratum) == 0:
             return "FITS-but-not-yet-accepted"
-        return "DOES NOT FIT"
+        if self.raw_verdict == "wont-fit":
+            return "DOES NOT FIT"
+        return "STOPPED"
 
     def to_json(self) -> dict[str, Any]:
         e = self.e
@@ -134,6 +143,8 @@ class PullResult:
             "boot_ok": e.boot_ok if e is not None else None,
             "smoke": dict(e.smoke.results) if e is not None and e.smoke is not None else None,
             "capture_paths": [str(e.bundle)] if e is not None and e.bundle is not None else [],
+            "shape_source": self.shape_source,
+            "shape": self.choice.to_json() if self.choice is not None else None,
         }
 
 
@@ -162,6 +173,7 @@ def evaluate(request: PullRequest, provider: "Provider", *, stages: "EStages | N
     facts = provider.resolve(request.source, catalog)
     verdict = decide(request, facts, catalog, gpus, provider, compose=compose or _curated_compose(provider),
                      e_enabled=stages is not None)
+    catalog = verdict.gate.catalog or catalog         # with the derived ``auto`` profile, if any
     emission = emit(verdict, catalog, provider, stages, captures_root)
     bundle = record(verdict, emission, provider, captures_root)
     return assemble(verdict, emission, bundle)
@@ -187,7 +199,8 @@ def assemble(verdict: Verdict, emission: Emission, bundle: tuple[Path | None, tu
         out=emission.out, compose_text=emission.compose_text or verdict.compose_text,
         emitted=emission.emitted, notices=tuple(dict.fromkeys((*at.notices, *emission.notices, *bundle[1]))),
         caveat=CAVEAT if verdict.caveat else None, hardware=at.hardware, bundle=bundle[0],
-        suggestions=at.suggestions, e=emission.e)
+        suggestions=at.suggestions, e=emission.e, shape_source=at.shape_source, choice=at.choice,
+        dry_run=at.request.dry_run)
 
 
 __all__ = ["CAVEAT", "EFFECTIVE_CAP_NOTICE", "PullRequest", "PullResult", "evaluate", "select_path"]

@@ -9,26 +9,36 @@ The decisions themselves live in the pure packages (``gate.profile_match``,
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from club3090.fit.memory import FitResult, Unpriceable, predict
 from club3090.fit.shape import profile_shape
 from club3090.gate.closest_fit import closest_fit
 from club3090.gate.disk import check_disk
 from club3090.gate.eligibility import eligibility
-from club3090.gate.engine_support import EngineFinding, EngineInputs, EngineState, engine_findings, engine_support
+from club3090.gate.engine_support import (
+    EngineFinding,
+    EngineInputs,
+    EngineState,
+    engine_findings,
+    engine_support,
+    find_arch_row,
+    no_code_evidence,
+)
 from club3090.gate.flags import BYPASS_EXPERIMENTAL_ARCH
 from club3090.gate.outcome import Notice, NoticeCode, Outcome, Reason, Stop, Stratum, bypassed
 from club3090.gate.profile_match import check_profile
 from club3090.gate.terminal import Terminal, terminal_for
+from club3090.pipeline.stages import measured_here
 from club3090.rig.hardware import HardwareFacts, resolve_hardware
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from club3090.catalog.model import Catalog, Engine, Profile, WeightVariant
     from club3090.compose.generate import ComposeOutcome
+    from club3090.fit.auto_shape import ShapeChoice
     from club3090.fit.memory import ServeShape
     from club3090.model.spec import ModelSpec
     from club3090.pipeline.provider import Provider
@@ -66,6 +76,9 @@ class Gate:
     notices: tuple[Notice, ...] = ()
     suggestions: tuple[str, ...] = ()
     trust_remote_code: bool = False          # [C0] needed the ack and --trust-remote-code gave it
+    choice: "ShapeChoice | None" = None      # the automatic shape, when no --profile-like was given
+    shape_source: str = "profile-like"       # profile-like | curated-default | derived
+    catalog: "Catalog | None" = None         # the catalog with the derived ``auto`` profile in it
 
     def noting(self, *notices: Notice) -> "Gate":
         return replace(self, notices=self.notices + notices)
@@ -89,6 +102,8 @@ class Verdict:
         """Accepted -> OK; a terminal a flag would accept -> NEEDS_ACK; anything else -> REFUSED."""
         if self.ok:
             return Outcome.OK
+        if self.gate.request.dry_run and self.reason and self.reason.startswith(Terminal.CONFIRM_PROCEED.value):
+            return Outcome.OK      # --dry-run asks only the question: a fit is the answer, nothing to confirm
         if self.reason and self.reason.startswith((Terminal.CONFIRM_PROCEED.value,
                                                    Terminal.OVERRIDE_ACCEPTED.value)):
             return Outcome.NEEDS_ACK
@@ -102,13 +117,22 @@ def decide(request: "PullRequest", facts: "ModelSpec | Stop", catalog: "Catalog"
     if isinstance(facts, Stop):                                            # 1 model facts
         return stopped(at, facts)
     at = route(at, facts, catalog)
-    stop = check_profile(request.profile_like, catalog, path=at.path or "B",    # 2 --profile-like
-                         curated_model=facts.curated.model_id if facts.curated else None,
-                         curated_variant=facts.curated.variant_id if facts.curated else None)
-    if stop is not None:
-        return stopped(at, stop)
-    at = with_profile(at, catalog)
-    at = with_hardware(at, catalog, gpu_set, provider)                      # the rig
+    if request.profile_like is None:                                        # the automatic shape
+        auto = with_auto_shape(at, catalog, gpu_set, provider)
+        if isinstance(auto, Stop):
+            return stopped(at, auto)
+        at = auto
+        catalog = at.catalog or catalog
+        request = at.request
+    if at.shape_source != "derived":
+        assert request.profile_like is not None
+        stop = check_profile(request.profile_like, catalog, path=at.path or "B",    # 2 --profile-like
+                             curated_model=facts.curated.model_id if facts.curated else None,
+                             curated_variant=facts.curated.variant_id if facts.curated else None)
+        if stop is not None:
+            return stopped(at, stop)
+        at = with_profile(at, catalog)
+        at = with_hardware(at, catalog, gpu_set, provider)                  # the rig
     at, stop = check_engine(at, catalog)                                    # 3 [C0]
     if stop is None:
         stop = disk_stop(at, provider)                                      # 4 [C2a]
@@ -117,7 +141,7 @@ def decide(request: "PullRequest", facts: "ModelSpec | Stop", catalog: "Catalog"
     if stop is not None:
         return stopped(at, stop)
     at = with_shape(at, catalog)                                            # serving shape
-    priced = with_fit(at, catalog)                                          # [B] the fit
+    priced = with_fit(at, catalog, provider.measured())                     # [B] the fit
     if isinstance(priced, Stop):
         return stopped(at, priced)
     return accept(priced, catalog, compose=compose, e_enabled=e_enabled)    # [C1], then 6 on Path A
@@ -152,7 +176,63 @@ def route(at: Gate, spec: "ModelSpec", catalog: "Catalog") -> Gate:
     return at
 
 
+def with_auto_shape(at: Gate, catalog: "Catalog", gpu_set: "GpuSet | None", provider: "Provider") -> Gate | Stop:
+    """No --profile-like: the rig first (every GPU is a candidate), then the curated default for
+    its GPU count, else the shape derived from the model and the rig (``pipeline.auto_profile``)."""
+    from club3090.fit.auto_shape import ShapeOverrides
+    from club3090.pipeline.auto_profile import auto_profile, catalog_with, curated_default, derive_choice
+
+    request, spec = at.request, at.spec
+    assert spec is not None
+    detected = None
+    if gpu_set is None or (gpu_set.sm is None and request.hardware_sm is None):
+        detected = provider.detect_gpus()
+    count = gpu_set.count if gpu_set is not None else len(detected.gpus) if detected is not None else 0
+    hw = resolve_hardware(tp=max(count, 1), hardware_sm=request.hardware_sm, gpu_set=gpu_set, detected=detected)
+    if hw.sm is None or not hw.memory_bytes:
+        return hardware_stop(hw)
+    key = curated_default(catalog, spec, hw.count) if request.shape_overrides == ShapeOverrides() else None
+    if key is not None:
+        at = replace(at, request=replace(request, profile_like=key), shape_source="curated-default")
+        return at.noting(Notice(NoticeCode.AUTO_SHAPE,
+                                f"shape: the curated profile {key} for {hw.count} GPU(s) (upstream's default); "
+                                "pass --profile-like to choose another",
+                                {"source": "curated-default", "profile": key}))
+    choice = derive_choice(spec, hw, catalog, overrides=request.shape_overrides)
+    candidate = choice.chosen or choice.best
+    if candidate is None:
+        return Stop(Stratum.ELIGIBILITY, Reason.NO_FIT_MODEL,
+                    detail={"message": f"the fit engine cannot price this model: {choice.unpriceable or choice.reason}"})
+    card = gpu_set.gpus[0].id if gpu_set is not None and gpu_set.gpus and gpu_set.gpus[0] is not None else None
+    profile = auto_profile(choice, candidate, spec, catalog, card)
+    extended = catalog_with(catalog, profile)
+    ups = "; ".join(why for _c, why in choice.runner_ups)
+    at = replace(at, request=replace(request, profile_like=profile.key), profile=profile,
+                 engine=extended.engines[profile.engine], hardware=hw, choice=choice, shape_source="derived",
+                 catalog=extended).noting(*hw.notices)
+    return at.noting(Notice(NoticeCode.AUTO_SHAPE,
+                            f"shape: {candidate.label()} on {choice.engine} - {choice.reason}"
+                            + (f"; runner-ups: {ups}" if ups else ""),
+                            {"source": "derived", "reason": choice.reason,
+                             "runner_ups": tuple(why for _c, why in choice.runner_ups)}))
+
+
+def hardware_stop(hw: HardwareFacts) -> Stop:
+    """No GPU named or detected (or a size-only --gpus): the seed's fail-closed [C0] stop, saying
+    how to name the GPUs."""
+    if hw.memory_source == "gpus-flag" and hw.sm is None:
+        why = "--gpus gives memory sizes, not a known card: add --hardware SM (e.g. 8.6) or name the card (2x3090)"
+    elif hw.sm is not None:
+        why = "the GPUs' memory is unknown: add --gpus, e.g. --gpus 2x3090"
+        return Stop(Stratum.ENGINE_SUPPORT, Reason.HARDWARE_VRAM_UNDETERMINED, detail={"message": why})
+    else:
+        why = ("no GPU detected and no --gpus given: name your GPUs, e.g. --gpus 1x3090, --gpus 2x4090 or "
+               "--gpus 4xH100-80GB")
+    return Stop(Stratum.ENGINE_SUPPORT, Reason.HARDWARE_SM_UNDETERMINED, detail={"message": why})
+
+
 def with_profile(at: Gate, catalog: "Catalog") -> Gate:
+    assert at.request.profile_like is not None
     profile = catalog.profiles[at.request.profile_like]
     at = replace(at, profile=profile, engine=catalog.engines[profile.engine])
     if profile.launchable:
@@ -188,8 +268,15 @@ def check_engine(at: Gate, catalog: "Catalog") -> tuple[Gate, Stop | None]:
                           auto_map=bool(arch.auto_map or spec.requires_trust_remote_code),
                           curated_model=curated.model_id if curated else None, hardware=hw,
                           num_attention_heads=arch.num_attention_heads or None,
-                          num_key_value_heads=arch.num_key_value_heads or None, weight_format=weight_format)
+                          num_key_value_heads=arch.num_key_value_heads or None, weight_format=weight_format,
+                          python_files=spec.python_files)
     findings = engine_findings(inputs, catalog)
+    row = find_arch_row(catalog, curated_model=inputs.curated_model, architecture=inputs.architecture)
+    evidence = no_code_evidence(inputs)
+    if row is not None and row.trust_remote_code == "unverified" and evidence is not None:
+        at = at.noting(Notice(NoticeCode.TRC_NOT_NEEDED,
+                              f"trust-remote-code not needed: arch row {row.arch} says unverified, and {evidence}",
+                              {"evidence": evidence, "arch": row.arch}))
     given = request.given
     if at.path == "A":
         given = given - {BYPASS_EXPERIMENTAL_ARCH}   # --experimental-arch is Path B only
@@ -248,9 +335,11 @@ def with_shape(at: Gate, catalog: "Catalog") -> Gate:
     return replace(at, shape=shape)
 
 
-def with_fit(at: Gate, catalog: "Catalog") -> Gate | Stop:
-    """[B]: the fit on the GPUs in use; an unpriceable shape is a stratum-5 stop. On wont-fit, the
-    closest fits (a shorter context, another KV format, more GPUs) become suggestions."""
+def with_fit(at: Gate, catalog: "Catalog", measured: "Sequence[Mapping[str, Any]]" = ()) -> Gate | Stop:
+    """[B]: the fit on the GPUs in use; an unpriceable shape is a stratum-5 stop. A shape this
+    machine has measured (``measured``: promoted receipts) is priced from the measurement, with
+    confidence ``exact``. On wont-fit, the closest fits (a shorter context, another KV format, more
+    GPUs) become suggestions."""
     spec, variant, shape, hw = at.spec, at.variant, at.shape, at.hardware
     assert spec is not None and shape is not None and hw is not None
     weights = int(variant.size_bytes if variant is not None and variant.size_bytes else spec.weights_bytes or 0)
@@ -259,6 +348,10 @@ def with_fit(at: Gate, catalog: "Catalog") -> Gate | Stop:
     if isinstance(fit, Unpriceable):
         return Stop(Stratum.ELIGIBILITY, Reason.NO_FIT_MODEL,
                     detail={"message": f"the fit engine cannot price this model: {fit.reason}"})
+    here = measured_here(fit, spec, shape, hw.selected_memory(shape.tp), catalog, measured)
+    if here is not None:
+        fit, spec, notice = here
+        at = replace(at, spec=spec).noting(notice)
     at = replace(at, fit=fit)
     if fit.raw_verdict != "wont-fit":
         return at

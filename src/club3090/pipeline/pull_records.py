@@ -127,6 +127,8 @@ def record(verdict: "Verdict", emission: Emission, provider: "Provider",
 
 def bundle_fields(verdict: "Verdict") -> tuple[dict[str, Any], dict[str, Any]]:
     """The gate point and the manifest fields a bundle records for this verdict."""
+    from club3090.pipeline import emit_derived
+
     at = verdict.gate
     profile, engine, spec, hw, fit = at.profile, at.engine, at.spec, at.hardware, at.fit
     gate = {
@@ -160,6 +162,8 @@ def bundle_fields(verdict: "Verdict") -> tuple[dict[str, Any], dict[str, Any]]:
         "engine_version": engine.vllm_version if engine is not None and past_c0 else None,
         "kv_format": profile.kv_format if profile is not None and past_c0 else None,
         "selected_ctx": profile.max_model_len if profile is not None and past_c0 else None,
+        # the fit engine's version is known whatever stopped the gate: the Loop's dedup key needs it
+        "kv_calc_version": emit_derived.kv_calc_version(),
         **(capture.topology_fields(in_use) if past_c0 else {}),
     }
     return gate, manifest

@@ -113,6 +113,14 @@ def resolve_hardware(*, tp: int, hardware_sm: Decimal | None = None, gpu_set: An
                               f"non-NVIDIA GPU detected ({other.name}); SM {NON_NVIDIA_SM} is assumed for "
                               "the SM gate only and its memory is not used for the fit",
                               {"name": str(other.name), "assumed_sm": str(NON_NVIDIA_SM)}))
+    named = [c for c in tuple(gpu_set.gpus)[:tp] if c is not None] if gpu_set is not None else []
+    other_card = next((c for c in named if str(c.vendor).lower() != NVIDIA), None)
+    if other_card is not None:
+        notices.append(Notice(NoticeCode.NON_NVIDIA_GPU,
+                              f"--gpus names a non-NVIDIA GPU ({other_card.display_name}); its memory is priced "
+                              f"as vLLM's CUDA build would use it and SM {NON_NVIDIA_SM} is assumed for the SM "
+                              "gate: treat the answer as a size check, not a tested configuration",
+                              {"name": other_card.display_name, "assumed_sm": str(NON_NVIDIA_SM)}))
     return HardwareFacts(sm=sm, sm_source=sm_source, memory_bytes=memory, memory_source=memory_source,
                          names=names, sms=sms, notices=tuple(notices),
                          detection_notes=tuple(getattr(detected, "notes", ())))

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import math
 from collections.abc import Callable
+from typing import Any
 
 
 def bounded(kind: type, *, low: float | None = None, high: float | None = None,
@@ -40,3 +41,48 @@ non_negative_number = bounded(float, low=0)
 fraction = bounded(float, low=0, high=1, low_open=True, what="a fraction")
 seconds = bounded(float, low=0, low_open=True, what="a number of seconds")
 token_count = bounded(int, low=1, high=2_000_000, what="a token count")
+
+
+def context_length(text: str) -> int | str:
+    """``--max-model-len``: a positive token count, or vLLM's ``auto`` / ``-1`` (the largest that fits)."""
+    if text.strip().lower() in ("auto", "-1"):
+        return "auto"
+    return int(token_count(text))
+
+
+def add_shape_flags(p: argparse.ArgumentParser, *, aliases: bool = False) -> None:
+    """The serving-shape overrides under vLLM's own flag names (``aliases``: kv-calc's older
+    short spellings too). Each pins one dimension of the automatic shape."""
+    from club3090.fit.kv_formats import KV_FORMATS, kv_format
+
+    def kv_dtype(text: str) -> str:
+        if kv_format(text) is None:
+            raise argparse.ArgumentTypeError(f"unknown KV cache dtype {text!r}; known: {', '.join(KV_FORMATS)}")
+        return text
+
+    p.add_argument("--tensor-parallel-size", "-tp", *(("--tp",) if aliases else ()), dest="tp",
+                   type=positive_int, metavar="N", help="tensor-parallel size (default: the fewest GPUs that fit)")
+    p.add_argument("--pipeline-parallel-size", "-pp", *(("--pp",) if aliases else ()), dest="pp",
+                   type=positive_int, metavar="N", help="pipeline-parallel size (default: only when TP cannot fit)")
+    p.add_argument("--gpu-memory-utilization", *(("--mem-util",) if aliases else ()), dest="mem_util",
+                   type=fraction, metavar="F", help="fraction of each GPU's memory vLLM may use, (0, 1]")
+    p.add_argument("--max-model-len", type=context_length, metavar="N|auto",
+                   help="context length per request; auto = the largest that fits (default: the model's "
+                        "maximum when it fits)")
+    p.add_argument("--kv-cache-dtype", type=kv_dtype, metavar="FORMAT",
+                   help="KV cache element format (default: the model's dtype, else the most compact the GPU "
+                        "supports): " + ", ".join(KV_FORMATS))
+    p.add_argument("--max-num-seqs", type=positive_int, metavar="N",
+                   help="concurrent sequences (default: vLLM's for the version)")
+
+
+def shape_overrides(args: argparse.Namespace) -> Any:
+    from club3090.fit.auto_shape import ShapeOverrides
+
+    length = getattr(args, "max_model_len", None)
+    return ShapeOverrides(tensor_parallel_size=getattr(args, "tp", None),
+                          pipeline_parallel_size=getattr(args, "pp", None),
+                          gpu_memory_utilization=getattr(args, "mem_util", None),
+                          max_model_len=None if length == "auto" else length,
+                          kv_cache_dtype=getattr(args, "kv_cache_dtype", None),
+                          max_num_seqs=getattr(args, "max_num_seqs", None))

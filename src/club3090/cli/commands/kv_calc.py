@@ -18,12 +18,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 from typing import Any
 
 from club3090.cli.commands import _llamacpp
 from club3090.cli.commands._types import (
+    add_shape_flags,
     bounded,
-    fraction,
     non_negative_int,
     positive_int,
     positive_number,
@@ -56,6 +57,13 @@ def model_dtype(text: str) -> str:
     return text
 
 
+def max_model_len(text: str) -> int:
+    """A positive context length, or ``auto`` / ``-1``: vLLM fits the length itself (-1)."""
+    if text.strip().lower() in ("auto", "-1"):
+        return -1
+    return int(positive_int(text))
+
+
 def vllm_version(text: str) -> str:
     from club3090.fit.memory import VERSION_RE
 
@@ -64,7 +72,7 @@ def vllm_version(text: str) -> str:
     return text
 
 
-def add_parser(sub) -> None:
+def add_parser(sub: Any) -> None:
     p = sub.add_parser("kv-calc", help="predict vLLM's (or, for GGUF models, llama.cpp's) memory, verdict and max context",
                        description="Predict vLLM's start-up memory split per GPU: weights, non-torch, "
                                    "activation, CUDA graphs and the KV pool, with the verdict and the "
@@ -72,15 +80,9 @@ def add_parser(sub) -> None:
     p.add_argument("model", nargs="?", help="local folder, config.json path, profile key, model id, or org/name")
     p.add_argument("--profile", help="curated profile key whose settings to use")
     p.add_argument("--gpus", help="GPU set: 1x3090, 2xrtx-4090, 2x24GiB, MiB:NAME,...")
-    p.add_argument("--tp", type=positive_int, help="tensor-parallel size")
-    p.add_argument("--pp", type=positive_int, help="pipeline-parallel size")
-    p.add_argument("--mem-util", type=fraction, help="--gpu-memory-utilization (fraction of total memory, (0, 1])")
-    p.add_argument("--max-model-len", type=positive_int, help="context length per request")
-    p.add_argument("--max-num-seqs", type=positive_int, help="concurrent sequences (sampler, graphs, verdict)")
+    add_shape_flags(p, aliases=True)
     p.add_argument("--max-num-batched-tokens", type=positive_int, help="tokens per scheduler step")
     p.add_argument("--block-size", type=block_size, help=f"KV block size in tokens (1..{MAX_BLOCK_SIZE})")
-    p.add_argument("--kv-cache-dtype", type=kv_cache_dtype, metavar="FORMAT",
-                   help="KV cache element format: " + ", ".join(KV_FORMATS))
     p.add_argument("--dtype", type=model_dtype, help=f"model dtype ({', '.join(MODEL_DTYPES)})")
     p.add_argument("--weights-gib", type=positive_number,
                    help="weights loaded per GPU rank, as vLLM's 'Model loading took X GiB'")
@@ -92,6 +94,10 @@ def add_parser(sub) -> None:
     p.add_argument("--solve-max-ctx", action="store_true", help="answer for the largest context that fits")
     p.add_argument("--calibration", action="store_true", help="score the curated profiles against the anchors")
     p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("--html", type=Path, metavar="FILE",
+                   help="also write one self-contained HTML page (inline SVG): memory per GPU and "
+                        "context vs concurrency")
+    p.add_argument("--force", action="store_true", help="overwrite an existing --html file")
     _llamacpp.add_arguments(p)
     p.set_defaults(run=run)
 
@@ -104,11 +110,44 @@ def _gib(value: int) -> str:
     return f"{value / GIB:.2f} GiB"
 
 
+CONFIDENCE = {"exact": "exact (curated)", "derived": "derived", "estimated-lower-bound": "estimated"}
+
+
+def headline(est: Any) -> str:
+    """One sentence first: fits (context, concurrency) or not, and by how much, with the next step."""
+    r = est.result
+    conf = CONFIDENCE.get(r.confidence, r.confidence)
+    where = f"{est.gpus} (TP {est.tp}" + (f" x PP {est.pp})" if est.pp > 1 else ")")
+    ctx = f"{r.max_model_len // 1024}K" if r.max_model_len % 1024 == 0 else f"{r.max_model_len:,}"
+    if r.raw_verdict != "wont-fit":
+        n = int(r.max_concurrency)
+        return (f"Fits on {where}: {ctx} context, {n} concurrent full-length request{'s' if n != 1 else ''}"
+                f" - {conf}")
+    g = r.per_gpu
+    used = g.weights_bytes + g.non_torch_bytes + g.activation_bytes + g.cudagraph_bytes
+    if used >= g.budget_bytes:
+        short = (used - g.budget_bytes) / GIB
+        return (f"Does not fit on {where} - {conf}: weights and overheads need {used / GIB:.2f} GiB per GPU, "
+                f"{short:.2f} GiB more than the {g.budget_bytes / GIB:.2f} GiB budget; next: more GPUs "
+                "(--tensor-parallel-size), a smaller quantization, or a higher --gpu-memory-utilization")
+    most = r.max_model_len_fit
+    return (f"Does not fit on {where} at {ctx} context - {conf}: the largest context that fits is {most:,}; "
+            f"next: --max-model-len {most} (or auto), a compact --kv-cache-dtype, or more GPUs")
+
+
 def render_human(est: Any) -> None:
     from rich.table import Table
 
+    from club3090.cli.memory_bar import print_memory_bars
+    from club3090.fit.curve import memory_segments
+
     console = terminal_console()
     result, s = est.result, est.result.settings
+    console.print(headline(est), markup=False, highlight=False, soft_wrap=True)
+    if est.choice is not None:
+        console.print(f"shape: {est.choice.reason}", markup=False, highlight=False, soft_wrap=True)
+        for cand, why in est.choice.runner_ups:
+            console.print(f"runner-up: {cand.label()} ({why})", markup=False, highlight=False, soft_wrap=True)
     head = (f"{est.model} ({est.architecture or 'unknown architecture'}) on {est.gpus}, "
             f"TP {est.tp} PP {est.pp}, vLLM {s.vllm_version}")
     console.print(head)
@@ -126,6 +165,8 @@ def render_human(est: Any) -> None:
     for name, value in rows:
         table.add_row(name, f"{value / GIB:.2f}")
     console.print(table)
+    print_memory_bars(console, result.ranks,
+                      lambda rank: memory_segments(rank, result.cudagraph_outside_budget_bytes))
     kv = Table(title="KV cache", show_header=False)
     kv.add_column("k")
     kv.add_column("v", justify="right")
@@ -144,6 +185,21 @@ def render_human(est: Any) -> None:
                   f"error band: ±{_gib(result.error_band_bytes)}")
     for note in result.notes:
         console.print(f"note: {note}")
+
+
+def write_html(path: Path, est: Any, *, force: bool) -> None:
+    """``--html FILE``: the fit as one self-contained page (``cli.html_report``), written atomically."""
+    from club3090.cli.html_report import candidate_from_fit, render_page
+    from club3090.edges.files import write_output_text
+
+    result, s = est.result, est.result.settings
+    name = (f"TP {est.tp} PP {est.pp}, {s.kv_cache_dtype} KV, max_model_len {s.max_model_len:,}, "
+            f"util {s.mem_util:.2f}")
+    headline = (f"{result.raw_verdict}: {result.max_concurrency:.2f} concurrent requests at "
+                f"{s.max_model_len:,} tokens; largest context {result.max_model_len_fit:,} — estimated")
+    page = render_page(f"{est.model} on {est.gpus}", [candidate_from_fit(name, result, result.notes)],
+                       headline=headline)
+    write_output_text(path, page, force=force, flag="--html")
 
 
 def run_calibration(args: argparse.Namespace, catalog: Any) -> int:
@@ -197,12 +253,21 @@ def request_of(args: argparse.Namespace) -> Any:
     from club3090.fit.estimate import Overrides
     from club3090.pipeline.kv_calc import PriceRequest
 
+    auto_len = args.max_model_len == "auto"       # vLLM's -1: the largest that fits
     return PriceRequest(model=args.model, profile=args.profile, gpus=args.gpus, overrides=Overrides(
-        tp=args.tp, pp=args.pp, mem_util=args.mem_util, max_model_len=args.max_model_len,
+        tp=args.tp, pp=args.pp, mem_util=args.mem_util, max_model_len=-1 if auto_len else args.max_model_len,
         max_num_seqs=args.max_num_seqs, max_num_batched_tokens=args.max_num_batched_tokens,
         block_size=args.block_size, kv_cache_dtype=args.kv_cache_dtype, dtype=args.dtype,
         vllm_version=args.vllm_version, num_speculative_tokens=args.num_speculative_tokens,
-        enforce_eager=args.enforce_eager, weights_gib=args.weights_gib, solve_max_ctx=args.solve_max_ctx))
+        enforce_eager=args.enforce_eager, weights_gib=args.weights_gib,
+        solve_max_ctx=args.solve_max_ctx))
+
+
+def _no_html_for_llamacpp(html: Path | None) -> None:
+    if html is not None:
+        from club3090.errors import UsageError
+
+        raise UsageError("--html draws vLLM's memory split; llama.cpp pricing has no page yet (drop --html)")
 
 
 def run(args: argparse.Namespace, provider: Any) -> int:
@@ -215,11 +280,20 @@ def run(args: argparse.Namespace, provider: Any) -> int:
     if args.calibration:
         return run_calibration(args, provider.catalog())
     catalog = provider.catalog()
+    html = getattr(args, "html", None)
+    if html is not None:
+        from club3090.edges.files import check_output_path
+
+        check_output_path(html, force=args.force, flag="--html")
     if _llamacpp.wants_llamacpp(args, catalog):     # GGUF file or llama.cpp profile: llama.cpp's model
+        _no_html_for_llamacpp(html)
         return _llamacpp.run(args, provider.settings, catalog)
     result = price(request_of(args), provider)
     if isinstance(result, Stop) and result.sub_reason == "gguf-only":   # a GGUF repo: llama.cpp prices it
+        _no_html_for_llamacpp(html)
         return _llamacpp.run(args, provider.settings, catalog)
+    if html is not None and not isinstance(result, (Stop, NoFit)):
+        write_html(html, result, force=args.force)
     if isinstance(result, Stop):        # the resolver's stratum-1 stop: a verdict, as inspect gives it
         payload = stop_to_json(result)
         if args.json:

@@ -10,14 +10,16 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import sys
+import textwrap
 from typing import Any
 
 from club3090.cli.exit_codes import exit_code
 from club3090.gate.outcome import Outcome
 
 
-def add_parser(sub) -> None:
+def add_parser(sub: Any) -> None:
     p = sub.add_parser("profiles", help="list the curated serving profiles",
                        description=__doc__.splitlines()[0].split(": ", 1)[1],
                        formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -36,44 +38,128 @@ def run(args: argparse.Namespace, provider: Any) -> int:
     catalog = provider.catalog()
     gpus = gpu_set(args.gpus, catalog)
     rows = profile_rows(catalog, gpus)
+    _apply_compose_verdict(rows, catalog, provider)
     if args.json:
         doc = {"catalog": catalog.version, "schema_version": catalog.schema_version,
                "gpus": gpus.to_json() if gpus is not None else None, "profiles": rows}
         sys.stdout.write(json.dumps(doc, indent=2, ensure_ascii=False) + "\n")
         return exit_code(Outcome.OK)
-    _render(rows, catalog.version, gpus)
+    width = shutil.get_terminal_size((80, 24)).columns if sys.stdout.isatty() else None
+    sys.stdout.write(render(rows, catalog.version, gpus, width))
     return exit_code(Outcome.OK)
 
 
-def _render(rows: list[dict], version: str, gpus) -> None:
-    from rich.console import Console
-    from rich.table import Table
+def _apply_compose_verdict(rows: list[dict[str, Any]], catalog: Any, provider: Any) -> None:
+    """Emittable means ``club3090 compose --profile KEY`` writes it: a profile in scope whose replay
+    ``compose`` refuses (a pin the arch row marks as not loading, a withdrawn engine) is not."""
+    from club3090.compose.generate import dry_run
 
+    for row in rows:
+        if not row["emittable"]:
+            continue
+        outcome = dry_run(row["key"], catalog, guard_runner=provider.drift_guard)
+        if not outcome.ok:
+            row.update(emittable=False, not_emittable_reason=outcome.token,
+                       not_emittable_text=f"compose refuses: {outcome.detail or outcome.token}")
+
+
+def _emit_cell(row: dict[str, Any]) -> str:
     from club3090.catalog.model import NOT_EMITTABLE_TEXT
 
-    console = Console(file=sys.stdout, width=None if sys.stdout.isatty() else 320, soft_wrap=False)
-    title = f"club3090 profiles (catalog {version})"
+    reason = row["not_emittable_reason"]
+    if row["emittable"]:
+        return "yes"
+    if reason in NOT_EMITTABLE_TEXT:
+        return f"no ({NOT_EMITTABLE_TEXT[reason][1]})"
+    return f"no (compose: {str(reason).rsplit(':', 1)[-1]})"
+
+
+def _rig_cell(row: dict[str, Any]) -> str:
+    rig = row["rig"]
+    if rig["ok"]:
+        return "ok"
+    return ("no: " if rig["ok"] is False else "unknown: ") + (rig["why_not"] or "")
+
+
+# (header, cell, right-aligned); the order columns are dropped in when the terminal is narrow is
+# DROP_ORDER: the key is never dropped nor cut
+COLUMNS: tuple[tuple[str, Any, bool], ...] = (
+    ("profile", lambda r: r["key"], False),
+    ("model", lambda r: r["model"], False),
+    ("variant", lambda r: r["weights_variant"], False),
+    ("engine", lambda r: r["engine"], False),
+    ("kv", lambda r: r["kv_format"], False),
+    ("tp", lambda r: str(r["tp"]), True),
+    ("max_model_len", lambda r: str(r["max_model_len"]), True),
+    ("mem", lambda r: "-" if r["mem_util"] is None else f"{r['mem_util']:.2f}", True),
+    ("status", lambda r: r["status"], False),
+    ("emit", _emit_cell, False),
+)
+DROP_ORDER = ("variant", "mem", "engine", "max_model_len", "status", "model", "kv", "tp")
+GAP = 2
+WRAP_MIN = 24
+
+
+def render(rows: list[dict[str, Any]], version: str, gpus: Any, width: int | None) -> str:
+    """The table as text: at ``width`` columns (a terminal) less important columns are dropped so
+    the profile key stays whole, and the last column wraps if it must; ``width=None`` (a pipe)
+    keeps every column. No line ends in padding."""
+    from club3090.cli.render import safe
+
+    columns = list(COLUMNS)
     if gpus is not None:
-        title += f" on {gpus.spec}"
-    table = Table(title=title, title_justify="left", box=None, pad_edge=False)
-    for name, justify in (("profile", "left"), ("model", "left"), ("variant", "left"),
-                          ("engine", "left"), ("kv", "left"), ("tp", "right"), ("max_model_len", "right"),
-                          ("mem", "right"), ("status", "left"), ("emit", "left")):
-        table.add_column(name, justify=justify, no_wrap=True)
-    if gpus is not None:
-        table.add_column("rig", no_wrap=True)
-    for r in rows:
-        emit = "yes" if r["emittable"] else f"no ({NOT_EMITTABLE_TEXT[r['not_emittable_reason']][1]})"
-        cells = [r["key"], r["model"], r["weights_variant"], r["engine"], r["kv_format"], str(r["tp"]),
-                 str(r["max_model_len"]), "-" if r["mem_util"] is None else f"{r['mem_util']:.2f}",
-                 r["status"], emit]
-        if gpus is not None:
-            rig = r["rig"]
-            if rig["ok"]:
-                cells.append("ok")
-            else:
-                cells.append(("no: " if rig["ok"] is False else "unknown: ") + (rig["why_not"] or ""))
-        table.add_row(*cells)
-    console.print(table)
+        columns.append(("rig", _rig_cell, False))
+    cells = [[safe(fn(r)) for _h, fn, _right in columns] for r in rows]
+    widths = [max([len(h)] + [len(c[i]) for c in cells]) for i, (h, _fn, _r) in enumerate(columns)]
+    hidden: list[str] = []
+    if width is not None:
+        for name in DROP_ORDER:
+            # the last column may wrap: it needs only WRAP_MIN columns of its own
+            if sum(widths[:-1]) + min(widths[-1], WRAP_MIN) + GAP * (len(widths) - 1) <= width:
+                break
+            i = [h for h, _fn, _r in columns].index(name)
+            hidden.append(name)
+            del columns[i], widths[i]
+            for c in cells:
+                del c[i]
+    title = f"club3090 profiles (catalog {version})" + (f" on {safe(gpus.spec)}" if gpus is not None else "")
     emittable = sum(1 for r in rows if r["emittable"])
-    console.print(f"{len(rows)} profiles, {emittable} emittable by `club3090 compose`.")
+    summary = f"{len(rows)} profiles, {emittable} emittable by `club3090 compose`."
+    if width is not None and sum(widths[:-1]) + GAP * (len(widths) - 1) + WRAP_MIN // 2 > width:
+        # too narrow for any table: one block per profile, the key on its own line
+        out = textwrap.wrap(title, width)
+        names = [h for h, _fn, _r in columns]
+        for c in cells:
+            rest = "; ".join(f"{h} {v}" for h, v in zip(names[1:], c[1:], strict=True))
+            out.append(c[0])
+            out.extend(textwrap.wrap(rest, width, initial_indent="  ", subsequent_indent="    "))
+        out.extend(textwrap.wrap(summary, width))
+        return "\n".join(out) + "\n"
+    last = len(columns) - 1
+    room = None
+    if width is not None and last > 0:
+        room = max(WRAP_MIN // 2, width - sum(widths[:-1]) - GAP * last)
+
+    def line(values: list[str]) -> list[str]:
+        parts = []
+        for i, (value, (_h, _fn, right)) in enumerate(zip(values, columns, strict=True)):
+            if i == last:
+                parts.append(value)
+            else:
+                parts.append(value.rjust(widths[i]) if right else value.ljust(widths[i]))
+        text = (" " * GAP).join(parts)
+        if room is None or len(values[-1]) <= room:
+            return [text.rstrip()]
+        indent = " " * (len(text) - len(values[-1]))
+        pieces = textwrap.wrap(values[-1], room) or [""]
+        return [(indent + piece).rstrip() if i else (text[:len(indent)] + piece).rstrip()
+                for i, piece in enumerate(pieces)]
+
+    out = [title, *line([h for h, _fn, _r in columns])]
+    for c in cells:
+        out.extend(line(c))
+    out.append(summary)
+    if hidden:
+        note = f"(hidden at {width} columns: {', '.join(hidden)}; --json or a wider terminal shows them)"
+        out.extend(textwrap.wrap(note, width or len(note)))
+    return "\n".join(out) + "\n"

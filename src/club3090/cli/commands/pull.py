@@ -17,8 +17,10 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+from club3090.cli.commands._types import add_shape_flags, shape_overrides
 from club3090.cli.exit_codes import UNAVAILABLE, exit_code
 from club3090.cli.render import safe
+from club3090.fit.auto_shape import ShapeOverrides
 from club3090.fit.memory import GiB
 from club3090.gate.outcome import Outcome
 from club3090.rig import gpus
@@ -35,6 +37,11 @@ def parse_sm(text: str) -> Decimal:
 def add_parser(sub: Any) -> None:
     p = sub.add_parser(
         "pull", help="gate a model for this rig: fit verdict, a compose, and for other repos download + boot",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="examples:\n"
+               "  club3090 pull microsoft/phi-4 --gpus 2x3090 --dry-run\n"
+               "  club3090 pull Qwen/Qwen2.5-7B -tp 1 --max-model-len 16384 --yes --out compose.yml\n"
+               "  club3090 pull Lorbus/Qwen3.6-27B-int4-AutoRound --profile-like vllm/minimal --out compose.yml",
         description="Run the pull gate for one Hugging Face repo (or local folder): derive its facts, "
                     "check the --profile-like runtime, engine support, disk and the fit, then map the "
                     "verdict to a terminal. A curated repo with --out gets its compose written. Any other "
@@ -42,10 +49,17 @@ def add_parser(sub: Any) -> None:
                     "SHA-256-checked into HF_HOME/club3090/pulls/, and a boot + smoke test in Docker "
                     "(--no-boot: compose and download only).")
     p.add_argument("source", nargs="?", metavar="SLUG|DIR", help="Hugging Face repo id or a local model folder")
-    p.add_argument("--profile-like", metavar="KEY", help="registry profile giving the runtime shape (required)")
+    p.add_argument("--profile-like", metavar="KEY",
+                   help="registry profile giving the runtime shape (default: the curated profile for a "
+                        "curated repo, else a shape derived from the model and the GPUs)")
+    add_shape_flags(p)
     p.add_argument("--dry-run", action="store_true",
                    help="evaluate only (Path B): never write a compose, download or boot; a hard stop "
-                        "still records its gate bundle under ./.pull-captures")
+                        "still records its gate bundle (see --captures-dir)")
+    p.add_argument("--captures-dir", type=Path, metavar="DIR",
+                   help="where capture bundles go (default: $CLUB3090_CAPTURES, else "
+                        "$XDG_STATE_HOME/club3090/pull-captures, else ~/.local/state/club3090/pull-captures)")
+    p.add_argument("--verbose", "-v", action="store_true", help="also print the gate's tokens and strata")
     p.add_argument("--yes", "-y", action="store_true", help="accept a confirm→proceed terminal")
     p.add_argument("--force-download", action="store_true",
                    help="accept a low-confidence wont-fit (override-accepted; a calibration signal, not a fit)")
@@ -87,8 +101,12 @@ def run(args: argparse.Namespace, provider: Any) -> int:
         return _submit(args, provider.settings)
     if not args.source:
         raise UsageError("pull needs SLUG|DIR (or --submit-last / --submit DIR)")
-    if not args.profile_like:
-        raise UsageError("pull needs --profile-like KEY (see `club3090 profiles`)")
+    if args.profile_like is not None and not args.profile_like.strip():
+        raise UsageError("--profile-like needs a KEY (see `club3090 profiles`), or leave it out for the "
+                         "automatic shape")
+    if args.profile_like and shape_overrides(args) != ShapeOverrides():
+        raise UsageError("--profile-like gives the whole serving shape; drop it to choose the shape "
+                         "with vLLM flags (-tp, --max-model-len, ...)")
     if args.out is not None and not args.dry_run and (Path(args.out).is_dir() or str(args.out).endswith("/")):
         return _bundle(args, provider)
     if args.out is not None and not args.dry_run:  # fail fast, before the gate runs (exit 64)
@@ -96,9 +114,8 @@ def run(args: argparse.Namespace, provider: Any) -> int:
         check_output_path(args.out, force=args.force)
 
     from club3090.pipeline.pull import evaluate
-    from club3090.reports.capture import CAPTURES_DIRNAME
 
-    result = evaluate(request_of(args), provider, captures_root=Path.cwd() / CAPTURES_DIRNAME,
+    result = evaluate(request_of(args), provider, captures_root=captures_root(args),
                       stages=_e_stages(args, provider))
     if provider.settings.debug:
         for note in result.detection_notes:
@@ -109,7 +126,7 @@ def run(args: argparse.Namespace, provider: Any) -> int:
             payload["recommend"] = recommend_line(result)
         print(safe(json.dumps(payload, ensure_ascii=False, indent=2, default=str), multiline=True))
     else:
-        print(render(result, recommend=args.recommend))
+        print(render(result, recommend=args.recommend, verbose=args.verbose))
     return exit_code(result.outcome)
 
 
@@ -122,13 +139,25 @@ def _bundle(args: argparse.Namespace, provider: Any) -> int:
                        port=None, vllm=None, skip_tools=False)
 
 
+def captures_root(args: argparse.Namespace) -> Path:
+    """--captures-dir, else $CLUB3090_CAPTURES, else the XDG state folder (never the working folder)."""
+    import os
+
+    if getattr(args, "captures_dir", None) is not None:
+        return Path.cwd() / Path(args.captures_dir)
+    if os.environ.get("CLUB3090_CAPTURES"):
+        return Path.cwd() / os.environ["CLUB3090_CAPTURES"]
+    state = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(state) / "club3090" / "pull-captures"
+
+
 def request_of(args: argparse.Namespace) -> Any:
     from club3090.pipeline.pull import PullRequest
 
     return PullRequest(source=args.source, profile_like=args.profile_like, dry_run=args.dry_run, yes=args.yes,
                        force_download=args.force_download, experimental_arch=args.experimental_arch,
                        trust_remote_code=args.trust_remote_code, out=args.out, force=args.force,
-                       hardware_sm=args.hardware, gpus=args.gpus)
+                       hardware_sm=args.hardware, gpus=args.gpus, shape_overrides=shape_overrides(args))
 
 
 def _e_stages(args: argparse.Namespace, provider: Any) -> Any:
@@ -220,18 +249,99 @@ def recommend_line(result: Any) -> str:
     return line
 
 
-def render(result: Any, *, recommend: bool = False) -> str:
-    status = "OK" if result.ok else "ABORT"
-    lines = [f"[pull] {status} path={result.path or '-'} stratum={result.stratum_name} "
-             f"slug={result.slug} profile-like={result.profile_like}"]
-    if result.confidence or result.raw_verdict or result.terminal:
-        lines.append(f"[pull] confidence={result.confidence or '-'} raw_verdict={result.raw_verdict or '-'} "
-                     f"terminal={result.terminal or '-'}")
-    if result.reason:
-        lines.append(f"[pull] reason={result.reason}")
+CONFIDENCE_WORDS = {"exact": "exact (curated)", "derived": "derived", "estimated-lower-bound": "estimated"}
+# stops about the input or the environment: nothing about the model was learned, so no report offer
+INPUT_STOPS = frozenset({"unknown-profile-like", "unsupported-runtime-engine", "profile-not-emittable",
+                         "profile-mismatch", "hardware-sm-undetermined", "hardware-vram-undetermined",
+                         "disk-short"})
+STOP_WORDS = {
+    "unknown-profile-like": ("Unknown profile", "run `club3090 profiles` for the list, or drop --profile-like"),
+    "unsupported-runtime-engine": ("That profile is not a vLLM profile", "pick a vllm/... profile"),
+    "profile-not-emittable": ("That profile cannot be written as a compose", "pick another profile"),
+    "profile-mismatch": ("That profile serves another model", "drop --profile-like to get this repo's own"),
+    "hardware-sm-undetermined": ("Cannot tell which GPUs to price", ""),
+    "hardware-vram-undetermined": ("Cannot tell how much memory the GPUs have", ""),
+    "disk-short": ("Not enough free disk space for the download", "free space, or point HF_HOME at a larger disk"),
+    "needs-trust-remote-code-ack": ("The model needs its own Python code",
+                                    "read the repo's code, then re-run with --trust-remote-code"),
+    "engine-support-unknown": ("vLLM support for this model is not established", ""),
+    "no-fit-model": ("The fit engine cannot price this model", ""),
+    "unsupported-format": ("The repo has no weights vLLM can load here", ""),
+    "repo-not-found": ("The repo cannot be read", "check the name; a private or gated repo needs HF_TOKEN"),
+}
+
+
+def tokens_text(n: int) -> str:
+    return f"{n // 1024}K" if n >= 1024 and n % 1024 == 0 else f"{n:,}"
+
+
+def rig_text(result: Any) -> str:
+    from club3090.catalog import load_catalog
+
+    hw = result.hardware
+    if hw is None or not hw.memory_bytes:
+        return "this rig"
+    tp = len(result.fit.ranks) if result.fit is not None else hw.count
+    names = list(hw.names[:tp]) or ["GPU"]
+    gpus = load_catalog().gpus
+    shown = [(gpus[n].display_name if n in gpus else n).removeprefix("NVIDIA ").removeprefix("GeForce ")
+             for n in names]
+    first = shown[0]
+    return f"{len(shown)}x {first}" if len(set(shown)) == 1 else ", ".join(shown)
+
+
+def headline(result: Any) -> str:
+    """One sentence a person can read: which way the verdict went, or what stopped it and the next step."""
+    fit, conf = result.fit, CONFIDENCE_WORDS.get(result.confidence or "", result.confidence or "")
+    if fit is not None and result.raw_verdict in ("fits-clean", "fits-constrained"):
+        ranks = len(fit.ranks)
+        kv = fit.settings.kv_cache_dtype
+        shape = (f"TP {ranks}" + ("" if kv in ("auto", "bf16", "fp16") else f", {kv} KV")
+                 if result.profile_like in (None, "auto") or result.shape_source == "derived"
+                 else f"{result.profile_like}, TP {ranks}")
+        n = int(fit.max_concurrency)
+        body = (f"Fits on {rig_text(result)} ({shape}): {tokens_text(fit.max_model_len)} context, "
+                f"{n} concurrent full-length request{'s' if n != 1 else ''} - {conf}")
+        if result.ok:
+            return body
+        if int(result.stratum) != 0:
+            what, _ = STOP_WORDS.get(result.reason or "", ("Stopped after the fit", ""))
+            return f"{body}; but {what.lower()}: {result.detail}"
+        flag = result.reason.split("needs ", 1)[-1] if result.reason else "--yes"
+        action = "download" if result.shape_source == "derived" or result.path == "B" else "write it"
+        return f"{body}; re-run with {flag} to {action}"
+    if result.raw_verdict == "wont-fit" and fit is not None:
+        most = fit.max_model_len_fit
+        tail = (f"the largest context that fits is {tokens_text(most)}" if most
+                else "the weights leave no room for a KV cache")
+        nxt = f"; try: {result.suggestions[0]}" if result.suggestions else ""
+        return (f"Does not fit on {rig_text(result)} at {tokens_text(fit.max_model_len)} context - {conf}: "
+                f"{tail}{nxt}")
+    what, step = STOP_WORDS.get((result.reason or "").split("/", 1)[0], ("Stopped before a fit verdict", ""))
+    detail = f": {result.detail}" if result.detail else f" ({result.reason})"
+    bypass = ""
     if result.c0 is not None and result.c0.bypassable_by and not result.ok:
-        lines.append(f"[pull] bypassable_by={' + '.join(sorted(result.c0.bypassable_by))}")
-    if result.detail:
+        bypass = f"; re-run with {' '.join(sorted(result.c0.bypassable_by))} to go ahead anyway"
+    return f"{what}{detail}" + (f"; next: {step}" if step and not bypass else "") + bypass
+
+
+def render(result: Any, *, recommend: bool = False, verbose: bool = False) -> str:
+    lines = [headline(result)]
+    if verbose:
+        status = "OK" if result.ok else "ABORT" if not result.dry_run or result.exit_code else "DRY-RUN"
+        lines.append(f"[pull] {status} path={result.path or '-'} stratum={result.stratum_name} "
+                     f"slug={result.slug} profile-like={result.profile_like}")
+        if result.confidence or result.raw_verdict or result.terminal:
+            terminal = result.terminal or "-"
+            if terminal == "override-accepted" and not result.ok:
+                terminal += " (not accepted)"
+            lines.append(f"[pull] confidence={result.confidence or '-'} raw_verdict={result.raw_verdict or '-'} "
+                         f"terminal={terminal}")
+        if result.reason:
+            lines.append(f"[pull] reason={result.reason}")
+        if result.c0 is not None and result.c0.bypassable_by and not result.ok:
+            lines.append(f"[pull] bypassable_by={' + '.join(sorted(result.c0.bypassable_by))}")
+    if result.detail and (verbose or result.raw_verdict is not None):
         lines.append(f"[pull] detail: {result.detail}")
     if result.sub_reason == "gguf-only":
         lines.append("[pull] hint: this repo ships GGUF files only; vLLM needs safetensors - look for a "
@@ -251,8 +361,10 @@ def render(result: Any, *, recommend: bool = False) -> str:
         lines.append(f"[pull] caveat: {result.caveat}")
     if result.bundle is not None:
         lines.append(f"[pull] gate bundle: {result.bundle}")
-        lines.append("[pull] to report this stop: club3090 pull --submit-last (shows the payload and asks first)")
-    lines.append(f"[pull] {summary_line(result)}")
+        if (result.reason or "").split("/", 1)[0] not in INPUT_STOPS and result.stratum_name != "DERIVER":
+            lines.append("[pull] to report this stop: club3090 pull --submit-last (shows the payload and asks first)")
+    if verbose:
+        lines.append(f"[pull] {summary_line(result)}")
     if recommend:
         lines.append(f"recommend: {recommend_line(result)}")
     return "\n".join(safe(line) for line in lines)   # each line: a newline inside a value is shown, not obeyed
@@ -276,7 +388,7 @@ def _submit(args: argparse.Namespace, settings: Any) -> int:
     from club3090.reports import capture
 
     if args.submit_last:
-        root = Path.cwd() / capture.CAPTURES_DIRNAME
+        root = captures_root(args)
         bundle = capture.latest_bundle(root)
         if bundle is None:
             raise UsageError(f"--submit-last: no capture bundle under {root}; nothing to submit")

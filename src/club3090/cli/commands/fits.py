@@ -1,0 +1,147 @@
+"""`club3090 fits [MODEL...] [--gpus SPEC] [--min-context N] [--json]`: the plain question.
+
+With one MODEL: does it fit this rig (exit 0) or not (exit 2), in one sentence, then the shape.
+Without MODEL (or with several): every catalog model (and the repos given) ranked for the rig,
+each with its best shape, largest context, concurrency at that context, confidence and the one
+command to serve it. Stages: ``club3090.pipeline.fits``. Exit codes through
+``club3090.cli.exit_codes``: 0 fits (a ranking: something fits), 2 does not fit / no GPU named or
+detected (``hardware-sm-undetermined``), 64 usage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from club3090.cli.commands._types import add_shape_flags, positive_int, shape_overrides
+from club3090.cli.render import safe
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser(
+        "fits", help="will MODEL fit this rig (exit 0/2); without MODEL, every catalog model ranked",
+        description="Price one model on this rig (the GPUs detected, or --gpus) with its best shape, or "
+                    "rank every catalog model: shape, largest context, concurrency, confidence and the "
+                    "command to serve it. Header-only reads; a catalog model needs no network.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="examples:\n"
+               "  club3090 fits --gpus 1x3090\n"
+               "  club3090 fits microsoft/phi-4 --gpus 2x3090\n"
+               "  club3090 fits Qwen/Qwen2.5-7B --gpus 1x4090 --min-context 32768 --json")
+    p.add_argument("models", nargs="*", metavar="MODEL", help="Hub repo id, local folder or catalog model id")
+    p.add_argument("--gpus", metavar="SPEC", help="the GPUs (default: detected): 1x3090, 2xrtx-4090, 4xH100-80GB")
+    p.add_argument("--min-context", type=positive_int, metavar="N",
+                   help="a model fits only if this many tokens of context fit")
+    add_shape_flags(p)
+    p.add_argument("--verbose", "-v", action="store_true", help="also print each shape's reason and runner-ups")
+    p.add_argument("--json", action="store_true", help="print the answer as one JSON object")
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace, provider: Any) -> int:
+    from club3090.cli.exit_codes import exit_code
+    from club3090.pipeline.fits import FitsRequest, fits
+
+    report = fits(FitsRequest(models=tuple(args.models), gpus=args.gpus, min_context=args.min_context,
+                              overrides=shape_overrides(args)), provider)
+    code = exit_code(report.outcome)
+    single = len(args.models) == 1
+    if args.json:
+        print(safe(json.dumps(to_json(report, code, single, args.gpus), ensure_ascii=False, indent=1),
+                   multiline=True))
+        return code
+    if report.stop is not None:
+        print(safe(f"Cannot tell which GPUs to price: {report.stop.detail.get('message', '')}"))
+        return code
+    rig = rig_text(report)
+    if single:
+        row = report.rows[0]
+        print(safe(sentence(row, rig)))
+        for line in detail_lines(row, rig, args.gpus, verbose=True):
+            print(safe(line))
+        return code
+    print(safe(f"On {rig}: {sum(r.fits for r in report.rows)} of {len(report.rows)} models fit "
+               "(estimates from the memory model, not measurements)"))
+    for i, row in enumerate(report.rows, 1):
+        print(safe(f"{i:>2}. {sentence(row, rig, short=True)}"))
+        for line in detail_lines(row, rig, args.gpus, verbose=args.verbose):
+            print(safe(f"    {line}"))
+    return code
+
+
+CONFIDENCE = {"exact": "exact (curated)", "derived": "derived", "estimated-lower-bound": "estimated"}
+
+
+def k(n: int) -> str:
+    return f"{n // 1024}K" if n >= 1024 and n % 1024 == 0 else f"{n:,}"
+
+
+def rig_text(report: Any) -> str:
+    from club3090.catalog import load_catalog
+
+    hw = report.hardware
+    gpus = load_catalog().gpus
+    shown = [(gpus[n].display_name if n in gpus else n).removeprefix("NVIDIA ").removeprefix("GeForce ")
+             for n in hw.names] or ["GPU"]
+    return f"{len(shown)}x {shown[0]}" if len(set(shown)) == 1 else ", ".join(shown)
+
+
+def shape_text(row: Any) -> str:
+    pp = f" x PP {row.pp}" if row.pp > 1 else ""
+    kv = f", {row.kv_cache_dtype} KV" if row.kv_cache_dtype else ""
+    via = f" ({row.profile})" if row.profile else ""
+    return f"TP {row.tp}{pp}{kv}{via}"
+
+
+def sentence(row: Any, rig: str, *, short: bool = False) -> str:
+    name = row.model
+    conf = CONFIDENCE.get(row.confidence or "", row.confidence or "")
+    if row.stop is not None and row.fit is None:
+        return f"{name}: cannot be answered: {row.stop}"
+    fit = row.fit
+    n = int(fit.max_concurrency)
+    where = "" if short else f" on {rig}"
+    if row.fits:
+        return (f"{name}: fits{where} ({shape_text(row)}): {k(fit.max_model_len)} context, {n} concurrent "
+                f"full-length request{'s' if n != 1 else ''} - {conf}")
+    most = fit.max_model_len_fit
+    tail = f"the largest context that fits is {k(most)}" if most else "the weights leave no room for a KV cache"
+    return f"{name}: does not fit{where} ({shape_text(row)}) - {conf}: {tail}"
+
+
+def detail_lines(row: Any, rig: str, gpus: str | None, *, verbose: bool) -> list[str]:
+    lines = []
+    if row.fits and row.repo:
+        lines.append(f"serve: {serve_command(row, gpus)}")
+    if verbose and row.choice is not None:
+        lines.append(f"why: {row.choice.reason}")
+        lines.extend(f"runner-up: {c.label()} ({why})" for c, why in row.choice.runner_ups)
+    if verbose and row.profile:
+        lines.append(f"why: {row.profile} is upstream's curated profile for this GPU count")
+    return lines
+
+
+def serve_command(row: Any, gpus: str | None) -> str:
+    """The one command that serves this row's shape (``up`` takes the curated profile by name)."""
+    profile = f" --profile-like {row.profile}" if row.profile else ""
+    return f"club3090 up {row.repo}{profile}" + (f" --gpus {gpus}" if gpus else "") + " --dir run/"
+
+
+def to_json(report: Any, code: int, single: bool, gpus: str | None) -> dict[str, Any]:
+    hw = report.hardware
+    doc: dict[str, Any] = {
+        "ok": code == 0, "exit_code": code,
+        "gpus": {"spec": gpus, "names": list(hw.names), "memory_bytes": list(hw.memory_bytes),
+                 "sm": str(hw.sm) if hw.sm is not None else None} if hw is not None else None,
+    }
+    if report.stop is not None:
+        doc.update({"summary": "STOPPED", "reason": report.stop.token,
+                    "detail": report.stop.detail.get("message", ""), "models": []})
+        return doc
+    rows = [{**r.to_json(), "serve": serve_command(r, gpus) if r.fits and r.repo else None} for r in report.rows]
+    doc["models"] = rows
+    if single:
+        row = report.rows[0]
+        doc["summary"] = "FITS" if row.fits else "DOES NOT FIT" if row.fit is not None else "STOPPED"
+    return doc

@@ -1,0 +1,169 @@
+"""vLLM's start-up rules by release line: which engine runs, what it profiles with, what it logs.
+
+Each rule names the vLLM code it follows (paths relative to the ``vllm/`` package, at the release
+line where it applies). An unparseable or missing version is priced as :data:`NEWEST_KNOWN_VLLM`
+and the caller says so (:func:`version_note`).
+
+- Engine (``engine/arg_utils.py::_is_v1_supported_oracle``, ``envs.py`` ``VLLM_USE_V1``): V0 before
+  0.8.0; V1 by default from 0.8.0, falling back to V0 for what that line's V1 lacked; V1 only from
+  0.11.0 (the V0 engine was removed).
+- V0 chunked prefill (``engine/arg_utils.py::_set_default_args_v0``, 0.7-0.10; the same rule in
+  ``create_engine_config`` before): on by default only for ``max_model_len`` > 32K on CUDA without a
+  sliding window, speculative decoding, multimodal inputs or MLA (from 0.6.0; off before). Without it the scheduler's token
+  budget is ``max(max_model_len, 2048)`` (5,120 at least for multimodal models;
+  ``config.py::SchedulerConfig``) and ``worker/model_runner.py::profile_run`` runs a batch of that
+  many tokens: the activation peak grows with the context. V1 always chunks.
+- MLA (``config.py::ModelConfig.use_mla`` / ``get_head_size``): absent before 0.7.1 (DeepSeek's
+  192-wide heads were padded to 256 for FlashAttention, K and V per head); in 0.7.x disabled for
+  quantizations other than fp8 / compressed-tensors, leaving full K and V of 192 per head;
+  ``VLLM_MLA_DISABLE=1`` does the same in any version.
+- ``max_model_len`` auto-fit (``v1/core/kv_cache_utils.py::_auto_fit_max_model_len``, vLLM PR #29431):
+  ``-1`` / ``auto`` from 0.12.0; an unset length is auto-fitted when the model's maximum does not
+  fit from 0.26.0 (observed in a public 0.26 start-up; earlier lines refuse).
+
+Pure: no I/O, no environment, no clock.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+__all__ = [
+    "AUTO_FIT_FLAG_FROM",
+    "AUTO_FIT_UNSET_FROM",
+    "GRAPH_ESTIMATE_FROM",
+    "NEWEST_KNOWN_VLLM",
+    "V0_REMOVED_FROM",
+    "V1_DEFAULT_FROM",
+    "VERSION_RE",
+    "EngineChoice",
+    "batch_defaults",
+    "capture_sizes",
+    "choose_engine",
+    "mla_rule",
+    "parse_version",
+    "v0_batched_tokens",
+    "version_note",
+]
+
+Version = tuple[int, int, int]
+
+NEWEST_KNOWN_VLLM = "0.33.0"
+V1_DEFAULT_FROM: Version = (0, 8, 0)
+V0_REMOVED_FROM: Version = (0, 11, 0)
+PP_MP_ON_V1_FROM: Version = (0, 9, 0)      # 0.8.x V1 ran PP only with the Ray executor
+FP8_KV_ON_V1_FROM: Version = (0, 9, 0)     # 0.8.x V1 needed FlashAttention 3 (Hopper) for fp8 KV
+STATE_MODELS_ON_V1_FROM: Version = (0, 10, 0)
+SPEC_ON_V1_FROM: Version = (0, 9, 0)       # 0.8.x V1 fell back for EAGLE / ngram / draft models
+DRAFT_MODEL_ON_V1_FROM: Version = (0, 11, 0)
+MLA_FROM: Version = (0, 7, 1)
+MLA_ANY_QUANT_FROM: Version = (0, 8, 0)
+V0_CHUNKED_DEFAULT_2048_FROM: Version = (0, 6, 4)
+V0_CHUNKED_AUTO_FROM: Version = (0, 6, 0)  # chunked prefill on by default for contexts > 32K
+BATCH_DEFAULTS_BY_DEVICE_FROM: Version = (0, 10, 2)
+GRAPH_ESTIMATE_FROM: Version = (0, 21, 0)  # VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS on by default
+UTIL_092_FROM: Version = (0, 21, 0)
+KV_TOKENS_BY_CONCURRENCY_FROM: Version = (0, 20, 0)
+AUTO_FIT_FLAG_FROM: Version = (0, 12, 0)
+AUTO_FIT_UNSET_FROM: Version = (0, 26, 0)
+V0_LONG_CONTEXT = 32_768
+V0_MIN_BATCHED_TOKENS = 2_048
+V0_MULTIMODAL_MIN_BATCHED_TOKENS = 5_120
+MLA_QUANTS_07 = ("fp8", "compressed-tensors", "compressed_tensors")
+
+VERSION_RE = re.compile(r"\s*v?(\d+)\.(\d+)(?:\.(\d+))?")   # '0.22', 'v0.19.1', '0.8.3.dev172+g2b93162f'
+
+
+def parse_version(version: str | None) -> Version:
+    """'0.8.3.dev172+g2b93162f' -> (0, 8, 3); None/unparseable -> the newest known version."""
+    match = VERSION_RE.match(str(version)) if version else None
+    if not match:
+        match = VERSION_RE.match(NEWEST_KNOWN_VLLM)
+        assert match is not None
+    return int(match.group(1)), int(match.group(2)), int(match.group(3) or 0)
+
+
+def version_note(version: str | None) -> str | None:
+    """What the output says when the version is not one we can read."""
+    if version and VERSION_RE.match(str(version)):
+        return None
+    said = f"vLLM version {version!r} unreadable" if version else "vLLM version not given"
+    return f"{said}: priced with today's release line ({NEWEST_KNOWN_VLLM})"
+
+
+@dataclass(frozen=True, slots=True)
+class EngineChoice:
+    engine: str                 # "v0" | "v1"
+    reason: str | None          # why V1 fell back to V0 (None when it did not)
+
+
+def choose_engine(ver: Version, *, requested: str | None, pp: int, kv_cache_dtype: str,
+                  has_state_layers: bool, spec_method: str | None) -> EngineChoice:
+    """V0 or V1 for this release line and feature set (``_is_v1_supported_oracle``)."""
+    if ver < V1_DEFAULT_FROM:
+        return EngineChoice("v0", None)
+    if ver >= V0_REMOVED_FROM:
+        return EngineChoice("v1", None)
+    if requested in ("v0", "v1"):
+        return EngineChoice(requested, "VLLM_USE_V1 set explicitly" if requested == "v0" else None)
+    if pp > 1 and ver < PP_MP_ON_V1_FROM:
+        return EngineChoice("v0", "pipeline parallelism without Ray falls back to V0")
+    if kv_cache_dtype.startswith("fp8") and ver < FP8_KV_ON_V1_FROM:
+        return EngineChoice("v0", "--kv-cache-dtype fp8 falls back to V0 (FlashAttention 3 only)")
+    if has_state_layers and ver < STATE_MODELS_ON_V1_FROM:
+        return EngineChoice("v0", "Mamba / linear-attention models fall back to V0")
+    if spec_method == "draft_model" and ver < DRAFT_MODEL_ON_V1_FROM:
+        return EngineChoice("v0", "speculative decoding with a draft model falls back to V0")
+    if spec_method in ("eagle", "eagle3", "ngram") and ver < SPEC_ON_V1_FROM:
+        return EngineChoice("v0", f"speculative method {spec_method} falls back to V0")
+    return EngineChoice("v1", None)
+
+
+def batch_defaults(ver: Version, engine: str, *, device_gib: float, device_name: str,
+                   api_server: bool) -> tuple[int, int]:
+    """(max_num_seqs, max_num_batched_tokens) when the user sets neither, for V1 with chunked
+    prefill (``engine/arg_utils.py::get_batch_defaults`` / ``_set_default_args_v1``). V0's token
+    budget depends on chunked prefill: :func:`v0_batched_tokens`."""
+    if engine == "v0":
+        return 256, 0
+    name = device_name.lower()
+    if ver >= BATCH_DEFAULTS_BY_DEVICE_FROM and device_gib >= 160:
+        return 1024, 16384
+    if ver >= BATCH_DEFAULTS_BY_DEVICE_FROM and device_gib >= 70 and "a100" not in name and "gb10" not in name:
+        return 1024, (8192 if api_server else 16384)
+    return 256, (2048 if api_server else 8192)
+
+
+def v0_batched_tokens(ver: Version, *, max_model_len: int, chunked: bool | None, sliding_window: bool,
+                      speculative: bool, multimodal: bool, mla: bool) -> tuple[bool, int]:
+    """(chunked prefill on, scheduler token budget) of the V0 engine when the user leaves both unset
+    (``chunked`` None) or sets only chunked prefill."""
+    if chunked is None:
+        chunked = (ver >= V0_CHUNKED_AUTO_FROM and max_model_len > V0_LONG_CONTEXT and not sliding_window and not speculative
+                   and not multimodal and not mla)
+    if chunked:
+        return True, (V0_MIN_BATCHED_TOKENS if ver >= V0_CHUNKED_DEFAULT_2048_FROM else 512)
+    tokens = max(max_model_len, V0_MIN_BATCHED_TOKENS)
+    if multimodal:
+        tokens = max(tokens, V0_MULTIMODAL_MIN_BATCHED_TOKENS)
+    return False, tokens
+
+
+def mla_rule(ver: Version, *, quant_method: str | None, disabled: bool) -> tuple[bool, int | None, str | None]:
+    """(MLA used, padded head size when not, why not) for a DeepSeek-style MLA model."""
+    if disabled:
+        return False, None, "VLLM_MLA_DISABLE: full K and V per head"
+    if ver < MLA_FROM:
+        return False, 256, f"vLLM {'.'.join(map(str, ver))} predates MLA (0.7.1): full K and V, heads padded to 256"
+    if ver < MLA_ANY_QUANT_FROM and quant_method and quant_method.lower() not in MLA_QUANTS_07:
+        return False, None, f"vLLM 0.7 disables MLA with {quant_method} quantization: full K and V per head"
+    return True, None, None
+
+
+def capture_sizes(max_num_seqs: int, num_speculative_tokens: int = 0, limit: int = 512) -> list[int]:
+    """V1's CUDA-graph capture sizes: [1, 2, 4] + 8..248 step 8 + 256.. step 16, cut at
+    ``min(2 x max_num_seqs x (1 + speculative tokens), limit)`` (``config/vllm.py::_set_cudagraph_sizes``)."""
+    top = min(2 * max_num_seqs * (1 + num_speculative_tokens), limit)
+    sizes = [1, 2, 4, *range(8, 256, 8), *range(256, limit + 1, 16)]
+    return [s for s in sizes if s <= top]

@@ -1,0 +1,79 @@
+"""A multimodal config's vision tower, as vLLM's encoder profiling sizes it.
+
+vLLM's profile run (``v1/worker/gpu_model_runner.py::profile_run``) encodes a dummy batch of the
+largest images the processor accepts: ``encoder budget = max(max_num_batched_tokens, tokens per
+item)`` (``v1/core/encoder_cache_manager.py::compute_encoder_budget``) and ``budget // tokens per
+item`` items at once. What that costs depends on the tower's width and on how many patches one
+item is, which the config states only partly: the processor's pixel limits are family facts
+(:data:`TOKENS_PER_ITEM`).
+
+``vision_spec(config) -> VisionSpec | None``. Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["TOKENS_PER_ITEM", "VisionSpec", "vision_spec"]
+
+# The largest image a family's processor admits, in LM tokens (after patch merging):
+# Qwen2-VL / Qwen2.5-VL max_pixels 12,845,056 at 28 x 28 pixels per token; Qwen3-VL / Qwen3.5
+# longest_edge 16,777,216 at 32 x 32 -> 16,384 tokens either way.
+TOKENS_PER_ITEM: Mapping[str, int] = {"qwen": 16_384}
+
+
+@dataclass(frozen=True, slots=True)
+class VisionSpec:
+    hidden_size: int
+    intermediate_size: int
+    num_layers: int
+    tokens_per_item: int          # LM tokens one maximal image becomes
+    patches_per_token: int        # encoder patches behind one LM token (spatial merge / pooling)
+
+
+def _int(value: Any) -> int:
+    if isinstance(value, bool):
+        return 0
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return 0
+
+
+def vision_spec(config: Mapping[str, Any]) -> VisionSpec | None:
+    """The vision tower of a multimodal config, or None (text-only, or too little to size it)."""
+    vc = config.get("vision_config")
+    if not isinstance(vc, Mapping):
+        return None
+    model_type = str(vc.get("model_type") or config.get("model_type") or "").lower()
+    width = _int(vc.get("embed_dim")) or _int(vc.get("hidden_size")) or _int(vc.get("width"))
+    inter = _int(vc.get("intermediate_size"))
+    if not inter and width:
+        inter = int(float(vc.get("mlp_ratio") or 4) * width)
+    layers = _int(vc.get("depth")) or _int(vc.get("num_hidden_layers")) or _int(vc.get("layers"))
+    if not (width and inter and layers):
+        return None
+    merge = _int(vc.get("spatial_merge_size"))
+    if merge:                                          # Qwen-VL family: merge x merge patches per token
+        tokens = TOKENS_PER_ITEM["qwen"] if "qwen" in model_type else 0
+        per_token = merge * merge
+    else:
+        tokens = (_int(config.get("vision_soft_tokens_per_image")) or _int(vc.get("default_output_length"))
+                  or _int(config.get("mm_tokens_per_image")))
+        pool = _int(vc.get("pooling_kernel_size")) or 0
+        image, patch = _int(vc.get("image_size")), _int(vc.get("patch_size"))
+        if pool:
+            per_token = pool * pool
+        elif tokens and image and patch:
+            per_token = max(1, (image // patch) ** 2 // tokens)
+        else:
+            per_token = 1
+        if not tokens and image and patch:
+            tokens = (image // patch) ** 2
+    if tokens <= 0:
+        return None
+    return VisionSpec(hidden_size=width, intermediate_size=inter, num_layers=layers,
+                      tokens_per_item=tokens, patches_per_token=per_token)

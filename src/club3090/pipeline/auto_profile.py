@@ -1,0 +1,88 @@
+"""The serving shape when no ``--profile-like`` is given (``pull``, ``kv-calc``, ``fits``, ``up``).
+
+A curated model gets its curated profile for the rig's GPU count (``Model.serving_defaults``,
+upstream's registry ``defaults``); any other repo gets the shape
+:func:`club3090.fit.auto_shape.choose_shape` derives, expressed as a ``Profile`` (key ``auto``) in
+a copy of the catalog, so the gate's stages run on it unchanged.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from types import MappingProxyType
+from typing import TYPE_CHECKING
+
+from club3090.fit.auto_shape import NO_OVERRIDES, Candidate, ShapeChoice, ShapeOverrides, choose_shape, pick_engine
+from club3090.gate.engine_support import find_arch_row
+
+if TYPE_CHECKING:  # pragma: no cover - typing only
+    from club3090.catalog.model import Catalog, Profile
+    from club3090.model.spec import ModelSpec
+    from club3090.rig.hardware import HardwareFacts
+
+AUTO_KEY = "auto"
+
+__all__ = ["AUTO_KEY", "auto_profile", "catalog_with", "count_class", "curated_default", "derive_choice"]
+
+
+def count_class(gpu_count: int) -> str:
+    return "single" if gpu_count <= 1 else "dual" if gpu_count == 2 else "multi"
+
+
+def curated_default(catalog: "Catalog", spec: "ModelSpec", gpu_count: int) -> str | None:
+    """The curated profile upstream serves this curated model with on ``gpu_count`` GPUs, if any."""
+    if spec.curated is None:
+        return None
+    model = catalog.models.get(spec.curated.model_id)
+    if model is None:
+        return None
+    key = model.serving_defaults.get(count_class(gpu_count))
+    if key is None or key not in catalog.profiles:
+        return None
+    if catalog.profiles[key].weights_variant != spec.curated.variant_id:
+        return None
+    return key
+
+
+def weights_of(spec: "ModelSpec", catalog: "Catalog") -> int | None:
+    if spec.curated is not None:
+        model = catalog.models.get(spec.curated.model_id)
+        variant = model.weights.get(spec.curated.variant_id) if model is not None else None
+        if variant is not None and variant.size_bytes:
+            return int(variant.size_bytes)
+    return spec.weights_bytes
+
+
+def derive_choice(spec: "ModelSpec", hw: "HardwareFacts", catalog: "Catalog", *,
+                  overrides: ShapeOverrides = NO_OVERRIDES, target_concurrency: int = 1,
+                  min_context: int | None = None) -> ShapeChoice:
+    """The derived shape for ``spec`` on the rig ``hw`` (all its GPUs are candidates)."""
+    row = find_arch_row(catalog, curated_model=spec.curated.model_id if spec.curated else None,
+                        architecture=spec.arch.architecture)
+    return choose_shape(spec, hw.memory_bytes, catalog, sm=hw.sm, weights_bytes=weights_of(spec, catalog),
+                        overrides=overrides, target_concurrency=target_concurrency, min_context=min_context,
+                        device_name=hw.names[0] if hw.names else None, row=row,
+                        engine=pick_engine(catalog, row))
+
+
+def auto_profile(choice: ShapeChoice, candidate: Candidate, spec: "ModelSpec", catalog: "Catalog",
+                 reference_gpu: str | None) -> "Profile":
+    """The derived shape as a catalog ``Profile`` (key ``auto``; no compose capture, no drafter)."""
+    from club3090.catalog.model import Profile
+
+    shape, fit = candidate.shape, candidate.fit
+    reference = reference_gpu if reference_gpu is not None and reference_gpu in catalog.gpus \
+        else next(iter(catalog.gpus), "rtx-3090")
+    return Profile(
+        key=AUTO_KEY, model=spec.curated.model_id if spec.curated else "",
+        weights_variant=spec.curated.variant_id if spec.curated else "", workload="fast-chat",
+        engine=choice.engine, drafter=None, kv_format=shape.kv_cache_dtype, tp=shape.tp, pp=shape.pp,
+        max_model_len=fit.max_model_len, max_num_seqs=fit.settings.max_num_seqs,
+        mem_util=fit.settings.mem_util, port=8000, status="production", required_sm=None, fallback_sm=None,
+        requires_nvlink=False, required_engine_features=(), compose_path="", reference_gpu=reference,
+        runtime=None, status_note="derived from the model and the rig")
+
+
+def catalog_with(catalog: "Catalog", profile: "Profile") -> "Catalog":
+    """A copy of the catalog that also knows ``profile`` (so the gate's lookups by key work)."""
+    return replace(catalog, profiles=MappingProxyType({**catalog.profiles, profile.key: profile}))

@@ -1,0 +1,156 @@
+"""``fits``: will a model fit this rig, or which catalog models do, ranked.
+
+The rig (``--gpus``, else the detected GPUs) -> for each model: its facts (the one resolver; a
+catalog model needs no network) -> its shape (the curated profile for the GPU count, else the
+derived shape, ``pipeline.auto_profile``) -> the fit. No gate, no download: the plain question.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from club3090.fit.auto_shape import ShapeChoice, ShapeOverrides
+from club3090.fit.memory import FitResult, Unpriceable, predict
+from club3090.fit.shape import profile_shape
+from club3090.gate.outcome import Outcome, Reason, Stop, Stratum
+from club3090.pipeline.auto_profile import curated_default, derive_choice, weights_of
+from club3090.pipeline.stages import gpu_set
+from club3090.rig.hardware import HardwareFacts, resolve_hardware
+
+if TYPE_CHECKING:  # pragma: no cover - typing only
+    from club3090.catalog.model import Catalog
+    from club3090.model.spec import ModelSpec
+    from club3090.pipeline.provider import Provider
+
+__all__ = ["FitsReport", "FitsRequest", "FitsRow", "fits", "rank_key"]
+
+
+@dataclass(frozen=True, slots=True)
+class FitsRequest:
+    models: tuple[str, ...] = ()             # none: every catalog model
+    gpus: str | None = None
+    min_context: int | None = None
+    overrides: ShapeOverrides = field(default_factory=ShapeOverrides)
+
+
+@dataclass(frozen=True, slots=True)
+class FitsRow:
+    model: str                               # what was asked (catalog id or repo id)
+    repo: str | None                         # the repo `up` would serve
+    fits: bool
+    confidence: str | None = None
+    shape_source: str | None = None          # curated-default | derived
+    profile: str | None = None
+    choice: ShapeChoice | None = None
+    fit: FitResult | None = None
+    tp: int = 1
+    pp: int = 1
+    kv_cache_dtype: str | None = None
+    stop: str | None = None                  # why it could not be answered (a stop's token and text)
+
+    @property
+    def context(self) -> int:
+        return self.fit.max_model_len if self.fit is not None else 0
+
+    @property
+    def concurrency(self) -> float:
+        return self.fit.max_concurrency if self.fit is not None else 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        fit = self.fit
+        return {"model": self.model, "repo": self.repo, "fits": self.fits, "confidence": self.confidence,
+                "shape_source": self.shape_source, "profile": self.profile,
+                "tensor_parallel_size": self.tp, "pipeline_parallel_size": self.pp,
+                "kv_cache_dtype": self.kv_cache_dtype,
+                "max_model_len": fit.max_model_len if fit else None,
+                "max_model_len_fit": fit.max_model_len_fit if fit else None,
+                "max_concurrency": round(fit.max_concurrency, 2) if fit else None,
+                "raw_verdict": fit.raw_verdict if fit else None,
+                "shape": self.choice.to_json() if self.choice is not None else None, "stop": self.stop}
+
+
+@dataclass(frozen=True, slots=True)
+class FitsReport:
+    hardware: HardwareFacts | None
+    rows: tuple[FitsRow, ...] = ()
+    stop: Stop | None = None                 # no rig to price (no GPU named or detected)
+    gpus_spec: str | None = None
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def outcome(self) -> Outcome:
+        """Asked about one model: OK when it fits. A ranking: OK when something fits."""
+        if self.stop is not None or not any(r.fits for r in self.rows):
+            return Outcome.REFUSED
+        return Outcome.OK
+
+
+def rank_key(row: FitsRow) -> tuple[int, int, int, float]:
+    """Fits first; then the most context, the fewest GPUs, the most concurrency."""
+    return (0 if row.fits else 1, -row.context, row.tp * row.pp, -row.concurrency)
+
+
+def fits(request: FitsRequest, provider: "Provider") -> FitsReport:
+    catalog = provider.catalog()
+    given = gpu_set(request.gpus, catalog)
+    detected = provider.detect_gpus() if given is None else None
+    count = given.count if given is not None else len(detected.gpus) if detected is not None else 0
+    hw = resolve_hardware(tp=max(count, 1), gpu_set=given, detected=detected)
+    if hw.sm is None or not hw.memory_bytes:
+        why = ("--gpus gives memory sizes, not a known card: name the card (2x3090) so its SM is known"
+               if given is not None else "no GPU detected and no --gpus given: name your GPUs, e.g. "
+               "--gpus 1x3090, --gpus 2x4090 or --gpus 4xH100-80GB")
+        return FitsReport(hardware=hw, stop=Stop(Stratum.ENGINE_SUPPORT, Reason.HARDWARE_SM_UNDETERMINED,
+                                                 detail={"message": why}))
+    names = list(request.models) if request.models else []
+    if len(names) != 1:
+        names = [*catalog.models, *(n for n in names if n not in catalog.models)]
+    rows = [row_for(name, provider, catalog, hw, request) for name in names]
+    if len(names) > 1:
+        rows.sort(key=rank_key)
+    return FitsReport(hardware=hw, rows=tuple(rows), gpus_spec=request.gpus)
+
+
+def row_for(name: str, provider: "Provider", catalog: "Catalog", hw: HardwareFacts,
+            request: FitsRequest) -> FitsRow:
+    facts = provider.resolve(name, catalog)
+    if isinstance(facts, Stop):
+        return FitsRow(model=name, repo=None, fits=False,
+                       stop=f"{facts.token}: {facts.detail.get('message', '')}".rstrip(": "))
+    repo = repo_of(facts, catalog)
+    key = curated_default(catalog, facts, hw.count) if request.overrides == ShapeOverrides() else None
+    if key is not None:
+        return _curated_row(name, repo, facts, catalog, hw, key, request.min_context)
+    choice = derive_choice(facts, hw, catalog, overrides=request.overrides, min_context=request.min_context)
+    pick = choice.chosen or choice.best
+    if pick is None:
+        return FitsRow(model=name, repo=repo, fits=False, confidence=facts.confidence, shape_source="derived",
+                       choice=choice, stop=f"no-fit-model: {choice.unpriceable or choice.reason}")
+    return FitsRow(model=name, repo=repo, fits=choice.fits, confidence=facts.confidence, shape_source="derived",
+                   choice=choice, fit=pick.fit, tp=pick.shape.tp, pp=pick.shape.pp,
+                   kv_cache_dtype=pick.shape.kv_cache_dtype)
+
+
+def _curated_row(name: str, repo: str | None, facts: "ModelSpec", catalog: "Catalog", hw: HardwareFacts,
+                 key: str, min_context: int | None) -> FitsRow:
+    profile = catalog.profiles[key]
+    shape = profile_shape(profile, catalog, device_name=hw.names[0] if hw.names else None)
+    fit = predict(facts.arch, weights_bytes=int(weights_of(facts, catalog) or 0),
+                  gpu_memory_bytes=hw.memory_bytes[:profile.tp * profile.pp], shape=shape,
+                  confidence=facts.confidence)
+    if isinstance(fit, Unpriceable):
+        return FitsRow(model=name, repo=repo, fits=False, confidence=facts.confidence, profile=key,
+                       shape_source="curated-default", stop=f"no-fit-model: {fit.reason}")
+    ok = fit.raw_verdict != "wont-fit" and fit.max_model_len >= (min_context or 0)
+    return FitsRow(model=name, repo=repo, fits=ok, confidence=facts.confidence, shape_source="curated-default",
+                   profile=key, fit=fit, tp=profile.tp, pp=profile.pp, kv_cache_dtype=profile.kv_format)
+
+
+def repo_of(facts: "ModelSpec", catalog: "Catalog") -> str | None:
+    if facts.curated is not None:
+        model = catalog.models.get(facts.curated.model_id)
+        variant = model.weights.get(facts.curated.variant_id) if model is not None else None
+        if variant is not None and variant.hf_repo:
+            return variant.hf_repo
+    return facts.ref if facts.source == "hub" else facts.ref or None
