@@ -353,7 +353,7 @@ def test_pull_out_folder_writes_the_same_bundle(env, capsys):
     code = cli.main(["pull", CURATED, "--profile-like", CURATED_PROFILE, "--gpus", "1x3090", "--out", str(run)],
                     provider=env["provider"])
     out = capsys.readouterr().out
-    assert code == 0 and "[pull] FITS" in out and "not started (--no-start)" in out
+    assert code == 0 and "Fits on 1x RTX 3090" in out and "not started (--no-start)" in out
     for name in ("compose.yml", ".env", "serve.sh", "launch.json", f"files/{TEMPLATE_PATH}"):
         assert (run / name).is_file(), name
     assert not (run / "server.pid").exists()
@@ -381,3 +381,12 @@ def test_native_missing_vllm_exits_69_and_writes_nothing(env, monkeypatch, capsy
     code = up(env, CURATED, "--gpus", "1x3090", "--profile-like", CURATED_PROFILE, "--dir", str(run),
               "--launcher", "native")
     assert code == 69 and "--vllm PATH" in capsys.readouterr().err and not run.exists()
+
+
+def test_without_profile_like_the_gate_chooses_the_shape(env, capsys):
+    run = env["tmp"] / "run"
+    code = up(env, DERIVED, "--gpus", "1x3090", "--yes", "--dir", str(run), "--no-start")
+    out = capsys.readouterr().out
+    assert code == 0, out
+    state = json.loads((run / "state.json").read_text(encoding="utf-8"))
+    assert state["profile_like"] and (run / "compose.yml").is_file() and DERIVED in (run / "compose.yml").read_text()

@@ -29,7 +29,8 @@ def add_parser(sub: Any) -> None:
     p.add_argument("source", metavar="MODEL", help="Hugging Face repo id (or a local folder)")
     p.add_argument("--dir", dest="directory", type=Path, required=True, metavar="DIR",
                    help="the bundle folder (created; everything the server needs lands here)")
-    p.add_argument("--profile-like", metavar="KEY", help="registry profile giving the runtime shape (required)")
+    p.add_argument("--profile-like", metavar="KEY",
+                   help="registry profile giving the runtime shape (default: the gate's automatic shape)")
     p.add_argument("--gpus", metavar="SPEC", help="the GPU topology: 1x3090, 2x24GiB, ...")
     p.add_argument("--launcher", choices=("docker", "native"), default="docker",
                    help="docker (docker compose, default) or native (vllm on this host)")
@@ -70,14 +71,12 @@ def run(args: argparse.Namespace, provider: Any) -> int:
 def run_request(args: argparse.Namespace, provider: Any, *, directory: Path, no_start: bool, launcher: str,
                 port: int | None, vllm: str | None, skip_tools: bool) -> int:
     """``up`` (and ``pull --out DIR``): build the request, run it, print the result."""
-    from club3090.errors import UsageError
+    from club3090.cli.commands.pull import captures_root
     from club3090.pipeline.up import UpRequest, UpSeams, up
 
-    if not args.profile_like:
-        raise UsageError(f"{getattr(args, 'command', 'up')} needs --profile-like KEY "
-                         "(see `club3090 profiles`)")
     say, spin = _progress(args)
-    seams = UpSeams(say=say, spin=spin, payload=_payload_source(provider), bar=not args.json)
+    seams = UpSeams(say=say, spin=spin, payload=_payload_source(provider), bar=not args.json,
+                    captures=captures_root(args))
     seams_hook = getattr(provider, "up_seams", None)
     if callable(seams_hook):
         seams = seams_hook(seams)
