@@ -350,7 +350,7 @@ exit 0
 def test_pull_out_folder_writes_the_same_bundle(env, capsys):
     run = env["tmp"] / "bundle"
     run.mkdir()
-    code = cli.main(["pull", CURATED, "--profile-like", CURATED_PROFILE, "--gpus", "1x3090", "--out", str(run)],
+    code = cli.main(["pull", CURATED, "--profile-like", CURATED_PROFILE, "--gpus", "1x3090", "--out", f"{run}/"],
                     provider=env["provider"])
     out = capsys.readouterr().out
     assert code == 0 and "Fits on 1x RTX 3090" in out and "not started (--no-start)" in out
