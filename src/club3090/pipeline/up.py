@@ -196,7 +196,7 @@ def up(req: UpRequest, provider: "Provider", seams: UpSeams) -> UpResult:
     spec = provider.resolve(req.source, catalog)
     if not hasattr(spec, "ref"):
         raise UsageError(f"{req.source}: the gate passed but the model cannot be resolved again")
-    key = req.profile_like or gate.profile_like
+    key = req.profile_like or gate.profile_like or ""
     if key not in catalog.profiles and gate.choice is not None:   # the automatic, derived shape
         from club3090.pipeline.auto_profile import auto_profile, catalog_with
 
