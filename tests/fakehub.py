@@ -43,6 +43,7 @@ recording in its ``finally`` raced the test's assertions).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import math
@@ -305,6 +306,28 @@ def synth_table(config: Mapping[str, Any], *, dtype: str | None = None, prefix: 
     return t
 
 
+def fp8_block_table(table: Mapping[str, tuple[str, Any]]) -> dict[str, tuple[str, Any]]:
+    """DeepSeek-V3's FP8 layout: 2-D projections in F8_E4M3 plus an F32 ``weight_scale_inv`` per
+    128x128 block; everything else stays as it was."""
+    out: dict[str, tuple[str, Any]] = {}
+    for name, (dtype, shape) in table.items():
+        if name.endswith("proj.weight") and len(shape) == 2:
+            out[name] = ("F8_E4M3", shape)
+            out[name + "_scale_inv"] = ("F32", [math.ceil(shape[0] / 128), math.ceil(shape[1] / 128)])
+        else:
+            out[name] = (dtype, shape)
+    return out
+
+
+def add_deepseek_v3_layout(hub: "FakeHub", *, repo_id: str = "deepseek-ai/DeepSeek-V3",
+                           shards: int = 163) -> FakeRepo:
+    """The DeepSeek-V3 repo layout: 61 layers + the MTP layer (``layers.61``), per-expert FP8
+    weights with block scales, split over ``shards`` files (163 on the Hub) with an index."""
+    config = json.loads((FIXTURES / "deepseek-ai--DeepSeek-V3" / "config.json").read_bytes())
+    table = fp8_block_table(synth_table(config, layers=int(config["num_hidden_layers"]) + 1))
+    return hub.add_fixture("deepseek-ai--DeepSeek-V3", repo_id=repo_id, tensors=table, shards=shards)
+
+
 def split_shards(table: Mapping[str, tuple[str, Any]], shards: int,
                  pattern: str = "model-{i:05d}-of-{n:05d}.safetensors") -> dict[str, dict[str, tuple[str, Any]]]:
     names = list(table)
@@ -349,16 +372,16 @@ class _Handler(BaseHTTPRequestHandler):
                        "headers": headers, "status": 0, "sent": 0}
         hub._record(self._entry)  # now, not when the handler ends: see the module docstring
         try:
+            if hub.latency_s > 0:  # a simulated round trip (benchmarks), before any answer byte
+                time.sleep(hub.latency_s)
             fault = hub._take_fault(self.command, unquote(raw_path))
             if fault is not None and fault.kind == "slow":
                 time.sleep(fault.delay)
                 fault = None
             if fault is not None and fault.kind == "drop":
                 self.close_connection = True
-                try:
+                with contextlib.suppress(OSError):
                     self.connection.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
                 return
             if fault is not None and fault.kind in ("500", "503"):
                 self._reply(int(fault.kind), {"Content-Type": "application/json"},
@@ -529,10 +552,8 @@ class _Handler(BaseHTTPRequestHandler):
         if limit < length:
             self.wfile.flush()
             self.close_connection = True
-            try:
+            with contextlib.suppress(OSError):
                 self.connection.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
 
 
 class FakeHub:
@@ -549,6 +570,7 @@ class FakeHub:
         self._thread: threading.Thread | None = None
         self.url = ""
         self.cdn_url = ""
+        self.latency_s = 0.0  # added before every answer: a simulated network round trip
 
     # -- lifecycle ----------------------------------------------------------------------------
     def start(self) -> "FakeHub":

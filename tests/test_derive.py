@@ -505,7 +505,8 @@ class FakeSource:
         assert filename == "config.json"
         return self.config
 
-    def read_headers(self, repo_id: str, files: Any, revision: str | None, progress: Any = None) -> Any:
+    def read_headers(self, repo_id: str, files: Any, revision: str | None, progress: Any = None, *,
+                     index: Any = None) -> Any:
         from tests.safetensors_fixtures import parse_file_bytes
 
         return {f.name: parse_file_bytes(self.file.prefix, file=f.name) for f in files}
@@ -607,12 +608,13 @@ class _MissingSource(FakeSource):
             raise EntryNotFound(repo_id, "file not found", file=filename)
         return self.config
 
-    def read_headers(self, repo_id: str, files: Any, revision: str | None, progress: Any = None) -> Any:
+    def read_headers(self, repo_id: str, files: Any, revision: str | None, progress: Any = None, *,
+                     index: Any = None) -> Any:
         from club3090.errors import EntryNotFound
 
         if any(f.name == self.missing for f in files):
             raise EntryNotFound(repo_id, "file not found", file=self.missing)
-        return super().read_headers(repo_id, files, revision, progress)
+        return super().read_headers(repo_id, files, revision, progress, index=index)
 
 
 @pytest.mark.parametrize("missing,sub_reason", [

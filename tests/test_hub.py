@@ -98,7 +98,7 @@ def test_long_header_takes_a_second_range(fake_hub: FakeHub) -> None:
     ranges = [r.headers["range"] for r in fake_hub.requests(path_contains="/cdn/")]
     n = struct.unpack("<Q", fake_hub.repos["acme/long"].files["model.safetensors"].prefix[:8])[0]
     assert n > H.FIRST_READ_BYTES
-    assert ranges == [f"bytes=0-{H.FIRST_READ_BYTES - 1}", f"bytes=8-{n + 7}"]
+    assert ranges == [f"bytes=0-{H.FIRST_READ_BYTES - 1}", f"bytes={H.FIRST_READ_BYTES}-{n + 7}"]  # the tail only
 
 
 def test_server_ignoring_range_costs_only_a_header(fake_hub: FakeHub) -> None:
@@ -304,7 +304,7 @@ def test_import_order_does_not_matter_in_a_fresh_process(fake_hub: FakeHub, tmp_
     _small_repo(fake_hub)
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     done = subprocess.run([sys.executable, "-c", _SUBPROCESS, fake_hub.url, str(tmp_path / "hf")],
-                          env=env, capture_output=True, text=True, timeout=120)
+                          env=env, capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout.strip().splitlines()[-1]) == {"ok": True, "weights_bytes": header_sum(TABLE)}
 

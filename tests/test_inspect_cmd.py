@@ -120,7 +120,7 @@ def test_malformed_header_exits_65_naming_the_file(fake_hub: FakeHub, capsys: py
     raw = b"{broken"
     bad = FakeFile("model.safetensors", len(raw).to_bytes(8, "little") + raw, size=64, lfs=True)
     fake_hub.add_fixture("Qwen--Qwen3-0.6B", tensors={"x": ("BF16", [4])}, extra_files={"model.safetensors": bad})
-    code, out, err = _run(capsys, "Qwen/Qwen3-0.6B")
+    code, _out, err = _run(capsys, "Qwen/Qwen3-0.6B")
     assert code == 65 and "Qwen/Qwen3-0.6B/model.safetensors" in err and "Traceback" not in err
 
 

@@ -147,17 +147,18 @@ def test_calibration_json_and_gemma_anchors(capsys):
         assert abs(rows[key]["predicted_kv_tokens"] - measured) / measured < 0.15, key
 
 
-def test_fast_and_without_heavy_imports(tmp_path):
+def test_without_heavy_imports(tmp_path):
+    """A local folder is priced without torch, transformers, vLLM or the Hub client (how fast that is,
+    is the benchmarks' business: a timed assertion flaps on a shared machine)."""
     folder = model_folder(tmp_path)
-    script = ("import sys, time; t = time.perf_counter(); from club3090.cli import main; "
+    script = ("import sys; from club3090.cli import main; "
               f"code = main(['kv-calc', {str(folder)!r}, '--json']); "
               "heavy = [m for m in ('torch', 'transformers', 'vllm', 'huggingface_hub') if m in sys.modules]; "
-              "print('HEAVY', heavy, time.perf_counter() - t, file=sys.stderr); sys.exit(code)")
+              "print('HEAVY', heavy, file=sys.stderr); sys.exit(code)")
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=False)
     assert proc.returncode == 0, proc.stderr
     line = next(x for x in proc.stderr.splitlines() if x.startswith("HEAVY"))
     assert line.startswith("HEAVY []")
-    assert float(line.split()[-1]) < 1.0
 
 
 # flag validation: a bad value is a usage error (exit 64), never accepted (0) or a crash (70)

@@ -15,8 +15,7 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "src" / "club3090"
 PURE = ("model", "rig", "fit", "gate", "compose")
-ALLOWED_INTERNAL = tuple(f"club3090.{p}" for p in PURE) + ("club3090.errors", "club3090.version",
-                                                           "club3090.catalog.model")
+ALLOWED_INTERNAL = (*(f"club3090.{p}" for p in PURE), "club3090.errors", "club3090.version", "club3090.catalog.model")
 IO_MODULES = {"os", "io", "subprocess", "socket", "shutil", "tempfile", "urllib", "http", "select",
               "signal", "threading", "multiprocessing", "ssl", "glob", "huggingface_hub", "pynvml",
               "requests", "httpx", "sqlite3", "importlib"}

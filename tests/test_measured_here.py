@@ -74,6 +74,6 @@ def test_another_shape_is_still_predicted(fake_hub, monkeypatch, tmp_path, capsy
     fake_hub.add_fixture("Qwen--Qwen3-8B")
     measure_and_promote(tmp_path, capsys, {"model": REPO, "max_model_len": 1234, "tensor_parallel_size": 1,
                                            "gpu_memory_utilization": 0.5})
-    code, result = run(["pull", REPO, "--profile-like", "vllm/minimal", "--gpus", "1x3090", "--dry-run", "--json"],
+    _, result = run(["pull", REPO, "--profile-like", "vllm/minimal", "--gpus", "1x3090", "--dry-run", "--json"],
                        capsys)
     assert result["confidence"] == "estimated-lower-bound" and "measured-here" not in result["notice_codes"]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import pytest
 
 from club3090.catalog import load_catalog
@@ -62,7 +64,7 @@ def test_profile_without_compose_leaves_batch_to_vllm(cat):
 
 def test_shipped_flag_resolves_defaults():
     class Runtime:
-        service = {"command": ["--max-num-batched-tokens", "${MNBT:-${X:-4096}}", "--max-model-len=${L:-8192}",
+        service: ClassVar[dict[str, list[str]]] = {"command": ["--max-num-batched-tokens", "${MNBT:-${X:-4096}}", "--max-model-len=${L:-8192}",
                                "--kv-cache-dtype", "${KV}"]}
 
     class Profile:

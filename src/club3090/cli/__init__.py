@@ -14,12 +14,13 @@ output silently and exits 141.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import json
 import os
 import sys
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from club3090.cli.exit_codes import CONFIG, DATAERR, INTERRUPTED, PIPE, SOFTWARE, UNAVAILABLE, USAGE, VERDICT_CODES
 from club3090.errors import (
@@ -68,7 +69,8 @@ def _catalog_message(exc: Exception) -> str:
     return "\n".join([f"catalog invalid ({len(problems)} problems):", *(f"  {p}" for p in problems)])
 
 
-ERRORS: tuple[tuple[type[BaseException], int, Callable[[BaseException], str]], ...] = (
+# each renderer receives an instance of its row's class (Any: the rows differ in attributes)
+ERRORS: tuple[tuple[type[BaseException], int, Callable[[Any], str]], ...] = (
     (HubUnreachable, UNAVAILABLE,
      lambda e: f"cannot reach the Hub for {e.repo_id}; check the network or HF_ENDPOINT"
                + (f" ({e.detail})" if e.detail else "")),
@@ -145,10 +147,8 @@ def _stdio_utf8() -> None:
     for stream in (sys.stdout, sys.stderr):
         reconfigure = getattr(stream, "reconfigure", None)
         if reconfigure is not None:
-            try:
+            with contextlib.suppress(ValueError, OSError):
                 reconfigure(encoding="utf-8")
-            except (ValueError, OSError):
-                pass
 
 
 def _fd_identity(fd: int) -> tuple[int, int] | None:

@@ -159,7 +159,9 @@ class Launch:
     # ---- vllm serve ----------------------------------------------------------------------
     def resolved_service(self) -> dict[str, Any]:
         """The service with Compose interpolation resolved against an empty environment."""
-        return interpolate_tree(plain_data(self.service), {})
+        resolved = interpolate_tree(plain_data(self.service), {})
+        assert isinstance(resolved, dict)
+        return resolved
 
     def serve_invocation(self) -> tuple[tuple[tuple[str, str], ...], tuple[str, ...], tuple[str, ...]]:
         """(env assignments, argv, container-only steps) equivalent to the service."""

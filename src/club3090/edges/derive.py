@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -131,8 +132,7 @@ def download_set(names: Iterable[str], weights: WeightSet, *, trust_remote_code:
     out += sorted(n for n in present if "/" not in n and n.endswith(".jinja"))
     if trust_remote_code:
         out += sorted(n for n in present if "/" not in n and n.endswith(".py"))
-    seen: set[str] = set()
-    return tuple(n for n in out if not (n in seen or seen.add(n)))
+    return tuple(dict.fromkeys(out))  # first occurrence wins, order kept
 
 
 # ---------------------------------------------------------------------------------------------
@@ -328,8 +328,17 @@ def derive_hub(client: "HubSource", repo_id: str, revision: str | None, *, has_t
     files = {f.name: f for f in info.files}
     where = f"{repo_id}: "
 
+    indexes = [n for n in files if "/" not in n and n.endswith(".safetensors.index.json") and not is_adapter(n)]
+    wanted = ["config.json", *indexes[:1], *(n for n in QUANT_FILES if n in files)] if "config.json" in files else []
+    fetched = prefetch_json(lambda name: client.fetch_json(repo_id, name, rev), wanted)
+
     def fetch(name: str) -> Any:
-        return client.fetch_json(repo_id, name, rev)
+        if name not in fetched:
+            fetched[name] = client.fetch_json(repo_id, name, rev)
+        found = fetched[name]
+        if isinstance(found, BaseException):
+            raise found
+        return found
 
     def gate(exc: Exception) -> Stop:
         if isinstance(exc, GatedRepo):
@@ -358,12 +367,30 @@ def derive_hub(client: "HubSource", repo_id: str, revision: str | None, *, has_t
                 if isinstance(loaded, Stop):
                     return loaded
                 quant_files[name] = loaded
-        headers = client.read_headers(repo_id, [files[n] for n in weights.files], rev, progress)
+        index = fetched.get(weights.index) if weights.index is not None else None
+        index = None if isinstance(index, BaseException) else index
+        headers = client.read_headers(repo_id, [files[n] for n in weights.files], rev, progress, index=index)
     except (RepoNotFound, EntryNotFound, RevisionNotFound) as exc:
         return gate(exc)
     return build_spec(kind="hub", ref=repo_id, revision=revision, commit=info.commit, config=config,
                       files=files, weights=weights, headers=headers, quant_files=quant_files,
                       size_provenance="hub-api")
+
+
+def prefetch_json(fetch: Callable[[str], Any], names: Sequence[str]) -> dict[str, Any]:
+    """``fetch`` every name at once (config, index and quantization files are independent: one
+    round trip for all of them, not one each). A failure is kept as the value and raised by the
+    caller when it asks for that file, so errors surface in the order derivation reads them."""
+    if len(names) < 2:
+        return {}
+
+    def one(name: str) -> Any:
+        try:
+            return fetch(name)
+        except Exception as exc:  # noqa: BLE001 - replayed to the caller, in its order
+            return exc
+    with ThreadPoolExecutor(max_workers=len(names), thread_name_prefix="club3090-json") as pool:
+        return dict(zip(names, pool.map(one, names), strict=True))
 
 
 # A file the listing named but the Hub did not serve: the sub-reason says which kind.
@@ -375,7 +402,7 @@ MISSING_FILE_SUB_REASONS: Mapping[str, str] = MappingProxyType({
 
 def _missing_file(name: str | None, where: str) -> Stop:
     """``unsupported-format`` for a listed file the Hub answered 404 for, naming the file."""
-    if name in MISSING_FILE_SUB_REASONS:
+    if name is not None and name in MISSING_FILE_SUB_REASONS:
         sub = MISSING_FILE_SUB_REASONS[name]
     elif name is not None and name.endswith(".safetensors.index.json"):
         sub = "missing-index"

@@ -15,6 +15,7 @@ soon as a selected GPU is not NVIDIA.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import sys
@@ -22,7 +23,7 @@ import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import Any
+from typing import Any, TypeVar
 
 from club3090.rig.gpus import MAX_GPUS, NON_NVIDIA_SM, parse_sm
 
@@ -34,6 +35,8 @@ PROBE_TIMEOUT_S = 10.0           # per external command and for the whole NVML s
 MAX_OUTPUT_BYTES = 1024 * 1024   # more than this from a probe is garbage, not a GPU list
 
 Runner = Callable[..., Any]      # subprocess.run-compatible
+
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,15 +177,13 @@ def _read_nvml(nvml: Any) -> tuple[DetectedGpu, ...]:
             try:
                 major, minor = nvml.nvmlDeviceGetCudaComputeCapability(handle)
                 sm = _sm(f"{int(major)}.{int(minor)}")
-            except Exception:  # an old driver without the call: SM unknown, fail closed later
+            except Exception:  # noqa: BLE001 - an old driver without the call: SM unknown, fail closed later
                 sm = None
             gpus.append(DetectedGpu(index, _clean_name(name), total if total > 0 else None, sm, NVIDIA))
         return tuple(gpus)
     finally:
-        try:
+        with contextlib.suppress(Exception):  # shutting NVML down is best effort
             nvml.nvmlShutdown()
-        except Exception:
-            pass
 
 
 def memory_used_bytes(*, enabled: bool = True, nvml: Any = None,
@@ -195,7 +196,7 @@ def memory_used_bytes(*, enabled: bool = True, nvml: Any = None,
     if nvml is None:
         try:
             import pynvml  # nvidia-ml-py; imported here so importing us never loads it
-        except Exception:
+        except Exception:  # noqa: BLE001 - a broken install is "no NVML", like a missing one
             return None
         nvml = pynvml
 
@@ -208,11 +209,9 @@ def memory_used_bytes(*, enabled: bool = True, nvml: Any = None,
             return tuple(int(nvml.nvmlDeviceGetMemoryInfo(nvml.nvmlDeviceGetHandleByIndex(i)).used)
                          for i in range(count))
         finally:
-            try:
+            with contextlib.suppress(Exception):  # shutting NVML down is best effort
                 nvml.nvmlShutdown()
-            except Exception:
-                pass
-    return _bounded(read, timeout_s, []) or None  # type: ignore[arg-type]
+    return _bounded(read, timeout_s, []) or None
 
 
 NVIDIA_SMI_QUERY = ("nvidia-smi", "--query-gpu=index,name,memory.total,compute_cap",
@@ -281,7 +280,8 @@ def parse_amd_smi(text: str) -> tuple[DetectedGpu, ...]:
         index = item.get("gpu", position)
         if not isinstance(index, int) or isinstance(index, bool):
             index = position
-        asic = item.get("asic") if isinstance(item.get("asic"), Mapping) else {}
+        asic_raw = item.get("asic")
+        asic: Mapping[str, Any] = asic_raw if isinstance(asic_raw, Mapping) else {}
         name = asic.get("market_name") or asic.get("device_name") or "AMD GPU"
         gpus.append(DetectedGpu(index, _clean_name(str(name)), _amd_vram_bytes(item.get("vram")),
                                 NON_NVIDIA_SM, AMD))
@@ -294,7 +294,8 @@ def _amd_vram_bytes(vram: Any) -> int | None:
     size = vram.get("size", vram.get("vram_size_mb", vram.get("vram_size")))
     unit = "MB"
     if isinstance(size, Mapping):
-        size, unit = size.get("value"), str(size.get("unit", "MB"))
+        unit = str(size.get("unit", "MB"))
+        size = size.get("value")
     try:
         value = int(str(size).split()[0])
     except (ValueError, IndexError):
@@ -358,7 +359,7 @@ def parse_system_profiler(text: str) -> tuple[DetectedGpu, ...]:
     entries = data.get("SPDisplaysDataType") if isinstance(data, Mapping) else None
     if not isinstance(entries, list):
         return ()
-    gpus = []
+    gpus: list[DetectedGpu] = []
     for entry in entries[:MAX_GPUS]:
         if isinstance(entry, Mapping) and entry.get("sppci_model"):
             gpus.append(DetectedGpu(len(gpus), _clean_name(str(entry["sppci_model"])), None,
@@ -402,15 +403,14 @@ def _parsed(gpus: tuple[DetectedGpu, ...], why: list[str]) -> tuple[DetectedGpu,
     return gpus
 
 
-def _bounded(fn: Callable[[], tuple[DetectedGpu, ...]], timeout_s: float,
-             why: list[str]) -> tuple[DetectedGpu, ...] | None:
+def _bounded(fn: Callable[[], _T], timeout_s: float, why: list[str]) -> _T | None:
     """Run ``fn`` on a daemon thread; None if it raises or has not finished within the timeout
     (the reason appended to ``why``).
 
     NVML calls cannot be interrupted; a wedged driver must not hang the CLI, so the thread is
     abandoned (daemon) and detection moves on to the next probe.
     """
-    result: list[tuple[DetectedGpu, ...]] = []
+    result: list[_T] = []
     failure: list[str] = []
 
     def target() -> None:

@@ -14,17 +14,21 @@
   command's deadline (``Settings.hub_command_deadline_s``); no retry starts after it. A redirect
   loop, an answer that is not the JSON the client expects, or a missed deadline is
   ``HubUnreachable`` too. Messages never carry credentials written into ``HF_ENDPOINT``.
-- Safetensors headers are read with ranged GETs through the client's own session, every shard in
-  parallel, streaming and stopping after the bytes asked for (so a server that ignores ``Range``
-  still costs one header, not the file). JSON files (config, index) are fetched the same way,
-  capped, and not written to the HF cache.
+- Safetensors headers are read with ranged GETs through the client's own session (one pool of
+  kept-alive connections), up to ``MAX_WORKERS`` shards at a time, streaming and stopping after the
+  bytes asked for (so a server that ignores ``Range`` still costs one header, not the file). The
+  first range is speculative: sized from the index's tensor names when there is one
+  (``safetensors.estimate_header_bytes``), else ``FIRST_READ_BYTES``, and never past the file, a
+  fair share of the repo's header budget or ``MAX_FIRST_READ_BYTES``; so one round trip per
+  shard is the rule and a second range (only the missing tail) the exception. JSON files
+  (config, index) are fetched the same way, capped, and not written to the HF cache.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -49,6 +53,7 @@ from club3090.model.repo_id import repo_id_problem, revision_problem
 from club3090.model.safetensors import (
     PREFIX_BYTES,
     SafetensorsHeader,
+    estimate_header_bytes,
     header_length,
     parse_header,
 )
@@ -63,8 +68,10 @@ Progress = Callable[[int, int], None]  # (files done, files total)
 DEFAULT_TIMEOUT_S = 30.0
 DEFAULT_RETRIES = 3                     # retries after the first attempt
 DEFAULT_BACKOFF_S = 0.5                 # doubled per retry
-FIRST_READ_BYTES = 65_536               # most shard headers fit; longer ones take a second range
-MAX_WORKERS = 8
+FIRST_READ_BYTES = 100_000              # no index to size it from: most single-file headers fit
+MAX_FIRST_READ_BYTES = 1 << 20          # a speculative range never asks for more than this
+HINT_SLACK_BYTES = 4096                 # on top of the estimate: metadata it did not foresee
+MAX_WORKERS = 32                        # shards in flight: enough to hide latency, within the pool's keep-alive
 
 _TRANSPORT_NAMES = frozenset({"TransportError", "TimeoutException", "NetworkError", "ProtocolError",
                               "StreamError", "ConnectError", "ReadError", "WriteError", "PoolTimeout"})
@@ -121,7 +128,8 @@ class HubSource(Protocol):
     def fetch_json(self, repo_id: str, filename: str, revision: str | None) -> Any: ...
 
     def read_headers(self, repo_id: str, files: Sequence[RepoFile], revision: str | None,
-                     progress: Progress | None = None) -> dict[str, SafetensorsHeader]: ...
+                     progress: Progress | None = None, *,
+                     index: Mapping[str, Any] | None = None) -> dict[str, SafetensorsHeader]: ...
 
 
 def is_transport_failure(exc: BaseException) -> bool:
@@ -321,8 +329,8 @@ class HubClient:
                     chunk, skip = chunk[cut:], skip - cut
                 chunks.append(chunk)
                 got += len(chunk)
-                if got >= length:
-                    break
+                if got > length:  # more than asked (Range ignored): stop. At exactly ``length`` the
+                    break         # stream ends by itself and the connection goes back to the pool
             if got < expected:
                 raise TruncatedBody(f"got {got} of {expected} bytes")
             return b"".join(chunks)[:length]
@@ -372,24 +380,29 @@ class HubClient:
             return b"".join(chunks)
 
     def read_header(self, repo_id: str, file: RepoFile, revision: str | None,
-                    allowance: HeaderAllowance | None = None) -> SafetensorsHeader:
+                    allowance: HeaderAllowance | None = None, *, first_read: int | None = None) -> SafetensorsHeader:
+        """One file's header: one ranged GET of ``first_read`` bytes (default ``FIRST_READ_BYTES``),
+        a second for the rest only when the header is longer than that."""
         _check_reference(repo_id, revision)
         url = self._url(repo_id, file.name, revision)
         name = f"{repo_id}/{file.name}"
         size = file.size_bytes
+        want = FIRST_READ_BYTES if first_read is None else first_read
+        want = max(PREFIX_BYTES, want) if size is None else max(1, min(want, size))
 
         def attempt() -> SafetensorsHeader:
-            want = FIRST_READ_BYTES if size is None else max(1, min(FIRST_READ_BYTES, size))
             first = self._get(url, start=0, length=want, ranged=True)
             n = header_length(first[:PREFIX_BYTES], file=name)
             if allowance is not None:
                 allowance.take(name, n)
             if size is not None and PREFIX_BYTES + n > size:
                 raise InputError(name, f"truncated: header of {n} bytes does not fit in a {size}-byte file")
-            if len(first) >= PREFIX_BYTES + n:
-                raw = first[PREFIX_BYTES:PREFIX_BYTES + n]
-            else:
-                raw = self._get(url, start=PREFIX_BYTES, length=n, ranged=True)
+            end = PREFIX_BYTES + n
+            if len(first) >= end:
+                raw = first[PREFIX_BYTES:end]
+            else:  # longer than the speculative range: fetch only the missing tail
+                tail = self._get(url, start=len(first), length=end - len(first), ranged=True)
+                raw = first[PREFIX_BYTES:] + tail
                 if len(raw) < n:  # the file itself ends inside its header
                     raise InputError(name, f"truncated: got {len(raw)} of {n} header bytes")
             return parse_header(raw, file=name, file_size=size)
@@ -398,13 +411,31 @@ class HubClient:
         return header
 
     def read_headers(self, repo_id: str, files: Sequence[RepoFile], revision: str | None,
-                     progress: Progress | None = None) -> dict[str, SafetensorsHeader]:
-        """Read every file's header in parallel; the first failure cancels the rest and is raised.
+                     progress: Progress | None = None, *,
+                     index: Mapping[str, Any] | None = None) -> dict[str, SafetensorsHeader]:
+        """Read every file's header, ``max_workers`` at a time; the first failure cancels the rest.
 
-        All headers together stay within ``budgets.header_bytes_budget(len(files))``."""
+        ``index`` (the parsed ``*.safetensors.index.json``) sizes each first range. All headers
+        together stay within ``budgets.header_bytes_budget(len(files))``."""
         allowance = HeaderAllowance(header_bytes_budget(len(files)))
-        return read_all(lambda f: self.read_header(repo_id, f, revision, allowance), files, progress,
-                        max_workers=self.max_workers)
+        sizes = first_read_sizes(files, index, allowance.limit)
+        return read_all(lambda f: self.read_header(repo_id, f, revision, allowance, first_read=sizes[f.name]),
+                        files, progress, max_workers=self.max_workers)
+
+
+def first_read_sizes(files: Sequence[RepoFile], index: Mapping[str, Any] | None, budget: int) -> dict[str, int]:
+    """The speculative first range of each file: the index's estimate of its header (plus slack),
+    else ``FIRST_READ_BYTES``; never more than ``MAX_FIRST_READ_BYTES`` or an equal share of
+    ``budget``, so the speculative reads of one repo together stay within its header budget."""
+    weight_map = index.get("weight_map") if isinstance(index, Mapping) else None
+    hints = estimate_header_bytes(weight_map) if isinstance(weight_map, Mapping) else {}
+    share = max(PREFIX_BYTES, budget // max(1, len(files)))
+    out: dict[str, int] = {}
+    for f in files:
+        hint = hints.get(f.name)
+        want = FIRST_READ_BYTES if hint is None else PREFIX_BYTES + hint + HINT_SLACK_BYTES
+        out[f.name] = min(want, MAX_FIRST_READ_BYTES, share)
+    return out
 
 
 def _check_reference(repo_id: str, revision: str | None) -> None:

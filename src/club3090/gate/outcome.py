@@ -97,7 +97,7 @@ class Stop:
             return f"d-refused:{self.sub_reason}"
         if self.stratum is Stratum.ENGINE_SUPPORT and self.sub_reason:
             return f"{self.reason.value}/{self.sub_reason}"
-        return self.reason.value
+        return str(self.reason.value)
 
 
 def deriver_stop(reason: Reason, sub_reason: str, message: str, **extra: object) -> Stop:

@@ -41,7 +41,10 @@ def json_depth(doc: Any) -> int:
 
 
 def parse_json_capped(raw: bytes, *, name: str, limit: int = MAX_JSON_BYTES,
-                      object_pairs_hook: Callable[[list[tuple[str, Any]]], Any] | None = None) -> Any:
+                      object_pairs_hook: Callable[[list[tuple[str, Any]]], Any] | None = None,
+                      depth_limit: int | None = MAX_JSON_DEPTH) -> Any:
+    """Parse ``raw`` within ``limit`` bytes and ``depth_limit`` levels (None: the caller checks
+    the depth of the parts it keeps, as ``safetensors.parse_header`` does)."""
     if len(raw) > limit:
         raise InputError(name, f"{len(raw)} bytes is over the {limit}-byte limit for JSON files")
     try:
@@ -50,6 +53,6 @@ def parse_json_capped(raw: bytes, *, name: str, limit: int = MAX_JSON_BYTES,
         raise InputError(name, "not valid JSON (nested too deeply)") from None
     except ValueError as exc:  # bad UTF-8, bad JSON, an integer over Python's digit limit
         raise InputError(name, f"not valid JSON ({exc})") from exc
-    if json_depth(doc) > MAX_JSON_DEPTH:
-        raise InputError(name, f"JSON nested deeper than {MAX_JSON_DEPTH} levels")
+    if depth_limit is not None and json_depth(doc) > depth_limit:
+        raise InputError(name, f"JSON nested deeper than {depth_limit} levels")
     return doc

@@ -21,7 +21,7 @@ from types import MappingProxyType
 from typing import Any
 
 from club3090.errors import InputError
-from club3090.model.budgets import parse_json_capped
+from club3090.model.budgets import MAX_JSON_DEPTH, json_depth, parse_json_capped
 
 PREFIX_BYTES = 8
 MAX_HEADER_BYTES = 100_000_000  # the safetensors spec allows up to 100 MB of JSON header
@@ -115,7 +115,10 @@ def parse_header(raw: bytes, *, file: str, file_size: int | None = None) -> Safe
     if len(raw) > MAX_HEADER_BYTES:
         raise InputError(file, f"safetensors header of {len(raw)} bytes is over the {MAX_HEADER_BYTES}-byte limit")
     try:
-        doc = parse_json_capped(raw, name=file, limit=MAX_HEADER_BYTES, object_pairs_hook=_no_duplicates)
+        # the depth walk is limited to what the tensor checks do not pin down (metadata, extra
+        # keys): walking every entry of a many-shard MoE's headers cost more than parsing them
+        doc = parse_json_capped(raw, name=file, limit=MAX_HEADER_BYTES, object_pairs_hook=_no_duplicates,
+                                depth_limit=None)
     except _DuplicateKey as exc:
         raise InputError(file, f"safetensors header repeats the key {exc.key!r}") from None
     if not isinstance(doc, dict):
@@ -123,6 +126,9 @@ def parse_header(raw: bytes, *, file: str, file_size: int | None = None) -> Safe
     metadata: dict[str, str] = {}
     tensors: dict[str, TensorInfo] = {}
     for name, entry in doc.items():
+        if (not isinstance(entry, dict) or len(entry) != len(_ENTRY_KEYS) or not _ENTRY_KEYS.issuperset(entry)) \
+                and json_depth(entry) >= MAX_JSON_DEPTH:
+            raise InputError(file, f"JSON nested deeper than {MAX_JSON_DEPTH} levels")
         if name == "__metadata__":
             if entry is not None and not isinstance(entry, dict):
                 raise InputError(file, "__metadata__ is not an object")
@@ -152,8 +158,11 @@ def _check_tiling(tensors: Mapping[str, TensorInfo], *, file: str) -> None:
         cursor = info.end
 
 
+_ENTRY_KEYS = frozenset({"dtype", "shape", "data_offsets"})
+
+
 def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
+    return type(value) is int  # json gives int or bool; bool is not a dimension
 
 
 def _tensor(entry: Any, *, name: str, file: str) -> TensorInfo:
@@ -201,3 +210,21 @@ def unique_data_bytes(headers: Mapping[str, SafetensorsHeader], *,
                 raise InputError(label(name), f"tensor {tensor!r} is also stored in {first}")
         total += header.data_bytes
     return total
+
+
+# One tensor's entry beside its quoted name: ``:{"dtype":"F8_E4M3","shape":[..],"data_offsets":[..,..]},``
+# with room for a 4-D shape and two 12-digit offsets.
+ENTRY_OVERHEAD_BYTES = 112
+METADATA_ALLOWANCE_BYTES = 1024
+
+
+def estimate_header_bytes(weight_map: Mapping[str, Any]) -> dict[str, int]:
+    """Expected JSON header length of each shard an index ``weight_map`` names (tensor -> file).
+
+    A guess used only to size the first ranged read, so the whole header usually arrives in one
+    round trip; the 8-byte length prefix stays authoritative. Non-string entries are ignored."""
+    out: dict[str, int] = {}
+    for name, shard in weight_map.items():
+        if isinstance(name, str) and isinstance(shard, str):
+            out[shard] = out.get(shard, METADATA_ALLOWANCE_BYTES) + len(name) + 2 + ENTRY_OVERHEAD_BYTES
+    return out

@@ -20,6 +20,7 @@ Stages and their failure tokens:
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import time
 from collections.abc import Callable, Mapping
@@ -32,6 +33,7 @@ from club3090.compose.generate import derived_compose
 from club3090.edges import boot as boot_mod
 from club3090.edges import download
 from club3090.edges.files import atomic_write_text, write_output_text
+from club3090.edges.openai_client import Http
 from club3090.errors import Club3090Error
 from club3090.gate.outcome import Notice, NoticeCode
 from club3090.reports import capture
@@ -56,7 +58,7 @@ class EStages:
 
     fetch: download.Fetch | None = None                 # None: download.hub_fetcher(settings)
     runner: boot_mod.Runner | None = None               # docker; None: subprocess
-    http: boot_mod.Http | None = None                   # None: urllib (loopback, no proxy)
+    http: Http | None = None                   # None: urllib (loopback, no proxy)
     which: Callable[[str], str | None] = shutil.which
     clock: Callable[[], float] = time.monotonic
     sleep: Callable[[float], None] = time.sleep
@@ -181,9 +183,9 @@ def run(*, spec: "ModelSpec", profile: "Profile", catalog: "Catalog", settings: 
     hf_home = Path(settings.hf_home).expanduser().absolute()
     local = spec.source == "local" and spec.local_path is not None
     pull_dir = download.pull_dir(hf_home, spec.ref)
-    snapshot = Path(spec.local_path).absolute() if local else pull_dir
+    snapshot = Path(spec.local_path).absolute() if local and spec.local_path is not None else pull_dir
     # without --out the compose lives in our own pulls folder, never next to a user's folder
-    compose_path = Path(out) if out is not None else pull_dir.parent / f"{pull_dir.name}.compose.yml"
+    compose_path = out if out is not None else pull_dir.parent / f"{pull_dir.name}.compose.yml"
     text: str | None = None
     served: str | None = None
     try:
@@ -281,18 +283,16 @@ def run(*, spec: "ModelSpec", profile: "Profile", catalog: "Catalog", settings: 
                                 secrets=settings.redaction_secrets)
                 report = replace(report, bundle=bundle)
             except (OSError, ValueError, TypeError) as exc:
-                report = replace(report, notices=report.notices + (Notice(
-                    NoticeCode.BUNDLE_WRITE_FAILED, f"could not write the capture bundle: {exc}",
-                    {"error": str(exc)}),))
+                failed = Notice(NoticeCode.BUNDLE_WRITE_FAILED, f"could not write the capture bundle: {exc}",
+                                {"error": str(exc)})
+                report = replace(report, notices=(*report.notices, failed))
         return report
     finally:
         if runner is not None:
-            try:
+            with contextlib.suppress(Exception):  # teardown is best effort, after capture
                 down = runner.teardown()
                 if down is not None and down.returncode != 0:
                     say(f"[pull] e: docker compose down exited {down.returncode}")
-            except Exception:  # noqa: BLE001 - teardown is best effort, after capture
-                pass
 
 
 def _fetcher(spec: "ModelSpec", settings: "Settings") -> download.Fetch:

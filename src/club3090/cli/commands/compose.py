@@ -7,20 +7,26 @@ Exit codes: 0 emitted, 2 refused (stratum-6 token), 3 degraded without --accept-
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from club3090.cli.commands._types import positive_int
 from club3090.cli.exit_codes import exit_code
 from club3090.errors import UsageError
 from club3090.gate.outcome import Outcome
 
+if TYPE_CHECKING:  # pragma: no cover - typing only
+    from club3090.catalog.model import Catalog
+    from club3090.pipeline.provider import Provider
+
 FORMAT_CHOICES = ("compose", "vllm-serve", "json")
 TUPLE_FLAGS = ("model", "engine", "kv", "tp")
 
 
-def add_parser(sub) -> None:
+def add_parser(sub: Any) -> None:
     p = sub.add_parser(
         "compose", help="emit the compose file of a curated profile (reproduce and flag, never repair)",
         description="Replay a curated profile's shipped docker compose service: only the param slots "
@@ -44,7 +50,7 @@ def add_parser(sub) -> None:
     p.set_defaults(run=run)
 
 
-def run(args, provider) -> int:
+def run(args: argparse.Namespace, provider: "Provider") -> int:
     from club3090.compose.generate import generate
     from club3090.edges.files import check_output_path, write_output_text
 
@@ -89,7 +95,7 @@ def run(args, provider) -> int:
     return exit_code(outcome.outcome)
 
 
-def _list_candidates(catalog, given: dict, *, as_json: bool, guard) -> int:
+def _list_candidates(catalog: "Catalog", given: dict[str, Any], *, as_json: bool, guard: Any) -> int:
     """The tuple form only lists: choosing a profile stays the user's decision."""
     from club3090.compose.generate import dry_run
 
