@@ -365,12 +365,12 @@ class Catalog:
         return out[:n]
 
     def emittable(self, key: str) -> tuple[bool, str | None]:
-        """SYSTEM.md section 5: can ``club3090 compose`` replay this profile? The one owner of the
+        """docs/DESIGN.md §5: can ``club3090 compose`` replay this profile? The one owner of the
         scope rule (the gate's stratum 2, ``compose``'s scope refusal and ``profiles`` use it).
 
         Returns (True, None) or (False, reason) with reason one of :data:`NOT_EMITTABLE_REASONS`.
         A KV format marked ``emittable: false`` (the ``turboquant*`` formats) makes the profile
-        Genesis-equipped, as SYSTEM.md section 5 defines it.
+        Genesis-equipped, as docs/DESIGN.md §5 defines it.
         """
         profile = self.profiles[key]
         if self.engines[profile.engine].type != "vllm":
@@ -383,7 +383,7 @@ class Catalog:
         return True, None
 
     def need_sm(self, key: str, kv_format: str | None = None) -> Decimal:
-        """SYSTEM.md section 6: max(engine min SM, fallback_sm else required_sm, KV-format floor).
+        """docs/DESIGN.md §6: max(engine min SM, fallback_sm else required_sm, KV-format floor).
 
         The one owner of the required-SM rule (``gates`` and ``profiles`` use it). ``kv_format``
         replaces the profile's own format (Path B prices a repo at the profile's shape, and a

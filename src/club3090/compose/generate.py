@@ -1,4 +1,4 @@
-"""Compose generator ``[D]``: curated replay, derived compose, dry-run (SYSTEM.md section 11, 12).
+"""Compose generator ``[D]``: curated replay, derived compose, dry-run (docs/DESIGN.md §11-§12).
 
 Curated replay reproduces a profile's shipped service definition and flags problems; it never
 repairs. Only the param slots change (port, TP, max-model-len, memory utilisation, KV dtype,
@@ -42,7 +42,7 @@ if TYPE_CHECKING:
     from club3090.catalog.model import Catalog, Drafter, Patch, Profile
     from club3090.model.spec import ModelSpec
 
-# Stratum-6 refusal tokens, in table order (SYSTEM.md section 11).
+# Stratum-6 refusal tokens, in table order (docs/DESIGN.md §11).
 SCOPE = "scope"
 OTHER = "other"
 PIN_MISMATCH = "pin-mismatch"
@@ -52,7 +52,7 @@ FOUNDATIONAL_DRIFT = "foundational-drift"
 DEGRADED_DRIFT = "degraded-drift"
 REFUSAL_TOKENS = (PIN_MISMATCH, TP_OR_KV, TRC, FOUNDATIONAL_DRIFT, DEGRADED_DRIFT, SCOPE, OTHER)
 
-# derived_emittable refusals (SYSTEM.md section 12): "derived-runtime-unsupported:<clause>".
+# derived_emittable refusals (docs/DESIGN.md §12): "derived-runtime-unsupported:<clause>".
 DERIVED_PREFIX = "derived-runtime-unsupported"
 DERIVED_KV_FORMATS = ("bf16", "fp16", "fp8_e5m2", "fp8_e4m3")
 DERIVED_QUANT_METHODS = ("awq", "gptq", "compressed-tensors", "fp8")

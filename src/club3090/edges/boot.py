@@ -1,4 +1,4 @@
-"""[E] boot and smoke: start a derived compose, wait for vLLM, probe it, tear it down (SYSTEM.md section 12).
+"""[E] boot and smoke: start a derived compose, wait for vLLM, probe it, tear it down (docs/DESIGN.md §12).
 
 Every side effect is a seam: the docker runner (argv, timeout) -> ``RunResult``, the HTTP client,
 the clock and sleep. Tests pass fakes; nothing here runs at import. HTTP is

@@ -1,4 +1,4 @@
-"""Free space for the ``[C2a]`` disk gate (SYSTEM.md section 7), with statvfs as the seam."""
+"""Free space for the ``[C2a]`` disk gate (docs/DESIGN.md §7), with statvfs as the seam."""
 
 from __future__ import annotations
 

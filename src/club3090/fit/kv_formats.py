@@ -1,4 +1,4 @@
-"""KV-cache element formats (VLLM_MEMORY.md §5.2): bytes per stored K / V element and per-head scales.
+"""KV-cache element formats (docs/DESIGN.md §17): bytes per stored K / V element and per-head scales.
 
 The one table of KV storage sizes: the catalog's ``kv_formats.yaml`` names formats (SM window,
 ``--kv-cache-dtype`` value, emittability) and every id there must be priced here
@@ -83,7 +83,7 @@ KV_FORMATS: dict[str, KvFormat] = {
         KvFormat("q5_0", _f(22, 32), _f(22, 32), engine="llama.cpp"),
         KvFormat("q5_1", _f(24, 32), _f(24, 32), engine="llama.cpp"),
         KvFormat("iq4_nl", _f(18, 32), _f(18, 32), engine="llama.cpp"),
-        # K 8-bit, V 4-bit: 0.75 B/element on average (VLLM_MEMORY.md §5.2, club-3090's estimator),
+        # K 8-bit, V 4-bit: 0.75 B/element on average (docs/DESIGN.md §17, club-3090's estimator),
         # the same slots as turboquant_k8v4; served by vLLM nightlies and llama.cpp
         KvFormat("k8v4", _ONE, _f(1, 2), engine="both"),
     )

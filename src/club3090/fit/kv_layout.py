@@ -1,4 +1,4 @@
-"""vLLM's KV page layout on one rank (the exact part of the fit engine; docs VLLM_MEMORY.md §5-§7).
+"""vLLM's KV page layout on one rank (the exact part of the fit engine; docs/DESIGN.md §17).
 
 Per-layer page sizes for every attention and state kind, vLLM's grouping of layers into
 equal-size groups sharing one block pool (``v1/core/kv_cache_utils.py``), blocks per request and

@@ -90,7 +90,7 @@ def drafter_terms(drafter: Any) -> tuple[int, int]:
     Drafter KV: built-in MTP heads add their layers through the config (``num_nextn_predict_layers``).
     The Gemma 4 external MTP "assistant" (``mtp_assistant``) has no k/v projections: all its layers
     are KV-sharing layers (num_kv_shared_layers == num_hidden_layers) that read the target's cache, so
-    it allocates no KV of its own; only its weights count (VLLM_MEMORY.md §5.9, docs/ACCURACY.md).
+    it allocates no KV of its own; only its weights count (docs/DESIGN.md §17, docs/ACCURACY.md).
     """
     if drafter is None:
         return 0, 0

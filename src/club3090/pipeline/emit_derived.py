@@ -134,7 +134,8 @@ class _State:
 
 
 # every source the fit engine's numbers depend on (docs/DESIGN.md, kv_calc_version)
-ESTIMATOR_SOURCES = ("model/architecture.py", "fit/memory.py", "fit/kv_formats.py", "fit/shape.py")
+ESTIMATOR_SOURCES = ("model/architecture.py", "model/config_reading.py", "model/families.py",
+                     "model/layer_layout.py", "fit/memory.py", "fit/kv_formats.py", "fit/shape.py")
 
 
 def kv_calc_version() -> str:

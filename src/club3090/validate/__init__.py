@@ -1,4 +1,4 @@
-"""Validation tools for a running OpenAI-compatible server (SYSTEM.md section 14).
+"""Validation tools for a running OpenAI-compatible server (docs/DESIGN.md §14).
 
 ``verify`` (functional checks), ``bench`` (TTFT and decode throughput), ``soak`` (stability over
 many turns). Each takes an ``OpenAIClient`` (``club3090.edges.openai_client``: the injectable

@@ -17,8 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
-from club3090.cli.render import safe, terminal_console
-from club3090.fit.memory import GiB
+from club3090.cli.render import GiB, safe, terminal_console
 
 
 def add_parser(sub: Any) -> None:

@@ -29,9 +29,9 @@ from club3090.cli.commands._types import (
     positive_int,
     positive_number,
 )
+from club3090.cli.render import GiB as GIB
 from club3090.cli.render import safe, terminal_console
 from club3090.fit.kv_formats import KV_FORMATS, MODEL_DTYPES, canonical_dtype, kv_format
-from club3090.fit.memory import GiB as GIB
 
 MAX_BLOCK_SIZE = 4096       # vLLM's CLI offers 1..256; hybrid models raise it past that, not to powers of two
 

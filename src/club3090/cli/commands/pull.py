@@ -19,17 +19,16 @@ from typing import Any
 
 from club3090.cli.commands._types import add_shape_flags, shape_overrides
 from club3090.cli.exit_codes import UNAVAILABLE, exit_code
-from club3090.cli.render import safe
-from club3090.fit.auto_shape import ShapeOverrides
-from club3090.fit.memory import GiB
+from club3090.cli.render import GiB, safe
 from club3090.gate.outcome import Outcome
-from club3090.rig import gpus
 
 
 def parse_sm(text: str) -> Decimal:
     """``--hardware SM``: :func:`club3090.rig.gpus.parse_sm` (``8.6``, ``sm_86``, ``86``) as an argparse type."""
+    from club3090.rig.gpus import parse_sm as parse  # the one SM parser; loaded only when the flag is given
+
     try:
-        return gpus.parse_sm(text)
+        return parse(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
@@ -113,7 +112,9 @@ def run(args: argparse.Namespace, provider: Any) -> int:
     if args.profile_like is not None and not args.profile_like.strip():
         raise UsageError("--profile-like needs a KEY (see `club3090 profiles`), or leave it out for the "
                          "automatic shape")
-    if args.profile_like and shape_overrides(args) != ShapeOverrides():
+    from club3090.fit.auto_shape import NO_OVERRIDES
+
+    if args.profile_like and shape_overrides(args) != NO_OVERRIDES:
         raise UsageError("--profile-like gives the whole serving shape; drop it to choose the shape "
                          "with vLLM flags (-tp, --max-model-len, ...)")
     if args.out is not None and not args.dry_run and getattr(args, "out_bundle", False):
