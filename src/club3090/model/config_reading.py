@@ -93,6 +93,11 @@ def _int(value: Any) -> int | None:
     return None
 
 
+def int_or_zero(value: Any) -> int:
+    """A config value as an integer; 0 when it is absent or not one (booleans are not numbers)."""
+    return _int(value) or 0
+
+
 def _first_int(cfg: Mapping[str, Any], *keys: str) -> int | None:
     for key in keys:
         value = _int(cfg.get(key))

@@ -17,6 +17,7 @@ from fractions import Fraction
 from typing import Any
 
 from club3090.model.architecture import Architecture, LayerSpec
+from club3090.model.config_reading import int_or_zero
 
 __all__ = ["BAND", "WeightsEstimate", "bytes_per_parameter", "estimate_weights"]
 
@@ -39,18 +40,6 @@ class WeightsEstimate:
                 f"{self.low_bytes / 1e9:.1f}-{self.high_bytes / 1e9:.1f} GB (+/- {int(BAND * 100)} %)")
 
 
-def _num(value: Any) -> int:
-    if isinstance(value, bool):
-        return 0
-    if isinstance(value, int):
-        return value
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    if isinstance(value, str) and value.strip().isdigit():
-        return int(value.strip())
-    return 0
-
-
 def _loaded_width(dtype: str | None) -> int:
     """vLLM loads an unquantized checkpoint in 16 bits (an fp32 config becomes bf16) unless
     ``--dtype float32`` says otherwise."""
@@ -64,15 +53,15 @@ def bytes_per_parameter(quantization: Mapping[str, Any] | None, dtype: str | Non
         width = _loaded_width(dtype)
         return Fraction(width), f"{8 * width}-bit (unquantized)"
     method = str(quantization.get("quant_method") or quantization.get("quant_algo") or "").lower()
-    bits = _num(quantization.get("bits")) or _num(quantization.get("w_bit")) or _num(quantization.get("num_bits"))
-    group = _num(quantization.get("group_size")) or _num(quantization.get("q_group_size"))
+    bits = int_or_zero(quantization.get("bits")) or int_or_zero(quantization.get("w_bit")) or int_or_zero(quantization.get("num_bits"))
+    group = int_or_zero(quantization.get("group_size")) or int_or_zero(quantization.get("q_group_size"))
     groups = quantization.get("config_groups")
     if isinstance(groups, Mapping):                      # compressed-tensors: the first group's weights
         for spec in groups.values():
             weights = spec.get("weights") if isinstance(spec, Mapping) else None
             if isinstance(weights, Mapping):
-                bits = bits or _num(weights.get("num_bits"))
-                group = group or _num(weights.get("group_size"))
+                bits = bits or int_or_zero(weights.get("num_bits"))
+                group = group or int_or_zero(weights.get("group_size"))
                 break
     if "mxfp4" in method:
         return Fraction(17, 32), "MXFP4 (4 bits + an 8-bit scale per 32)"

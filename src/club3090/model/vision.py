@@ -16,6 +16,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from club3090.model.config_reading import int_or_zero
+
 __all__ = ["TOKENS_PER_ITEM", "VisionSpec", "vision_spec"]
 
 # The largest image a family's processor admits, in LM tokens (after patch merging):
@@ -33,38 +35,28 @@ class VisionSpec:
     patches_per_token: int        # encoder patches behind one LM token (spatial merge / pooling)
 
 
-def _int(value: Any) -> int:
-    if isinstance(value, bool):
-        return 0
-    if isinstance(value, int):
-        return value
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    return 0
-
-
 def vision_spec(config: Mapping[str, Any]) -> VisionSpec | None:
     """The vision tower of a multimodal config, or None (text-only, or too little to size it)."""
     vc = config.get("vision_config")
     if not isinstance(vc, Mapping):
         return None
     model_type = str(vc.get("model_type") or config.get("model_type") or "").lower()
-    width = _int(vc.get("embed_dim")) or _int(vc.get("hidden_size")) or _int(vc.get("width"))
-    inter = _int(vc.get("intermediate_size"))
+    width = int_or_zero(vc.get("embed_dim")) or int_or_zero(vc.get("hidden_size")) or int_or_zero(vc.get("width"))
+    inter = int_or_zero(vc.get("intermediate_size"))
     if not inter and width:
         inter = int(float(vc.get("mlp_ratio") or 4) * width)
-    layers = _int(vc.get("depth")) or _int(vc.get("num_hidden_layers")) or _int(vc.get("layers"))
+    layers = int_or_zero(vc.get("depth")) or int_or_zero(vc.get("num_hidden_layers")) or int_or_zero(vc.get("layers"))
     if not (width and inter and layers):
         return None
-    merge = _int(vc.get("spatial_merge_size"))
+    merge = int_or_zero(vc.get("spatial_merge_size"))
     if merge:                                          # Qwen-VL family: merge x merge patches per token
         tokens = TOKENS_PER_ITEM["qwen"] if "qwen" in model_type else 0
         per_token = merge * merge
     else:
-        tokens = (_int(config.get("vision_soft_tokens_per_image")) or _int(vc.get("default_output_length"))
-                  or _int(config.get("mm_tokens_per_image")))
-        pool = _int(vc.get("pooling_kernel_size")) or 0
-        image, patch = _int(vc.get("image_size")), _int(vc.get("patch_size"))
+        tokens = (int_or_zero(config.get("vision_soft_tokens_per_image")) or int_or_zero(vc.get("default_output_length"))
+                  or int_or_zero(config.get("mm_tokens_per_image")))
+        pool = int_or_zero(vc.get("pooling_kernel_size")) or 0
+        image, patch = int_or_zero(vc.get("image_size")), int_or_zero(vc.get("patch_size"))
         if pool:
             per_token = pool * pool
         elif tokens and image and patch:
