@@ -154,6 +154,7 @@ def test_curated_native_end_to_end(env, gguf, stopper, capsys):
     for name in ("compose.yml", ".env", "serve.sh", "launch.json"):
         assert (run / name).is_file(), name
     assert (run / "files" / TEMPLATE_PATH).read_bytes() == TEMPLATE
+    assert (run / "cache" / "triton").is_dir() and "add --out" not in out
     serve = (run / "serve.sh").read_text(encoding="utf-8")
     assert "/root/" not in serve and "/etc/" not in serve
     assert str(run / "files" / TEMPLATE_PATH) in serve
@@ -188,7 +189,7 @@ def test_derived_native_end_to_end(env, gguf, stopper, capsys):
     cap = capsys.readouterr()
     out = cap.out
     assert code == 0, out + cap.err + launchers.log_tail(run / "logs" / "server.log")
-    assert "[up] SERVING: verified" in out
+    assert "[up] SERVING: verified" in out and "the launch has no --enable-auto-tool-choice" in out
     compose = (run / "compose.yml").read_text(encoding="utf-8")
     assert DERIVED in compose and "--revision" in compose
     assert cli.main(["down", str(run)]) == 0
@@ -312,3 +313,80 @@ def test_offline_serves_from_the_cache_without_a_network_call(env, monkeypatch, 
     cap = capsys.readouterr()
     assert "in the HF cache, checked" in cap.err and "sha256 verified" in cap.out
     assert env["hub"].log == [] and env["upstream"].hits == []     # the Hub and upstream were not asked
+
+
+def test_a_failed_docker_start_prints_the_log_tail_and_writes_a_capture(env, monkeypatch, capsys):
+    """The container exits during start-up: the log tail is shown, a capture bundle is written, exit 1."""
+    bin_dir = env["tmp"] / "bin"
+    bin_dir.mkdir()
+    script = bin_dir / "docker"
+    script.write_text('''#!/bin/sh
+case "$1" in
+  info) echo '{"nvidia":{},"runc":{}}'; exit 0;;
+  compose) [ "$2" = version ] && exit 0
+    shift 3
+    case "$1" in
+      up) touch "$(dirname "$0")/compose-up"; exit 0;;
+      ps) exit 0;;
+      logs) echo "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"; exit 0;;
+    esac;;
+esac
+exit 0
+''', encoding="utf-8")
+    script.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
+    run = env["tmp"] / "run"
+    code = up(env, CURATED, "--gpus", "1x3090", "--profile-like", CURATED_PROFILE, "--dir", str(run),
+              "--port", str(free_port()))
+    out = capsys.readouterr().out.splitlines()
+    assert code == 1 and (bin_dir / "compose-up").exists()
+    assert "[up] FAILED to start: the server exited" in out
+    assert any("CUDA out of memory" in line for line in out)
+    assert any(line.startswith("[up] capture bundle: ") for line in out)
+    assert not out[-1].startswith("[pull] FITS") and "SERVING" not in "\n".join(out)
+    assert json.loads((run / "state.json").read_text(encoding="utf-8"))["state"] == "failed"
+
+
+def test_pull_out_folder_writes_the_same_bundle(env, capsys):
+    run = env["tmp"] / "bundle"
+    run.mkdir()
+    code = cli.main(["pull", CURATED, "--profile-like", CURATED_PROFILE, "--gpus", "1x3090", "--out", f"{run}/"],
+                    provider=env["provider"])
+    out = capsys.readouterr().out
+    assert code == 0 and "Fits on 1x RTX 3090" in out and "not started (--no-start)" in out
+    for name in ("compose.yml", ".env", "serve.sh", "launch.json", f"files/{TEMPLATE_PATH}"):
+        assert (run / name).is_file(), name
+    assert not (run / "server.pid").exists()
+
+
+def test_native_preflight(tmp_path, monkeypatch):
+    from club3090.errors import LauncherUnavailable
+
+    monkeypatch.setenv("PATH", str(tmp_path))                   # no vllm on PATH
+    with pytest.raises(LauncherUnavailable, match="vllm is not on PATH"):
+        launchers.preflight_native(None, "vllm-stable@v0.22.0")
+    with pytest.raises(LauncherUnavailable, match="not an executable file"):
+        launchers.preflight_native(str(tmp_path / "nope"), "vllm-stable@v0.22.0")
+    exe = marker_standin(tmp_path)
+    same = launchers.preflight_native(str(exe), "vllm-stable@v0.22.0")
+    assert (same.version, same.pin_note) == ("0.22.0", None)
+    other = launchers.preflight_native(str(exe), "vllm-stable@v0.23.1")
+    assert other.pin_note == "vllm 0.22.0 is installed; the profile was validated on 0.23.1"
+    assert not (tmp_path / "started").exists()                   # --version only
+
+
+def test_native_missing_vllm_exits_69_and_writes_nothing(env, monkeypatch, capsys):
+    monkeypatch.setenv("PATH", str(env["tmp"]))
+    run = env["tmp"] / "run"
+    code = up(env, CURATED, "--gpus", "1x3090", "--profile-like", CURATED_PROFILE, "--dir", str(run),
+              "--launcher", "native")
+    assert code == 69 and "--vllm PATH" in capsys.readouterr().err and not run.exists()
+
+
+def test_without_profile_like_the_gate_chooses_the_shape(env, capsys):
+    run = env["tmp"] / "run"
+    code = up(env, DERIVED, "--gpus", "1x3090", "--yes", "--dir", str(run), "--no-start")
+    out = capsys.readouterr().out
+    assert code == 0, out
+    state = json.loads((run / "state.json").read_text(encoding="utf-8"))
+    assert state["profile_like"] and (run / "compose.yml").is_file() and DERIVED in (run / "compose.yml").read_text()

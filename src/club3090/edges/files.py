@@ -60,7 +60,8 @@ def check_output_path(path: Path, *, force: bool, flag: str = "--out") -> Path:
         raise UsageError(f"{flag} {path} is a symbolic link; pass --force to write to its target")
     target = path.resolve() if path.is_symlink() else path
     if target.is_dir():
-        raise UsageError(f"{flag} {path} is a folder; give a file path")
+        raise UsageError(f"{flag} {path} is a folder; give a file path"
+                         + (" (or end it with / for a launch bundle)" if flag == "--out" else ""))
     if target.exists() and not target.is_file():
         raise UsageError(f"{flag} {path} is not a regular file")
     if target.exists() and not force:

@@ -55,6 +55,7 @@ class Bundle:
     container_name: str
     container_only: tuple[str, ...] = ()     # steps serve.sh cannot do (overlays into the image)
     unresolved: tuple[str, ...] = ()         # container model paths the bundle cannot serve (a drafter's weights)
+    folders: tuple[str, ...] = ()            # writable cache folders the service mounts (created empty)
     upstream_files: Mapping[str, str] = field(default_factory=dict)  # bundle path -> upstream path
 
 
@@ -82,6 +83,7 @@ def plan(launch: Launch, *, directory: Path, repo_id: str, commit: str, snapshot
     svc: dict[str, Any] = plain_data(launch.service)
     volumes: list[Any] = []
     upstream: dict[str, str] = {}
+    folders: list[str] = []
     model_target = CONTAINER_HUB
     for entry in svc.get("volumes") or []:
         if isinstance(entry, Mapping):
@@ -95,6 +97,8 @@ def plan(launch: Launch, *, directory: Path, repo_id: str, commit: str, snapshot
         inside, up = _bundle_source(source, upstream_base)
         if up is not None:
             upstream[inside[2:]] = up
+        else:
+            folders.append(inside[2:])
         volumes.append(f"{inside}:{target}" + (f":{mode}" if mode else ""))
     volumes.insert(0, f"${{HF_HUB_CACHE_HOST:-{hub_cache}}}:{CONTAINER_HUB}")
     svc["volumes"] = volumes
@@ -128,7 +132,8 @@ def plan(launch: Launch, *, directory: Path, repo_id: str, commit: str, snapshot
     }
     unresolved = tuple(sorted({m.group(0) for a in argv for m in _MODEL_REF.finditer(a)}))
     return Bundle(directory, files, {}, tuple(argv), dict(env_pairs), served, port, container,
-                  container_only=tuple(container_only), upstream_files=upstream, unresolved=unresolved)
+                  container_only=tuple(container_only), upstream_files=upstream, unresolved=unresolved,
+                  folders=tuple(folders))
 
 
 def _swap_model(command: list[str], model_target: str, repo_id: str) -> list[str]:
@@ -247,6 +252,8 @@ def write(bundle: Bundle, write_text: Callable[[Path, str], None], write_bytes: 
           chmod: Callable[[Path, int], None]) -> None:
     """Put the bundle into its folder (the edges' atomic writers)."""
     d = bundle.directory
+    for folder in bundle.folders:
+        (d / folder).mkdir(parents=True, exist_ok=True)
     for name, data in bundle.payloads.items():
         write_bytes(d / name, data)
     for name, text in bundle.files.items():

@@ -37,7 +37,7 @@ VERIFY_FAILED = "verify-failed"
 class UpRequest:
     source: str
     directory: Path
-    profile_like: str
+    profile_like: str | None = None          # None: the gate's automatic shape
     launcher: str = "docker"
     gpus: str | None = None
     port: int | None = None
@@ -62,6 +62,7 @@ class UpSeams:
     spin: Callable[[str], None] | None = None           # the spinner line (stderr, rewritten in place)
     ready_deadline_s: float = launchers.READY_DEADLINE_S
     bar: bool = True
+    captures: Path | None = None                        # where a failed start's capture bundle goes
 
 
 @dataclass
@@ -134,9 +135,10 @@ def _launch(req: UpRequest, spec: "ModelSpec", catalog: "Catalog", provider: "Pr
     """(Launch, upstream base) for the gate's path: the curated replay, or the derived compose."""
     from club3090.compose import generate as gen
 
-    profile = catalog.profiles[req.profile_like]
+    key = req.profile_like or ""
+    profile = catalog.profiles[key]
     if spec.curated is not None and spec.curated.model_id == profile.model:
-        outcome = gen.generate(req.profile_like, catalog, guard_runner=provider.drift_guard)
+        outcome = gen.generate(key, catalog, guard_runner=provider.drift_guard)
         base = os.path.dirname(profile.compose_path)
     else:
         from club3090.pipeline.emit_derived import chosen_context
@@ -144,7 +146,7 @@ def _launch(req: UpRequest, spec: "ModelSpec", catalog: "Catalog", provider: "Pr
         ctx, _note = chosen_context(gate.fit)
         hw = gate.hardware
         count = hw.count if hw is not None and hw.count else profile.tp
-        outcome = gen.derived_compose(spec, req.profile_like, catalog, snapshot_dir=snapshot.absolute(),
+        outcome = gen.derived_compose(spec, key, catalog, snapshot_dir=snapshot.absolute(),
                                       hf_home=Path(provider.settings.hf_home).absolute(), max_model_len=ctx,
                                       trust_remote_code=req.trust_remote_code, gpu_indices=tuple(range(count)))
         base = ""
@@ -162,6 +164,7 @@ def up(req: UpRequest, provider: "Provider", seams: UpSeams) -> UpResult:
     from club3090.cli.commands.pull import render as render_gate
     from club3090.edges.files import atomic_write_bytes, atomic_write_text
     from club3090.edges.hf_cache import fetch_into_cache
+    from club3090.gate.outcome import NoticeCode
     from club3090.pipeline.pull import PullRequest, evaluate
     from club3090.reports.capture import CAPTURES_DIRNAME
 
@@ -177,17 +180,34 @@ def up(req: UpRequest, provider: "Provider", seams: UpSeams) -> UpResult:
     say = seams.say
     run = seams.run or launchers.run_process
     catalog = provider.catalog()
-    if req.profile_like not in catalog.profiles:
+    if req.profile_like is not None and req.profile_like not in catalog.profiles:
         raise UsageError(f"unknown --profile-like {req.profile_like!r}; `club3090 profiles` lists them")
+    captures = seams.captures if seams.captures is not None else Path.cwd() / CAPTURES_DIRNAME
     gate = evaluate(PullRequest(source=req.source, profile_like=req.profile_like, yes=req.yes,
                                 force_download=req.force_download, trust_remote_code=req.trust_remote_code,
-                                gpus=req.gpus), provider, captures_root=Path.cwd() / CAPTURES_DIRNAME)
+                                gpus=req.gpus), provider, captures_root=captures)
+    # `pull`'s hints about --out do not apply: `up` writes and downloads everything itself
+    hints = {NoticeCode.NO_DOWNLOAD_YET.value, NoticeCode.CURATED_NEEDS_OUT.value}
+    gate = replace(gate, notices=tuple(n for n in gate.notices if str(getattr(n.code, "value", n.code)) not in hints))
     result = UpResult(gate.exit_code, [render_gate(gate)], gate)
     if not gate.ok or gate.summary != "FITS":
         return result
 
+    spec = provider.resolve(req.source, catalog)
+    if not hasattr(spec, "ref"):
+        raise UsageError(f"{req.source}: the gate passed but the model cannot be resolved again")
+    key = req.profile_like or gate.profile_like or ""
+    if key not in catalog.profiles and gate.choice is not None:   # the automatic, derived shape
+        from club3090.pipeline.auto_profile import auto_profile, catalog_with
+
+        candidate = gate.choice.chosen or gate.choice.best
+        catalog = catalog_with(catalog, auto_profile(gate.choice, candidate, spec, catalog, None))  # type: ignore[arg-type]
+    if key not in catalog.profiles:
+        raise UsageError(f"the gate chose the shape {key!r}, which `up` cannot launch; pass --profile-like KEY")
+    req = replace(req, profile_like=key)
+
     # preflight: nothing is written before the launcher is known to work
-    profile = catalog.profiles[req.profile_like]
+    profile = catalog.profiles[key]
     engine = catalog.engines.get(profile.engine)
     native = None
     if not req.no_start:
@@ -199,9 +219,6 @@ def up(req: UpRequest, provider: "Provider", seams: UpSeams) -> UpResult:
             if native.pin_note:
                 say(f"[up] note: {native.pin_note}")
 
-    spec = provider.resolve(req.source, catalog)
-    if not hasattr(spec, "ref"):
-        raise UsageError(f"{req.source}: the gate passed but the model cannot be resolved again")
     commit, files = _served_files(spec, provider)  # type: ignore[arg-type]
     from club3090.edges.hf_cache import snapshot_dir
 
@@ -278,7 +295,8 @@ def _start(req: UpRequest, plan: bundle_mod.Bundle, state: dict[str, Any], resul
         done = launchers.docker_up(compose, run)
         state.update(state="starting")
         if done.returncode != 0:
-            return _failed(result, state, directory, done.stderr or done.stdout, "docker compose up failed")
+            return _failed(result, state, directory, done.stderr or done.stdout, "docker compose up failed",
+                           seams.captures)
 
         def running() -> bool:
             ps = run(launchers.compose_argv(compose, "ps", "--status", "running", "-q"), 30)
@@ -293,7 +311,8 @@ def _start(req: UpRequest, plan: bundle_mod.Bundle, state: dict[str, Any], resul
         tail = (launchers.log_tail(logs / launchers.LOG_NAME, 40) if native is not None
                 else launchers.docker_logs(compose, run, 40))
         return _failed(result, state, directory, tail,
-                       "the server exited" if ready.why == "exited" else f"not ready after {ready.seconds:.0f}s")
+                       "the server exited" if ready.why == "exited" else f"not ready after {ready.seconds:.0f}s",
+                       seams.captures)
     state.update(state="running", ready_s=round(ready.seconds, 1))
     write_state(directory, state)
     result.lines.append(f"[up] ready after {ready.seconds:.0f}s at {url}")
@@ -313,6 +332,8 @@ def _verify(result: UpResult, state: dict[str, Any], seams: UpSeams) -> UpResult
     # a launch without vLLM's tool flags serves no tool calls: probing them would fail by construction
     skip_tools = state.get("skip_tools", False) or "--enable-auto-tool-choice" not in state.get("argv", [])
     report = verify(client, model=model, skip_tools=skip_tools, progress=seams.say)
+    if skip_tools and not state.get("skip_tools"):
+        result.lines.append("[up] tool calls not verified: the launch has no --enable-auto-tool-choice")
     result.verify = report
     for c in report.checks:
         result.lines.append(f"[up] verify {c.status.upper():4s} {c.name:16s} {c.detail}")
@@ -331,7 +352,8 @@ def result_dir(state: dict[str, Any]) -> str:
     return str(state.get("directory", "DIR"))
 
 
-def _failed(result: UpResult, state: dict[str, Any], directory: Path, tail: str, why: str) -> UpResult:
+def _failed(result: UpResult, state: dict[str, Any], directory: Path, tail: str, why: str,
+            captures: Path | None) -> UpResult:
     from club3090.reports.capture import CAPTURES_DIRNAME
 
     state.update(state="failed", failure=why)
@@ -339,7 +361,7 @@ def _failed(result: UpResult, state: dict[str, Any], directory: Path, tail: str,
     result.lines.append(f"[up] FAILED to start: {why}")
     result.lines += [f"[up] log: {ln}" for ln in tail.splitlines()[-20:]]
     try:
-        bundle = _capture(result, state, tail, Path.cwd() / CAPTURES_DIRNAME)
+        bundle = _capture(result, state, tail, captures or Path.cwd() / CAPTURES_DIRNAME)
         result.lines.append(f"[up] capture bundle: {bundle}")
     except (OSError, ValueError, TypeError, KeyError) as exc:
         result.lines.append(f"[up] could not write the capture bundle: {exc}")

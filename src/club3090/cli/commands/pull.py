@@ -33,6 +33,15 @@ def parse_sm(text: str) -> Decimal:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+class _OutPath(argparse.Action):
+    """``--out`` as a Path, remembering whether it was written with a trailing ``/`` (a bundle folder)."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        setattr(namespace, self.dest, Path(values))
+        namespace.out_bundle = str(values).endswith("/")
+
+
 def add_parser(sub: Any) -> None:
     p = sub.add_parser(
         "pull", help="gate a model for this rig: fit verdict, a compose, and for other repos download + boot",
@@ -69,7 +78,9 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--hf-home", type=Path, metavar="DIR",
                    help="HF_HOME (default: $HF_HOME, $MODEL_DIR/.cache/huggingface, "
                         "$XDG_CACHE_HOME/huggingface, ~/.cache/huggingface)")
-    p.add_argument("--out", type=Path, metavar="FILE", help="write the compose here (selects Path A for a curated repo)")
+    p.add_argument("--out", action=_OutPath, metavar="FILE|DIR/",
+                   help="write the compose here (selects Path A for a curated repo); a folder path ending in / "
+                        "gets `up --no-start`'s self-contained launch bundle")
     p.add_argument("--force", action="store_true", help="overwrite an existing --out file")
     p.add_argument("--no-boot", action="store_true",
                    help="non-curated repos: write the compose and download, but do not start Docker")
@@ -106,6 +117,8 @@ def run(args: argparse.Namespace, provider: Any) -> int:
     if args.profile_like and shape_overrides(args) != NO_OVERRIDES:
         raise UsageError("--profile-like gives the whole serving shape; drop it to choose the shape "
                          "with vLLM flags (-tp, --max-model-len, ...)")
+    if args.out is not None and not args.dry_run and getattr(args, "out_bundle", False):
+        return _bundle(args, provider)
     if args.out is not None and not args.dry_run:  # fail fast, before the gate runs (exit 64)
         from club3090.edges.files import check_output_path
         check_output_path(args.out, force=args.force)
@@ -125,6 +138,15 @@ def run(args: argparse.Namespace, provider: Any) -> int:
     else:
         print(render(result, recommend=args.recommend, verbose=args.verbose))
     return exit_code(result.outcome)
+
+
+def _bundle(args: argparse.Namespace, provider: Any) -> int:
+    """``--out DIR``: the same gate, then ``up``'s self-contained launch bundle in DIR (nothing started;
+    the weights go into the HF cache only with a folder, as ``up --no-start`` does)."""
+    from club3090.cli.commands.up import run_request
+
+    return run_request(args, provider, directory=Path(args.out), no_start=True, launcher="docker",
+                       port=None, vllm=None, skip_tools=False)
 
 
 def captures_root(args: argparse.Namespace) -> Path:

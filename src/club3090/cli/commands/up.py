@@ -29,7 +29,8 @@ def add_parser(sub: Any) -> None:
     p.add_argument("source", metavar="MODEL", help="Hugging Face repo id (or a local folder)")
     p.add_argument("--dir", dest="directory", type=Path, required=True, metavar="DIR",
                    help="the bundle folder (created; everything the server needs lands here)")
-    p.add_argument("--profile-like", metavar="KEY", help="registry profile giving the runtime shape (required)")
+    p.add_argument("--profile-like", metavar="KEY",
+                   help="registry profile giving the runtime shape (default: the gate's automatic shape)")
     p.add_argument("--gpus", metavar="SPEC", help="the GPU topology: 1x3090, 2x24GiB, ...")
     p.add_argument("--launcher", choices=("docker", "native"), default="docker",
                    help="docker (docker compose, default) or native (vllm on this host)")
@@ -60,22 +61,29 @@ def _progress(args: argparse.Namespace) -> tuple[Any, Any]:
 
 def run(args: argparse.Namespace, provider: Any) -> int:
     from club3090.errors import UsageError
-    from club3090.pipeline.up import UpRequest, UpSeams, up
 
-    if not args.profile_like:
-        raise UsageError("up needs --profile-like KEY (see `club3090 profiles`)")
     if args.port is not None and not 0 < args.port < 65536:
         raise UsageError("--port must be 1-65535")
+    return run_request(args, provider, directory=args.directory, no_start=args.no_start, launcher=args.launcher,
+                       port=args.port, vllm=args.vllm, skip_tools=args.skip_tools)
+
+
+def run_request(args: argparse.Namespace, provider: Any, *, directory: Path, no_start: bool, launcher: str,
+                port: int | None, vllm: str | None, skip_tools: bool) -> int:
+    """``up`` (and ``pull --out DIR``): build the request, run it, print the result."""
+    from club3090.cli.commands.pull import captures_root
+    from club3090.pipeline.up import UpRequest, UpSeams, up
+
     say, spin = _progress(args)
-    seams = UpSeams(say=say, spin=spin, payload=_payload_source(provider), bar=not args.json)
+    seams = UpSeams(say=say, spin=spin, payload=_payload_source(provider), bar=not args.json,
+                    captures=captures_root(args))
     seams_hook = getattr(provider, "up_seams", None)
     if callable(seams_hook):
         seams = seams_hook(seams)
-    req = UpRequest(source=args.source, directory=args.directory, profile_like=args.profile_like,
-                    launcher=args.launcher, gpus=args.gpus, port=args.port, no_start=args.no_start,
-                    vllm=args.vllm, yes=args.yes, force_download=args.force_download,
-                    trust_remote_code=args.trust_remote_code, force=args.force,
-                    skip_tools=args.skip_tools)
+    req = UpRequest(source=args.source, directory=directory, profile_like=args.profile_like,
+                    launcher=launcher, gpus=args.gpus, port=port, no_start=no_start,
+                    vllm=vllm, yes=args.yes, force_download=args.force_download,
+                    trust_remote_code=args.trust_remote_code, force=args.force, skip_tools=skip_tools)
     result = up(req, provider, seams)
     if seams.spin is not None and sys.stderr.isatty():
         print(file=sys.stderr)
