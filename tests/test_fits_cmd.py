@@ -83,3 +83,22 @@ def test_no_gpu_named_or_detected_says_how_to_name_them(capsys):
     assert main(["fits"]) == 2
     out = capsys.readouterr().out
     assert "--gpus" in out and "DOES NOT FIT" not in out
+
+
+def test_every_fitting_row_carries_a_labelled_speed_estimate(capsys):
+    code, doc = _json(capsys, "--gpus", "1x3090")
+    fitting = [r for r in doc["models"] if r["fits"]]
+    assert code == 0 and fitting
+    for r in fitting:
+        speed = r["speed"]
+        assert speed["label"] == "estimated" and speed["decode_tps"] > 0 and speed["ttft_s"] > 0
+        low, high = speed["decode_band_tps"]
+        assert low < speed["decode_tps"] < high
+    assert all(r["speed"] is None for r in doc["models"] if not r["fits"])
+    main(["fits", "--gpus", "1x3090"])
+    assert "tok/s decode" in capsys.readouterr().out
+
+
+def test_a_size_only_rig_has_no_speed_to_estimate(capsys):
+    _, doc = _json(capsys, "--gpus", "1x24GiB")
+    assert all(r.get("speed") is None for r in doc.get("models", []))

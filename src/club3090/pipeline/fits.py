@@ -7,19 +7,22 @@ derived shape, ``pipeline.auto_profile``) -> the fit. No gate, no download: the 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from club3090.fit.auto_shape import ShapeChoice, ShapeOverrides
 from club3090.fit.memory import FitResult, Unpriceable, predict
 from club3090.fit.shape import profile_shape
+from club3090.fit.speed import SpeedEstimate, estimate_speed
 from club3090.gate.outcome import Outcome, Reason, Stop, Stratum
 from club3090.pipeline.auto_profile import curated_default, derive_choice, weights_of
 from club3090.pipeline.stages import gpu_set
+from club3090.rig.gpus import GpuSet
 from club3090.rig.hardware import HardwareFacts, resolve_hardware
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from club3090.catalog.model import Catalog
+    from club3090.fit.memory import ServeShape
     from club3090.model.spec import ModelSpec
     from club3090.pipeline.provider import Provider
 
@@ -48,6 +51,9 @@ class FitsRow:
     pp: int = 1
     kv_cache_dtype: str | None = None
     stop: str | None = None                  # why it could not be answered (a stop's token and text)
+    speed: SpeedEstimate | None = None       # decode / TTFT estimate (None: no bandwidth known)
+    facts: "ModelSpec | None" = field(default=None, compare=False, repr=False)
+    shape: "ServeShape | None" = field(default=None, compare=False, repr=False)
 
     @property
     def context(self) -> int:
@@ -67,7 +73,8 @@ class FitsRow:
                 "max_model_len_fit": fit.max_model_len_fit if fit else None,
                 "max_concurrency": round(fit.max_concurrency, 2) if fit else None,
                 "raw_verdict": fit.raw_verdict if fit else None,
-                "shape": self.choice.to_json() if self.choice is not None else None, "stop": self.stop}
+                "shape": self.choice.to_json() if self.choice is not None else None, "stop": self.stop,
+                "speed": self.speed.to_json() if self.speed is not None else None}
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,7 +113,10 @@ def fits(request: FitsRequest, provider: "Provider") -> FitsReport:
     names = list(request.models) if request.models else []
     if len(names) != 1:
         names = [*catalog.models, *(n for n in names if n not in catalog.models)]
-    rows = [row_for(name, provider, catalog, hw, request) for name in names]
+    cards = given if given is not None else GpuSet(
+        count=len(hw.names), memory_bytes=hw.memory_bytes, names=hw.names, sm=hw.sm, gpu=None,
+        gpus=tuple(catalog.gpu(n) for n in hw.names))
+    rows = [with_speed(row_for(name, provider, catalog, hw, request), catalog, cards) for name in names]
     if len(names) > 1:
         rows.sort(key=rank_key)
     return FitsReport(hardware=hw, rows=tuple(rows), gpus_spec=request.gpus)
@@ -129,7 +139,7 @@ def row_for(name: str, provider: "Provider", catalog: "Catalog", hw: HardwareFac
                        choice=choice, stop=f"no-fit-model: {choice.unpriceable or choice.reason}")
     return FitsRow(model=name, repo=repo, fits=choice.fits, confidence=facts.confidence, shape_source="derived",
                    choice=choice, fit=pick.fit, tp=pick.shape.tp, pp=pick.shape.pp,
-                   kv_cache_dtype=pick.shape.kv_cache_dtype)
+                   kv_cache_dtype=pick.shape.kv_cache_dtype, facts=facts, shape=pick.shape)
 
 
 def _curated_row(name: str, repo: str | None, facts: "ModelSpec", catalog: "Catalog", hw: HardwareFacts,
@@ -144,7 +154,19 @@ def _curated_row(name: str, repo: str | None, facts: "ModelSpec", catalog: "Cata
                        shape_source="curated-default", stop=f"no-fit-model: {fit.reason}")
     ok = fit.raw_verdict != "wont-fit" and fit.max_model_len >= (min_context or 0)
     return FitsRow(model=name, repo=repo, fits=ok, confidence=facts.confidence, shape_source="curated-default",
-                   profile=key, fit=fit, tp=profile.tp, pp=profile.pp, kv_cache_dtype=profile.kv_format)
+                   profile=key, fit=fit, tp=profile.tp, pp=profile.pp, kv_cache_dtype=profile.kv_format,
+                   facts=facts, shape=shape)
+
+
+def with_speed(row: FitsRow, catalog: "Catalog", cards: GpuSet) -> FitsRow:
+    """The row with its decode / TTFT estimate at the shape it was priced at (fits only)."""
+    if not row.fits or row.fit is None or row.facts is None:
+        return row
+    shape = replace(row.shape, tp=row.tp, pp=row.pp) if row.shape is not None else None
+    if shape is None:
+        return row
+    speed = estimate_speed(row.facts.arch, int(weights_of(row.facts, catalog) or 0), shape, cards)
+    return replace(row, speed=speed)
 
 
 def repo_of(facts: "ModelSpec", catalog: "Catalog") -> str | None:

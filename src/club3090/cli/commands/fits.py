@@ -103,8 +103,10 @@ def sentence(row: Any, rig: str, *, short: bool = False) -> str:
     n = int(fit.max_concurrency)
     where = "" if short else f" on {rig}"
     if row.fits:
+        speed = (f", ~{row.speed.decode_tps:.0f} tok/s decode and ~{row.speed.ttft_s:.1f} s to first token "
+                 f"({row.speed.label})" if row.speed is not None else "")
         return (f"{name}: fits{where} ({shape_text(row)}): {k(fit.max_model_len)} context, {n} concurrent "
-                f"full-length request{'s' if n != 1 else ''} - {conf}")
+                f"full-length request{'s' if n != 1 else ''}{speed} - {conf}")
     most = fit.max_model_len_fit
     tail = f"the largest context that fits is {k(most)}" if most else "the weights leave no room for a KV cache"
     return f"{name}: does not fit{where} ({shape_text(row)}) - {conf}: {tail}"
