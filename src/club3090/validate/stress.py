@@ -17,7 +17,9 @@ the server was unreachable.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import threading
 import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -42,6 +44,7 @@ FILL = 0.9
 ROUNDS = 2
 MAX_ROUNDS = 20
 STREAM_TOKENS = 128
+BARRIER_TIMEOUT_S = 10.0
 ANSWER_TOKENS = 32
 CALIBRATION_CHARS = 2000
 LONG_SUFFIX = "\n\nReply with the single word OK."
@@ -49,7 +52,12 @@ STREAM_PROMPT = "Write a short paragraph about lighthouses, stream {i}."
 
 
 def concurrent_streams(client: OpenAIClient, model: str, streams: int) -> tuple[str, str]:
+    # the requests leave together: streams that merely follow one another would test nothing
+    start = threading.Barrier(streams)
+
     def one(i: int) -> ChatResult:
+        with contextlib.suppress(threading.BrokenBarrierError):
+            start.wait(timeout=BARRIER_TIMEOUT_S)
         return client.chat({"model": model, "messages": [{"role": "user", "content": STREAM_PROMPT.format(i=i)}],
                             "max_tokens": STREAM_TOKENS}, stream=True)
 
