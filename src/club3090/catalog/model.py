@@ -1,4 +1,4 @@
-"""Frozen records of the curated catalog. Built only by ``catalog.loader``; everyone else reads them.
+"""Frozen records of the curated catalog. Built only by the loader (``catalog.builders``); everyone else reads them.
 
 Units: bytes are integers, SM capabilities are ``Decimal`` ("8.6"), ratios such as ``mem_util``
 are floats. Nested compose data (``ProfileRuntime.service``, ``Model.hf_config``) is plain

@@ -1,219 +1,68 @@
-"""The catalog schema: every file, record and field, with its check and its meaning.
+"""The catalog schema: every file and record, with its fields' checks and meanings.
 
 The loader validates against these specs, and ``club3090.catalog.schema_doc`` renders them as
 ``docs/CATALOG.md``, so the documentation cannot drift from what the loader accepts. A field's
 ``doc`` is its one description. Fields marked ``documentary`` are evidence for human reviewers
 (why a value deviates from upstream, where a record came from); no code decides on them.
+
+This module owns the per-file record specs, ``FILE_SCHEMAS``, the retired keys and the facts
+derived from an engine's install spec; the generic checks and ``Field`` / ``Nested`` machinery
+live in ``catalog.checks`` and are re-exported here.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from decimal import Decimal, InvalidOperation
-from typing import Any, TypeVar
 
 from . import model as m
+from .checks import (
+    Bad,
+    Check,
+    Field,
+    Nested,
+    Spec,
+    describe,
+    enum,
+    evidence,
+    label,
+    list_of,
+    map_of,
+    nullable,
+    opt,
+    req,
+    t_any,
+    t_bool,
+    t_commit,
+    t_decimal,
+    t_fraction,
+    t_id,
+    t_int,
+    t_mapping,
+    t_nonneg_int,
+    t_pos_int,
+    t_sha256,
+    t_sm,
+    t_str,
+    t_text,
+    t_version,
+)
+
+# the checks' names stay importable from here, where the schema's readers look for them
+__all__ = [
+    "ANCHOR_SELF_DESCRIBING", "ANCHOR_SPEC", "ARCH_NESTED", "ARCH_SPEC", "CORRECTION_SPEC",
+    "DRAFTER_SPEC", "ENGINE_NESTED", "ENGINE_SPEC", "FILES", "FILE_SCHEMAS", "GAP_SPEC", "GPU_SPEC",
+    "KV_SPEC", "MODEL_NESTED", "MODEL_SPEC", "OVERLAY_SPEC", "PATCH_NESTED", "PATCH_SPEC",
+    "PIN_SPEC", "PROFILE_NESTED", "PROFILE_SPEC", "RETIRED_KEYS", "RUNTIME_SPEC", "SCHEMA_BY_FILE",
+    "SUPPORTED_SCHEMA_VERSIONS", "UPSTREAM_FILE_SPEC", "VARIANT_SPEC", "Bad", "Check", "Field",
+    "Nested", "Spec", "describe", "engine_pin_tag", "engine_release", "enum", "evidence", "label",
+    "list_of", "map_of", "nullable", "opt", "req", "t_any", "t_bool", "t_commit", "t_decimal",
+    "t_fraction", "t_id", "t_int", "t_mapping", "t_nonneg_int", "t_pos_int", "t_sha256", "t_sm",
+    "t_str", "t_text", "t_version",
+]
 
 SUPPORTED_SCHEMA_VERSIONS = (1,)
-
-_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+/-]*$")
-_VERSION_RE = re.compile(r"^\d+\.\d+\.\d+$")
-
-
-class Bad(Exception):
-    """A value failed its check; the message says what was expected."""
-
-
-Check = Callable[[Any], Any]
-_LABELS: dict[Check, str] = {}
-
-
-def label(check: Check) -> str:
-    """The human-readable type of a check, for the generated documentation."""
-    return _LABELS.get(check, getattr(check, "__name__", "value"))
-
-
-_C = TypeVar("_C", bound=Check)
-
-
-def _labelled(text: str) -> Callable[[_C], _C]:
-    def wrap(check: _C) -> _C:
-        _LABELS[check] = text
-        return check
-    return wrap
-
-
-def describe(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
-# ----------------------------------------------------------------------------- value checks
-
-@_labelled("string")
-def t_str(value: Any) -> str:
-    if not isinstance(value, str) or not value.strip():
-        raise Bad(f"expected a non-empty string, got {describe(value)}")
-    return value
-
-
-@_labelled("text (may be empty)")
-def t_text(value: Any) -> str:
-    if not isinstance(value, str):
-        raise Bad(f"expected a string, got {describe(value)}")
-    return value
-
-
-@_labelled("id (letters, digits, `. _ + / -`)")
-def t_id(value: Any) -> str:
-    if not isinstance(value, str) or not _ID_RE.match(value):
-        raise Bad(f"expected an identifier (letters, digits, . _ + / -), got {describe(value)}")
-    return value
-
-
-@_labelled("boolean")
-def t_bool(value: Any) -> bool:
-    if not isinstance(value, bool):
-        raise Bad(f"expected true or false, got {describe(value)}")
-    return value
-
-
-@_labelled("integer")
-def t_int(value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise Bad(f"expected an integer, got {describe(value)}")
-    return value
-
-
-@_labelled("integer >= 1")
-def t_pos_int(value: Any) -> int:
-    number = t_int(value)
-    if number < 1:
-        raise Bad(f"expected an integer >= 1, got {number}")
-    return number
-
-
-@_labelled("integer >= 0")
-def t_nonneg_int(value: Any) -> int:
-    number = t_int(value)
-    if number < 0:
-        raise Bad(f"expected an integer >= 0, got {number}")
-    return number
-
-
-def _hex(n: int) -> Check:
-    pattern = re.compile(rf"^[0-9a-f]{{{n}}}$")
-
-    @_labelled(f"{n} lower-case hex digits")
-    def check(value: Any) -> str:
-        if not isinstance(value, str) or not pattern.match(value):
-            raise Bad(f"expected {n} lower-case hex digits, got {describe(value)}")
-        return value
-    return check
-
-
-t_sha256 = _hex(64)
-t_commit = _hex(40)
-
-
-@_labelled("number in (0, 1]")
-def t_fraction(value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
-        raise Bad(f"expected a number in (0, 1], got {describe(value)}")
-    return float(value)
-
-
-@_labelled("compute capability (`'8.6'`)")
-def t_sm(value: Any) -> Decimal:
-    """Compute capability written "8.6" (numbers are accepted too); ``gpus.parse_sm`` owns the
-    rule, so 8.65 is rejected, never rounded."""
-    from club3090.rig.gpus import parse_sm
-
-    try:
-        return parse_sm(value)
-    except ValueError:
-        raise Bad(f"expected a compute capability such as '8.6', got {describe(value)}") from None
-
-
-@_labelled("positive decimal number")
-def t_decimal(value: Any) -> Decimal:
-    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
-        raise Bad(f"expected a decimal number, got {describe(value)}")
-    try:
-        out = Decimal(str(value))
-    except InvalidOperation:
-        raise Bad(f"expected a decimal number, got {describe(value)}") from None
-    if not out.is_finite() or out <= 0:
-        raise Bad(f"expected a positive decimal number, got {describe(value)}")
-    return out
-
-
-@_labelled("mapping (string keys)")
-def t_mapping(value: Any) -> dict[str, Any]:
-    if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
-        raise Bad(f"expected a mapping with string keys, got {describe(value)}")
-    return value
-
-
-@_labelled("release version (`'0.22.0'`)")
-def t_version(value: Any) -> str:
-    if not isinstance(value, str) or not _VERSION_RE.match(value):
-        raise Bad(f"expected a release version such as '0.22.0', got {describe(value)}")
-    return value
-
-
-@_labelled("any YAML value")
-def t_any(value: Any) -> Any:
-    return value
-
-
-def nullable(check: Check) -> Check:
-    def run(value: Any) -> Any:
-        return None if value is None else check(value)
-    _LABELS[run] = f"{label(check)} or null"
-    return run
-
-
-def enum(*allowed: str) -> Check:
-    def run(value: Any) -> str:
-        if value not in allowed:
-            raise Bad(f"unknown value {describe(value)}; allowed: {', '.join(allowed)}")
-        return str(value)
-    _LABELS[run] = "one of " + ", ".join(f"`{a}`" for a in allowed)
-    return run
-
-
-def list_of(check: Check, unique: bool = False) -> Check:
-    def run(value: Any) -> tuple[Any, ...]:
-        if not isinstance(value, list):
-            raise Bad(f"expected a list, got {describe(value)}")
-        out = []
-        for i, item in enumerate(value):
-            try:
-                out.append(check(item))
-            except Bad as exc:
-                raise Bad(f"item {i}: {exc}") from None
-        if unique and len(set(out)) != len(out):
-            raise Bad("expected unique items")
-        return tuple(out)
-    _LABELS[run] = f"list of {label(check)}" + (", unique" if unique else "")
-    return run
-
-
-def map_of(check: Check) -> Check:
-    def run(value: Any) -> dict[str, Any]:
-        value = t_mapping(value)
-        out = {}
-        for key, item in value.items():
-            try:
-                out[key] = check(item)
-            except Bad as exc:
-                raise Bad(f"[{key!r}]: {exc}") from None
-        return out
-    _LABELS[run] = f"mapping of string to {label(check)}"
-    return run
 
 
 # ----------------------------------------------------------------------------- derived facts
@@ -239,43 +88,6 @@ def engine_release(engine_type: str, install_method: str, image: str) -> str | N
 
 
 # ----------------------------------------------------------------------------- field specs
-
-@dataclass(frozen=True, slots=True)
-class Field:
-    check: Check
-    required: bool
-    default: Any
-    doc: str
-    documentary: bool = False         # evidence for reviewers; no code decides on it
-
-
-@dataclass(frozen=True, slots=True)
-class Nested:
-    """A field holding records of its own: ``list`` of records, ``mapping`` id -> record, or
-    one ``record`` (``nullable``: null allowed, but the key must be present)."""
-
-    spec: Mapping[str, Field]
-    kind: str
-    required: bool
-    doc: str
-    nullable: bool = False
-    nested: Mapping[str, Nested] = field(default_factory=dict)
-
-
-Spec = Mapping[str, Field]
-
-
-def req(check: Check, doc: str) -> Field:
-    return Field(check, True, None, doc)
-
-
-def opt(check: Check, doc: str, default: Any = None) -> Field:
-    return Field(check, False, default, doc)
-
-
-def evidence(check: Check, doc: str, default: Any = None) -> Field:
-    return Field(check, False, default, doc, documentary=True)
-
 
 GPU_SPEC: Spec = {
     "display_name": req(t_str, "Marketing name as the driver reports it (`nvidia-smi --query-gpu=name`)."),
