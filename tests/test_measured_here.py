@@ -77,3 +77,13 @@ def test_another_shape_is_still_predicted(fake_hub, monkeypatch, tmp_path, capsy
     _, result = run(["pull", REPO, "--profile-like", "vllm/minimal", "--gpus", "1x3090", "--dry-run", "--json"],
                        capsys)
     assert result["confidence"] == "estimated-lower-bound" and "measured-here" not in result["notice_codes"]
+
+
+def test_kv_calc_defaults_do_not_match_a_measurement_of_another_context(fake_hub, monkeypatch, tmp_path, capsys):
+    """An unset --max-model-len is vLLM's default, a definite value: it must not match any context."""
+    monkeypatch.setenv("HF_ENDPOINT", fake_hub.url)
+    fake_hub.add_fixture("Qwen--Qwen3-8B")
+    measure_and_promote(tmp_path, capsys, {"model": REPO, "max_model_len": 1234, "tensor_parallel_size": 1,
+                                           "gpu_memory_utilization": 0.9})
+    _, priced = run(["kv-calc", REPO, "--gpus", "1x3090", "--json"], capsys)
+    assert priced["confidence"] != "exact" and not any("measured here" in n for n in priced["notes"])

@@ -37,11 +37,13 @@ def measured_here(fit: "FitResult", spec: "ModelSpec", shape: "ServeShape", memo
         return None
     from club3090.reports.measured import EXACT_HERE, apply_measured, find_measured
 
-    kv = catalog.kv_formats.get(shape.kv_cache_dtype)
-    kv_arg = (kv.vllm_arg if kv is not None else shape.kv_cache_dtype) or "auto"
+    # the values the fit resolved (a default left unset is still a definite value to match on)
+    used = fit.settings
+    kv = catalog.kv_formats.get(used.kv_cache_dtype)
+    kv_arg = (kv.vllm_arg if kv is not None else used.kv_cache_dtype) or "auto"
     match = find_measured(measured, repo_id=spec.ref, gpu_memory_gib=min(memory) / 2**30,
                           tensor_parallel_size=shape.tp, pipeline_parallel_size=shape.pp,
-                          max_model_len=shape.max_model_len, gpu_memory_utilization=shape.mem_util,
+                          max_model_len=used.max_model_len, gpu_memory_utilization=used.mem_util,
                           kv_cache_dtype=kv_arg)
     if match is None:
         return None
