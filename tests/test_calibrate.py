@@ -151,3 +151,24 @@ def test_save_keeps_receipts_in_the_overlay(tmp_path, capsys, monkeypatch):
     assert code == 0 and "saved" in out
     saved = list((tmp_path / "state" / "receipts").glob("*.json"))
     assert len(saved) == 1 and json.loads(saved[0].read_text())["measured"]["num_gpu_blocks"] == 22982
+
+
+def test_kv_calc_calibration_scores_this_machines_receipts(tmp_path, capsys):
+    """A saved receipt (a real start-up, priced with its config) becomes a row of kv-calc --calibration."""
+    case = infsim_case()
+    log = tmp_path / "boot.log"
+    log.write_text("\n".join(case["quote"]) + "\n")
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({k: v for k, v in CONFIGS[case["hf_repo"]].items() if not k.startswith("config_")}))
+    code, out, _ = run(["kv-calc", "--calibration", "--json"], capsys)
+    assert json.loads(out)["local_receipts"] == []
+    code, out, _ = run(["calibrate", str(log), "--config", str(config), "--gpus", "80GiB", "--arg",
+                        "vllm_version=0.11.0", "--save", "--json"], capsys)
+    (receipt,) = json.loads(out)["receipts"]
+    code, out, _ = run(["kv-calc", "--calibration", "--json"], capsys)
+    (row,) = json.loads(out)["local_receipts"]
+    assert row["model"] == receipt["shape"]["model"] and row["max_model_len"] == 8192
+    assert row["measured_kv_cache_gib"] == receipt["measured"]["available_kv_cache_gib"]
+    assert row["kv_error_gib"] == receipt["term_error"]["available_kv_cache_gib"]
+    _, text, _ = run(["kv-calc", "--calibration"], capsys)
+    assert "This machine's receipts (club3090 calibrate --save, up): 1" in text

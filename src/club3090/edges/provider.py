@@ -82,6 +82,11 @@ class LiveProvider:
 
         return load_promoted(overlay_root())
 
+    def receipts(self) -> "Sequence[Mapping[str, Any]]":
+        from club3090.reports.overlay import load_receipts, overlay_root
+
+        return [receipt for _, receipt in load_receipts(overlay_root())]
+
     def drift_guard(self, patch: "Patch", profile: "Profile") -> bool:
         return self.guard(patch, profile) if self.guard is not None else True
 

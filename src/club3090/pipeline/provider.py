@@ -17,6 +17,7 @@ method             what it reads
 ``free_bytes()``   free disk space at a path (None when unknown: the disk gate fails closed)
 ``now()``          the clock (capture bundles)
 ``measured()``     this machine's promoted measurements (``club3090 loop promote``), newest last
+``receipts()``     this machine's calibration receipts (``calibrate --save``, ``up``)
 ``drift_guard()``  whether a patch's drift guard passes for a profile (compose replay)
 ``derived_stages`` the I/O behind Pull-Emit-Derived [E] (downloads, docker, loopback HTTP), or
                    None to run no [E]
@@ -60,6 +61,8 @@ class Provider(Protocol):
     def now(self) -> datetime: ...
 
     def measured(self) -> "Sequence[Mapping[str, Any]]": ...
+
+    def receipts(self) -> "Sequence[Mapping[str, Any]]": ...
 
     def drift_guard(self, patch: "Patch", profile: "Profile") -> bool: ...
 

@@ -114,6 +114,42 @@ def residual_for(receipts: Sequence[Mapping[str, Any]], *, repo_id: str,
     return round(mean, 4), round(band, 4)
 
 
+@dataclass(frozen=True, slots=True)
+class ReceiptScore:
+    """One local receipt as a calibration row: what the boot measured against what was predicted."""
+
+    source: str
+    model: str
+    gpu_memory_gib: float | None
+    max_model_len: int | None
+    measured_kv_gib: float | None
+    predicted_kv_gib: float | None
+    kv_error_gib: float | None          # predicted - measured; None without a prediction
+
+    def to_json(self) -> dict[str, Any]:
+        return {"source": self.source, "model": self.model, "gpu_memory_gib": self.gpu_memory_gib,
+                "max_model_len": self.max_model_len, "measured_kv_cache_gib": self.measured_kv_gib,
+                "predicted_kv_cache_gib": self.predicted_kv_gib, "kv_error_gib": self.kv_error_gib}
+
+
+def score_receipts(receipts: Sequence[Mapping[str, Any]]) -> tuple[ReceiptScore, ...]:
+    """This machine's receipts (``club3090 calibrate --save``, ``up``) as calibration rows."""
+    rows = []
+    for r in receipts:
+        shape = r.get("shape") or {}
+        measured = r.get("measured") or {}
+        predicted = r.get("predicted") or {}
+        error = (r.get("term_error") or {}).get("available_kv_cache_gib")
+        length = shape.get("max_model_len") if isinstance(shape, Mapping) else None
+        rows.append(ReceiptScore(
+            source=str((r.get("source") or {}).get("name", "")), model=str(shape.get("model") or "?"),
+            gpu_memory_gib=_num(shape.get("gpu_memory_gib")), max_model_len=length if isinstance(length, int) else None,
+            measured_kv_gib=_num(measured.get("available_kv_cache_gib")),
+            predicted_kv_gib=_num(predicted.get("available_kv_cache_gib")) if isinstance(predicted, Mapping) else None,
+            kv_error_gib=_num(error)))
+    return tuple(rows)
+
+
 def apply_measured(fit: Any, match: MeasuredHere) -> Any:
     """A ``fit.memory.FitResult`` with the measured KV pool, tokens, blocks and concurrency in
     place of the predicted ones, confidence ``exact`` and a note naming the evidence; the error

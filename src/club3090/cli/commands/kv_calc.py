@@ -202,7 +202,7 @@ def write_html(path: Path, est: Any, *, force: bool) -> None:
     write_output_text(path, page, force=force, flag="--html")
 
 
-def run_calibration(args: argparse.Namespace, catalog: Any) -> int:
+def run_calibration(args: argparse.Namespace, catalog: Any, receipts: Any = ()) -> int:
     from club3090.cli.exit_codes import exit_code
     from club3090.fit.calibration import (
         KV_TOKEN_TOLERANCE,
@@ -211,11 +211,13 @@ def run_calibration(args: argparse.Namespace, catalog: Any) -> int:
         calibrate,
     )
     from club3090.gate.outcome import Outcome
+    from club3090.reports.measured import score_receipts
 
     report = calibrate(catalog)
+    local = score_receipts(receipts)
     code = exit_code(Outcome.OK if report.upstream_all_pass else Outcome.REFUSED)
     if args.json:
-        print(json.dumps(report.to_json(), indent=1))
+        print(json.dumps({**report.to_json(), "local_receipts": [r.to_json() for r in local]}, indent=1))
         return code
 
     def row(s: AnchorScore, ok: bool, why: str) -> str:
@@ -237,6 +239,12 @@ def run_calibration(args: argparse.Namespace, catalog: Any) -> int:
         note = "" if t.scored == t.expected else \
             f"  ({t.expected - t.scored} of upstream's {t.expected} rows not scored: not in the catalog's anchors)"
         print(f"{t.name}: {t.passed}/{t.scored}{note}")
+    print()
+    print(f"This machine's receipts (club3090 calibrate --save, up): {len(local)}")
+    for r in local:
+        err = f"{r.kv_error_gib:+.2f} GiB" if r.kv_error_gib is not None else "not predicted (no config given)"
+        meas = f"{r.measured_kv_gib:.2f}" if r.measured_kv_gib is not None else "-"
+        print(f"  {safe(r.model)[:40]:40s} {safe(r.source)[:28]:28s} KV measured {meas} GiB, error {err}")
     print()
     print(f"Stricter club3090 report (every anchor; also KV tokens within {KV_TOKEN_TOLERANCE:.0%} of the "
           f"measured pool and the footprint not under-stated by more than {PEAK_TOLERANCE_BYTES / GIB:.0f} GiB):")
@@ -278,7 +286,7 @@ def run(args: argparse.Namespace, provider: Any) -> int:
     from club3090.pipeline.kv_calc import price, price_outcome
 
     if args.calibration:
-        return run_calibration(args, provider.catalog())
+        return run_calibration(args, provider.catalog(), provider.receipts())
     catalog = provider.catalog()
     html = getattr(args, "html", None)
     if html is not None:
