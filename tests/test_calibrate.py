@@ -166,6 +166,7 @@ def test_kv_calc_calibration_scores_this_machines_receipts(tmp_path, capsys):
                         "vllm_version=0.11.0", "--save", "--json"], capsys)
     (receipt,) = json.loads(out)["receipts"]
     code, out, _ = run(["kv-calc", "--calibration", "--json"], capsys)
+    assert code == 0
     (row,) = json.loads(out)["local_receipts"]
     assert row["model"] == receipt["shape"]["model"] and row["max_model_len"] == 8192
     assert row["measured_kv_cache_gib"] == receipt["measured"]["available_kv_cache_gib"]

@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import os
 import stat
 import sys
 import threading
@@ -54,6 +55,8 @@ for arg in args:
     if arg.startswith("/root/") or arg.startswith("/etc/"):
         print("stand-in vllm: container-only path", arg, flush=True)
         sys.exit(4)
+sys.stdout.write({startup!r})
+sys.stdout.flush()
 os.execv(sys.executable, [sys.executable, "-m", "llama_cpp.server", "--model", {gguf!r},
          "--model_alias", flag("--served-model-name", "model"), "--host", flag("--host", "127.0.0.1"),
          "--port", flag("--port"), "--n_ctx", "8192", "--n_threads", "1", "--n_threads_batch", "1",
@@ -66,9 +69,14 @@ def gguf(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return write_model(tmp_path_factory.mktemp("gguf") / "tiny.gguf")
 
 
-def standin(folder: Path, gguf: Path, version: str = "0.22.0") -> Path:
+STARTUP_LOG = Path(__file__).parent / "fixtures" / "logs" / "startup_v064_profiling.log"
+
+
+def standin(folder: Path, gguf: Path, version: str = "0.22.0", startup: str = "") -> Path:
+    """``startup``: vLLM start-up lines the stand-in prints before it execs llama.cpp's server."""
     path = folder / "vllm-standin"
-    path.write_text(STANDIN.format(python=sys.executable, gguf=str(gguf), version=version), encoding="utf-8")
+    path.write_text(STANDIN.format(python=sys.executable, gguf=str(gguf), version=version, startup=startup),
+                    encoding="utf-8")
     path.chmod(path.stat().st_mode | stat.S_IXUSR)
     return path
 
@@ -140,7 +148,7 @@ def stopper() -> Iterator[list[Path]]:
 def test_curated_native_end_to_end(env, gguf, stopper, capsys):
     run = env["tmp"] / "run"
     stopper.append(run)
-    vllm = standin(env["tmp"], gguf)
+    vllm = standin(env["tmp"], gguf, startup=STARTUP_LOG.read_text(encoding="utf-8"))
     port = free_port()
     code = up(env, CURATED, "--gpus", "1x3090", "--profile-like", CURATED_PROFILE, "--dir", str(run),
               "--launcher", "native", "--vllm", str(vllm), "--port", str(port), "--skip-tools")
@@ -166,6 +174,15 @@ def test_curated_native_end_to_end(env, gguf, stopper, capsys):
     pid = state["pid"]
     assert launchers.alive(pid) and (run / "server.pid").read_text().strip() == str(pid)
     assert "stand-in vllm: serving" in (run / "logs" / "server.log").read_text(encoding="utf-8")
+    # every boot leaves a receipt: the log's measured terms, the launch's shape, a copy in the overlay
+    receipt = json.loads((run / "receipt.json").read_text(encoding="utf-8"))
+    assert receipt["measured"]["num_gpu_blocks"] == 3852
+    assert receipt["measured"]["available_kv_cache_gib"] == 3.76
+    assert receipt["shape"]["model"] == CURATED and receipt["shape"]["gpu_count"] == 1
+    assert "max_model_len" in receipt["shape_given"]
+    saved = list((Path(os.environ["CLUB3090_STATE_DIR"]) / "receipts").glob("*.json"))
+    assert [json.loads(p.read_text(encoding="utf-8")) for p in saved] == [receipt]
+    assert f"[up] receipt: {run / 'receipt.json'}" in out
 
     assert cli.main(["status", str(run)]) == 0
     status = capsys.readouterr().out
@@ -190,6 +207,10 @@ def test_derived_native_end_to_end(env, gguf, stopper, capsys):
     out = cap.out
     assert code == 0, out + cap.err + launchers.log_tail(run / "logs" / "server.log")
     assert "[up] SERVING: verified" in out and "the launch has no --enable-auto-tool-choice" in out
+    assert "[up] no receipt: the server log has no vLLM start-up lines" in out
+    # llama.cpp's log is no vLLM start-up: no receipt anywhere
+    assert not (run / "receipt.json").exists()
+    assert not (Path(os.environ["CLUB3090_STATE_DIR"]) / "receipts").exists()
     compose = (run / "compose.yml").read_text(encoding="utf-8")
     assert DERIVED in compose and "--revision" in compose
     assert cli.main(["down", str(run)]) == 0
@@ -390,3 +411,22 @@ def test_without_profile_like_the_gate_chooses_the_shape(env, capsys):
     assert code == 0, out
     state = json.loads((run / "state.json").read_text(encoding="utf-8"))
     assert state["profile_like"] and (run / "compose.yml").is_file() and DERIVED in (run / "compose.yml").read_text()
+
+
+def test_the_json_output_carries_the_receipt_or_why_not(tmp_path):
+    from club3090.pipeline.boot_receipt import write_boot_receipt
+    from club3090.pipeline.up import UpResult
+
+    plain = write_boot_receipt(tmp_path, "llama.cpp says hello\n", argv=["vllm", "serve", "x"], repo_id="a/b",
+                               hardware=None, snapshot=None)
+    doc = UpResult(0, receipt=plain).to_json()["receipt"]
+    assert doc["path"] is None and "no vLLM start-up lines" in doc["note"]
+    assert not (tmp_path / "receipt.json").exists()
+    measured = write_boot_receipt(tmp_path, STARTUP_LOG.read_text(encoding="utf-8"),
+                                  argv=["vllm", "serve", "x", "--max-model-len", "40000", "--kv-cache-dtype", "fp8"],
+                                  repo_id="a/b", hardware=None, snapshot=None)
+    doc = UpResult(0, receipt=measured).to_json()["receipt"]
+    assert doc["path"] == str(tmp_path / "receipt.json") and doc["note"] is None
+    receipt = json.loads((tmp_path / "receipt.json").read_text(encoding="utf-8"))
+    assert receipt["shape"]["kv_cache_dtype"] == "fp8" and receipt["shape"]["model"] == "a/b"
+    assert json.loads(Path(doc["saved"]).read_text(encoding="utf-8")) == receipt

@@ -72,10 +72,12 @@ class UpResult:
     gate: Any = None
     state: dict[str, Any] = field(default_factory=dict)
     verify: Any = None
+    receipt: Any = None                                 # boot_receipt.BootReceipt once started
 
     def to_json(self) -> dict[str, Any]:
         return {"exit_code": self.code, "ok": self.code == 0, "state": self.state,
                 "gate": self.gate.to_json() if self.gate is not None else None,
+                "receipt": self.receipt.to_json() if self.receipt is not None else None,
                 "verify": self.verify.to_json() if self.verify is not None else None}
 
 
@@ -272,11 +274,13 @@ def up(req: UpRequest, provider: "Provider", seams: UpSeams) -> UpResult:
                             f"`docker compose -f {directory / 'compose.yml'} up -d`, or {directory / 'serve.sh'}")
         result.code = 0
         return result
-    return _start(req, plan, state, result, native, run, seams)
+    return _start(req, plan, state, result, native, run, seams, snapshot=snapshot,
+                  secrets=provider.settings.redaction_secrets)
 
 
 def _start(req: UpRequest, plan: bundle_mod.Bundle, state: dict[str, Any], result: UpResult,
-           native: launchers.NativeEngine | None, run: Any, seams: UpSeams) -> UpResult:
+           native: launchers.NativeEngine | None, run: Any, seams: UpSeams, *, snapshot: Path | None = None,
+           secrets: tuple[str, ...] = ()) -> UpResult:
     directory = plan.directory
     logs = directory / bundle_mod.LOGS
     compose = directory / "compose.yml"
@@ -316,7 +320,35 @@ def _start(req: UpRequest, plan: bundle_mod.Bundle, state: dict[str, Any], resul
     state.update(state="running", ready_s=round(ready.seconds, 1))
     write_state(directory, state)
     result.lines.append(f"[up] ready after {ready.seconds:.0f}s at {url}")
+    _receipt(result, state, plan, snapshot, secrets,
+             lambda: _read_log(logs / launchers.LOG_NAME) if native is not None
+             else launchers.docker_logs(compose, run, 100_000))
     return _verify(result, state, seams)
+
+
+def _read_log(path: Path) -> str:
+    from club3090.edges.files import read_bytes_capped
+    from club3090.pipeline.boot_receipt import LOG_LIMIT
+
+    return read_bytes_capped(path, limit=LOG_LIMIT).decode("utf-8", "replace")
+
+
+def _receipt(result: UpResult, state: dict[str, Any], plan: bundle_mod.Bundle, snapshot: Path | None,
+             secrets: tuple[str, ...], log_text: Callable[[], str]) -> None:
+    """Every boot leaves a calibration receipt (docs/DESIGN.md §13); a log without one says why."""
+    from club3090.pipeline.boot_receipt import BootReceipt, write_boot_receipt
+
+    try:
+        done = write_boot_receipt(plan.directory, log_text(), argv=plan.native_argv, repo_id=state["repo_id"],
+                                  hardware=getattr(result.gate, "hardware", None), snapshot=snapshot,
+                                  secrets=secrets)
+    except (OSError, ValueError, InputError) as exc:
+        done = BootReceipt(note=f"no receipt: {exc}")
+    result.receipt = done
+    if done.path is not None:
+        result.lines.append(f"[up] receipt: {done.path} (saved to the local overlay: {done.saved})")
+    else:
+        result.lines.append(f"[up] {done.note}")
 
 
 def _verify(result: UpResult, state: dict[str, Any], seams: UpSeams) -> UpResult:

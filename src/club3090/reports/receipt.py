@@ -154,8 +154,7 @@ _TOPOLOGY_CLASS = re.compile(r"(\d+)x(\d+)MiB\Z")
 def receipt_for_boot(log_text: str, manifest: Mapping[str, Any], redactor: Redactor, *,
                      club3090_commit: str | None = None) -> dict[str, Any] | None:
     """The receipt of an ``[E]`` boot: its log, with the GPUs from the bundle's manifest."""
-    log = parse_startup(log_text)
-    if not log.found:
+    if not parse_startup(log_text).found:
         return None
     gpu_name = gpu_memory_gib = gpu_count = None
     m = _TOPOLOGY_CLASS.match(str(manifest.get("topology_class") or ""))
@@ -167,9 +166,22 @@ def receipt_for_boot(log_text: str, manifest: Mapping[str, Any], redactor: Redac
         gpu_name = names.pop() if len(names) == 1 else None
     except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
         gpu_name = None
-    fill_missing(log, {k: v for k, v in (("model", manifest.get("model_id")),
-                                         ("max_model_len", manifest.get("selected_ctx")),
-                                         ("vllm_version", manifest.get("engine_version"))) if v is not None})
-    return build_receipt(log, log_bytes=log_text.encode("utf-8"), source_name="pt3-boot",
-                         redactor=redactor, gpu_name=gpu_name, gpu_memory_gib=gpu_memory_gib, gpu_count=gpu_count,
-                         club3090_commit=club3090_commit)
+    given = {k: v for k, v in (("model", manifest.get("model_id")), ("max_model_len", manifest.get("selected_ctx")),
+                               ("vllm_version", manifest.get("engine_version"))) if v is not None}
+    return receipt_for_log(log_text, given, redactor, source_name="pt3-boot", gpu_name=gpu_name,
+                           gpu_memory_gib=gpu_memory_gib, gpu_count=gpu_count, club3090_commit=club3090_commit)
+
+
+def receipt_for_log(log_text: str, given: Mapping[str, Any], redactor: Redactor, *, source_name: str,
+                    gpu_name: str | None = None, gpu_memory_gib: float | None = None, gpu_count: int | None = None,
+                    config: Mapping[str, Any] | None = None, club3090_commit: str | None = None
+                    ) -> dict[str, Any] | None:
+    """The receipt of one start-up log, with the settings its launch states (the log's own values
+    win); None when the log has no vLLM start-up lines."""
+    log = parse_startup(log_text)
+    if not log.found:
+        return None
+    filled = fill_missing(log, {k: v for k, v in given.items() if v is not None})
+    return build_receipt(log, log_bytes=log_text.encode("utf-8"), source_name=source_name, redactor=redactor,
+                         gpu_name=gpu_name, gpu_memory_gib=gpu_memory_gib, gpu_count=gpu_count, config=config,
+                         club3090_commit=club3090_commit, given_keys=tuple(filled))
