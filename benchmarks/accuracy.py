@@ -6,7 +6,7 @@
 Each case is priced the way `kv-calc` prices its flags: `serving.profile_shape` without a profile
 (given settings on top of vLLM's defaults for the version and device) and `memory.predict`.
 
-A cases file follows the shared schema (`../shared/calibration/README.md`): one object per vLLM
+A cases file follows the schema in `tests/fixtures/calibration/README.md`: one object per vLLM
 start with its settings and what the log printed. Configs come from the sibling
 `vllm_startup_configs.json`, keyed by `hf_repo`. When the case measured "Model loading took X GiB"
 that figure is used as the per-rank weights (as `kv-calc --weights-gib` would); otherwise a

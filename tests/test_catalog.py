@@ -526,7 +526,7 @@ def test_replayable_profile_without_arch_row_is_a_problem(tmp_path):
 
 def test_kv_formats_priced_by_the_one_table(cat):
     """kvformats.py is the only table of KV sizes: every catalog format is priced there; K 8-bit +
-    V 4-bit formats average 0.75 B/element (VLLM_MEMORY.md §5.2)."""
+    V 4-bit formats average 0.75 B/element."""
     from fractions import Fraction
 
     from club3090.fit.kv_formats import kv_format
@@ -539,7 +539,7 @@ def test_kv_formats_priced_by_the_one_table(cat):
 
 
 def test_turboquant_formats_are_never_emitted(cat):
-    """SYSTEM.md section 5: a turboquant* KV format makes a profile Genesis-equipped."""
+    """docs/DESIGN.md §5: a turboquant* KV format makes a profile Genesis-equipped."""
     assert {k for k, kv in cat.kv_formats.items() if not kv.emittable} == \
         {k for k in cat.kv_formats if k.startswith("turboquant")}
     for key, p in cat.profiles.items():

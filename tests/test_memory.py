@@ -1,7 +1,7 @@
-"""memory.predict: exact KV page maths pinned by hand against VLLM_MEMORY.md, defaults, verdicts.
+"""memory.predict: exact KV page maths pinned by hand, defaults, verdicts.
 
-Every exact number below is derived in the comment next to it from the formulas in
-../shared/docs/VLLM_MEMORY.md (§5 page sizes, §5.7 grouping, §6 capacity, §7 refusal, §12 examples).
+Every exact number below is derived in the comment next to it from vLLM's page-size, grouping,
+capacity and refusal rules (docs/DESIGN.md §17; the rules' vLLM sources are in fit/kv_layout.py).
 `kv_cache_memory_bytes` pins the pool so that these tests do not depend on the fitted overheads.
 """
 
@@ -40,7 +40,7 @@ def run(a, pool: int | None = None, gpu: int = 24 * GiB, weights: int = 0, **sha
 QWEN7 = "Qwen--Qwen2.5-7B"
 
 
-# --- dense GQA: Qwen2.5-7B (§5.1, worked example §12.1) --------------------------------------
+# --- dense GQA: Qwen2.5-7B -----------------------------------------------------------------------
 
 def test_dense_gqa_bytes_per_token():
     r = run(arch(QWEN7), pool=GiB, max_model_len=32768)
@@ -76,7 +76,7 @@ def test_tp_split_and_replication():
     assert isinstance(run(arch(QWEN7), pool=GiB, max_model_len=8192, tp=3), Unpriceable)  # 28 heads, TP 3
 
 
-# --- MLA: DeepSeek-V2-Lite (§5.3, §12.2) ------------------------------------------------------
+# --- MLA: DeepSeek-V2-Lite -----------------------------------------------------------------------
 
 def test_mla_bytes_per_token_and_tp():
     a = arch("deepseek-ai--DeepSeek-V2-Lite")
@@ -95,7 +95,7 @@ def test_mla_refusal_of_issue_15871():
     assert r.raw_verdict == "wont-fit" and r.max_model_len_fit < 32768
 
 
-# --- sliding window: gemma-2-2b-it (§5.4, §12.3) ---------------------------------------------
+# --- sliding window: gemma-2-2b-it ---------------------------------------------------------------
 
 def test_sliding_window_worked_example_12_3():
     a = arch("google--gemma-2-2b-it")
@@ -121,7 +121,7 @@ def test_disabling_hybrid_manager_promotes_windows_to_full():
     assert full.blocks_per_request == 2048
 
 
-# --- hybrid linear attention: Qwen3.6-35B-A3B (§5.6, §5.7) ----------------------------------
+# --- hybrid linear attention: Qwen3.6-35B-A3B ----------------------------------------------------
 
 def test_gated_delta_net_hybrid():
     r = run(arch("Qwen--Qwen3.6-35B-A3B"), pool=10 * GiB, max_model_len=262144)
@@ -177,7 +177,7 @@ def test_moe_kv_is_the_attention_only():
     ("turboquant_3bit_nc", -(-28 * 4 * 256 * 17 // 40)),  # 0.425 B/element: 12,185.6 rounded up
     ("turboquant_k8v4", 28 * 4 * (128 + 64)),            # K 1 B, V 0.5 B
     ("q8_0", 28 * 4 * 256 * 34 // 32), ("q4_0", 28 * 4 * 256 * 18 // 32), ("q5_0", 28 * 4 * 256 * 22 // 32),
-    ("k8v4", 28 * 4 * (128 + 64)),                       # K 1 B, V 0.5 B (VLLM_MEMORY.md §5.2: 0.75)
+    ("k8v4", 28 * 4 * (128 + 64)),                       # K 1 B, V 0.5 B: 0.75 B per element
 ])
 def test_kv_formats(fmt, per_token):
     assert run(arch(QWEN7), pool=GiB, max_model_len=8192, kv_cache_dtype=fmt).kv_bytes_per_token == per_token
@@ -274,7 +274,7 @@ def test_activation_grows_with_batched_tokens_and_sampler():
     assert few.per_gpu.activation_bytes < many.per_gpu.activation_bytes < seqs.per_gpu.activation_bytes
 
 
-# --- Gemma 4 31B: sliding + global layers with their own geometry (§5.1, §5.4, §5.7) ---------
+# --- Gemma 4 31B: sliding + global layers with their own geometry --------------------------------
 
 GEMMA31 = "google--gemma-4-31B-it"
 
@@ -325,7 +325,7 @@ def test_gemma4_single_global_kv_head_is_replicated_at_tp2():
     assert abs(r.kv_cache_tokens - 384_019) / 384_019 < 0.002
 
 
-# --- PP stages without cache layers; Mamba-2 group replication (§5.6) --------------------------
+# --- PP stages without cache layers; Mamba-2 group replication -----------------------------------
 
 NEMOTRON_H = "nvidia--Nemotron-H-56B-Base-8K"
 

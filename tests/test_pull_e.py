@@ -411,7 +411,7 @@ def test_cli_no_boot_downloads_and_reports(hub, tmp_path, monkeypatch, capsys):
     download_point = read_bundle(bundle).points["download"]
     assert download_point["ok"] is True and download_point["sha_verified"] is True
     out_lines = captured.out.splitlines()
-    # SYSTEM.md section 10: every report line is "[pull] ..."; the [E] lines name the download folder and the bundle
+    # docs/DESIGN.md §10: every report line is "[pull] ..."; the [E] lines name the download folder and the bundle
     assert any(line.startswith("[pull] e: ") and str(_dest(tmp_path)) in line for line in out_lines)
     assert any(line.startswith("[pull] ") and str(bundle) in line for line in out_lines)
     assert any(line.startswith("[pull] download 1/") for line in captured.err.splitlines())   # progress on stderr
