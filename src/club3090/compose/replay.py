@@ -75,6 +75,11 @@ def generate(profile_key: str, catalog: "Catalog", *, guard_runner: GuardRunner 
     profile = catalog.profiles.get(profile_key)
     if profile is None:
         return refuse(profile_key, OTHER, f"unknown profile {profile_key!r}")
+    from club3090.compose import llamacpp
+
+    if llamacpp.is_llamacpp(catalog, profile_key):     # the llama.cpp family replays its own way
+        return llamacpp.replay(profile_key, catalog, out_name=out_name,
+                               fmt="llama-server" if fmt == "vllm-serve" else fmt)
 
     # 1 scope (Catalog.emittable owns the rule)
     emittable, why = catalog.emittable(profile_key)

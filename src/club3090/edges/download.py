@@ -9,7 +9,7 @@ at import). The endpoint and token come from ``Settings`` and are passed explici
   files. The staging folder is removed at the end, success or not.
 - The folder name is the repo id's slug plus a short hash of the exact id, so two repo ids whose
   slugs agree (``coll/a-b``, ``coll-a/b``) never share a folder.
-- Every ``*.safetensors`` is SHA-256-checked against the Hub's LFS sha256 (``RepoFile.sha256``,
+- Every ``*.safetensors`` and ``*.gguf`` is SHA-256-checked against the Hub's LFS sha256 (``RepoFile.sha256``,
   from ``siblings[].lfs.sha256``); no hash is a hard ``no-etag``. Other files (tokenizers, chat
   templates, ``*.py`` run under ``--trust-remote-code``) are small: they are fetched again on
   every pull and checked against their content address (the ETag: git blob id or LFS sha256);
@@ -90,7 +90,7 @@ class DownloadReport:
     dest: Path
     files: tuple[str, ...] = ()            # files present and checked in dest
     bytes: int = 0
-    sha_verified: bool = False             # every *.safetensors matched its LFS sha256
+    sha_verified: bool = False             # every weight file matched its LFS sha256
     failure: str | None = None             # one of TOKENS
     detail: str = ""
     failed_file: str | None = None
@@ -322,7 +322,7 @@ def _check(file: "RepoFile", path: Path) -> str | None:
 
 
 def _is_weights(name: str) -> bool:
-    return name.endswith(".safetensors")
+    return name.endswith((".safetensors", ".gguf"))
 
 
 def download(repo_id: str, files: Sequence["RepoFile"], dest: Path, *, fetch: Fetch,

@@ -37,6 +37,8 @@ FIX_COMPOSE = "install the compose plugin (`sudo apt-get install docker-compose-
 FIX_NVIDIA = ("install the NVIDIA Container Toolkit and run `sudo nvidia-ctk runtime configure --runtime=docker "
               "&& sudo systemctl restart docker`")
 FIX_VLLM = "install it (`pip install vllm`), pass --vllm PATH, or use --launcher docker"
+FIX_LLAMA = ("install llama.cpp's `llama-server` (https://github.com/ggml-org/llama.cpp) or "
+             "`pip install 'llama-cpp-python[server]'`, pass --llama-server-bin PATH, or use --launcher docker")
 
 
 def run_process(argv: Sequence[str], timeout: float) -> RunResult:
@@ -105,6 +107,39 @@ def preflight_native(vllm: str | None, pin: str | None, *, run: Runner = run_pro
     if version and wanted and version != wanted:
         note = f"vllm {version} is installed; the profile was validated on {wanted}"
     return NativeEngine(exe, version, note)
+
+
+@dataclass(frozen=True, slots=True)
+class LlamaServerBin:
+    """The native llama.cpp server: its command prefix and the flag dialect it speaks."""
+
+    argv: tuple[str, ...]
+    dialect: str               # "llama-server" or "llama-cpp-python"
+    version: str | None
+
+
+def preflight_llama_server(binary: str | None, *, run: Runner = run_process,
+                           which: Callable[[str], str | None] | None = None,
+                           has_module: Callable[[str], bool] | None = None) -> LlamaServerBin:
+    """``--llama-server-bin PATH``, else ``llama-server`` on PATH, else llama-cpp-python's server
+    (``python -m llama_cpp.server``) when that package is installed."""
+    import importlib.util
+    import shutil
+    import sys
+
+    exe = str(Path(binary).absolute()) if binary else (which or shutil.which)("llama-server")
+    if exe is None:
+        found = (has_module or (lambda m: importlib.util.find_spec(m) is not None))("llama_cpp.server")
+        if found:
+            return LlamaServerBin((sys.executable, "-m", "llama_cpp.server"), "llama-cpp-python", None)
+        raise LauncherUnavailable(f"no llama-server on PATH and no llama-cpp-python server: {FIX_LLAMA}")
+    if not os.access(exe, os.X_OK) or not Path(exe).is_file():
+        raise LauncherUnavailable(f"--llama-server-bin {exe} is not an executable file: {FIX_LLAMA}")
+    done = run([exe, "--version"], 60)
+    if done.returncode != 0:
+        raise LauncherUnavailable(f"`{exe} --version` failed ({_first_line(done.stderr) or done.returncode}): "
+                                  f"{FIX_LLAMA}")
+    return LlamaServerBin((exe,), "llama-server", _first_line(done.stdout + "\n" + done.stderr) or None)
 
 
 # --------------------------------------------------------------------------------------------
@@ -244,6 +279,7 @@ def wait_ready(url: str, *, running: Callable[[], bool], last_line: Callable[[],
 __all__ = [
     "LOG_NAME",
     "PID_NAME",
+    "LlamaServerBin",
     "NativeEngine",
     "Ready",
     "alive",
@@ -254,6 +290,7 @@ __all__ = [
     "log_tail",
     "models_ready",
     "preflight_docker",
+    "preflight_llama_server",
     "preflight_native",
     "read_pid",
     "run_process",

@@ -48,6 +48,13 @@ class UpRequest:
     trust_remote_code: bool = False
     force: bool = False
     skip_tools: bool = False
+    # the llama.cpp family (GGUF repos, llama.cpp-family profiles); `pull --out` keeps the seed's refusals
+    llamacpp: bool = True
+    quant: str | None = None
+    ctx_size: int | None = None
+    cache_type_k: str | None = None
+    cache_type_v: str | None = None
+    llama_server_bin: str | None = None
 
 
 @dataclass
@@ -184,6 +191,14 @@ def up(req: UpRequest, provider: "Provider", seams: UpSeams) -> UpResult:
     catalog = provider.catalog()
     if req.profile_like is not None and req.profile_like not in catalog.profiles:
         raise UsageError(f"unknown --profile-like {req.profile_like!r}; `club3090 profiles` lists them")
+    if req.llamacpp:
+        from club3090.pipeline.llamacpp_up import llamacpp_profile, up_llamacpp
+
+        family = llamacpp_profile(catalog, req)
+        if family is not None:
+            return up_llamacpp(req, provider, seams, catalog=catalog, profile=family)
+    elif req.llama_server_bin or req.quant or req.ctx_size or req.cache_type_k or req.cache_type_v:
+        raise UsageError("--quant, --ctx-size, --cache-type-k/-v and --llama-server-bin are `up`'s GGUF flags")
     captures = seams.captures if seams.captures is not None else Path.cwd() / CAPTURES_DIRNAME
     gate = evaluate(PullRequest(source=req.source, profile_like=req.profile_like, yes=req.yes,
                                 force_download=req.force_download, trust_remote_code=req.trust_remote_code,
@@ -192,6 +207,10 @@ def up(req: UpRequest, provider: "Provider", seams: UpSeams) -> UpResult:
     hints = {NoticeCode.NO_DOWNLOAD_YET.value, NoticeCode.CURATED_NEEDS_OUT.value}
     gate = replace(gate, notices=tuple(n for n in gate.notices if str(getattr(n.code, "value", n.code)) not in hints))
     result = UpResult(gate.exit_code, [render_gate(gate)], gate)
+    if req.llamacpp and gate.reason == "unsupported-format" and gate.sub_reason == "gguf-only":
+        from club3090.pipeline.llamacpp_up import up_llamacpp
+
+        return up_llamacpp(req, provider, seams, catalog=catalog, profile=None)
     if not gate.ok or gate.summary != "FITS":
         return result
 
@@ -274,13 +293,14 @@ def up(req: UpRequest, provider: "Provider", seams: UpSeams) -> UpResult:
                             f"`docker compose -f {directory / 'compose.yml'} up -d`, or {directory / 'serve.sh'}")
         result.code = 0
         return result
-    return _start(req, plan, state, result, native, run, seams, snapshot=snapshot,
-                  secrets=provider.settings.redaction_secrets)
+    return start_bundle(req, plan, state, result, native, run, seams, snapshot=snapshot,
+                        secrets=provider.settings.redaction_secrets)
 
 
-def _start(req: UpRequest, plan: bundle_mod.Bundle, state: dict[str, Any], result: UpResult,
-           native: launchers.NativeEngine | None, run: Any, seams: UpSeams, *, snapshot: Path | None = None,
-           secrets: tuple[str, ...] = ()) -> UpResult:
+def start_bundle(req: UpRequest, plan: bundle_mod.Bundle, state: dict[str, Any], result: UpResult,
+                 native: launchers.NativeEngine | None, run: Any, seams: UpSeams, *, snapshot: Path | None = None,
+                 secrets: tuple[str, ...] = (), receipt: bool = True) -> UpResult:
+    """Start a written bundle (native or Docker), wait for ``/v1/models``, receipt, smoke + verify."""
     directory = plan.directory
     logs = directory / bundle_mod.LOGS
     compose = directory / "compose.yml"
@@ -320,9 +340,13 @@ def _start(req: UpRequest, plan: bundle_mod.Bundle, state: dict[str, Any], resul
     state.update(state="running", ready_s=round(ready.seconds, 1))
     write_state(directory, state)
     result.lines.append(f"[up] ready after {ready.seconds:.0f}s at {url}")
-    _receipt(result, state, plan, snapshot, secrets,
-             lambda: _read_log(logs / launchers.LOG_NAME) if native is not None
-             else launchers.docker_logs(compose, run, 100_000))
+    if receipt:
+        _receipt(result, state, plan, snapshot, secrets,
+                 lambda: _read_log(logs / launchers.LOG_NAME) if native is not None
+                 else launchers.docker_logs(compose, run, 100_000))
+    else:
+        result.lines.append("[up] no receipt: llama.cpp start-up logs are not parsed into receipts yet; "
+                            "launch.json holds the prediction")
     return _verify(result, state, seams)
 
 
@@ -362,15 +386,20 @@ def _verify(result: UpResult, state: dict[str, Any], seams: UpSeams) -> UpResult
     result.lines.append("[up] smoke " + " ".join(f"{c}={v}" for c, v in smoke.results.items()))
     client = OpenAIClient(f"{url}/v1", timeout=300.0, http=http, deadline_s=900.0)
     # a launch without vLLM's tool flags serves no tool calls: probing them would fail by construction
-    skip_tools = state.get("skip_tools", False) or "--enable-auto-tool-choice" not in state.get("argv", [])
+    llama = state.get("engine") == "llama.cpp"
+    # llama-server serves tool calls only with --jinja (the chat template's tool format)
+    tools_flag = "--jinja" if llama else "--enable-auto-tool-choice"
+    skip_tools = state.get("skip_tools", False) or tools_flag not in state.get("argv", [])
     report = verify(client, model=model, skip_tools=skip_tools, progress=seams.say)
     if skip_tools and not state.get("skip_tools"):
-        result.lines.append("[up] tool calls not verified: the launch has no --enable-auto-tool-choice")
+        result.lines.append(f"[up] tool calls not verified: the launch has no {tools_flag}")
     result.verify = report
     for c in report.checks:
         result.lines.append(f"[up] verify {c.status.upper():4s} {c.name:16s} {c.detail}")
     ok = smoke.floor_green and report.ok
     state.update(verified=ok)
+    if state.get("directory"):
+        write_state(Path(state["directory"]), state)
     result.lines += [f"[up] URL: {url}/v1", f"[up] served model: {model}",
                      f"[up] try: curl -s {url}/v1/chat/completions -H 'Content-Type: application/json' "
                      f"-d '{{\"model\": \"{model}\", \"messages\": [{{\"role\": \"user\", \"content\": \"Hello\"}}]}}'",
@@ -414,4 +443,4 @@ def _capture(result: UpResult, state: dict[str, Any], tail: str, root: Path) -> 
                                   outcome="failed", now=datetime.now(timezone.utc), boot_log=tail or None)
 
 
-__all__ = ["LAUNCHERS", "UpRequest", "UpResult", "UpSeams", "read_state", "up", "write_state"]
+__all__ = ["LAUNCHERS", "UpRequest", "UpResult", "UpSeams", "read_state", "start_bundle", "up", "write_state"]

@@ -1,4 +1,5 @@
-"""`club3090 compose --profile KEY`: replay a curated profile's shipped compose (docs/DESIGN.md).
+"""`club3090 compose --profile KEY`: replay a curated profile's shipped compose (docs/DESIGN.md); the
+llama.cpp family (llama.cpp, ik_llama.cpp, beellama) replays through ``club3090.compose.llamacpp``.
 
 Exit codes: 0 emitted, 2 refused (stratum-6 token), 3 degraded without --accept-degraded,
 4 candidates listed (the tuple form: --model/--engine/--kv/--tp instead of --profile),
@@ -22,7 +23,7 @@ if TYPE_CHECKING:  # pragma: no cover - typing only
     from club3090.catalog.model import Catalog
     from club3090.pipeline.provider import Provider
 
-FORMAT_CHOICES = ("compose", "vllm-serve", "json")
+FORMAT_CHOICES = ("compose", "vllm-serve", "llama-server", "json")
 TUPLE_FLAGS = ("model", "engine", "kv", "tp")
 
 
@@ -31,7 +32,8 @@ def add_parser(sub: Any) -> None:
         "compose", help="emit the compose file of a curated profile (reproduce and flag, never repair)",
         description="Replay a curated profile's shipped docker compose service: only the param slots "
                     "change, --trust-remote-code is never emitted, load-bearing patches are wired.")
-    p.add_argument("--profile", metavar="KEY", help="registry key, e.g. vllm/minimal")
+    p.add_argument("key", nargs="?", metavar="KEY", help="registry key (the same as --profile KEY)")
+    p.add_argument("--profile", metavar="KEY", help="registry key, e.g. vllm/minimal or llamacpp/default")
     tuple_form = p.add_argument_group(
         "tuple form", "instead of --profile: list the profiles matching these values (exit 4), emit nothing")
     tuple_form.add_argument("--model", metavar="ID", help="curated model id, e.g. qwen3.6-27b")
@@ -44,7 +46,8 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--accept-degraded", action="store_true",
                    help="emit even when a capability-degraded patch had to be omitted (else exit 3)")
     p.add_argument("--format", dest="format", choices=FORMAT_CHOICES, default="compose",
-                   help="compose file (default), the equivalent `vllm serve` command line, or JSON")
+                   help="compose file (default), the equivalent `vllm serve` (vLLM profiles) or `llama-server` "
+                        "(llama.cpp-family profiles) command line, or JSON")
     p.add_argument("--json", action="store_true",
                    help="print a JSON summary on stdout (ok, exit_code, refusal, patches, ...)")
     p.set_defaults(run=run)
@@ -55,6 +58,10 @@ def run(args: argparse.Namespace, provider: "Provider") -> int:
     from club3090.edges.files import check_output_path, write_output_text
 
     catalog = provider.catalog()
+    if args.key is not None:
+        if args.profile is not None and args.profile != args.key:
+            raise UsageError("give the profile once: KEY or --profile KEY")
+        args.profile = args.key
     given = {name: getattr(args, name) for name in TUPLE_FLAGS if getattr(args, name) is not None}
     if args.profile is None:
         if not given:
@@ -64,6 +71,10 @@ def run(args: argparse.Namespace, provider: "Provider") -> int:
         raise UsageError("--profile and the tuple form (--model/--engine/--kv/--tp) are exclusive")
     if args.profile not in catalog.profiles:
         raise UsageError(f"unknown profile {args.profile!r} (see `club3090 profiles`)")
+    from club3090.compose.llamacpp import is_llamacpp
+
+    if args.format == "llama-server" and not is_llamacpp(catalog, args.profile):
+        raise UsageError(f"--format llama-server: {args.profile} is not a llama.cpp-family profile (--format vllm-serve)")
     out: Path | None = args.out
     if out is not None:
         check_output_path(out, force=args.force)

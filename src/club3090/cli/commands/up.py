@@ -16,6 +16,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from club3090.cli.commands._llamacpp import cache_type
+from club3090.cli.commands._types import positive_int
 from club3090.cli.render import safe
 
 
@@ -43,6 +45,16 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--force", action="store_true", help="rewrite a bundle folder that is not serving")
     p.add_argument("--skip-tools", action="store_true",
                    help="verify without the tool-call checks (an engine without tool calling)")
+    g = p.add_argument_group("GGUF / llama.cpp family (a GGUF repo or a llama.cpp-family profile)")
+    g.add_argument("--quant", metavar="QUANT", help="which quant of a GGUF repo to serve (default: the largest "
+                                                    "that fits with every layer on the GPUs)")
+    g.add_argument("--ctx-size", type=positive_int, metavar="N",
+                   help="llama.cpp context (-c; default: the largest that fits, up to the trained context)")
+    g.add_argument("--cache-type-k", type=cache_type, metavar="TYPE", help="llama.cpp K cache type (f16, q8_0, ...)")
+    g.add_argument("--cache-type-v", type=cache_type, metavar="TYPE", help="llama.cpp V cache type (f16, q8_0, ...)")
+    g.add_argument("--llama-server-bin", metavar="PATH",
+                   help="the llama-server executable for --launcher native (default: llama-server on PATH, "
+                        "else llama-cpp-python's server)")
     p.add_argument("--json", action="store_true", help="print the result as one JSON object")
     p.set_defaults(run=run)
 
@@ -83,7 +95,11 @@ def run_request(args: argparse.Namespace, provider: Any, *, directory: Path, no_
     req = UpRequest(source=args.source, directory=directory, profile_like=args.profile_like,
                     launcher=launcher, gpus=args.gpus, port=port, no_start=no_start,
                     vllm=vllm, yes=args.yes, force_download=args.force_download,
-                    trust_remote_code=args.trust_remote_code, force=args.force, skip_tools=skip_tools)
+                    trust_remote_code=args.trust_remote_code, force=args.force, skip_tools=skip_tools,
+                    llamacpp=args.command == "up", quant=getattr(args, "quant", None),
+                    ctx_size=getattr(args, "ctx_size", None), cache_type_k=getattr(args, "cache_type_k", None),
+                    cache_type_v=getattr(args, "cache_type_v", None),
+                    llama_server_bin=getattr(args, "llama_server_bin", None))
     result = up(req, provider, seams)
     if seams.spin is not None and sys.stderr.isatty():
         print(file=sys.stderr)
