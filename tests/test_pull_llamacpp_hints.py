@@ -28,6 +28,7 @@ def test_llamacpp_profile_like_names_kv_calc(capsys: pytest.CaptureFixture[str])
     doc = json.loads(capsys.readouterr().out)
     assert doc["reason"] == "unsupported-runtime-engine"
     assert "club3090 kv-calc llamacpp/default" in json.dumps(doc)
+    assert "club3090 up llamacpp/default --dir DIR" in json.dumps(doc)
 
 
 def test_gguf_only_repo_names_kv_calc(fake_hub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,  # type: ignore[no-untyped-def]
@@ -39,3 +40,4 @@ def test_gguf_only_repo_names_kv_calc(fake_hub, tmp_path: Path, monkeypatch: pyt
     out = capsys.readouterr().out
     assert "reason=unsupported-format" in out
     assert "club3090 kv-calc org/Tiny-GGUF --quant QUANT" in out
+    assert "club3090 up org/Tiny-GGUF --quant QUANT --dir DIR" in out

@@ -158,7 +158,7 @@ def hardware_json(hw: "HardwareFacts | None") -> dict[str, Any] | None:
 
 def evaluate(request: PullRequest, provider: "Provider", *, stages: "EStages | None" = None,
              captures_root: Path | None = None, catalog: "Catalog | None" = None,
-             compose: ComposeStep | None = None) -> PullResult:
+             compose: ComposeStep | None = None, facts: Any = None) -> PullResult:
     """Run the gate for one request and return the decision as a value.
 
     Tool failures (a bad ``--gpus``, the Hub unreachable, an invalid catalog) raise; every verdict,
@@ -166,11 +166,12 @@ def evaluate(request: PullRequest, provider: "Provider", *, stages: "EStages | N
     Path-B terminal is satisfied (the CLI passes them; without them ``--out`` only gets the derived
     compose). A hard stop writes a redacted gate bundle under ``captures_root`` when one is given.
     ``compose`` replaces the stratum-6 compose step (pure; default: the curated replay with the
-    Provider's drift guard).
+    Provider's drift guard). ``facts``: the source already resolved (``provider.resolve``), so a
+    caller that looked at it first does not read the Hub twice.
     """
     catalog = catalog if catalog is not None else provider.catalog()
     gpus = gpu_set(request.gpus, catalog)            # the rig's one --gpus parse, before any network
-    facts = provider.resolve(request.source, catalog)
+    facts = facts if facts is not None else provider.resolve(request.source, catalog)
     verdict = decide(request, facts, catalog, gpus, provider, compose=compose or _curated_compose(provider),
                      e_enabled=stages is not None)
     catalog = verdict.gate.catalog or catalog         # with the derived ``auto`` profile, if any

@@ -200,21 +200,28 @@ def up(req: UpRequest, provider: "Provider", seams: UpSeams) -> UpResult:
     elif req.llama_server_bin or req.quant or req.ctx_size or req.cache_type_k or req.cache_type_v:
         raise UsageError("--quant, --ctx-size, --cache-type-k/-v and --llama-server-bin are `up`'s GGUF flags")
     captures = seams.captures if seams.captures is not None else Path.cwd() / CAPTURES_DIRNAME
+    facts = None
+    if req.llamacpp:                 # a GGUF-only repo is llama.cpp's: no gate refusal (nor its capture)
+        from club3090.gate.outcome import Stop
+        from club3090.pipeline.stages import gpu_set
+
+        gpu_set(req.gpus, catalog)   # a bad --gpus fails before any network
+        facts = provider.resolve(req.source, catalog)
+        if isinstance(facts, Stop) and facts.sub_reason == "gguf-only":
+            from club3090.pipeline.llamacpp_up import up_llamacpp
+
+            return up_llamacpp(req, provider, seams, catalog=catalog, profile=None)
     gate = evaluate(PullRequest(source=req.source, profile_like=req.profile_like, yes=req.yes,
                                 force_download=req.force_download, trust_remote_code=req.trust_remote_code,
-                                gpus=req.gpus), provider, captures_root=captures)
+                                gpus=req.gpus), provider, captures_root=captures, facts=facts)
     # `pull`'s hints about --out do not apply: `up` writes and downloads everything itself
     hints = {NoticeCode.NO_DOWNLOAD_YET.value, NoticeCode.CURATED_NEEDS_OUT.value}
     gate = replace(gate, notices=tuple(n for n in gate.notices if str(getattr(n.code, "value", n.code)) not in hints))
     result = UpResult(gate.exit_code, [render_gate(gate)], gate)
-    if req.llamacpp and gate.reason == "unsupported-format" and gate.sub_reason == "gguf-only":
-        from club3090.pipeline.llamacpp_up import up_llamacpp
-
-        return up_llamacpp(req, provider, seams, catalog=catalog, profile=None)
     if not gate.ok or gate.summary != "FITS":
         return result
 
-    spec = provider.resolve(req.source, catalog)
+    spec = facts if facts is not None else provider.resolve(req.source, catalog)
     if not hasattr(spec, "ref"):
         raise UsageError(f"{req.source}: the gate passed but the model cannot be resolved again")
     key = req.profile_like or gate.profile_like or ""

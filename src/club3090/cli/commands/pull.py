@@ -356,7 +356,8 @@ def render(result: Any, *, recommend: bool = False, verbose: bool = False) -> st
     if result.sub_reason == "gguf-only":
         lines.append("[pull] hint: this repo ships GGUF files only; vLLM needs safetensors - look for a "
                      "safetensors variant of the same model, or price the GGUF for llama.cpp with "
-                     f"`club3090 kv-calc {result.slug} --quant QUANT`")
+                     f"`club3090 kv-calc {result.slug} --quant QUANT`, or serve it with llama.cpp: "
+                     f"`club3090 up {result.slug} --quant QUANT --dir DIR`")
     lines.extend(fit_lines(result.fit))
     hw = result.hardware
     if hw is not None and hw.memory_bytes:
