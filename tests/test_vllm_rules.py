@@ -177,7 +177,11 @@ def test_speculative_rejection_sampler_buffers():
     spec = profiling.activation(a, tp=1, tokens=4096, num_seqs=256, last_stage=True, num_spec=4)
     logits = 256 * a.vocab_size * 4
     assert plain.sampler == int(profiling.SAMPLER_COEF * logits)
-    assert spec.sampler - plain.sampler == pytest.approx(4 * profiling.SPEC_SAMPLER_COEF * logits, rel=1e-6)
+    assert spec.sampler - plain.sampler == pytest.approx(profiling.SPEC_SAMPLER_COEF * logits, rel=1e-6)
+    # vLLM's dummy rejection-sampler batch is one draft token per request at any depth
+    for depth in (1, 2, 5):
+        assert profiling.activation(a, tp=1, tokens=4096, num_seqs=256, last_stage=True,
+                                    num_spec=depth).sampler == spec.sampler
     assert profiling.activation(a, tp=1, tokens=4096, num_seqs=256, last_stage=False, num_spec=4).sampler == 0
     # V0 samples every profiled sequence; V1 min(max_num_seqs, tokens)
     assert profiling.activation(a, tp=1, tokens=64, num_seqs=256, last_stage=True, engine="v0").sampler == \

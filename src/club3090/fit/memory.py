@@ -47,6 +47,7 @@ from club3090.fit.vllm_rules import (
     batch_defaults,
     capture_sizes,
     choose_engine,
+    fp8_marlin_scale_ratio,
     mla_rule,
     parse_version,
     v0_batched_tokens,
@@ -123,6 +124,7 @@ class ServeShape:
     quantization: str | None = None          # --quantization; None = the config's quant_method
     speculative_method: str | None = None    # "mtp" | "eagle" | "eagle3" | "dflash" | "ngram" | "draft_model"
     mm_encoder_profiling: bool = True        # False: no encoder dummy batch (language-only / images 0)
+    compute_capability: str | None = None    # e.g. "8.6"; FP8 weights run as Marlin W8A16 below 8.9
 
 
 @dataclass(frozen=True, slots=True)
@@ -300,14 +302,14 @@ def _pp_layer_counts(num_layers: int, pp: int) -> list[int]:
 
 
 def _weights_per_rank(arch: Architecture, weights_bytes: int, tp: int, pp: int, stage: int,
-                      layers_here: int, model_bytes: int) -> int:
+                      layers_here: int, model_bytes: int, repack: Fraction = Fraction(0)) -> int:
     embed = arch.vocab_size * arch.hidden_size * model_bytes
     head = 0 if arch.tie_word_embeddings else embed
     if embed + head >= weights_bytes:           # tiny or odd checkpoints: just split
         embed = head = 0
     body = weights_bytes - embed - head
     share = body * layers_here // max(arch.num_hidden_layers, 1)
-    total = share
+    total = share + int(share * repack)        # kernel repacking (Marlin FP8 scales) grows the body
     if stage == 0:
         total += embed
     if stage == pp - 1:
@@ -396,6 +398,13 @@ def _predict(arch: Architecture, *, weights_bytes: int, gpu_memory_bytes: Sequen
         mtp_layers = [arch.mtp_layer] * arch.mtp_layers
         notes.append(f"{arch.mtp_layers} MTP layer(s) add their own KV")
 
+    repack = fp8_marlin_scale_ratio(_quant_method(arch, shape),
+                                    (arch.quantization_config or {}).get("weight_block_size"),
+                                    shape.compute_capability)
+    if repack and weights_bytes_per_rank is None:
+        notes.append(f"FP8 weights run as Marlin W8A16 on compute capability {shape.compute_capability}: "
+                     f"block scales expand to 16-bit groups (+{float(repack):.1%} of the quantized weights)")
+
     ranks: list[RankBreakdown] = []
     layouts: list[Layout] = []
     stage_graphs: list[int] = []
@@ -414,7 +423,8 @@ def _predict(arch: Architecture, *, weights_bytes: int, gpu_memory_bytes: Sequen
         if weights_bytes_per_rank is not None:
             weights = int(weights_bytes_per_rank)
         else:
-            weights = _weights_per_rank(arch, int(weights_bytes), tp, pp, stage, counts[stage], model_bytes)
+            weights = _weights_per_rank(arch, int(weights_bytes), tp, pp, stage, counts[stage], model_bytes,
+                                        repack)
         if last and shape.extra_weights_bytes:
             weights += int(shape.extra_weights_bytes) // tp
         non_torch = profiling.non_torch_bytes(tp, pp, nvswitch)
@@ -424,7 +434,7 @@ def _predict(arch: Architecture, *, weights_bytes: int, gpu_memory_bytes: Sequen
                                    graphs_in_budget=res.engine == "v1" and ver >= GRAPH_ESTIMATE_FROM)
         # drafter layers capture their own graphs on the last stage
         graph_layers = counts[stage] + (len(mtp_layers) if last else 0)
-        graphs = profiling.cudagraph_bytes(arch, res.capture_sizes, graph_layers, tp)
+        graphs = profiling.cudagraph_bytes(arch, res.capture_sizes, graph_layers, tp, world)
         stage_graphs.append(graphs)
         for tp_rank in range(tp):
             idx = stage * tp + tp_rank

@@ -17,6 +17,10 @@ and the caller says so (:func:`version_note`).
   192-wide heads were padded to 256 for FlashAttention, K and V per head); in 0.7.x disabled for
   quantizations other than fp8 / compressed-tensors, leaving full K and V of 192 per head;
   ``VLLM_MLA_DISABLE=1`` does the same in any version.
+- FP8 weights on GPUs without FP8 (compute capability below 8.9) run as Marlin W8A16
+  (``model_executor/layers/quantization/utils/marlin_utils_fp8.py::prepare_fp8_layer_for_marlin``):
+  block-wise scales are expanded to one 16-bit scale per ``block_k`` weights of every output
+  column, 2 / ``block_k`` bytes per FP8 weight byte (1/64 at the usual 128 x 128 blocks).
 - ``max_model_len`` auto-fit (``v1/core/kv_cache_utils.py::_auto_fit_max_model_len``, vLLM PR #29431):
   ``-1`` / ``auto`` from 0.12.0; an unset length is auto-fitted when the model's maximum does not
   fit from 0.26.0 (observed in a public 0.26 start-up; earlier lines refuse).
@@ -28,6 +32,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from fractions import Fraction
 
 __all__ = [
     "AUTO_FIT_FLAG_FROM",
@@ -41,6 +46,7 @@ __all__ = [
     "batch_defaults",
     "capture_sizes",
     "choose_engine",
+    "fp8_marlin_scale_ratio",
     "mla_rule",
     "parse_version",
     "v0_batched_tokens",
@@ -71,6 +77,8 @@ V0_LONG_CONTEXT = 32_768
 V0_MIN_BATCHED_TOKENS = 2_048
 V0_MULTIMODAL_MIN_BATCHED_TOKENS = 5_120
 MLA_QUANTS_07 = ("fp8", "compressed-tensors", "compressed_tensors")
+FP8_NATIVE_FROM_SM = (8, 9)                 # Ada / Hopper and later run FP8 GEMMs natively
+FP8_DEFAULT_BLOCK_K = 128                   # the block size of vLLM-served block-FP8 checkpoints
 
 VERSION_RE = re.compile(r"\s*v?(\d+)\.(\d+)(?:\.(\d+))?")   # '0.22', 'v0.19.1', '0.8.3.dev172+g2b93162f'
 
@@ -159,6 +167,28 @@ def mla_rule(ver: Version, *, quant_method: str | None, disabled: bool) -> tuple
     if ver < MLA_ANY_QUANT_FROM and quant_method and quant_method.lower() not in MLA_QUANTS_07:
         return False, None, f"vLLM 0.7 disables MLA with {quant_method} quantization: full K and V per head"
     return True, None, None
+
+
+def fp8_marlin_scale_ratio(quant_method: str | None, weight_block_size: object,
+                           compute_capability: str | None) -> Fraction:
+    """Extra loaded bytes per FP8 weight byte when vLLM runs FP8 weights through Marlin.
+
+    Below compute capability 8.9 (``is_fp8_marlin_supported`` path) every block-quantized linear
+    gets ``(K / block_k) x N`` 16-bit scales, 2 / block_k of its FP8 weight bytes. A checkpoint
+    without ``weight_block_size`` is taken as 128-wide blocks (its per-channel scales would cost
+    nothing; the larger figure is the safe side). Unknown capability: no change (native FP8)."""
+    if (quant_method or "").lower() != "fp8" or not compute_capability:
+        return Fraction(0)
+    match = re.match(r"\s*(\d+)\.(\d+)", str(compute_capability))
+    if not match or (int(match.group(1)), int(match.group(2))) >= FP8_NATIVE_FROM_SM:
+        return Fraction(0)
+    block_k = FP8_DEFAULT_BLOCK_K
+    if isinstance(weight_block_size, (list, tuple)) and len(weight_block_size) == 2:
+        try:
+            block_k = max(1, int(weight_block_size[1]))
+        except (TypeError, ValueError):
+            block_k = FP8_DEFAULT_BLOCK_K
+    return Fraction(2, block_k)
 
 
 def capture_sizes(max_num_seqs: int, num_speculative_tokens: int = 0, limit: int = 512) -> list[int]:
