@@ -24,6 +24,7 @@ from fractions import Fraction
 from typing import Any
 
 from club3090.fit import profiling
+from club3090.fit.drafter_kv import drafter_kv_layers, drafter_method
 from club3090.fit.kv_formats import canonical_dtype, dtype_bytes, kv_format
 from club3090.fit.kv_layout import (
     CannotPrice,
@@ -330,17 +331,23 @@ def _weights_per_rank(arch: Architecture, weights_bytes: int, tp: int, pp: int, 
 
 def predict(arch: Architecture, *, weights_bytes: int, gpu_memory_bytes: Sequence[int], shape: ServeShape,
             weights_bytes_per_rank: int | None = None,
-            confidence: str = "estimated-lower-bound") -> FitResult | Unpriceable:
-    """vLLM's start-up memory split for ``arch`` on these GPUs at ``shape``, or why it cannot be priced."""
+            confidence: str = "estimated-lower-bound",
+            drafter: Architecture | None = None) -> FitResult | Unpriceable:
+    """vLLM's start-up memory split for ``arch`` on these GPUs at ``shape``, or why it cannot be priced.
+
+    ``drafter``: the config of a separate draft model (EAGLE, DFlash, draft model); with
+    ``shape.num_speculative_tokens`` its cache layers join the KV groups (``fit/drafter_kv.py``);
+    its weights are ``shape.extra_weights_bytes``."""
     try:
         return _predict(arch, weights_bytes=weights_bytes, gpu_memory_bytes=gpu_memory_bytes, shape=shape,
-                        weights_bytes_per_rank=weights_bytes_per_rank, confidence=confidence)
+                        weights_bytes_per_rank=weights_bytes_per_rank, confidence=confidence, drafter=drafter)
     except CannotPrice as exc:
         return Unpriceable(str(exc))
 
 
 def _predict(arch: Architecture, *, weights_bytes: int, gpu_memory_bytes: Sequence[int], shape: ServeShape,
-             weights_bytes_per_rank: int | None, confidence: str) -> FitResult:
+             weights_bytes_per_rank: int | None, confidence: str,
+             drafter: Architecture | None = None) -> FitResult:
     if arch.unpriceable_reason:
         raise CannotPrice(arch.unpriceable_reason)
     tp, pp = int(shape.tp), int(shape.pp)
@@ -394,7 +401,14 @@ def _predict(arch: Architecture, *, weights_bytes: int, gpu_memory_bytes: Sequen
     # layers per PP stage (MTP layers sit on the last stage when speculative decoding is on)
     counts = _pp_layer_counts(arch.num_hidden_layers, pp)
     mtp_layers: list[LayerSpec] = []
-    if num_spec > 0 and arch.mtp_layers and arch.mtp_layer is not None:
+    method = shape.speculative_method or (drafter_method(drafter) if drafter is not None else None)
+    if num_spec > 0 and drafter is not None and method != "mtp":
+        mtp_layers = list(drafter_kv_layers(method, drafter))
+        if mtp_layers:
+            notes.append(f"{len(mtp_layers)} {method} drafter layer(s) join the KV cache groups")
+        else:
+            notes.append(f"the {method} drafter adds no KV of its own")
+    elif num_spec > 0 and arch.mtp_layers and arch.mtp_layer is not None:
         mtp_layers = [arch.mtp_layer] * arch.mtp_layers
         notes.append(f"{arch.mtp_layers} MTP layer(s) add their own KV")
 
