@@ -49,6 +49,7 @@ from club3090.fit.vllm_rules import (
     capture_sizes,
     choose_engine,
     fp8_marlin_scale_ratio,
+    mla_block_size,
     mla_rule,
     parse_version,
     v0_batched_tokens,
@@ -248,7 +249,8 @@ def resolve_defaults(arch: Architecture, shape: ServeShape, gpu_memory_bytes: Se
     auto = auto or (shape.max_model_len is None and choice.engine == "v1" and ver >= AUTO_FIT_UNSET_FROM)
     use_mla = any(layer.kind == "mla" for layer in arch.layers)
     if use_mla:
-        use_mla = mla_rule(ver, quant_method=_quant_method(arch, shape), disabled=shape.mla_disabled)[0]
+        use_mla = mla_rule(ver, quant_method=_quant_method(arch, shape), disabled=shape.mla_disabled,
+                           quant_config=arch.quantization_config)[0]
     chunked = True
     if choice.engine == "v0":
         chunked, mnbt = v0_batched_tokens(
@@ -280,7 +282,7 @@ def resolve_defaults(arch: Architecture, shape: ServeShape, gpu_memory_bytes: Se
 
 def _without_mla(arch: Architecture, ver: tuple[int, int, int], quant: str | None, disabled: bool) -> Architecture:
     """vLLM versions that did not (or could not) use MLA cache every head's K and V."""
-    _used, padded, _why = mla_rule(ver, quant_method=quant, disabled=disabled)
+    _used, padded, _why = mla_rule(ver, quant_method=quant, disabled=disabled, quant_config=arch.quantization_config)
     size = padded or arch.head_dim
     full = LayerSpec(kind="full", num_kv_heads=arch.num_attention_heads, head_dim=size, v_head_dim=size)
     layers = tuple(full if layer.kind == "mla" else layer for layer in arch.layers)
@@ -385,7 +387,8 @@ def _predict(arch: Architecture, *, weights_bytes: int, gpu_memory_bytes: Sequen
                      + (": chunked prefill on" if res.chunked_prefill else
                         f": no chunked prefill, the profile batch is {res.max_num_batched_tokens} tokens"))
     if any(layer.kind == "mla" for layer in arch.layers) and not res.use_mla:
-        notes.append(mla_rule(ver, quant_method=_quant_method(arch, shape), disabled=shape.mla_disabled)[2] or "")
+        notes.append(mla_rule(ver, quant_method=_quant_method(arch, shape), disabled=shape.mla_disabled,
+                              quant_config=arch.quantization_config)[2] or "")
         arch = _without_mla(arch, ver, _quant_method(arch, shape), shape.mla_disabled)
     _check_geometry(arch, tp, pp)
     if res.max_model_len <= 0:
@@ -412,6 +415,12 @@ def _predict(arch: Architecture, *, weights_bytes: int, gpu_memory_bytes: Sequen
         mtp_layers = [arch.mtp_layer] * arch.mtp_layers
         notes.append(f"{arch.mtp_layers} MTP layer(s) add their own KV")
 
+    block_size = shape.block_size
+    if block_size is None and res.use_mla and any(layer.kind == "mla" for layer in arch.layers):
+        block_size = mla_block_size(ver, shape.compute_capability)
+        if block_size:
+            notes.append(f"vLLM {res.vllm_version} forces {block_size}-token KV blocks for MLA on compute "
+                         f"capability {shape.compute_capability}")
     repack = fp8_marlin_scale_ratio(_quant_method(arch, shape),
                                     (arch.quantization_config or {}).get("weight_block_size"),
                                     shape.compute_capability)
@@ -430,7 +439,7 @@ def _predict(arch: Architecture, *, weights_bytes: int, gpu_memory_bytes: Sequen
         if last:
             stage_layers += mtp_layers
         layout = kv_page_layout(stage_layers, tp=tp, fmt=fmt, model_bytes=model_bytes,
-                                block_size=shape.block_size, num_spec=num_spec,
+                                block_size=block_size, num_spec=num_spec,
                                 conv_bytes=model_bytes, ssm_bytes=ssm_bytes,
                                 disable_hybrid=shape.disable_hybrid_kv_cache_manager,
                                 max_model_len=res.max_model_len)

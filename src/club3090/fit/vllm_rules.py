@@ -31,7 +31,9 @@ Pure: no I/O, no environment, no clock.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 from fractions import Fraction
 
 __all__ = [
@@ -47,6 +49,7 @@ __all__ = [
     "capture_sizes",
     "choose_engine",
     "fp8_marlin_scale_ratio",
+    "mla_block_size",
     "mla_rule",
     "parse_version",
     "v0_batched_tokens",
@@ -158,14 +161,41 @@ def v0_batched_tokens(ver: Version, *, max_model_len: int, chunked: bool | None,
     return False, tokens
 
 
-def mla_rule(ver: Version, *, quant_method: str | None, disabled: bool) -> tuple[bool, int | None, str | None]:
-    """(MLA used, padded head size when not, why not) for a DeepSeek-style MLA model."""
+def _fp8_everywhere(quant_config: Mapping[str, Any] | None) -> bool:
+    """compressed-tensors with fp8 weights and fp8 input activations in every config group."""
+    groups = (quant_config or {}).get("config_groups")
+    if not isinstance(groups, Mapping) or not groups:
+        return False
+    for group in groups.values():
+        if not isinstance(group, Mapping):
+            return False
+        weights = group.get("weights") if isinstance(group.get("weights"), Mapping) else {}
+        acts = group.get("input_activations") if isinstance(group.get("input_activations"), Mapping) else {}
+        if str(weights.get("type", "")).lower() != "float" or int(weights.get("num_bits") or 0) != 8:
+            return False
+        if str(acts.get("type", "")).lower() != "float" or int(acts.get("num_bits") or 0) != 8:
+            return False
+    return True
+
+
+def mla_rule(ver: Version, *, quant_method: str | None, disabled: bool,
+             quant_config: Mapping[str, Any] | None = None) -> tuple[bool, int | None, str | None]:
+    """(MLA used, padded head size when not, why not) for a DeepSeek-style MLA model.
+
+    0.7.x (``config.py::ModelConfig.use_mla``) kept MLA only for fp8 and for compressed-tensors
+    checkpoints whose every group has fp8 weights and activations; anything else fell back to
+    full K and V per head."""
     if disabled:
         return False, None, "VLLM_MLA_DISABLE: full K and V per head"
     if ver < MLA_FROM:
         return False, 256, f"vLLM {'.'.join(map(str, ver))} predates MLA (0.7.1): full K and V, heads padded to 256"
-    if ver < MLA_ANY_QUANT_FROM and quant_method and quant_method.lower() not in MLA_QUANTS_07:
-        return False, None, f"vLLM 0.7 disables MLA with {quant_method} quantization: full K and V per head"
+    if ver < MLA_ANY_QUANT_FROM and quant_method:
+        method = quant_method.lower()
+        if method not in MLA_QUANTS_07:
+            return False, None, f"vLLM 0.7 disables MLA with {quant_method} quantization: full K and V per head"
+        if method != "fp8" and quant_config is not None and not _fp8_everywhere(quant_config):
+            return False, None, ("vLLM 0.7 disables MLA for compressed-tensors without fp8 weights and "
+                                 "activations: full K and V per head")
     return True, None, None
 
 
@@ -189,6 +219,28 @@ def fp8_marlin_scale_ratio(quant_method: str | None, weight_block_size: object,
         except (TypeError, ValueError):
             block_k = FP8_DEFAULT_BLOCK_K
     return Fraction(2, block_k)
+
+
+MLA_FORCED_BLOCKS_FROM: Version = (0, 7, 3)     # FlashMLA (Hopper) lands; CUTLASS MLA on Blackwell later
+MLA_FORCED_BLOCKS_UNTIL: Version = (0, 13, 0)   # 0.19 on an H100 logs 16-token MLA blocks (llm-d sweep)
+
+
+def mla_block_size(ver: Version, compute_capability: str | None) -> int | None:
+    """The KV block size vLLM forces for an MLA model when the user sets none, or None (16).
+
+    ``platforms/cuda.py::check_and_update_config``: with the default backend, Hopper runs FlashMLA
+    ("Forcing kv cache block size to 64 for FlashMLA backend", logged by 0.8.3 through the 0.12
+    line) and data-centre Blackwell CUTLASS MLA (128). Other GPUs (Triton MLA) keep 16, and so
+    do later lines, whose H100 logs show 16-token blocks again."""
+    match = re.match(r"\s*(\d+)\.(\d+)", str(compute_capability or ""))
+    if not match or not (MLA_FORCED_BLOCKS_FROM <= ver < MLA_FORCED_BLOCKS_UNTIL):
+        return None
+    major = int(match.group(1))
+    if major == 9:
+        return 64
+    if major == 10:
+        return 128
+    return None
 
 
 def capture_sizes(max_num_seqs: int, num_speculative_tokens: int = 0, limit: int = 512) -> list[int]:
