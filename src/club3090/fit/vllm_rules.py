@@ -33,8 +33,8 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 from fractions import Fraction
+from typing import Any
 
 __all__ = [
     "AUTO_FIT_FLAG_FROM",
