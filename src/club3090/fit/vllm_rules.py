@@ -169,12 +169,12 @@ def _fp8_everywhere(quant_config: Mapping[str, Any] | None) -> bool:
     for group in groups.values():
         if not isinstance(group, Mapping):
             return False
-        weights = group.get("weights") if isinstance(group.get("weights"), Mapping) else {}
-        acts = group.get("input_activations") if isinstance(group.get("input_activations"), Mapping) else {}
-        if str(weights.get("type", "")).lower() != "float" or int(weights.get("num_bits") or 0) != 8:
-            return False
-        if str(acts.get("type", "")).lower() != "float" or int(acts.get("num_bits") or 0) != 8:
-            return False
+        for key in ("weights", "input_activations"):
+            spec = group.get(key)
+            if not isinstance(spec, Mapping):
+                return False
+            if str(spec.get("type", "")).lower() != "float" or int(spec.get("num_bits") or 0) != 8:
+                return False
     return True
 
 
