@@ -45,11 +45,9 @@ GRID: dict[str, list[float]] = {
     "ACT_FORWARD_COEF_GRAPHS": [0.5 + 0.1 * i for i in range(11)],     # 0.5 .. 1.5
     "CUDAGRAPH_BASE_TOKENS": [1024.0 * i for i in range(7)],            # 0 .. 6144
     "CUDAGRAPH_PER_GRAPH_TOKENS": [12.0 * i for i in range(4)],         # 0 .. 36
-    "CUDAGRAPH_MULTI_GPU_GIB": [0.15 * i for i in range(4)],            # 0 .. 0.45
 }
 LINE_TERMS = {"<=0.20": ("ACT_FORWARD_COEF",),
-              ">=0.21": ("ACT_FORWARD_COEF_GRAPHS", "CUDAGRAPH_BASE_TOKENS", "CUDAGRAPH_PER_GRAPH_TOKENS",
-                         "CUDAGRAPH_MULTI_GPU_GIB")}
+              ">=0.21": ("ACT_FORWARD_COEF_GRAPHS", "CUDAGRAPH_BASE_TOKENS", "CUDAGRAPH_PER_GRAPH_TOKENS")}
 INT_TERMS = ("CUDAGRAPH_BASE_TOKENS", "CUDAGRAPH_PER_GRAPH_TOKENS")
 
 

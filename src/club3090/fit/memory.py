@@ -457,7 +457,7 @@ def _predict(arch: Architecture, *, weights_bytes: int, gpu_memory_bytes: Sequen
                                    graphs_in_budget=res.engine == "v1" and ver >= GRAPH_ESTIMATE_FROM)
         # drafter layers capture their own graphs on the last stage
         graph_layers = counts[stage] + (len(mtp_layers) if last else 0)
-        graphs = profiling.cudagraph_bytes(arch, res.capture_sizes, graph_layers, tp, world)
+        graphs = profiling.cudagraph_bytes(arch, res.capture_sizes, graph_layers, tp)
         stage_graphs.append(graphs)
         for tp_rank in range(tp):
             idx = stage * tp + tp_rank

@@ -28,7 +28,6 @@ __all__ = [
     "ACT_FORWARD_COEF",
     "ACT_FORWARD_COEF_GRAPHS",
     "CUDAGRAPH_BASE_TOKENS",
-    "CUDAGRAPH_MULTI_GPU_GIB",
     "CUDAGRAPH_PER_GRAPH_TOKENS",
     "ENCODER_COEF",
     "SAMPLER_COEF",
@@ -62,10 +61,6 @@ ENCODER_COEF = 1.9                         # x patches x the vision tower's per-
 # each further capture size linearly (CUDAGRAPH_PER_GRAPH_TOKENS per graph).
 CUDAGRAPH_BASE_TOKENS = 2048
 CUDAGRAPH_PER_GRAPH_TOKENS = 36
-# With more than one GPU the graphs capture NCCL collectives. vLLM's estimate is the drop in free
-# device memory over the first two captures, extrapolated (profile_cudagraph_memory), so the
-# collectives' one-time buffers land in the first sample. Refitted with the other graph terms.
-CUDAGRAPH_MULTI_GPU_GIB = 0.3
 
 
 def activation_width(arch: Architecture, tp: int) -> int:
@@ -144,10 +139,8 @@ def non_torch_bytes(tp: int, pp: int, nvswitch: bool) -> int:
     return value
 
 
-def cudagraph_bytes(arch: Architecture, n_sizes: int, layers_here: int, tp: int, world: int = 1) -> int:
-    """The CUDA-graph pool on one rank (``world``: GPUs of the instance, TP x PP)."""
+def cudagraph_bytes(arch: Architecture, n_sizes: int, layers_here: int, tp: int) -> int:
     if n_sizes <= 0:
         return 0
     unit = layers_here * arch.hidden_size * 2 // tp
-    multi = int(CUDAGRAPH_MULTI_GPU_GIB * GiB) if world > 1 else 0
-    return unit * (CUDAGRAPH_BASE_TOKENS + CUDAGRAPH_PER_GRAPH_TOKENS * n_sizes) + multi
+    return unit * (CUDAGRAPH_BASE_TOKENS + CUDAGRAPH_PER_GRAPH_TOKENS * n_sizes)
