@@ -140,21 +140,28 @@ def _launch(req: UpRequest, spec: "ModelSpec", catalog: "Catalog", provider: "Pr
     key = req.profile_like or ""
     profile = catalog.profiles[key]
     if spec.curated is not None and spec.curated.model_id == profile.model:
-        outcome = gen.generate(key, catalog, guard_runner=provider.drift_guard)
-        base = os.path.dirname(profile.compose_path)
-    else:
-        from club3090.pipeline.emit_derived import chosen_context
+        return curated_launch(key, catalog, provider)
+    from club3090.pipeline.emit_derived import chosen_context
 
-        ctx, _note = chosen_context(gate.fit)
-        hw = gate.hardware
-        count = hw.count if hw is not None and hw.count else profile.tp
-        outcome = gen.derived_compose(spec, key, catalog, snapshot_dir=snapshot.absolute(),
-                                      hf_home=Path(provider.settings.hf_home).absolute(), max_model_len=ctx,
-                                      trust_remote_code=req.trust_remote_code, gpu_indices=tuple(range(count)))
-        base = ""
+    ctx, _note = chosen_context(gate.fit)
+    hw = gate.hardware
+    count = hw.count if hw is not None and hw.count else profile.tp
+    outcome = gen.derived_compose(spec, key, catalog, snapshot_dir=snapshot.absolute(),
+                                  hf_home=Path(provider.settings.hf_home).absolute(), max_model_len=ctx,
+                                  trust_remote_code=req.trust_remote_code, gpu_indices=tuple(range(count)))
     if outcome.launch is None or not outcome.ok:
         raise UsageError(f"no launch for {req.profile_like}: {outcome.refusal or ''} {outcome.detail or ''}".strip())
-    return outcome.launch, base
+    return outcome.launch, ""
+
+
+def curated_launch(key: str, catalog: "Catalog", provider: "Provider") -> tuple[Any, str]:
+    """(Launch, upstream base) of a curated profile: the shipped service replayed whole."""
+    from club3090.compose import generate as gen
+
+    outcome = gen.generate(key, catalog, guard_runner=provider.drift_guard)
+    if outcome.launch is None or not outcome.ok:
+        raise UsageError(f"no launch for {key}: {outcome.refusal or ''} {outcome.detail or ''}".strip())
+    return outcome.launch, os.path.dirname(catalog.profiles[key].compose_path)
 
 
 def _executable(catalog: "Catalog", path: str) -> bool:
@@ -162,14 +169,8 @@ def _executable(catalog: "Catalog", path: str) -> bool:
     return bool(f is not None and f.executable)
 
 
-def up(req: UpRequest, provider: "Provider", seams: UpSeams) -> UpResult:
-    from club3090.cli.commands.pull import render as render_gate
-    from club3090.edges.files import atomic_write_bytes, atomic_write_text
-    from club3090.edges.hf_cache import fetch_into_cache
-    from club3090.gate.outcome import NoticeCode
-    from club3090.pipeline.pull import PullRequest, evaluate
-    from club3090.reports.capture import CAPTURES_DIRNAME
-
+def check_request(req: UpRequest) -> None:
+    """The launcher is one ``up`` knows; DIR is not serving (unless ``--force``)."""
     if req.launcher not in LAUNCHERS:
         raise UsageError(f"--launcher must be one of {', '.join(LAUNCHERS)}")
     directory = Path(req.directory).absolute()
@@ -179,8 +180,15 @@ def up(req: UpRequest, provider: "Provider", seams: UpSeams) -> UpResult:
             pid = launchers.read_pid(directory)
             if pid is not None and launchers.alive(pid):
                 raise UsageError(f"{directory} is serving (PID {pid}); `club3090 down {directory}` first")
-    say = seams.say
-    run = seams.run or launchers.run_process
+
+
+def up(req: UpRequest, provider: "Provider", seams: UpSeams) -> UpResult:
+    from club3090.cli.commands.pull import render as render_gate
+    from club3090.gate.outcome import NoticeCode
+    from club3090.pipeline.pull import PullRequest, evaluate
+    from club3090.reports.capture import CAPTURES_DIRNAME
+
+    check_request(req)
     catalog = provider.catalog()
     if req.profile_like is not None and req.profile_like not in catalog.profiles:
         raise UsageError(f"unknown --profile-like {req.profile_like!r}; `club3090 profiles` lists them")
@@ -207,12 +215,30 @@ def up(req: UpRequest, provider: "Provider", seams: UpSeams) -> UpResult:
     if key not in catalog.profiles:
         raise UsageError(f"the gate chose the shape {key!r}, which `up` cannot launch; pass --profile-like KEY")
     req = replace(req, profile_like=key)
+    return deploy(req, spec, catalog, provider, seams, result,  # type: ignore[arg-type]
+                  lambda snapshot: _launch(req, spec, catalog, provider, gate, snapshot))  # type: ignore[arg-type]
 
+
+def deploy(req: UpRequest, spec: "ModelSpec", catalog: "Catalog", provider: "Provider", seams: UpSeams,
+           result: UpResult, make_launch: Callable[[Path], tuple[Any, str]], *, served_model: str | None = None,
+           emit_only: bool = False, swap_of: str | None = None) -> UpResult:
+    """From a decided launch to a serving bundle: launcher preflight -> the bundle in DIR with its
+    verified payloads -> the weights into the HF cache -> start -> verify. ``up`` and ``swap`` share
+    it. ``make_launch(snapshot)`` gives (Launch, upstream base); ``served_model`` re-points the
+    served name; ``emit_only`` stops after the bundle (no download, no start); ``swap_of`` (the
+    curated profile a swap cloned) is recorded in the state, the receipt and a failure's capture."""
+    from club3090.edges.files import atomic_write_bytes, atomic_write_text
+    from club3090.edges.hf_cache import fetch_into_cache, snapshot_dir
+
+    say = seams.say
+    run = seams.run or launchers.run_process
+    directory = Path(req.directory).absolute()
+    key = req.profile_like or ""
     # preflight: nothing is written before the launcher is known to work
     profile = catalog.profiles[key]
     engine = catalog.engines.get(profile.engine)
     native = None
-    if not req.no_start:
+    if not req.no_start and not emit_only:
         if req.launcher == "docker":
             launchers.preflight_docker(run=run, which=seams.which)
         else:
@@ -221,15 +247,13 @@ def up(req: UpRequest, provider: "Provider", seams: UpSeams) -> UpResult:
             if native.pin_note:
                 say(f"[up] note: {native.pin_note}")
 
-    commit, files = _served_files(spec, provider)  # type: ignore[arg-type]
-    from club3090.edges.hf_cache import snapshot_dir
-
+    commit, files = _served_files(spec, provider)
     hub_cache = Path(provider.settings.hub_cache).absolute()
     snapshot = snapshot_dir(hub_cache, spec.ref, commit)
-    launch, base = _launch(req, spec, catalog, provider, gate, snapshot)  # type: ignore[arg-type]
+    launch, base = make_launch(snapshot)
     port = req.port or profile.port
     plan = bundle_mod.plan(launch, directory=directory, repo_id=spec.ref, commit=commit, snapshot=snapshot,
-                           hub_cache=hub_cache, port=port, upstream_base=base)
+                           hub_cache=hub_cache, port=port, upstream_base=base, served_model=served_model)
     if plan.unresolved:
         raise UsageError(f"{req.profile_like} also serves {', '.join(plan.unresolved)} (a drafter's weights); "
                          "`up` does not fetch drafter weights yet: use a profile without a drafter, or "
@@ -251,6 +275,21 @@ def up(req: UpRequest, provider: "Provider", seams: UpSeams) -> UpResult:
                         + (f", {len(payloads)} mounted files" if payloads else "") + ")")
     for note in plan.container_only:
         result.lines.append(f"[up] note: serve.sh cannot apply: {note}")
+    url = f"http://127.0.0.1:{port}"
+    state: dict[str, Any] = {"launcher": req.launcher, "url": url, "served_model": plan.served_model,
+                             "repo_id": spec.ref, "commit": commit, "profile_like": req.profile_like,
+                             "argv": list(plan.native_argv), "skip_tools": req.skip_tools,
+                             "container": plan.container_name, "pid": None, "state": "written", "directory": str(directory),
+                             "written_at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+    if swap_of is not None:
+        state["swap_of"] = swap_of
+    result.state = state
+    if emit_only:
+        write_state(directory, state)
+        result.lines.append(f"[up] weights not downloaded, nothing started (--emit-only): {len(files)} files of "
+                            f"{spec.ref}@{commit[:12]} would go into {hub_cache}")
+        result.code = 0
+        return result
 
     say(f"[up] weights: {len(files)} files of {spec.ref}@{commit[:12]} into {hub_cache}")
     report = fetch_into_cache(provider.settings, spec.ref, commit, files, progress=say, bar=seams.bar)
@@ -261,13 +300,6 @@ def up(req: UpRequest, provider: "Provider", seams: UpSeams) -> UpResult:
         raise HubUnreachable(spec.ref, f"download failed ({report.failure}): {report.detail}")
     result.lines.append(f"[up] weights: {len(report.files)} files, {report.bytes / 2**30:.2f} GiB in the HF cache"
                         + (", sha256 verified" if report.sha_verified else ""))
-    url = f"http://127.0.0.1:{port}"
-    state: dict[str, Any] = {"launcher": req.launcher, "url": url, "served_model": plan.served_model,
-                             "repo_id": spec.ref, "commit": commit, "profile_like": req.profile_like,
-                             "argv": list(plan.native_argv), "skip_tools": req.skip_tools,
-                             "container": plan.container_name, "pid": None, "state": "written", "directory": str(directory),
-                             "written_at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
-    result.state = state
     if req.no_start:
         write_state(directory, state)
         result.lines.append(f"[up] not started (--no-start); start it with `club3090 up` again, "
@@ -341,7 +373,7 @@ def _receipt(result: UpResult, state: dict[str, Any], plan: bundle_mod.Bundle, s
     try:
         done = write_boot_receipt(plan.directory, log_text(), argv=plan.native_argv, repo_id=state["repo_id"],
                                   hardware=getattr(result.gate, "hardware", None), snapshot=snapshot,
-                                  secrets=secrets)
+                                  secrets=secrets, swap_of=state.get("swap_of"))
     except (OSError, ValueError, InputError) as exc:
         done = BootReceipt(note=f"no receipt: {exc}")
     result.receipt = done
@@ -410,8 +442,11 @@ def _capture(result: UpResult, state: dict[str, Any], tail: str, root: Path) -> 
     keys = getattr(capture, "GATE_KEYS", ())
     gate_fields = {k: payload.get(k) for k in keys} if keys else payload
     return capture.write_e_bundle(root, slug=str(state.get("repo_id", "up")), gate=gate_fields,
-                                  points={}, manifest_fields={"model": state.get("repo_id")},
+                                  points={}, manifest_fields={"model": state.get("repo_id"),
+                                                              **({"swap_of": state["swap_of"]}
+                                                                 if state.get("swap_of") else {})},
                                   outcome="failed", now=datetime.now(timezone.utc), boot_log=tail or None)
 
 
-__all__ = ["LAUNCHERS", "UpRequest", "UpResult", "UpSeams", "read_state", "up", "write_state"]
+__all__ = ["LAUNCHERS", "UpRequest", "UpResult", "UpSeams", "check_request", "deploy", "read_state", "up",
+           "write_state"]
