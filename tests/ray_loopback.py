@@ -11,7 +11,6 @@ is not used because it stops every Ray process of the user on the machine.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import shutil
 import signal

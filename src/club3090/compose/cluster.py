@@ -289,7 +289,7 @@ def node_compose(cl: ClusterLaunch, role: str) -> dict[str, Any]:
         "ipc": "host",
         "shm_size": cl.shm_size,
         "env_file": ["cluster.env"],
-        "environment": [f"NODE_IP=${{NODE_IP:-}}", "RAY=ray", "PYTHON=python3", "VLLM=vllm",
+        "environment": ["NODE_IP=${NODE_IP:-}", "RAY=ray", "PYTHON=python3", "VLLM=vllm",
                         "CLUSTER_ENV=" + f"{SCRIPT_DIR}/cluster.env"],
         "volumes": [f"${{HF_HUB_CACHE_HOST:-{hub}}}:{CONTAINER_HUB}",
                     f"./{script}:{SCRIPT_DIR}/{script}:ro", f"./cluster.env:{SCRIPT_DIR}/cluster.env:ro"],
