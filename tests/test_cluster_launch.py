@@ -205,8 +205,9 @@ def test_up_ray_files_bring_up_a_loopback_cluster(up_env, capsys, tmp_path):
     assert argv[argv.index("--revision") + 1] == description["up"]["commit"]
 
 
-def test_up_refuses_several_nodes_on_a_single_node_launcher(up_env, capsys):
-    code = up(up_env, DERIVED, "--gpus", "1x3090", "--nodes", "2", "--profile-like", "vllm/minimal", "--yes",
+@pytest.mark.parametrize("rig", [("--gpus", "1x3090", "--nodes", "2"), ("--gpus", "2x(1x3090)")])
+def test_up_refuses_several_nodes_on_a_single_node_launcher(up_env, capsys, rig):
+    code = up(up_env, DERIVED, *rig, "--profile-like", "vllm/minimal", "--yes",
               "--launcher", "native", "--dir", str(up_env["tmp"] / "x"))
     assert code == 64 and "--launcher ray or --launcher k8s" in capsys.readouterr().err
     assert not (up_env["tmp"] / "x").exists()

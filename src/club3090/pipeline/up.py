@@ -193,10 +193,10 @@ def up(req: UpRequest, provider: "Provider", seams: UpSeams) -> UpResult:
     if req.profile_like is not None and req.profile_like not in catalog.profiles:
         raise UsageError(f"unknown --profile-like {req.profile_like!r}; `club3090 profiles` lists them")
     captures = seams.captures if seams.captures is not None else Path.cwd() / CAPTURES_DIRNAME
-    rig = {k: getattr(req, k) for k in ("nodes", "interconnect") if k in PullRequest.__dataclass_fields__}
     gate = evaluate(PullRequest(source=req.source, profile_like=req.profile_like, yes=req.yes,
                                 force_download=req.force_download, trust_remote_code=req.trust_remote_code,
-                                gpus=req.gpus, **rig), provider, captures_root=captures)
+                                gpus=req.gpus, nodes=req.nodes, interconnect=req.interconnect), provider,
+                    captures_root=captures)
     # `pull`'s hints about --out do not apply: `up` writes and downloads everything itself
     hints = {NoticeCode.NO_DOWNLOAD_YET.value, NoticeCode.CURATED_NEEDS_OUT.value}
     gate = replace(gate, notices=tuple(n for n in gate.notices if str(getattr(n.code, "value", n.code)) not in hints))
@@ -217,6 +217,10 @@ def up(req: UpRequest, provider: "Provider", seams: UpSeams) -> UpResult:
         raise UsageError(f"the gate chose the shape {key!r}, which `up` cannot launch; pass --profile-like KEY")
     req = replace(req, profile_like=key)
 
+    rig_nodes = int(getattr(gate.hardware, "nodes", 1) or 1)
+    if rig_nodes > 1 and not multi:
+        raise UsageError(f"a rig of {rig_nodes} nodes launches with --launcher ray or --launcher k8s "
+                         "(files for every node; nothing is started)")
     # preflight: nothing is written before the launcher is known to work
     profile = catalog.profiles[key]
     engine = catalog.engines.get(profile.engine)

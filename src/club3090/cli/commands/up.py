@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from club3090.cli.commands._types import add_rig_flags
 from club3090.cli.render import safe
 
 
@@ -35,7 +36,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--launcher", choices=("docker", "native", "ray", "k8s"), default="docker",
                    help="docker (docker compose, default), native (vllm on this host), or for several nodes "
                         "ray (head/worker scripts and compose files) / k8s (LeaderWorkerSet manifests): written only")
-    p.add_argument("--nodes", type=int, metavar="N", help="machines in the rig (--gpus then names one of them)")
+    add_rig_flags(p)
     p.add_argument("--head-ip", metavar="ADDR", default="",
                    help="ray: the head node's address on the cluster network (cluster.env HEAD_IP)")
     p.add_argument("--network-interface", metavar="IF", default="",
@@ -74,8 +75,6 @@ def run(args: argparse.Namespace, provider: Any) -> int:
 
     if args.port is not None and not 0 < args.port < 65536:
         raise UsageError("--port must be 1-65535")
-    if args.nodes is not None and not 1 <= args.nodes <= 64:
-        raise UsageError("--nodes must be 1-64")
     return run_request(args, provider, directory=args.directory, no_start=args.no_start, launcher=args.launcher,
                        port=args.port, vllm=args.vllm, skip_tools=args.skip_tools)
 
