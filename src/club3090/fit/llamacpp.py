@@ -277,6 +277,7 @@ def _predict(model: GgufModel, args: LlamaCppArgs, gpu_bytes: Sequence[int],
     weights, kv, layers = [0] * (n_gpu + 1), [0] * (n_gpu + 1), [0] * (n_gpu + 1)
     attn, swa = [False] * (n_gpu + 1), [False] * (n_gpu + 1)
     fractions = [b - a for a, b in zip([0.0, *splits], splits, strict=False)]
+    kv_layers = model.kv_layers          # a property that builds the tuple: once, not per layer
     for il in range(n_layer):
         d = device_of(il)
         layers[d] += 1
@@ -290,7 +291,7 @@ def _predict(model: GgufModel, args: LlamaCppArgs, gpu_bytes: Sequence[int],
         else:
             weights[d] += dense + experts
         kv[d if args.kv_offload else cpu] += per_layer_kv[il]
-        layer = model.kv_layers[il]
+        layer = kv_layers[il]
         if layer.k_elems:
             if layer.window:
                 swa[d] = True
