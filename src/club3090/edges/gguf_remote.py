@@ -78,8 +78,10 @@ def list_quants(info: RepoInfo) -> list[QuantFile]:
 
 
 def _read_growing(read: Callable[[int, int], bytes], name: str, size: int | None,
-                  first: int = FIRST_READ_BYTES) -> GgufFile:
-    """Read a prefix (``first`` bytes), then more while the parser needs it, within the header budget."""
+                  first: int | None = None) -> GgufFile:
+    """Read a prefix (``first`` bytes, default :data:`FIRST_READ_BYTES`), then more while the parser
+    needs it, within the header budget."""
+    first = first or FIRST_READ_BYTES
     want = first if size is None else max(1, min(first, size))
     data = read(0, want)
     while True:
@@ -96,7 +98,7 @@ def _read_growing(read: Callable[[int, int], bytes], name: str, size: int | None
 
 
 def read_remote(client: HubClient, repo_id: str, filename: str, revision: str | None,
-                size: int | None, *, first: int = FIRST_READ_BYTES,
+                size: int | None, *, first: int | None = None,
                 allowance: "_Allowance | None" = None) -> GgufFile:
     """One file's GGUF header by ranged GETs (``size`` from the repo listing, when known); every
     byte asked for is taken from ``allowance`` first, when given."""
