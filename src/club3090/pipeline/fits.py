@@ -36,6 +36,8 @@ class FitsRequest:
     gpus: str | None = None
     min_context: int | None = None
     overrides: ShapeOverrides = field(default_factory=ShapeOverrides)
+    nodes: int | None = None                 # --nodes: --gpus is one node of that many
+    interconnect: str | None = None          # --interconnect: the link between nodes
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,7 +104,7 @@ def rank_key(row: FitsRow) -> tuple[int, int, int, float]:
 
 def fits(request: FitsRequest, provider: "Provider") -> FitsReport:
     catalog = provider.catalog()
-    given = gpu_set(request.gpus, catalog)
+    given = gpu_set(request.gpus, catalog, nodes=request.nodes, interconnect=request.interconnect)
     detected = provider.detect_gpus() if given is None else None
     count = given.count if given is not None else len(detected.gpus) if detected is not None else 0
     hw = resolve_hardware(tp=max(count, 1), gpu_set=given, detected=detected)

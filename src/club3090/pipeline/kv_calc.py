@@ -28,6 +28,8 @@ class PriceRequest:
     profile: str | None = None
     gpus: str | None = None
     overrides: Overrides = field(default_factory=Overrides)
+    nodes: int | None = None                 # --nodes: --gpus is one node of that many
+    interconnect: str | None = None          # --interconnect: the link between nodes
 
 
 def price(request: PriceRequest, provider: "Provider") -> Estimate | NoFit | Stop:
@@ -45,7 +47,8 @@ def price(request: PriceRequest, provider: "Provider") -> Estimate | NoFit | Sto
     if not request.profile and looks_like_profile_typo(name, catalog):   # never a Hub round trip
         raise UsageError(f"{name!r} is not a profile{did_you_mean(name, catalog)}; "
                          "list them with `club3090 profiles`")
-    gpus = gpu_set(request.gpus, catalog)      # a bad --gpus fails before any network
+    gpus = gpu_set(request.gpus, catalog, nodes=request.nodes,   # a bad --gpus fails before any network
+                   interconnect=request.interconnect)
     shape_profile = catalog.profiles[request.profile] if request.profile else catalog.profiles.get(name)
     facts = provider.resolve(name, catalog, weights_optional=True)
     if isinstance(facts, Stop):

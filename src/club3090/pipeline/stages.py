@@ -23,9 +23,17 @@ if TYPE_CHECKING:  # pragma: no cover - typing only
     from club3090.model.spec import ModelSpec
 
 
-def gpu_set(spec: str | None, catalog: "Catalog") -> GpuSet | None:
-    """The GPUs a ``--gpus SPEC`` names (None when not given). Raises ``UsageError`` on a bad spec."""
-    return parse_gpus(spec, catalog) if spec is not None else None
+def gpu_set(spec: str | None, catalog: "Catalog", *, nodes: int | None = None,
+            interconnect: str | None = None) -> GpuSet | None:
+    """The GPUs a ``--gpus SPEC`` names (None when not given), with ``--nodes`` / ``--interconnect``
+    for a rig of several machines. Raises ``UsageError`` on a bad spec (or those flags without --gpus)."""
+    if spec is None:
+        if nodes is not None or interconnect is not None:
+            from club3090.errors import UsageError
+            raise UsageError("--nodes and --interconnect describe the GPUs of --gpus: give --gpus ONE NODE too, "
+                             "e.g. --nodes 2 --gpus 2x3090")
+        return None
+    return parse_gpus(spec, catalog, nodes=nodes, interconnect=interconnect)
 
 
 def calibrated(fit: "FitResult", spec: "ModelSpec", shape: "ServeShape", memory: "Sequence[int]",

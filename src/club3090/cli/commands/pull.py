@@ -17,7 +17,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from club3090.cli.commands._types import add_shape_flags, shape_overrides
+from club3090.cli.commands._types import add_rig_flags, add_shape_flags, rig_flags, shape_overrides
 from club3090.cli.exit_codes import UNAVAILABLE, exit_code
 from club3090.cli.render import GiB, confidence_text, safe
 from club3090.gate.outcome import Outcome
@@ -60,6 +60,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--profile-like", metavar="KEY",
                    help="registry profile giving the runtime shape (default: the curated profile for a "
                         "curated repo, else a shape derived from the model and the GPUs)")
+    add_rig_flags(p)
     add_shape_flags(p)
     p.add_argument("--dry-run", action="store_true",
                    help="evaluate only (Path B): never write a compose, download or boot; a hard stop "
@@ -167,7 +168,8 @@ def request_of(args: argparse.Namespace) -> Any:
     return PullRequest(source=args.source, profile_like=args.profile_like, dry_run=args.dry_run, yes=args.yes,
                        force_download=args.force_download, experimental_arch=args.experimental_arch,
                        trust_remote_code=args.trust_remote_code, out=args.out, force=args.force,
-                       hardware_sm=args.hardware, gpus=args.gpus, shape_overrides=shape_overrides(args))
+                       hardware_sm=args.hardware, gpus=args.gpus, shape_overrides=shape_overrides(args),
+                       **rig_flags(args))
 
 
 def _e_stages(args: argparse.Namespace, provider: Any) -> Any:
