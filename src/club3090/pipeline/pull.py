@@ -48,6 +48,8 @@ class PullRequest:
     force: bool = False                      # overwrite an existing --out file
     hardware_sm: Decimal | None = None       # --hardware
     gpus: str | None = None                  # --gpus SPEC
+    nodes: int | None = None                 # --nodes: --gpus is one node of that many
+    interconnect: str | None = None          # --interconnect: the link between nodes
     path: PathName | None = None             # explicit path (library callers and tests)
     shape_overrides: ShapeOverrides = field(default_factory=ShapeOverrides)   # vLLM flags pinning the shape
 
@@ -169,7 +171,7 @@ def evaluate(request: PullRequest, provider: "Provider", *, stages: "EStages | N
     Provider's drift guard).
     """
     catalog = catalog if catalog is not None else provider.catalog()
-    gpus = gpu_set(request.gpus, catalog)            # the rig's one --gpus parse, before any network
+    gpus = gpu_set(request.gpus, catalog, nodes=request.nodes, interconnect=request.interconnect)            # the rig's one --gpus parse, before any network
     facts = provider.resolve(request.source, catalog)
     verdict = decide(request, facts, catalog, gpus, provider, compose=compose or _curated_compose(provider),
                      e_enabled=stages is not None)

@@ -16,8 +16,8 @@ import json
 from typing import Any
 
 from club3090.cli.commands import _gguf_fits as gguf_flags
-from club3090.cli.commands._types import add_shape_flags, positive_int, shape_overrides
-from club3090.cli.render import safe
+from club3090.cli.commands._types import add_rig_flags, add_shape_flags, positive_int, rig_flags, shape_overrides
+from club3090.cli.render import confidence_text, safe
 
 
 def add_parser(sub: Any) -> None:
@@ -36,6 +36,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--gpus", metavar="SPEC", help="the GPUs (default: detected): 1x3090, 2xrtx-4090, 4xH100-80GB")
     p.add_argument("--min-context", type=positive_int, metavar="N",
                    help="a model fits only if this many tokens of context fit")
+    add_rig_flags(p)
     add_shape_flags(p)
     gguf_flags.add_arguments(p)
     p.add_argument("--verbose", "-v", action="store_true", help="also print each shape's reason and runner-ups")
@@ -48,13 +49,14 @@ def run(args: argparse.Namespace, provider: Any) -> int:
     from club3090.pipeline.fits import FitsRequest, fits
 
     report = fits(FitsRequest(models=tuple(args.models), gpus=args.gpus, min_context=args.min_context,
-                              overrides=shape_overrides(args), ctx_size=args.ctx_size,
+                              overrides=shape_overrides(args), **rig_flags(args), ctx_size=args.ctx_size,
                               cache_type_k=args.cache_type_k, cache_type_v=args.cache_type_v,
                               gguf=args.gguf), provider)
     code = exit_code(report.outcome)
     single = len(args.models) == 1
     if args.json:
-        print(safe(json.dumps(to_json(report, code, single, args.gpus), ensure_ascii=False, indent=1),
+        print(safe(json.dumps(to_json(report, code, single, args.gpus, interconnect=args.interconnect),
+                              ensure_ascii=False, indent=1),
                    multiline=True))
         return code
     if report.stop is not None:
@@ -76,7 +78,6 @@ def run(args: argparse.Namespace, provider: Any) -> int:
     return code
 
 
-CONFIDENCE = {"exact": "exact (curated)", "derived": "derived", "estimated-lower-bound": "estimated"}
 
 
 def k(n: int) -> str:
@@ -102,7 +103,7 @@ def shape_text(row: Any) -> str:
 
 def sentence(row: Any, rig: str, *, short: bool = False) -> str:
     name = row.model
-    conf = CONFIDENCE.get(row.confidence or "", row.confidence or "")
+    conf = confidence_text(row.confidence, row.fit)
     if row.stop is not None and row.fit is None:
         return f"{name}: cannot be answered: {row.stop}"
     if row.gguf is not None:
@@ -141,13 +142,17 @@ def serve_command(row: Any, gpus: str | None) -> str:
     return f"club3090 up {row.repo}{profile}" + (f" --gpus {gpus}" if gpus else "") + " --dir run/"
 
 
-def to_json(report: Any, code: int, single: bool, gpus: str | None) -> dict[str, Any]:
+def to_json(report: Any, code: int, single: bool, gpus: str | None, *,
+            interconnect: str | None = None) -> dict[str, Any]:
     hw = report.hardware
     doc: dict[str, Any] = {
         "ok": code == 0, "exit_code": code,
         "gpus": {"spec": gpus, "names": list(hw.names), "memory_bytes": list(hw.memory_bytes),
                  "sm": str(hw.sm) if hw.sm is not None else None} if hw is not None else None,
     }
+    if hw is not None and hw.nodes > 1:
+        doc["gpus"].update({"nodes": hw.nodes, "gpus_per_node": hw.gpus_per_node, "interconnect": hw.interconnect,
+                            "interconnect_assumed": interconnect is None})
     if report.stop is not None:
         doc.update({"summary": "STOPPED", "reason": report.stop.token,
                     "detail": report.stop.detail.get("message", ""), "models": []})
