@@ -57,6 +57,7 @@ class Bundle:
     unresolved: tuple[str, ...] = ()         # container model paths the bundle cannot serve (a drafter's weights)
     folders: tuple[str, ...] = ()            # writable cache folders the service mounts (created empty)
     upstream_files: Mapping[str, str] = field(default_factory=dict)  # bundle path -> upstream path
+    launch: Launch | None = None             # the rewritten launch compose.yml renders (multi-node files use it)
 
 
 def _is_model_mount(target: str) -> bool:
@@ -133,7 +134,7 @@ def plan(launch: Launch, *, directory: Path, repo_id: str, commit: str, snapshot
     unresolved = tuple(sorted({m.group(0) for a in argv for m in _MODEL_REF.finditer(a)}))
     return Bundle(directory, files, {}, tuple(argv), dict(env_pairs), served, port, container,
                   container_only=tuple(container_only), upstream_files=upstream, unresolved=unresolved,
-                  folders=tuple(folders))
+                  folders=tuple(folders), launch=bundled)
 
 
 def _swap_model(command: list[str], model_target: str, repo_id: str) -> list[str]:

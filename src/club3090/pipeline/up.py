@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from club3090.model.spec import ModelSpec, RepoFile
     from club3090.pipeline.provider import Provider
 
-LAUNCHERS = ("docker", "native")
+LAUNCHERS = ("docker", "native", "ray", "k8s")   # ray / k8s: multi-node files, written only (cluster_up)
 # failure tokens of a start
 START_FAILED = "start-failed"
 VERIFY_FAILED = "verify-failed"
@@ -48,6 +48,9 @@ class UpRequest:
     trust_remote_code: bool = False
     force: bool = False
     skip_tools: bool = False
+    nodes: int | None = None                  # --nodes: machines (``--gpus`` then names one of them)
+    interconnect: str | None = None
+    cluster: Any = None                       # cluster_up.ClusterOptions for --launcher ray / k8s
 
 
 @dataclass
@@ -209,11 +212,16 @@ def up(req: UpRequest, provider: "Provider", seams: UpSeams) -> UpResult:
     from club3090.edges.files import atomic_write_bytes, atomic_write_text
     from club3090.edges.hf_cache import fetch_into_cache
     from club3090.gate.outcome import NoticeCode
+    from club3090.pipeline.cluster_up import CLUSTER_LAUNCHERS, ClusterOptions
     from club3090.pipeline.pull import PullRequest, evaluate
     from club3090.reports.capture import CAPTURES_DIRNAME
 
     if req.launcher not in LAUNCHERS:
         raise UsageError(f"--launcher must be one of {', '.join(LAUNCHERS)}")
+    multi = req.launcher in CLUSTER_LAUNCHERS
+    if (req.nodes or 1) > 1 and not multi:
+        raise UsageError(f"a rig of {req.nodes} nodes launches with --launcher ray or --launcher k8s "
+                         "(files for every node; nothing is started)")
     directory = Path(req.directory).absolute()
     if (directory / bundle_mod.STATE).exists() and not req.force:
         prior = read_state(directory)
@@ -229,7 +237,8 @@ def up(req: UpRequest, provider: "Provider", seams: UpSeams) -> UpResult:
     captures = seams.captures if seams.captures is not None else Path.cwd() / CAPTURES_DIRNAME
     gate = evaluate(PullRequest(source=req.source, profile_like=req.profile_like, yes=req.yes,
                                 force_download=req.force_download, trust_remote_code=req.trust_remote_code,
-                                gpus=req.gpus), provider, captures_root=captures)
+                                gpus=req.gpus, nodes=req.nodes, interconnect=req.interconnect), provider,
+                    captures_root=captures)
     # `pull`'s hints about --out do not apply: `up` writes and downloads everything itself
     hints = {NoticeCode.NO_DOWNLOAD_YET.value, NoticeCode.CURATED_NEEDS_OUT.value}
     gate = replace(gate, notices=tuple(n for n in gate.notices if str(getattr(n.code, "value", n.code)) not in hints))
@@ -250,11 +259,15 @@ def up(req: UpRequest, provider: "Provider", seams: UpSeams) -> UpResult:
         raise UsageError(f"the gate chose the shape {key!r}, which `up` cannot launch; pass --profile-like KEY")
     req = replace(req, profile_like=key)
 
+    rig_nodes = int(getattr(gate.hardware, "nodes", 1) or 1)
+    if rig_nodes > 1 and not multi:
+        raise UsageError(f"a rig of {rig_nodes} nodes launches with --launcher ray or --launcher k8s "
+                         "(files for every node; nothing is started)")
     # preflight: nothing is written before the launcher is known to work
     profile = catalog.profiles[key]
     engine = catalog.engines.get(profile.engine)
     native = None
-    if not req.no_start:
+    if not req.no_start and not multi:
         if req.launcher == "docker":
             launchers.preflight_docker(run=run, which=seams.which)
         else:
@@ -279,6 +292,18 @@ def up(req: UpRequest, provider: "Provider", seams: UpSeams) -> UpResult:
     if plan.unresolved:
         raise UsageError(f"{req.profile_like} also serves {', '.join(plan.unresolved)}, which no catalog repo "
                          "provides: use a profile without it, or `club3090 compose` and place it yourself")
+    if multi:
+        from club3090.pipeline import cluster_up
+
+        lines, written = cluster_up.emit(launcher=req.launcher, directory=directory,
+                                       options=req.cluster or ClusterOptions(nodes=req.nodes), plan=plan,
+                                       profile=profile, hardware=gate.hardware, repo_id=spec.ref, commit=commit,
+                                       files=files, hub_cache=hub_cache, port=port, which=seams.which)
+        write_state(directory, written)
+        result.lines += lines
+        result.state = written
+        result.code = 0
+        return result
     payloads: dict[str, bytes] = {}
     for _inside, upstream in plan.upstream_files.items():
         if seams.payload is None:
