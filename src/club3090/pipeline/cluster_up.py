@@ -121,6 +121,7 @@ def emit(*, launcher: str, directory: Path, options: ClusterOptions, plan: "Bund
                              "served_model": plan.served_model, "repo_id": repo_id, "commit": commit,
                              "profile_like": profile.key, "argv": list(cl.serve_argv()), "state": "written",
                              "nodes": shape.nodes, "tp": shape.tp, "pp": shape.pp, "pid": None, "container": None,
+                             "files": sorted(texts), "preflight": [{"ok": c.ok, "line": c.line} for c in checks],
                              "directory": str(directory),
                              "written_at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
     written = ", ".join(sorted(texts))
