@@ -169,9 +169,10 @@ def up(where: dict[str, Any], *argv: str) -> int:
 def test_up_k8s_writes_manifests_that_validate(up_env, capsys):
     out_dir = up_env["tmp"] / "out"
     code = up(up_env, DERIVED, "--gpus", "1x3090", "--nodes", "2", "--profile-like", "vllm/minimal", "--yes",
-              "--launcher", "k8s", "--dir", str(out_dir))
+              "--launcher", "k8s", "--head-ip", "10.0.0.1", "--dir", str(out_dir))
     cap = capsys.readouterr()
     assert code == 0, cap.out + cap.err
+    assert "[up] note: --head-ip does not apply to --launcher k8s" in cap.out
     assert "2-node launch (k8s): TP 1 × PP 2" in cap.out and "nothing started" in cap.out
     names = sorted(str(p.relative_to(out_dir)) for p in (out_dir / "k8s").iterdir())
     assert names == ["k8s/configmap.yaml", "k8s/leaderworkerset.yaml", "k8s/model-cache-pvc.yaml",
