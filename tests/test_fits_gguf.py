@@ -332,3 +332,48 @@ def test_mixed_repo_prices_safetensors_and_says_gguf_exists(mixed_hub, capsys) -
     code, doc = _fits(capsys, "Qwen/Qwen3-8B", "--gpus", "1x3090", "--gguf")
     listing = doc["models"][0]["gguf"]
     assert code == 0 and [q["quant"] for q in listing["quants"]] == ["Q8_0"]
+
+
+def test_siblings_take_one_range_request_each(fake_hub, tmp_path: Path, monkeypatch, capsys) -> None:  # type: ignore[no-untyped-def]
+    """The smallest quant's header length sizes the first range of the others: one GET each."""
+    files = {}
+    for label, qtype in (("Q4_0", Q.Q4_0), ("Q8_0", Q.Q8_0), ("F16", Q.F16)):
+        (path,) = write(tmp_path / label, f"voc-{label}", Spec(n_layer=2, weight_type=qtype, n_vocab=6000))
+        files[path.name] = path.read_bytes()
+    fake_hub.add_repo("acme/Vocab-GGUF", files)
+    monkeypatch.setenv("HF_ENDPOINT", fake_hub.url)
+    monkeypatch.setattr(gguf_remote, "FIRST_READ_BYTES", 4096)    # far shorter than these headers
+    header = len(files["voc-Q4_0.gguf"]) - sum(t.nbytes for t in parse_header(
+        files["voc-Q4_0.gguf"], file="x").tensors)
+    assert header > 4 * 4096
+    code, doc = _fits(capsys, "acme/Vocab-GGUF", "--gpus", "1x3090")
+    assert code == 0 and {q["quant"] for q in doc["models"][0]["gguf"]["quants"]} == {"Q4_0", "Q8_0", "F16"}
+    ranged = [r for r in fake_hub.requests("GET") if r.status == 206]
+    served = fake_hub.repos["acme/Vocab-GGUF"].files        # LFS files answer from /cdn/<sha256>
+    per_file = {name: sum(1 for r in ranged if name in r.path or served[name].sha256 in r.path) for name in files}
+    assert per_file["voc-Q4_0.gguf"] > 1                         # the first grew its read past 4 KiB
+    assert per_file["voc-Q8_0.gguf"] == per_file["voc-F16.gguf"] == 1
+
+
+def test_a_catalog_model_whose_weights_are_a_gguf_lists_its_quant(fake_hub, tmp_path: Path, monkeypatch,
+                                                                   capsys) -> None:  # type: ignore[no-untyped-def]
+    """One catalog model asked about, its default weights a GGUF: its repo's quant file is priced
+    (the ranking of the whole catalog stays offline and keeps the stop)."""
+    from club3090.catalog import load_catalog
+
+    catalog = load_catalog()
+    model_id, variant = next((m.id, m.weights[m.default_weight_variant]) for m in catalog.models.values()
+                             if m.weights.get(m.default_weight_variant) is not None
+                             and m.weights[m.default_weight_variant].format == "gguf"
+                             and m.weights[m.default_weight_variant].hf_repos)
+    files = {name: _virtual(tmp_path, "llama", _meta("llama", **DENSE, ctx=32768, ftype=15),
+                            _tensors(**DENSE, qtype=Q.Q4_K)) for name in variant.files}
+    files["other-Q8_0.gguf"] = _virtual(tmp_path, "llama", _meta("llama", **DENSE, ctx=32768, ftype=7),
+                                        _tensors(**DENSE, qtype=Q.Q8_0))
+    fake_hub.add_repo(variant.hf_repos[0], files)
+    monkeypatch.setenv("HF_ENDPOINT", fake_hub.url)
+    code, doc = _fits(capsys, model_id, "--gpus", "1x3090")
+    row = doc["models"][0]
+    assert row["model"] == model_id and row["repo"] == variant.hf_repos[0]
+    assert [q["files"] for q in row["gguf"]["quants"]] == [list(variant.files)]   # the variant's file only
+    assert code == (0 if row["gguf"]["quants"][0]["fits_fully"] else 2)

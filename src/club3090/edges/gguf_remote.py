@@ -176,7 +176,7 @@ def read_quants(client: HubClient, info: RepoInfo, quants: Sequence[QuantFile], 
     order = sorted(range(len(quants)), key=lambda i: quants[i].size_bytes or 0)
     out: dict[int, QuantHeaders] = {order[0]: load(quants[order[0]], FIRST_READ_BYTES)}
     learned = out[order[0]].header_bytes
-    first = min(learned + HEADER_SLACK_BYTES, 8 * FIRST_READ_BYTES) if learned else FIRST_READ_BYTES
+    first = min(learned + HEADER_SLACK_BYTES, MAX_HEADER_BYTES) if learned else FIRST_READ_BYTES
     rest = order[1:]
     if rest:
         with ThreadPoolExecutor(max_workers=max(1, min(workers, len(rest))),

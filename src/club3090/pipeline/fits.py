@@ -151,9 +151,14 @@ def row_for(name: str, provider: "Provider", catalog: "Catalog", hw: HardwareFac
     if request.gguf and name not in catalog.models and _is_hub_repo(name):
         return _gguf_row(name, provider, hw, request)
     facts = provider.resolve(name, catalog)
-    if isinstance(facts, Stop) and facts.reason == Reason.UNSUPPORTED_FORMAT and facts.sub_reason == "gguf-only" \
-            and name not in catalog.models and _is_hub_repo(name):
-        return _gguf_row(name, provider, hw, request)
+    if isinstance(facts, Stop) and facts.reason == Reason.UNSUPPORTED_FORMAT and facts.sub_reason == "gguf-only":
+        if name not in catalog.models and _is_hub_repo(name):
+            return _gguf_row(name, provider, hw, request)
+        model = catalog.models.get(name)
+        variant = model.weights.get(model.default_weight_variant) if model is not None else None
+        if len(request.models) == 1 and variant is not None and variant.hf_repos:
+            # one catalog model asked about whose weights are a GGUF: its repo's quants (network)
+            return _gguf_row(variant.hf_repos[0], provider, hw, request, label=name, only=tuple(variant.files))
     if isinstance(facts, Stop):
         return FitsRow(model=name, repo=None, fits=False,
                        stop=f"{facts.token}: {facts.detail.get('message', '')}".rstrip(": "))
@@ -187,7 +192,10 @@ def _is_hub_repo(name: str) -> bool:
     return is_repo_id(split_source(name)[0])
 
 
-def _gguf_row(name: str, provider: "Provider", hw: HardwareFacts, request: FitsRequest) -> FitsRow:
+def _gguf_row(name: str, provider: "Provider", hw: HardwareFacts, request: FitsRequest, *,
+              label: str | None = None, only: tuple[str, ...] = ()) -> FitsRow:
+    """``name``'s GGUF quants priced for llama.cpp (``only``: the quants made of these files, when
+    the repo has them; ``label``: what the user asked for, when not the repo)."""
     from club3090.edges.hub import HubClient
     from club3090.edges.resolve import split_source
     from club3090.pipeline.gguf_fits import gguf_listing
@@ -196,9 +204,9 @@ def _gguf_row(name: str, provider: "Provider", hw: HardwareFacts, request: FitsR
     if not isinstance(client, HubClient):
         client = HubClient(provider.settings)
     repo, revision = split_source(name)
-    listing = gguf_listing(client, repo, revision, gguf_args(request), list(hw.memory_bytes))
+    listing = gguf_listing(client, repo, revision, gguf_args(request), list(hw.memory_bytes), only=only)
     stop = None if listing.rows else "unsupported-format: the repository lists no loadable GGUF model file"
-    return FitsRow(model=name, repo=repo, fits=listing.fits, confidence=listing.confidence, shape_source="gguf",
+    return FitsRow(model=label or name, repo=repo, fits=listing.fits, confidence=listing.confidence, shape_source="gguf",
                    tp=1, gguf=listing, stop=stop)
 
 

@@ -112,27 +112,69 @@ def _served_files(spec: "ModelSpec", provider: "Provider") -> tuple[str, tuple["
     """(commit, files) to put into the HF cache: the gate's own when it saw the Hub, else the Hub's
     listing (a curated repo priced from the catalog), else the cached snapshot (offline)."""
     from club3090.edges.hf_cache import serving_files
-    from club3090.model.spec import RepoFile
 
     if spec.commit and spec.download_files:
         return spec.commit, serving_files(spec.download_files)
+    return _repo_files(spec.ref, spec.commit, spec.revision, provider)
+
+
+def _repo_files(repo_id: str, commit: str | None, revision: str | None,
+                provider: "Provider") -> tuple[str, tuple["RepoFile", ...]]:
+    """(commit, serving files) of a repo: the Hub's listing, or offline the cached snapshot."""
+    from club3090.edges.hf_cache import serving_files
+    from club3090.model.spec import RepoFile
+
     settings = provider.settings
     if settings.offline:
         from club3090.edges.hf_cache import cached_snapshot
 
-        snap = cached_snapshot(settings.hub_cache, spec.ref, spec.commit)
+        snap = cached_snapshot(settings.hub_cache, repo_id, commit)
         if snap is None:
-            raise UsageError(f"{spec.ref} is not in the HF cache and HF_HUB_OFFLINE is set; run once online")
+            raise UsageError(f"{repo_id} is not in the HF cache and HF_HUB_OFFLINE is set; run once online")
         files = []
         for p in sorted(snap.iterdir()):
             blob = p.resolve().name
             sha = blob if len(blob) == 64 and p.name.endswith(".safetensors") else None
             files.append(RepoFile(p.name, p.stat().st_size, sha))
         return snap.name, serving_files(files)
-    info = provider.hub().repo_info(spec.ref, spec.revision)
+    info = provider.hub().repo_info(repo_id, revision)
     if not info.commit:
-        raise InputError(spec.ref, "the Hub named no commit for this repo; refusing an unpinned download")
+        raise InputError(repo_id, "the Hub named no commit for this repo; refusing an unpinned download")
     return info.commit, serving_files(info.files)
+
+
+@dataclass(frozen=True)
+class DrafterWeights:
+    """A profile's drafter served from its own Hub repo: where the compose expects it, where it goes."""
+
+    repo_id: str
+    commit: str
+    files: tuple["RepoFile", ...]
+    container_path: str                 # the path the shipped compose passes (``local_model_path``)
+
+
+def drafter_repo(catalog: "Catalog", drafter_id: str | None) -> str | None:
+    """The Hub repo of a drafter the compose loads from a folder: the ``draft`` weight variant of a
+    model it serves whose repo name is the folder's name (upstream names the folder after the repo)."""
+    drafter = catalog.drafters.get(drafter_id) if drafter_id else None
+    if drafter is None or not drafter.local_model_path:
+        return None
+    folder = drafter.local_model_path.rstrip("/").rsplit("/", 1)[-1].lower()
+    repos = {repo for model_id in drafter.model_compat if model_id in catalog.models
+             for variant in catalog.models[model_id].weights.values() if variant.kind == "draft"
+             for repo in variant.hf_repos[:1] if repo.rsplit("/", 1)[-1].lower() == folder}
+    return repos.pop() if len(repos) == 1 else None
+
+
+def _drafter_weights(catalog: "Catalog", profile: Any, provider: "Provider") -> DrafterWeights | None:
+    repo = drafter_repo(catalog, profile.drafter)
+    if repo is None:
+        return None
+    drafter = catalog.drafters[profile.drafter]
+    revision = next((v.revision for model_id in drafter.model_compat if model_id in catalog.models
+                     for v in catalog.models[model_id].weights.values() if repo in v.hf_repos and v.revision), None)
+    commit, files = _repo_files(repo, revision, revision, provider)
+    return DrafterWeights(repo, commit, files, str(drafter.local_model_path))
 
 
 def _launch(req: UpRequest, spec: "ModelSpec", catalog: "Catalog", provider: "Provider", gate: Any,
@@ -240,13 +282,16 @@ def up(req: UpRequest, provider: "Provider", seams: UpSeams) -> UpResult:
     hub_cache = Path(provider.settings.hub_cache).absolute()
     snapshot = snapshot_dir(hub_cache, spec.ref, commit)
     launch, base = _launch(req, spec, catalog, provider, gate, snapshot)  # type: ignore[arg-type]
+    drafter = _drafter_weights(catalog, profile, provider)
+    if drafter is not None:   # the drafter's folder -> its snapshot in the HF cache the bundle mounts
+        inside = f"{bundle_mod.CONTAINER_HUB}/{snapshot_dir(Path('.'), drafter.repo_id, drafter.commit).as_posix()}"
+        launch = bundle_mod.relocate(launch, drafter.container_path, inside)
     port = req.port or profile.port
     plan = bundle_mod.plan(launch, directory=directory, repo_id=spec.ref, commit=commit, snapshot=snapshot,
                            hub_cache=hub_cache, port=port, upstream_base=base)
     if plan.unresolved:
-        raise UsageError(f"{req.profile_like} also serves {', '.join(plan.unresolved)} (a drafter's weights); "
-                         "`up` does not fetch drafter weights yet: use a profile without a drafter, or "
-                         "`club3090 compose` and place the drafter yourself")
+        raise UsageError(f"{req.profile_like} also serves {', '.join(plan.unresolved)}, which no catalog repo "
+                         "provides: use a profile without it, or `club3090 compose` and place it yourself")
     if multi:
         from club3090.pipeline import cluster_up
 
@@ -286,10 +331,24 @@ def up(req: UpRequest, provider: "Provider", seams: UpSeams) -> UpResult:
         raise HubUnreachable(spec.ref, f"download failed ({report.failure}): {report.detail}")
     result.lines.append(f"[up] weights: {len(report.files)} files, {report.bytes / 2**30:.2f} GiB in the HF cache"
                         + (", sha256 verified" if report.sha_verified else ""))
+    if drafter is not None:
+        say(f"[up] drafter: {len(drafter.files)} files of {drafter.repo_id}@{drafter.commit[:12]} into {hub_cache}")
+        extra = fetch_into_cache(provider.settings, drafter.repo_id, drafter.commit, drafter.files, progress=say,
+                                 bar=seams.bar)
+        if not extra.ok:
+            if extra.failure == "sha-mismatch":
+                raise IntegrityError(extra.failed_file or drafter.repo_id,
+                                     f"{extra.detail}; the file was deleted, nothing was started (re-run to "
+                                     "download it again)")
+            raise HubUnreachable(drafter.repo_id, f"drafter download failed ({extra.failure}): {extra.detail}")
+        result.lines.append(f"[up] drafter: {drafter.repo_id}, {len(extra.files)} files, "
+                            f"{extra.bytes / 2**30:.2f} GiB in the HF cache"
+                            + (", sha256 verified" if extra.sha_verified else ""))
     url = f"http://127.0.0.1:{port}"
     state: dict[str, Any] = {"launcher": req.launcher, "url": url, "served_model": plan.served_model,
                              "repo_id": spec.ref, "commit": commit, "profile_like": req.profile_like,
                              "argv": list(plan.native_argv), "skip_tools": req.skip_tools,
+                             "drafter": {"repo_id": drafter.repo_id, "commit": drafter.commit} if drafter else None,
                              "container": plan.container_name, "pid": None, "state": "written", "directory": str(directory),
                              "written_at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
     result.state = state
@@ -439,4 +498,4 @@ def _capture(result: UpResult, state: dict[str, Any], tail: str, root: Path) -> 
                                   outcome="failed", now=datetime.now(timezone.utc), boot_log=tail or None)
 
 
-__all__ = ["LAUNCHERS", "UpRequest", "UpResult", "UpSeams", "read_state", "up", "write_state"]
+__all__ = ["LAUNCHERS", "DrafterWeights", "UpRequest", "UpResult", "UpSeams", "drafter_repo", "read_state", "up", "write_state"]
