@@ -285,3 +285,29 @@ def test_python_server_translation():
     assert argv[argv.index("--n_gpu_layers") + 1] == "-1" and argv[argv.index("--model_alias") + 1] == "a"
     assert argv[argv.index("--tensor_split") + 1:argv.index("--tensor_split") + 3] == ["3", "1"]
     assert dropped == ["--jinja", "--reasoning off"]
+
+
+def test_a_repo_of_several_quants_serves_the_largest_that_fits_and_split_files_whole(env, tmp_path, capsys):
+    from tests.gguf_fixtures import Q, Spec, write
+
+    shards = write(tmp_path / "q8", "Tiny-Q8_0", Spec(weight_type=Q.Q8_0, split_max_tensors=6))
+    (small,) = write(tmp_path / "q4", "Tiny-Q4_0", Spec(weight_type=Q.Q4_0))
+    assert len(shards) > 1
+    env["hub"].add_repo("org/Tiny-GGUF", {**{p.name: p.read_bytes() for p in shards}, small.name: small.read_bytes()})
+    run = env["tmp"] / "run"
+    assert run_cli(env, "up", "org/Tiny-GGUF", "--gpus", "1x3090", "--dir", str(run), "--no-start") == 0
+    assert "org/Tiny-GGUF Q8_0" in capsys.readouterr().out
+    state = json.loads((run / "state.json").read_text(encoding="utf-8"))
+    snapshot = env["tmp"] / "hf" / "hub" / "models--org--Tiny-GGUF" / "snapshots" / state["commit"]
+    assert sorted(p.name for p in snapshot.iterdir()) == sorted(p.name for p in shards)   # every shard, nothing else
+    words = next(iter(yaml.safe_load((run / "compose.yml").read_text(encoding="utf-8"))["services"].values()))[
+        "command"]
+    assert words[words.index("-m") + 1].endswith("/" + shards[0].name)
+    run2 = env["tmp"] / "run2"
+    assert run_cli(env, "up", "org/Tiny-GGUF", "--quant", "q4_0", "--gpus", "1x3090", "--dir", str(run2),
+                   "--no-start", "--json") == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["exit_code"] == 0 and doc["state"]["quant"] == "Q4_0" and doc["state"]["engine"] == "llama.cpp"
+    assert run_cli(env, "up", "org/Tiny-GGUF", "--quant", "Q2_K", "--gpus", "1x3090", "--dir", str(run2),
+                   "--no-start", "--force") == 64
+    assert "available: Q4_0, Q8_0" in capsys.readouterr().err

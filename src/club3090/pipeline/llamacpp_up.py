@@ -81,6 +81,8 @@ def up_llamacpp(req: "UpRequest", provider: "Provider", seams: "UpSeams", *, cat
     from club3090.pipeline.llamacpp_bundle import container_model_path, plan
     from club3090.pipeline.up import UpResult, write_state
 
+    if req.launcher not in ("docker", "native"):
+        raise UsageError(f"--launcher {req.launcher}: a llama.cpp launch runs with docker or native")
     say = seams.say
     run = seams.run or launchers.run_process
     directory = Path(req.directory).absolute()
