@@ -7,6 +7,7 @@ derived shape, ``pipeline.auto_profile``) -> the fit. No gate, no download: the 
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -16,7 +17,7 @@ from club3090.fit.shape import profile_shape
 from club3090.fit.speed import SpeedEstimate, estimate_speed
 from club3090.gate.outcome import Outcome, Reason, Stop, Stratum
 from club3090.pipeline.auto_profile import curated_default, derive_choice, weights_of
-from club3090.pipeline.stages import gpu_set
+from club3090.pipeline.stages import calibrated, gpu_set
 from club3090.rig.gpus import GpuSet
 from club3090.rig.hardware import HardwareFacts, resolve_hardware
 
@@ -76,6 +77,7 @@ class FitsRow:
                 "max_model_len_fit": fit.max_model_len_fit if fit else None,
                 "max_concurrency": round(fit.max_concurrency, 2) if fit else None,
                 "raw_verdict": fit.raw_verdict if fit else None,
+                "calibration": fit.calibration.to_json() if fit is not None and fit.calibration else None,
                 "shape": self.choice.to_json() if self.choice is not None else None, "stop": self.stop,
                 "speed": self.speed.to_json() if self.speed is not None else None,
                 "worst_rank": worst_rank(fit, self.tp, self.gpus_per_node) if fit else None}
@@ -134,7 +136,10 @@ def fits(request: FitsRequest, provider: "Provider") -> FitsReport:
     cards = given if given is not None else GpuSet(
         count=len(hw.names), memory_bytes=hw.memory_bytes, names=hw.names, sm=hw.sm, gpu=None,
         gpus=tuple(catalog.gpu(n) for n in hw.names))
-    rows = [with_speed(row_for(name, provider, catalog, hw, request), catalog, cards) for name in names]
+    local = (provider.measured(), provider.receipts())
+    rows = [with_speed(with_local(row_for(name, provider, catalog, hw, request), catalog, hw, local,
+                                  request.min_context), catalog, cards)
+            for name in names]
     if hw.nodes > 1:
         rows = [replace(r, gpus_per_node=hw.gpus_per_node) for r in rows]
     if len(names) > 1:
@@ -180,6 +185,21 @@ def _curated_row(name: str, repo: str | None, facts: "ModelSpec", catalog: "Cata
     return FitsRow(model=name, repo=repo, fits=ok, confidence=facts.confidence, shape_source="curated-default",
                    profile=key, fit=fit, tp=profile.tp, pp=profile.pp, kv_cache_dtype=profile.kv_format,
                    facts=facts, shape=shape)
+
+
+def with_local(row: FitsRow, catalog: "Catalog", hw: HardwareFacts,
+               local: "tuple[Sequence[Mapping[str, Any]], Sequence[Mapping[str, Any]]]",
+               min_context: int | None = None) -> FitsRow:
+    """The row priced from this machine's measurements of its shape or a near one (``calibrated``)."""
+    if row.fit is None or row.facts is None or row.shape is None:
+        return row
+    shape = replace(row.shape, tp=row.tp, pp=row.pp)
+    here = calibrated(row.fit, row.facts, shape, hw.memory_bytes[:row.tp * row.pp], catalog, *local)
+    if here is None:
+        return row
+    fit, facts, _notice = here
+    ok = fit.raw_verdict != "wont-fit" and fit.max_model_len >= (min_context or 0)
+    return replace(row, fit=fit, fits=ok, confidence=facts.confidence)
 
 
 def with_speed(row: FitsRow, catalog: "Catalog", cards: GpuSet) -> FitsRow:

@@ -13,7 +13,7 @@ from club3090.fit.estimate import Estimate, NoFit, Overrides, default_gpus, esti
 from club3090.gate.engine_support import find_arch_row
 from club3090.gate.outcome import Outcome, Stop
 from club3090.pipeline.auto_profile import curated_default, weights_of
-from club3090.pipeline.stages import gpu_set, measured_here
+from club3090.pipeline.stages import calibrated, gpu_set
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from club3090.catalog.model import Catalog
@@ -80,9 +80,11 @@ def price(request: PriceRequest, provider: "Provider") -> Estimate | NoFit | Sto
     if isinstance(result, Estimate) and choice is not None:
         result = replace(result, choice=choice)
     if isinstance(result, Estimate):
-        priced = replace(shape, tp=result.tp, pp=result.pp)
-        here = measured_here(result.result, facts, priced, gpus.memory_bytes[:result.tp * result.pp], catalog,
-                             provider.measured())
+        device = gpus.gpus[0].display_name if gpus.gpus and gpus.gpus[0] is not None else None
+        priced = replace(shape, tp=result.tp, pp=result.pp, device_name=device,
+                         max_model_len=result.result.max_model_len if o.solve_max_ctx else shape.max_model_len)
+        here = calibrated(result.result, facts, priced, gpus.memory_bytes[:result.tp * result.pp], catalog,
+                          provider.measured(), provider.receipts())
         if here is not None:
             result = replace(result, result=here[0])
     return result

@@ -15,7 +15,7 @@ import json
 from typing import Any
 
 from club3090.cli.commands._types import add_rig_flags, add_shape_flags, positive_int, rig_flags, shape_overrides
-from club3090.cli.render import safe
+from club3090.cli.render import confidence_text, safe
 
 
 def add_parser(sub: Any) -> None:
@@ -72,7 +72,6 @@ def run(args: argparse.Namespace, provider: Any) -> int:
     return code
 
 
-CONFIDENCE = {"exact": "exact (curated)", "derived": "derived", "estimated-lower-bound": "estimated"}
 
 
 def k(n: int) -> str:
@@ -113,7 +112,7 @@ def shape_text(row: Any) -> str:
 
 def sentence(row: Any, rig: str, *, short: bool = False) -> str:
     name = row.model
-    conf = CONFIDENCE.get(row.confidence or "", row.confidence or "")
+    conf = confidence_text(row.confidence, row.fit)
     if row.stop is not None and row.fit is None:
         return f"{name}: cannot be answered: {row.stop}"
     fit = row.fit

@@ -32,7 +32,7 @@ from club3090.cli.commands._types import (
     rig_flags,
 )
 from club3090.cli.render import GiB as GIB
-from club3090.cli.render import safe, terminal_console
+from club3090.cli.render import confidence_text, safe, terminal_console
 from club3090.fit.kv_formats import KV_FORMATS, MODEL_DTYPES, canonical_dtype, kv_format
 
 MAX_BLOCK_SIZE = 4096       # vLLM's CLI offers 1..256; hybrid models raise it past that, not to powers of two
@@ -113,13 +113,12 @@ def _gib(value: int) -> str:
     return f"{value / GIB:.2f} GiB"
 
 
-CONFIDENCE = {"exact": "exact (curated)", "derived": "derived", "estimated-lower-bound": "estimated"}
 
 
 def headline(est: Any) -> str:
     """One sentence first: fits (context, concurrency) or not, and by how much, with the next step."""
     r = est.result
-    conf = CONFIDENCE.get(r.confidence, r.confidence)
+    conf = confidence_text(r.confidence, r)
     where = f"{est.gpus} (TP {est.tp}" + (f" x PP {est.pp})" if est.pp > 1 else ")")
     ctx = f"{r.max_model_len // 1024}K" if r.max_model_len % 1024 == 0 else f"{r.max_model_len:,}"
     if r.raw_verdict != "wont-fit":
@@ -184,7 +183,7 @@ def render_human(est: Any) -> None:
     kv.add_row(f"max concurrency at {result.max_model_len:,}", f"{result.max_concurrency:.2f}x")
     kv.add_row("largest context that fits", f"{result.max_model_len_fit:,}")
     console.print(kv)
-    console.print(f"verdict: {result.raw_verdict}   confidence: {result.confidence}   "
+    console.print(f"verdict: {result.raw_verdict}   confidence: {confidence_text(result.confidence, result)}   "
                   f"error band: ±{_gib(result.error_band_bytes)}")
     for note in result.notes:
         console.print(f"note: {note}")

@@ -19,7 +19,7 @@ from typing import Any
 
 from club3090.cli.commands._types import add_rig_flags, add_shape_flags, rig_flags, shape_overrides
 from club3090.cli.exit_codes import UNAVAILABLE, exit_code
-from club3090.cli.render import GiB, safe
+from club3090.cli.render import GiB, confidence_text, safe
 from club3090.gate.outcome import Outcome
 
 
@@ -261,7 +261,6 @@ def recommend_line(result: Any) -> str:
     return line
 
 
-CONFIDENCE_WORDS = {"exact": "exact (curated)", "derived": "derived", "estimated-lower-bound": "estimated"}
 # stops about the input or the environment: nothing about the model was learned, so no report offer
 INPUT_STOPS = frozenset({"unknown-profile-like", "unsupported-runtime-engine", "profile-not-emittable",
                          "profile-mismatch", "hardware-sm-undetermined", "hardware-vram-undetermined",
@@ -304,7 +303,7 @@ def rig_text(result: Any) -> str:
 
 def headline(result: Any) -> str:
     """One sentence a person can read: which way the verdict went, or what stopped it and the next step."""
-    fit, conf = result.fit, CONFIDENCE_WORDS.get(result.confidence or "", result.confidence or "")
+    fit, conf = result.fit, confidence_text(result.confidence, result.fit)
     if fit is not None and result.raw_verdict in ("fits-clean", "fits-constrained"):
         ranks = len(fit.ranks)
         kv = fit.settings.kv_cache_dtype
