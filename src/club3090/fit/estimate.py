@@ -140,7 +140,8 @@ def estimate(spec: "ModelSpec", shape: ServeShape, gpus: "GpuSet", overrides: Ov
     if gpus.count < world:
         raise UsageError(f"TP {world} needs {world} GPUs; --gpus gives {gpus.count}")
     device = gpus.gpus[0].display_name if gpus.gpus and gpus.gpus[0] is not None else None
-    shape = replace(shape, device_name=device)
+    shape = replace(shape, device_name=device,
+                    compute_capability=shape.compute_capability or (str(gpus.sm) if gpus.sm is not None else None))
     per_node = gpus.gpus_per_node if gpus.nodes > 1 else 0
     nodes = -(-world // per_node) if per_node else 1
     if nodes > 1 and shape.distributed_executor_backend is None:
