@@ -319,3 +319,21 @@ def test_a_repo_too_large_names_its_own_gguf_files(env, capsys):
     (advice,) = [a for a in doc["advisories"] if a["code"] == "variants-fit"]
     assert advice["data"]["repo_gguf_files"] == ["big-Q4_K_M.gguf"]
     assert f"`club3090 fits {repo} --gguf`" in advice["text"]
+
+
+def test_disk_short_and_unreadable_facts_refuse_before_anything_is_written(env, capsys):
+    from club3090.edges.provider import LiveProvider
+
+    add(env["hub"], FINETUNE, config())
+    out_dir = env["tmp"] / "o"
+
+    def small_disk(settings: Any) -> LiveProvider:
+        return LiveProvider(settings, free_disk=lambda _p: 10**9, load=lambda: env["catalog"])
+    code = cli.main(["swap", FINETUNE, "--profile-like", CURATED_PROFILE, "--gpus", "1x3090", "--dir", str(out_dir),
+                     "--json"], provider=small_disk)
+    doc = json.loads(capsys.readouterr().out)
+    assert code == 2 and doc["refusal"] == "disk-short" and not out_dir.exists()
+    code = swap(env, "club3090-tests/no-such-repo", "--profile-like", CURATED_PROFILE, "--dir", str(out_dir), "--json")
+    doc = json.loads(capsys.readouterr().out)
+    assert code == 2 and doc["refusal"] == "swap-facts-unavailable" and not out_dir.exists()
+    assert any("repo-not-found" in line for line in doc["lines"]), doc["lines"]
