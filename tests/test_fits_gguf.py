@@ -377,3 +377,16 @@ def test_a_catalog_model_whose_weights_are_a_gguf_lists_its_quant(fake_hub, tmp_
     assert row["model"] == model_id and row["repo"] == variant.hf_repos[0]
     assert [q["files"] for q in row["gguf"]["quants"]] == [list(variant.files)]   # the variant's file only
     assert code == (0 if row["gguf"]["quants"][0]["fits_fully"] else 2)
+
+
+def test_quant_prices_one_quant_and_reads_only_its_files(dense_hub, capsys) -> None:  # type: ignore[no-untyped-def]
+    hub, _ = dense_hub
+    code, doc = _fits(capsys, REPO, "--gpus", "1x3090", "--quant", "f16")
+    quants = doc["models"][0]["gguf"]["quants"]
+    assert [q["quant"] for q in quants] == ["F16"] and code == 2          # offload only: not a full fit
+    served = hub.repos[REPO].files
+    read = {n for n, f in served.items()
+            if any(n in r.path or f.sha256 in r.path for r in hub.requests("GET") if r.status == 206)}
+    assert read == set(quants[0]["files"])
+    code, doc = _fits(capsys, REPO, "--gpus", "1x3090", "--quant", "Q5_K_M")
+    assert code == 2 and "no GGUF quant 'Q5_K_M'" in doc["models"][0]["stop"]
