@@ -262,3 +262,4 @@ def test_a_zero_residual_reprices_to_the_same_fit_and_a_large_one_flips_the_verd
     assert low.num_blocks == low.per_gpu.kv_pool_bytes // low.bytes_per_block
     assert low.raw_verdict == "wont-fit" != fit.raw_verdict
     assert near_here(fit, spec, replace(shape, pp=2), memory_bytes * 2, [receipt(0.05)]) is None
+    assert near_here(fit, spec, replace(shape, kv_cache_memory_bytes=4 * GIB), memory_bytes, [receipt(0.05)]) is None

@@ -56,8 +56,10 @@ def near_here(fit: "FitResult", spec: "ModelSpec", shape: "ServeShape", memory: 
     corrected pool is priced through ``--kv-cache-memory-bytes`` so blocks, tokens, concurrency and
     the verdict follow the one rule (``fit.correction`` has the arithmetic and the direction rule).
     None when no receipt is near, under pipeline parallelism (the log states one worker's pool,
-    stages differ), or when the receipts' band is no narrower than the prediction's own."""
-    if not receipts or not memory or fit.calibration is not None or shape.pp != 1:
+    stages differ), for a pool set by ``--kv-cache-memory-bytes``, or when the receipts' band is no
+    narrower than the prediction's own."""
+    if not receipts or not memory or fit.calibration is not None or shape.pp != 1 \
+            or shape.kv_cache_memory_bytes is not None:      # a pool the user set is not a prediction
         return None
     from club3090.fit.correction import NEAR_HERE, Calibration, near_correction
     from club3090.fit.memory import FitResult, predict
