@@ -18,7 +18,8 @@ from club3090.fit.auto_shape import ShapeChoice, ShapeOverrides
 from club3090.fit.memory import FitResult, Unpriceable, predict
 from club3090.fit.shape import profile_shape
 from club3090.fit.speed import SpeedEstimate, estimate_speed
-from club3090.gate.outcome import Outcome, Reason, Stop, Stratum
+from club3090.gate.advisories import advise
+from club3090.gate.outcome import Notice, Outcome, Reason, Stop, Stratum
 from club3090.pipeline.auto_profile import curated_default, derive_choice, weights_of
 from club3090.pipeline.stages import calibrated, gpu_set
 from club3090.rig.gpus import GpuSet
@@ -65,6 +66,7 @@ class FitsRow:
     kv_cache_dtype: str | None = None
     stop: str | None = None                  # why it could not be answered (a stop's token and text)
     speed: SpeedEstimate | None = None       # decode / TTFT estimate (None: no bandwidth known)
+    advisories: tuple[Notice, ...] = ()      # stratum-5 advice (gate.advisories): variants that fit, swap
     facts: "ModelSpec | None" = field(default=None, compare=False, repr=False)
     shape: "ServeShape | None" = field(default=None, compare=False, repr=False)
     gguf: "GgufListing | None" = None        # a GGUF repo: every quant priced for llama.cpp
@@ -95,7 +97,8 @@ class FitsRow:
                 "shape": self.choice.to_json() if self.choice is not None else None, "stop": self.stop,
                 "speed": self.speed.to_json() if self.speed is not None else None,
                 "gguf": self.gguf.to_json() if self.gguf is not None else None,
-                "gguf_files": list(self.gguf_files)}
+                "gguf_files": list(self.gguf_files),
+                "advisories": [n.to_json() for n in self.advisories]}
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,8 +141,8 @@ def fits(request: FitsRequest, provider: "Provider") -> FitsReport:
         count=len(hw.names), memory_bytes=hw.memory_bytes, names=hw.names, sm=hw.sm, gpu=None,
         gpus=tuple(catalog.gpu(n) for n in hw.names))
     local = (provider.measured(), provider.receipts())
-    rows = [with_speed(with_local(row_for(name, provider, catalog, hw, request), catalog, hw, local,
-                                  request.min_context), catalog, cards)
+    rows = [with_advice(with_speed(with_local(row_for(name, provider, catalog, hw, request), catalog, hw, local,
+                                              request.min_context), catalog, cards), catalog, hw)
             for name in names]
     if len(names) > 1:
         rows.sort(key=rank_key)
@@ -170,7 +173,7 @@ def row_for(name: str, provider: "Provider", catalog: "Catalog", hw: HardwareFac
     pick = choice.chosen or choice.best
     if pick is None:
         return FitsRow(model=name, repo=repo, fits=False, confidence=facts.confidence, shape_source="derived",
-                       choice=choice, stop=f"no-fit-model: {choice.unpriceable or choice.reason}")
+                       choice=choice, stop=f"no-fit-model: {choice.unpriceable or choice.reason}", facts=facts)
     return FitsRow(model=name, repo=repo, fits=choice.fits, confidence=facts.confidence, shape_source="derived",
                    choice=choice, fit=pick.fit, tp=pick.shape.tp, pp=pick.shape.pp,
                    kv_cache_dtype=pick.shape.kv_cache_dtype, facts=facts, shape=pick.shape,
@@ -250,6 +253,15 @@ def with_speed(row: FitsRow, catalog: "Catalog", cards: GpuSet) -> FitsRow:
         return row
     speed = estimate_speed(row.facts.arch, int(weights_of(row.facts, catalog) or 0), shape, cards)
     return replace(row, speed=speed)
+
+
+def with_advice(row: FitsRow, catalog: "Catalog", hw: HardwareFacts) -> FitsRow:
+    """The row with the stratum-5 advisories that apply to it (none for a curated model that fits)."""
+    if row.facts is None or row.facts.source == "local" or (row.fits and row.facts.curated is not None):
+        return row
+    notes = advise(row.facts, catalog, fit=row.fit, memory=hw.memory_bytes,
+                   device_name=hw.names[0] if hw.names else None, gpu_count=hw.count)
+    return replace(row, advisories=notes) if notes else row
 
 
 def repo_of(facts: "ModelSpec", catalog: "Catalog") -> str | None:

@@ -133,6 +133,8 @@ def detail_lines(row: Any, rig: str, gpus: str | None, *, verbose: bool) -> list
         lines.extend(f"runner-up: {c.label()} ({why})" for c, why in row.choice.runner_ups)
     if verbose and row.profile:
         lines.append(f"why: {row.profile} is upstream's curated profile for this GPU count")
+    if verbose:
+        lines.extend(f"advice: {n.text}" for n in row.advisories)
     return lines
 
 
