@@ -39,6 +39,7 @@ report = {{"argv": args, "ray_address": os.environ.get("RAY_ADDRESS"),
           "vllm_host_ip": os.environ.get("VLLM_HOST_IP"),
           "nodes": len(nodes), "node_ids": sorted(n["NodeID"] for n in nodes),
           "gpus_per_node": sorted(n["Resources"].get("GPU", 0) for n in nodes),
+          "node_addresses": sorted(n["NodeManagerAddress"] for n in nodes),
           "gpus": ray.cluster_resources().get("GPU", 0),
           "env": {{k: os.environ.get(k) for k in ("HF_HUB_OFFLINE", "NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME")}}}}
 ray.shutdown()
@@ -67,6 +68,8 @@ class Cluster:
         args = (f"--num-cpus 1 --temp-dir {tmp} --object-store-memory 80000000 "
                 f"--dashboard-agent-listen-port {free_port()} --metrics-export-port {free_port()} "
                 f"--runtime-env-agent-port {free_port()}")
+        if name == "head":          # the dashboard's head process binds its port even with the dashboard off
+            args += f" --dashboard-port {free_port()}"
         env = {k: v for k, v in os.environ.items() if not k.upper().endswith("_PROXY")}
         env.update({MARKER: self.marker, "RAY": str(RAY_BIN), "PYTHON": sys.executable, "RAY_START_ARGS": args,
                     "RAY_USAGE_STATS_ENABLED": "0", "PYTHONUNBUFFERED": "1"})

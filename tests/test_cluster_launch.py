@@ -30,7 +30,8 @@ K8S_VERSION = "1.30"
 
 
 def validate_core(obj: dict[str, Any]) -> None:
-    kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
+    for version in (K8S_VERSION, kubernetes_validate.latest_version()):   # an older cluster and the newest schemas
+        kubernetes_validate.validate(obj, version, strict=True)
 
 
 def validate_lws(obj: dict[str, Any]) -> None:
@@ -144,6 +145,14 @@ def test_unsafe_or_impossible_values_are_named(net, shape, message):
     assert problems and message in problems[0]
 
 
+@pytest.mark.parametrize(("model", "label"), [("01-AI/Yi-34B", "m-01-ai-yi-34b"), ("Org/Model_V3.1", "org-model-v3-1"),
+                                             ("x" * 80, "x" * 40), ("///", "m")])
+def test_names_are_dns_labels(model, label):
+    from club3090.compose.cluster import dns_label
+
+    assert dns_label(model) == label
+
+
 # --------------------------------------------------------------------------------------------
 # `club3090 up --launcher ray|k8s` end to end (the loopback fake Hub; nothing is started)
 # --------------------------------------------------------------------------------------------
@@ -161,9 +170,10 @@ def up(where: dict[str, Any], *argv: str) -> int:
 def test_up_k8s_writes_manifests_that_validate(up_env, capsys):
     out_dir = up_env["tmp"] / "out"
     code = up(up_env, DERIVED, "--gpus", "1x3090", "--nodes", "2", "--profile-like", "vllm/minimal", "--yes",
-              "--launcher", "k8s", "--dir", str(out_dir))
+              "--launcher", "k8s", "--head-ip", "10.0.0.1", "--dir", str(out_dir))
     cap = capsys.readouterr()
     assert code == 0, cap.out + cap.err
+    assert "[up] note: --head-ip does not apply to --launcher k8s" in cap.out
     assert "2-node launch (k8s): TP 1 × PP 2" in cap.out and "nothing started" in cap.out
     names = sorted(str(p.relative_to(out_dir)) for p in (out_dir / "k8s").iterdir())
     assert names == ["k8s/configmap.yaml", "k8s/leaderworkerset.yaml", "k8s/model-cache-pvc.yaml",
@@ -174,6 +184,7 @@ def test_up_k8s_writes_manifests_that_validate(up_env, capsys):
     assert DERIVED in head and "--revision" in head
     state = json.loads((out_dir / "state.json").read_text(encoding="utf-8"))
     assert state["launcher"] == "k8s" and state["state"] == "written" and (state["tp"], state["pp"]) == (1, 2)
+    assert [c["line"].split(":")[0] for c in state["preflight"]] == ["kubectl"]
     assert "kubectl apply -f k8s/" in (out_dir / "RUNBOOK.md").read_text(encoding="utf-8")
     assert not list((up_env["tmp"] / "hf").rglob("*.safetensors"))          # written only: no weights fetched
     assert cli.main(["status", str(out_dir)]) == 64

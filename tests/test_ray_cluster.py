@@ -68,6 +68,8 @@ def test_emitted_scripts_bring_up_a_two_node_cluster(tmp_path):
     seen = bring_up(folder, tmp_path)
     assert seen["nodes"] == 2 and len(set(seen["node_ids"])) == 2
     assert seen["gpus_per_node"] == [1, 1] and seen["gpus"] == 2
+    # one machine: Ray reports 127.0.0.1 as the machine's reachable address (resolve_ip_for_localhost)
+    assert len(set(seen["node_addresses"])) == 1
     assert seen["ray_address"] == f"127.0.0.1:{ray_port}" and seen["vllm_host_ip"] == "127.0.0.1"
     assert seen["env"] == {"HF_HUB_OFFLINE": "1", "NCCL_SOCKET_IFNAME": "lo", "GLOO_SOCKET_IFNAME": "lo"}
     argv = seen["argv"]
@@ -77,6 +79,25 @@ def test_emitted_scripts_bring_up_a_two_node_cluster(tmp_path):
                         ("--revision", "a" * 40)):
         assert argv[argv.index(flag) + 1] == value, (flag, argv)
     assert argv.count("--tensor-parallel-size") == 1 and argv.count("--port") == 1
+
+
+def test_the_head_does_not_serve_until_every_node_joined(tmp_path):
+    """No worker: the head waits JOIN_TIMEOUT_S, says which nodes are missing, and never runs vllm serve."""
+    cl = cluster_launch(derived_launch(), ClusterShape(2, 1, 1, 2),
+                        ClusterNet(head_ip="127.0.0.1", ray_port=free_port(), serve_port=free_port()), name="org-big")
+    folder = tmp_path / "dir"
+    write(folder, ray_files(cl))
+    report = tmp_path / "report.json"
+    with loopback_cluster(tmp_path) as cluster:
+        head = cluster.start(folder / "head.sh", "head", VLLM=str(standin(tmp_path, report)), JOIN_TIMEOUT_S="5")
+        try:
+            code = head.wait(timeout=START_DEADLINE_S)
+        except subprocess.TimeoutExpired:
+            code = None
+        log = cluster.log("head")
+    assert code == 1, log
+    assert "only 1 of 2 nodes joined" in log and "worker.sh" in log
+    assert not report.exists()
 
 
 @pytest.mark.parametrize("missing", ["HEAD_IP", "NODE_IP"])

@@ -156,8 +156,10 @@ def _drop_flags(args: Sequence[str], flags: Sequence[str]) -> list[str]:
 
 def dns_label(text: str, limit: int = 40) -> str:
     """A Kubernetes / container name from a model name: lower-case letters, digits and dashes."""
-    label = re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")[:limit].strip("-")
-    return label or "vllm"
+    label = re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
+    if not label[:1].isalpha():                # a Service name (DNS-1035) starts with a letter
+        label = f"m-{label}"
+    return label[:limit].strip("-") or "vllm"
 
 
 # ---- the shared settings and the two scripts ---------------------------------------------------

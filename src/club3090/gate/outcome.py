@@ -119,6 +119,7 @@ class NoticeCode(str, Enum):
     # gate (club3090.pipeline.pull)
     DRY_RUN_IGNORES_OUT = "dry-run-ignores-out"
     AUTO_SHAPE = "auto-shape"                                  # data: source, reason, runner_ups
+    MULTI_NODE_SHAPE = "multi-node-shape"                      # data: nodes, gpus_per_node, tp, pp, interconnect
     TRC_NOT_NEEDED = "trust-remote-code-not-needed"            # data: evidence
     PROFILE_NOT_LAUNCHABLE = "profile-not-launchable"          # data: profile, status
     PATH_A_IGNORES_EXPERIMENTAL_ARCH = "path-a-ignores-experimental-arch"
@@ -135,6 +136,9 @@ class NoticeCode(str, Enum):
     BUNDLE_WRITE_FAILED = "bundle-write-failed"                # data: error
     MEASURED_HERE = "measured-here"                            # data: entry, band_gib
     MEASURED_NEAR = "measured-near"                            # data: receipts, residual_gib, band_gib, capped
+    # stratum-5 advisories (club3090.gate.advisories): PullResult.advisories / fits' rows, never notices
+    VARIANTS_FIT = "variants-fit"                              # data: variants [...], int4_estimate_bytes
+    SWAP_SERVES_IT = "swap-serves-it"                          # data: profile, profiles, model, command
     # hardware resolution (club3090.rig.hardware.resolve_hardware)
     REFERENCE_GPU_PRICED = "reference-gpu-priced"              # data: gpu, count, memory_bytes
     MIXED_GPU_ARCH = "mixed-gpu-arch"                          # data: sms

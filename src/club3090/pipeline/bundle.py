@@ -74,11 +74,12 @@ def _bundle_source(source: str, upstream_base: str) -> tuple[str, str | None]:
 
 
 def plan(launch: Launch, *, directory: Path, repo_id: str, commit: str, snapshot: Path, hub_cache: Path,
-         port: int, upstream_base: str = "") -> Bundle:
+         port: int, upstream_base: str = "", served_model: str | None = None) -> Bundle:
     """Rewrite ``launch`` into a self-contained bundle (see the module docstring).
 
     ``upstream_base`` is the shipped compose's folder in the upstream checkout (curated profiles):
     relative mount sources resolve from it to the upstream file each mount needs.
+    ``served_model`` replaces the service's ``--served-model-name`` (``swap``: the fine-tune's name).
     """
     directory = Path(directory).absolute()
     svc: dict[str, Any] = plain_data(launch.service)
@@ -107,6 +108,8 @@ def plan(launch: Launch, *, directory: Path, repo_id: str, commit: str, snapshot
     command = [str(a) for a in svc.get("command") or []]
     command = _swap_model(command, model_target, repo_id)
     command = [*_drop_flag(command, "--revision"), "--revision", commit]
+    if served_model is not None:
+        command = _set_flag(command, "--served-model-name", served_model)
     served = _flag_value(command, "--served-model-name") or repo_id
     container_port = _container_port(svc, command)
     svc["command"] = command
@@ -158,6 +161,19 @@ def _flag_value(args: list[str], flag: str) -> str | None:
         if a.startswith(flag + "="):
             return a.split("=", 1)[1]
     return None
+
+
+def _set_flag(args: list[str], flag: str, value: str) -> list[str]:
+    """``flag value`` in place of the flag's current value (kept where it stands), else appended."""
+    out = list(args)
+    for i, a in enumerate(out):
+        if a == flag and i + 1 < len(out):
+            out[i + 1] = value
+            return out
+        if a.startswith(flag + "="):
+            out[i] = f"{flag}={value}"
+            return out
+    return [*out, flag, value]
 
 
 def _path_pattern(path: str) -> re.Pattern[str]:

@@ -121,13 +121,20 @@ def emit(*, launcher: str, directory: Path, options: ClusterOptions, plan: "Bund
                              "served_model": plan.served_model, "repo_id": repo_id, "commit": commit,
                              "profile_like": profile.key, "argv": list(cl.serve_argv()), "state": "written",
                              "nodes": shape.nodes, "tp": shape.tp, "pp": shape.pp, "pid": None, "container": None,
+                             "files": sorted(texts), "preflight": [{"ok": c.ok, "line": c.line} for c in checks],
                              "directory": str(directory),
                              "written_at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+    ignored = ([f"--model-cache {options.model_cache}"] if launcher == "ray" and options.model_cache != "pvc" else [])
+    if launcher == "k8s":
+        ignored += [flag for flag, given in (("--head-ip", options.head_ip),
+                                             ("--ray-port", options.ray_port != cluster_mod.DEFAULT_RAY_PORT))
+                    if given]
     written = ", ".join(sorted(texts))
     lines = [f"[up] {shape.nodes}-node launch ({launcher}): TP {shape.tp} × PP {shape.pp}, "
              f"{shape.gpus_per_node} GPU(s) per node, --distributed-executor-backend ray",
              f"[up] written to {directory}: {written}",
              *(f"[up] preflight {'ok' if c.ok else 'note'}: {c.line}" for c in checks),
+             *(f"[up] note: {flag} does not apply to --launcher {launcher}" for flag in ignored),
              f"[up] nothing started: a {launcher} launch is written only; follow {directory / 'RUNBOOK.md'}"]
     return lines, state
 

@@ -18,7 +18,8 @@ from club3090.fit.auto_shape import ShapeChoice, ShapeOverrides
 from club3090.fit.memory import FitResult, Unpriceable, predict
 from club3090.fit.shape import profile_shape
 from club3090.fit.speed import SpeedEstimate, estimate_speed
-from club3090.gate.outcome import Outcome, Reason, Stop, Stratum
+from club3090.gate.advisories import advise
+from club3090.gate.outcome import Notice, Outcome, Reason, Stop, Stratum
 from club3090.pipeline.auto_profile import curated_default, derive_choice, weights_of
 from club3090.pipeline.stages import calibrated, gpu_set
 from club3090.rig.gpus import GpuSet
@@ -48,6 +49,7 @@ class FitsRequest:
     cache_type_k: str | None = None
     cache_type_v: str | None = None
     gguf: bool = False                       # price a repo's GGUF files even when it has safetensors
+    quant: str | None = None                 # --quant: only this quant of a GGUF repo
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +67,8 @@ class FitsRow:
     kv_cache_dtype: str | None = None
     stop: str | None = None                  # why it could not be answered (a stop's token and text)
     speed: SpeedEstimate | None = None       # decode / TTFT estimate (None: no bandwidth known)
+    gpus_per_node: int = 0                   # a rig of several nodes: GPUs in each (0: one machine)
+    advisories: tuple[Notice, ...] = ()      # stratum-5 advice (gate.advisories): variants that fit, swap
     facts: "ModelSpec | None" = field(default=None, compare=False, repr=False)
     shape: "ServeShape | None" = field(default=None, compare=False, repr=False)
     gguf: "GgufListing | None" = None        # a GGUF repo: every quant priced for llama.cpp
@@ -95,7 +99,9 @@ class FitsRow:
                 "shape": self.choice.to_json() if self.choice is not None else None, "stop": self.stop,
                 "speed": self.speed.to_json() if self.speed is not None else None,
                 "gguf": self.gguf.to_json() if self.gguf is not None else None,
-                "gguf_files": list(self.gguf_files)}
+                "gguf_files": list(self.gguf_files),
+                "advisories": [n.to_json() for n in self.advisories],
+                "worst_rank": worst_rank(fit, self.tp, self.gpus_per_node) if fit else None}
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,6 +118,20 @@ class FitsReport:
         if self.stop is not None or not any(r.fits for r in self.rows):
             return Outcome.REFUSED
         return Outcome.OK
+
+
+def worst_rank(fit: FitResult, tp: int, gpus_per_node: int = 0) -> dict[str, Any]:
+    """The rank that limits the KV pool (vLLM takes the fewest blocks over all workers): where it
+    sits and how its memory splits. The context and concurrency of the whole server are its."""
+    r = fit.per_gpu
+    stage = r.rank // max(tp, 1)
+    stages = len(fit.ranks) // max(tp, 1)
+    doc: dict[str, Any] = {"rank": r.rank, "stage": stage, "stages": stages, "layers": r.num_layers,
+                           "embeddings": stage == 0, "lm_head": stage == stages - 1,
+                           "gpu_memory_bytes": r.gpu_memory_bytes, **r.to_json(), "num_blocks": r.num_blocks}
+    if gpus_per_node:
+        doc["node"] = r.rank // gpus_per_node
+    return doc
 
 
 def rank_key(row: FitsRow) -> tuple[int, int, int, float]:
@@ -138,9 +158,11 @@ def fits(request: FitsRequest, provider: "Provider") -> FitsReport:
         count=len(hw.names), memory_bytes=hw.memory_bytes, names=hw.names, sm=hw.sm, gpu=None,
         gpus=tuple(catalog.gpu(n) for n in hw.names))
     local = (provider.measured(), provider.receipts())
-    rows = [with_speed(with_local(row_for(name, provider, catalog, hw, request), catalog, hw, local,
-                                  request.min_context), catalog, cards)
+    rows = [with_advice(with_speed(with_local(row_for(name, provider, catalog, hw, request), catalog, hw, local,
+                                              request.min_context), catalog, cards), catalog, hw)
             for name in names]
+    if hw.nodes > 1:
+        rows = [replace(r, gpus_per_node=hw.gpus_per_node) for r in rows]
     if len(names) > 1:
         rows.sort(key=rank_key)
     return FitsReport(hardware=hw, rows=tuple(rows), gpus_spec=request.gpus)
@@ -163,14 +185,18 @@ def row_for(name: str, provider: "Provider", catalog: "Catalog", hw: HardwareFac
         return FitsRow(model=name, repo=None, fits=False,
                        stop=f"{facts.token}: {facts.detail.get('message', '')}".rstrip(": "))
     repo = repo_of(facts, catalog)
-    key = curated_default(catalog, facts, hw.count) if request.overrides == ShapeOverrides() else None
+    # a curated profile is one machine's: on a rig of several nodes it is offered for one node
+    per_node = hw.gpus_per_node if hw.nodes > 1 else hw.count
+    key = curated_default(catalog, facts, per_node) if request.overrides == ShapeOverrides() else None
     if key is not None:
-        return _curated_row(name, repo, facts, catalog, hw, key, request.min_context)
+        curated = _curated_row(name, repo, facts, catalog, hw, key, request.min_context)
+        if curated.fits or hw.nodes == 1:
+            return curated
     choice = derive_choice(facts, hw, catalog, overrides=request.overrides, min_context=request.min_context)
     pick = choice.chosen or choice.best
     if pick is None:
         return FitsRow(model=name, repo=repo, fits=False, confidence=facts.confidence, shape_source="derived",
-                       choice=choice, stop=f"no-fit-model: {choice.unpriceable or choice.reason}")
+                       choice=choice, stop=f"no-fit-model: {choice.unpriceable or choice.reason}", facts=facts)
     return FitsRow(model=name, repo=repo, fits=choice.fits, confidence=facts.confidence, shape_source="derived",
                    choice=choice, fit=pick.fit, tp=pick.shape.tp, pp=pick.shape.pp,
                    kv_cache_dtype=pick.shape.kv_cache_dtype, facts=facts, shape=pick.shape,
@@ -204,8 +230,11 @@ def _gguf_row(name: str, provider: "Provider", hw: HardwareFacts, request: FitsR
     if not isinstance(client, HubClient):
         client = HubClient(provider.settings)
     repo, revision = split_source(name)
-    listing = gguf_listing(client, repo, revision, gguf_args(request), list(hw.memory_bytes), only=only)
-    stop = None if listing.rows else "unsupported-format: the repository lists no loadable GGUF model file"
+    listing = gguf_listing(client, repo, revision, gguf_args(request), list(hw.memory_bytes), only=only,
+                           quant=request.quant)
+    stop = None if listing.rows else (
+        f"unsupported-format: no GGUF quant {request.quant!r} in the repository" if request.quant
+        else "unsupported-format: the repository lists no loadable GGUF model file")
     return FitsRow(model=label or name, repo=repo, fits=listing.fits, confidence=listing.confidence, shape_source="gguf",
                    tp=1, gguf=listing, stop=stop)
 
@@ -250,6 +279,15 @@ def with_speed(row: FitsRow, catalog: "Catalog", cards: GpuSet) -> FitsRow:
         return row
     speed = estimate_speed(row.facts.arch, int(weights_of(row.facts, catalog) or 0), shape, cards)
     return replace(row, speed=speed)
+
+
+def with_advice(row: FitsRow, catalog: "Catalog", hw: HardwareFacts) -> FitsRow:
+    """The row with the stratum-5 advisories that apply to it (none for a curated model that fits)."""
+    if row.facts is None or row.facts.source == "local" or (row.fits and row.facts.curated is not None):
+        return row
+    notes = advise(row.facts, catalog, fit=row.fit, memory=hw.memory_bytes,
+                   device_name=hw.names[0] if hw.names else None, gpu_count=hw.count)
+    return replace(row, advisories=notes) if notes else row
 
 
 def repo_of(facts: "ModelSpec", catalog: "Catalog") -> str | None:

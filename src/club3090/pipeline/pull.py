@@ -8,7 +8,7 @@ value; every side effect goes through the ``Provider``. The result is built once
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -27,6 +27,7 @@ if TYPE_CHECKING:  # pragma: no cover - typing only
     from club3090.gate.engine_support import EngineFinding
     from club3090.pipeline.emit_derived import EReport, EStages
     from club3090.pipeline.provider import Provider
+    from club3090.rig.gpus import GpuSet
     from club3090.rig.hardware import HardwareFacts
 
 # Our wording of the upstream design's boot-fit caveat.
@@ -87,6 +88,7 @@ class PullResult:
     shape_source: str = "profile-like"       # profile-like | curated-default | derived
     choice: "ShapeChoice | None" = None      # the derived shape, with its reason and runner-ups
     dry_run: bool = False
+    advisories: tuple[Notice, ...] = ()      # stratum-5 advice (gate.advisories); never changes the decision
 
     @property
     def exit_code(self) -> int:
@@ -147,6 +149,7 @@ class PullResult:
             "capture_paths": [str(e.bundle)] if e is not None and e.bundle is not None else [],
             "shape_source": self.shape_source,
             "shape": self.choice.to_json() if self.choice is not None else None,
+            "advisories": [n.to_json() for n in self.advisories],
         }
 
 
@@ -176,9 +179,43 @@ def evaluate(request: PullRequest, provider: "Provider", *, stages: "EStages | N
     verdict = decide(request, facts, catalog, gpus, provider, compose=compose or _curated_compose(provider),
                      e_enabled=stages is not None)
     catalog = verdict.gate.catalog or catalog         # with the derived ``auto`` profile, if any
-    emission = emit(verdict, catalog, provider, stages, captures_root)
+    across = multi_node_notice(verdict, gpus)
+    # pull writes and boots one machine's compose: a shape spanning nodes is priced, then launched by `up`
+    emission = Emission(notices=(across,)) if across is not None else emit(verdict, catalog, provider, stages,
+                                                                               captures_root)
     bundle = record(verdict, emission, provider, captures_root)
-    return assemble(verdict, emission, bundle)
+    return replace(assemble(verdict, emission, bundle), advisories=advisories(verdict, catalog))
+
+
+def advisories(verdict: Verdict, catalog: "Catalog") -> tuple[Notice, ...]:
+    """The stratum-5 advisories for a model whose facts were read (docs/DESIGN.md)."""
+    from club3090.gate.advisories import advise
+
+    at = verdict.gate
+    if at.spec is None or at.spec.source == "local":
+        return ()
+    hw = at.hardware
+    memory = hw.selected_memory(hw.count) if hw is not None and hw.memory_bytes else ()
+    return advise(at.spec, catalog, fit=at.fit, memory=memory,
+                  device_name=hw.names[0] if hw is not None and hw.names else None,
+                  gpu_count=hw.count if hw is not None and hw.count else None)
+
+
+def multi_node_notice(verdict: Verdict, gpus: "GpuSet | None") -> Notice | None:
+    """When the decided shape spans several nodes: what pull did (priced only) and the next step."""
+    profile = verdict.gate.profile
+    if gpus is None or gpus.nodes <= 1 or profile is None:
+        return None
+    world = int(profile.tp) * int(profile.pp)
+    nodes = -(-world // gpus.gpus_per_node)
+    if nodes <= 1:
+        return None
+    return Notice(NoticeCode.MULTI_NODE_SHAPE,
+                  f"TP {profile.tp} x PP {profile.pp} spans {nodes} nodes of {gpus.gpus_per_node} GPU(s) "
+                  f"({gpus.interconnect}): pull priced it and wrote, downloaded and started nothing (its compose "
+                  "is one machine's); launch it with `club3090 up ... --launcher ray` or `--launcher k8s`",
+                  {"nodes": nodes, "gpus_per_node": gpus.gpus_per_node, "tp": int(profile.tp),
+                   "pp": int(profile.pp), "interconnect": gpus.interconnect})
 
 
 def _curated_compose(provider: "Provider") -> ComposeStep:

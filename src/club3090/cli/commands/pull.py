@@ -365,6 +365,7 @@ def render(result: Any, *, recommend: bool = False, verbose: bool = False) -> st
                      + f" ({hw.memory_source}), SM {hw.sm} ({hw.sm_source})")
     lines.extend(f"note: {n.text}" for n in result.notices)
     lines.extend(f"closest fit: {s}" for s in result.suggestions)
+    lines.extend(f"advice: {n.text}" for n in result.advisories)
     lines.extend(e_lines(result.e))
     if result.out is not None:
         lines.append(f"[pull] wrote {result.out}")

@@ -1,7 +1,10 @@
 """`club3090 up MODEL --dir DIR`: the gate, then a self-contained launch bundle, the weights in the
 HF cache, a started server (Docker or native), smoke + verify, and the URL.
 
-Exit codes (``club3090.cli.exit_codes``): 0 serving and verified (or written, ``--no-start``);
+``--launcher ray|k8s`` (several nodes) writes the cluster's launch files and a runbook and starts
+nothing (docs/DESIGN.md, "More than one machine").
+
+Exit codes (``club3090.cli.exit_codes``): 0 serving and verified (or written: ``--no-start``, ray, k8s);
 1 the start or the verification failed (log tail printed, capture bundle written); 2 / 3 the
 gate's refusal or acknowledgement; 64 usage; 65 a patch payload or weight file failed its
 sha256 (nothing started); 69 the launcher is missing (docker, the compose plugin, the NVIDIA
