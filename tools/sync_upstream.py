@@ -14,8 +14,8 @@ review); ``--write`` applies the proposed change to the catalog folder. A value 
 ``corrections:`` names is kept and reported as protected. An upstream file with a key this tool
 does not know is refused (exit 2), naming the file and key, rather than guessed at.
 
-Runs from a plain clone: without an installed ``club3090`` it puts the checkout's ``src`` on the
-path itself.
+Runs from a plain clone: it puts the checkout's own ``src`` first on the path, so the schema it
+reads is the one of the catalog it compares (an installed ``club3090`` is not needed).
 
 Exit codes: 0 no change, 1 changes found, 2 refused (unreadable or unknown upstream schema),
 64 usage.
@@ -37,9 +37,8 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-try:
-    import club3090  # noqa: F401
-except ModuleNotFoundError:                    # a plain clone: use its own sources
+if (ROOT / "src" / "club3090").is_dir():
+    # the checkout's own schema, installed or not (a plain clone runs as is)
     sys.path.insert(0, str(ROOT / "src"))
 
 import upstream_catalog as uc  # noqa: E402
@@ -156,6 +155,35 @@ def _successor(key: str, p: dict[str, Any], profiles: dict[str, Any], engines: d
     return same[0] if same else None
 
 
+SHIPPED_STATUSES = ("production", "caveats", "experimental")
+
+
+def _shipped_pins(up: uc.Upstream, ours: dict[str, Any], view: dict[str, Any],
+                  engines: dict[str, Any]) -> dict[str, list[str]]:
+    """Architecture row -> the engine pins upstream ships a production, caveats or experimental
+    vLLM profile of it on (what upstream launches; ``incubating`` and ``preview`` are not counted)."""
+    rows = ours["arches"]
+    aliases = {a: arch for arch, row in rows.items() for a in row.get("config_architectures") or []}
+    out: dict[str, list[str]] = {}
+    for p in up.sections["profiles"].values():
+        engine = engines.get(p["engine"]) or {}
+        if engine.get("type") != "vllm" or p["status"] not in SHIPPED_STATUSES \
+                or engine.get("stability") == "deprecated":
+            continue
+        arch = next((a for a, row in rows.items() if p["model"] in (row.get("model_slugs") or [])), None)
+        if arch is None:
+            model = view["models"].get(p["model"]) or {}
+            cfg = model.get("hf_config") or (ours["models"].get(p["model"]) or {}).get("hf_config") or {}
+            name = (cfg.get("architectures") or [""])[0]
+            arch = name if name in rows else aliases.get(name)
+        if arch is None:
+            continue
+        pin = f"{p['engine']}@{engine_pin_tag(engine['install_method'], engine['image'])}"
+        if pin not in out.setdefault(arch, []):
+            out[arch].append(pin)
+    return out
+
+
 def upstream_view(up: uc.Upstream, docs: dict[str, Any]) -> dict[str, dict[str, dict[str, Any]]]:
     """Per section, the upstream-owned fields of every record upstream has (a model's
     ``hf_config`` only for models new to the catalog: a curated model keeps its real config)."""
@@ -171,7 +199,8 @@ def upstream_view(up: uc.Upstream, docs: dict[str, Any]) -> dict[str, dict[str, 
         rec = dict(rec)
         if mid not in ours["models"]:
             cfg = uc.construct_hf_config(up.raw_models[mid])
-            if "max_ctx_supported" not in up.raw_models[mid] and mid in served_ctx:
+            if "max_position_embeddings" not in cfg and mid in served_ctx:
+                # the GGUF-only families record no context: the longest their profiles serve
                 cfg["max_position_embeddings"] = served_ctx[mid]
             rec["hf_config"] = cfg
             rec["hf_config_source"] = (f"constructed by tools/sync_upstream.py from upstream's architecture "
@@ -202,12 +231,17 @@ def upstream_view(up: uc.Upstream, docs: dict[str, Any]) -> dict[str, dict[str, 
         withdrawn = (p.get("archived") or rec.get("archived") or p["status"] == "deprecated"
                      or engines.get(p["engine"], {}).get("stability") == "deprecated")
         rec["replaced_by"] = _successor(key, {**p, **rec}, profiles, engines, defaults) if withdrawn else None
-    # architecture rows: upstream's tested pins, and a row for a new model's unknown architecture
+    # architecture rows: upstream's tested pins, plus the pin of every engine upstream ships a live
+    # profile of the architecture on (its arch file lags its registry: Gemma 4 moved to vllm-stable
+    # in the registry only); a row for a new model's unknown architecture
+    shipped = _shipped_pins(up, ours, view, engines)
     for arch, row in ours["arches"].items():
         pins = [dict(pin) for pin in row.get("engine_pins") or []]
         have = {pin["pin"] for pin in pins}
         extra = [pin for pin in up.arch_pins.get(arch, []) if pin["pin"] not in have
                  and pin["pin"].split("@", 1)[0] in engines]
+        have |= {pin["pin"] for pin in extra}
+        extra += [{"pin": pin, "loads": True} for pin in shipped.get(arch, []) if pin not in have]
         if up.arch_pins:
             view["arches"][arch] = {"engine_pins": pins + extra}
     aliases = {a for row in ours["arches"].values() for a in row.get("config_architectures") or []}
@@ -292,7 +326,9 @@ def compare(view: dict[str, dict[str, dict[str, Any]]], docs: dict[str, Any]) ->
         protected = _protected_paths(doc)
         theirs = view[section]
         report.added[section] = sorted(set(theirs) - set(ours))
-        report.removed[section] = (sorted(set(ours) - set(theirs))
+        upstream_ids = set(theirs) if section != "profiles" else {k for k, v in theirs.items() if v != {
+            "archived": True, "replaced_by": v.get("replaced_by")}}
+        report.removed[section] = (sorted(set(ours) - upstream_ids)
                                    if theirs or section not in ("arches", "upstream_files") else [])
         for rid in sorted(set(theirs) & set(ours)):
             flat = _flat(section, theirs[rid])
@@ -390,7 +426,10 @@ def propose(view: dict[str, dict[str, dict[str, Any]]], docs: dict[str, Any], re
                     body[rid] = json.loads(json.dumps(docs[FILE_OF[section]][section][rid], default=str))
     for section in SECTIONS:
         body = new[FILE_OF[section]][section]
-        new[FILE_OF[section]][section] = {rid: _compact(section, body[rid]) for rid in sorted(body)}
+        was = list(docs[FILE_OF[section]][section])
+        # a sorted section stays sorted; a curated order (GPU cards) is kept, new records last
+        order = sorted(body) if was == sorted(was) else was + [rid for rid in body if rid not in was]
+        new[FILE_OF[section]][section] = {rid: _compact(section, body[rid]) for rid in order if rid in body}
     return new
 
 

@@ -72,16 +72,19 @@ KNOWN_KEYS: Mapping[str, frozenset[str]] = {
                          "kernel_constraints", "confidence", "status", "notes"}),
 }
 
-# Upstream model files record a family, not the config.json class; the class each family's
-# checkpoints declare (read from the model files' own notes and the shipped composes).
-FAMILY_ARCHITECTURE: Mapping[str, str] = {
-    "qwen3-next-hybrid": "Qwen3_5ForConditionalGeneration",
-    "qwen35-dense": "Qwen3_5ForConditionalGeneration",
-    "qwen3-next-moe": "Qwen3_5MoeForConditionalGeneration",
-    "nemotron-h-puzzle-moe": "NemotronHPuzzleForCausalLM",
-    "deepseek4-moe": "DeepseekV4ForCausalLM",
-    "inkling-moe": "InklingForCausalLM",
-    "dense": "Qwen2ForCausalLM",
+# Upstream model files record a family, not the config.json facts every family shares: the class
+# its checkpoints declare, the vocabulary and whether the output head shares the embedding. From
+# the model files' own notes (Qwen3.8 "5120/248320", Inkling "vocab 201,024"), the catalog's Qwen
+# 3.6 configs, and the base models' published configs (Qwen2.5-Coder-3B for the `dense` VibeThinker,
+# Nemotron-H, DeepSeek-V3's tokenizer for V4).
+FAMILY_FACTS: Mapping[str, tuple[str, int, bool]] = {
+    "qwen3-next-hybrid": ("Qwen3_5ForConditionalGeneration", 248320, False),
+    "qwen35-dense": ("Qwen3_5ForConditionalGeneration", 248320, False),
+    "qwen3-next-moe": ("Qwen3_5MoeForConditionalGeneration", 248320, False),
+    "nemotron-h-puzzle-moe": ("NemotronHPuzzleForCausalLM", 131072, False),
+    "deepseek4-moe": ("DeepseekV4ForCausalLM", 129280, False),
+    "inkling-moe": ("InklingForCausalLM", 201024, False),
+    "dense": ("Qwen2ForCausalLM", 151936, True),
 }
 # vLLM ``quantization`` of each upstream weight format (None: unquantized)
 QUANTIZATION: Mapping[str, str | None] = {"autoround": "auto-round", "safetensors": None, "bf16": None,
@@ -182,7 +185,8 @@ def map_variant(v: Mapping[str, Any]) -> dict[str, Any]:
 
 def construct_hf_config(mo: Mapping[str, Any]) -> dict[str, Any]:
     """A config.json-shaped record from upstream's architecture facts (no config.json upstream)."""
-    text: dict[str, Any] = {"architectures": [FAMILY_ARCHITECTURE.get(mo.get("family") or "", "")]}
+    arch, vocab, tied = FAMILY_FACTS.get(mo.get("family") or "", ("", 0, False))
+    text: dict[str, Any] = {"architectures": [arch], "vocab_size": vocab, "tie_word_embeddings": tied}
     pairs = (("hidden_size", "hidden_size"), ("num_hidden_layers", "num_hidden_layers"),
              ("num_attention_heads", "num_attn_heads"), ("num_key_value_heads", "num_kv_heads"),
              ("head_dim", "head_dim_attn"), ("intermediate_size", "intermediate_size"),
@@ -196,9 +200,6 @@ def construct_hf_config(mo: Mapping[str, Any]) -> dict[str, Any]:
     for ours, theirs in pairs:
         if isinstance(mo.get(theirs), int) and not isinstance(mo.get(theirs), bool):
             text[ours] = mo[theirs]
-    if "max_position_embeddings" not in text:
-        # the GGUF-only families record no context here; their weights' own header carries it
-        text["max_position_embeddings"] = 131072
     full, linear = mo.get("num_attn_layers"), mo.get("num_gdn_layers")
     if isinstance(full, int) and isinstance(linear, int) and full + linear == mo.get("num_hidden_layers"):
         every = (full + linear) // full

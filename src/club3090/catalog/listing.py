@@ -74,8 +74,27 @@ def profile_rows(catalog: Catalog, gpus: Any = None) -> list[dict[str, Any]]:
             "emittable": emittable,
             "not_emittable_reason": reason,
             "not_emittable_text": NOT_EMITTABLE_TEXT[reason][0] if reason else None,
+            "archived": p.archived,
+            "engine_withdrawn": engine.withdrawn,
+            "replaced_by": p.replaced_by,
+            "aliases": list(p.aliases),
         }
         if gpus is not None:
             row["rig"] = rig_check(catalog, key, gpus)
         rows.append(row)
     return rows
+
+
+def emittability(catalog: Catalog, rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """How many vLLM profiles ``club3090 compose`` replays, and why each other one is refused
+    (``rows`` as ``profile_rows`` gives them, with the compose verdict applied)."""
+    vllm = [r for r in rows if r["engine_type"] == "vllm"]
+    refused = {r["key"]: {"reason": r["not_emittable_reason"], "text": r["not_emittable_text"],
+                          "replaced_by": r["replaced_by"]} for r in vllm if not r["emittable"]}
+    counts: dict[str, int] = {}
+    for r in refused.values():
+        token = str(r["reason"])
+        counts[token] = counts.get(token, 0) + 1
+    return {"vllm_profiles": len(vllm), "emittable": len(vllm) - len(refused),
+            "refusals_by_reason": dict(sorted(counts.items())), "refused": refused,
+            "upstream_commit": catalog.upstream_commit}

@@ -97,6 +97,8 @@ def generate(profile_key: str, catalog: "Catalog", *, guard_runner: GuardRunner 
         reason = (pin.reason if pin is not None and pin.reason else
                   f"{engine.pin} is marked loads:false for {row.arch}" if pin is not None else
                   f"{engine.pin} is not a validated pin for {row.arch}")
+        if engine.withdrawn and profile.replaced_by:
+            reason += f"; upstream withdrew the {engine.id} image: use {profile.replaced_by}"
         return refuse(profile_key, PIN_MISMATCH, reason)
 
     # 4 shape
