@@ -58,10 +58,17 @@ def catalog_copy(tmp_path: Path) -> Path:
 
 @pytest.fixture()
 def seed_copy(tmp_path: Path) -> Path:
-    """The seed-era catalog plus today's hand-curated KV formats (the tool never writes those)."""
+    """The seed-era catalog plus today's hand curation the tool never writes: the KV formats and each
+    file's corrections."""
     dest = tmp_path / "seed"
     shutil.copytree(SEED_CATALOG, dest)
     shutil.copy(SHIPPED / "kv_formats.yaml", dest / "kv_formats.yaml")
+    for name in SYNCED:
+        doc = yaml.safe_load((dest / name).read_text(encoding="utf-8"))
+        shipped = yaml.safe_load((SHIPPED / name).read_text(encoding="utf-8"))
+        if doc.get("corrections") != shipped.get("corrections"):
+            doc["corrections"] = shipped.get("corrections")
+            (dest / name).write_text(yaml.safe_dump(doc, sort_keys=False, allow_unicode=True), encoding="utf-8")
     return dest
 
 

@@ -242,6 +242,19 @@ def upstream_view(up: uc.Upstream, docs: dict[str, Any]) -> dict[str, dict[str, 
                  and pin["pin"].split("@", 1)[0] in engines]
         have |= {pin["pin"] for pin in extra}
         extra += [{"pin": pin, "loads": True} for pin in shipped.get(arch, []) if pin not in have]
+        have |= {pin["pin"] for pin in extra}
+        # an architecture that loads on an overlay-free engine (stock vLLM, built-in classes) loads on
+        # its current release too, unless upstream's row says otherwise
+        for pin in list(pins):
+            eid = pin["pin"].split("@", 1)[0]
+            engine = engines.get(eid) or {}
+            if not pin.get("loads") or engine.get("vendored_overlays") or engine.get("required_genesis") \
+                    or engine.get("stability") == "deprecated" or "image" not in engine:
+                continue
+            current = f"{eid}@{engine_pin_tag(engine['install_method'], engine['image'])}"
+            if current not in have:
+                extra.append({"pin": current, "loads": True})
+                have.add(current)
         if up.arch_pins:
             view["arches"][arch] = {"engine_pins": pins + extra}
     aliases = {a for row in ours["arches"].values() for a in row.get("config_architectures") or []}

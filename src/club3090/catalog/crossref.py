@@ -81,21 +81,20 @@ def _check_model_arches(c: Collector, cat: dict[str, Any], aliases: Mapping[str,
                         f"alias), but {', '.join(sorted(replayable))} can be replayed", file="models.yaml")
 
 
-def _check_successors(c: Collector, cat: dict[str, Any]) -> None:
+def _check_successors(c: Collector, raw: dict[str, Any], cat: dict[str, Any]) -> None:
     """``replaced_by`` names a live profile; an alias names no profile and only one."""
     owners: dict[str, str] = {}
     for key, p in cat["profiles"].items():
         base = f"profiles[{key!r}]"
         if p.replaced_by is not None:
+            _ref(c, "profiles.yaml", f"{base}.replaced_by", p.replaced_by, raw["profiles.yaml"], "profile")
             succ = cat["profiles"].get(p.replaced_by)
-            if succ is None:
-                c.add(f"{base}.replaced_by", f"unknown profile {p.replaced_by!r}", file="profiles.yaml")
-            elif succ.archived or p.replaced_by == key:
+            if succ is not None and (succ.archived or p.replaced_by == key):
                 c.add(f"{base}.replaced_by", f"{p.replaced_by!r} is not a current profile", file="profiles.yaml")
         for alias in p.aliases:
-            if alias in cat["profiles"] or alias in owners:
+            if alias in raw["profiles.yaml"] or alias in owners:
                 c.add(f"{base}.aliases", f"alias {alias!r} is also "
-                      f"{'a profile' if alias in cat['profiles'] else 'an alias of ' + owners[alias]}",
+                      f"{'a profile' if alias in raw['profiles.yaml'] else 'an alias of ' + owners[alias]}",
                       file="profiles.yaml")
             owners[alias] = key
     for name, up in cat["upstream"].items():
@@ -180,7 +179,7 @@ def cross_check(c: Collector, raw: dict[str, Any], cat: dict[str, Any]) -> None:
                   file=f)
         if engine is not None and engine.type == "vllm" and p.mem_util is None:
             c.add(f"{base}.mem_util", "a vllm profile needs mem_util", file=f)
-    _check_successors(c, cat)
+    _check_successors(c, raw, cat)
     for i, a in enumerate(cat["anchors"]):
         _check_anchor(c, raw, cat, i, a)
     names: dict[str, str] = {}

@@ -78,6 +78,16 @@ def profile_rows(catalog: Catalog, gpus: Any = None) -> list[dict[str, Any]]:
             "engine_withdrawn": engine.withdrawn,
             "replaced_by": p.replaced_by,
             "aliases": list(p.aliases),
+            "upstream": {   # how upstream serves it (registry fields the fit does not price)
+                "act_format": p.act_format, "act8_capable": p.act8_capable, "offload": p.offload,
+                "moe_cache": p.moe_cache, "host_ram_gb": p.host_ram_gb, "chat_template": p.chat_template,
+                "requires_homogeneous_arch": p.requires_homogeneous_arch,
+                "weights_companions": list(p.weights_companions), "gateway": p.gateway,
+                "serve_aliases": list(p.serve_aliases), "sampler_profiles": dict(p.sampler_profiles),
+                "default_arch_allow": [str(s) for s in p.default_arch_allow], "category": p.category,
+                "gpu_assignment_mode": p.gpu_assignment_mode,
+                "recommended_engine_features": list(p.recommended_engine_features),
+            },
         }
         if gpus is not None:
             row["rig"] = rig_check(catalog, key, gpus)

@@ -112,18 +112,18 @@ GPU_SPEC: Spec = {
                                   "MI300A): the fraction of `memory_bytes` the GPU may allocate (Apple's "
                                   "default wired-memory limit, the OS and CPU share); `--gpus NAME` prices "
                                   "`memory_bytes` times it. Null for discrete cards.", None),
-    "mem_util_safe": opt(nullable(t_fraction), "Highest `--gpu-memory-utilization` upstream runs this card "
+    "mem_util_safe": evidence(nullable(t_fraction), "Highest `--gpu-memory-utilization` upstream runs this card "
                          "at without desktop or driver reservations failing it (null: not recorded).", None),
-    "kv_format_default": opt(map_of(t_id), "Upstream's preferred KV format (id in kv_formats.yaml) on this "
+    "kv_format_default": evidence(map_of(t_id), "Upstream's preferred KV format (id in kv_formats.yaml) on this "
                              "card by intent: `long_context`, `multi_stream`, `balanced`.", {}),
-    "power_cap_w_max": opt(nullable(t_pos_int), "Board power limit in watts (the card's maximum).", None),
-    "power_cap_w_optimal": opt(nullable(t_pos_int), "Power cap in watts upstream measured as the best "
+    "power_cap_w_max": evidence(nullable(t_pos_int), "Board power limit in watts (the card's maximum).", None),
+    "power_cap_w_optimal": evidence(nullable(t_pos_int), "Power cap in watts upstream measured as the best "
                                "tokens per watt for decode.", None),
-    "power_cap_w_prefill": opt(nullable(t_pos_int), "Power cap in watts upstream recommends for "
+    "power_cap_w_prefill": evidence(nullable(t_pos_int), "Power cap in watts upstream recommends for "
                                "prefill-heavy work.", None),
-    "driver_min": opt(nullable(t_str), "Lowest NVIDIA driver release upstream's images need on this card "
+    "driver_min": evidence(nullable(t_str), "Lowest NVIDIA driver release upstream's images need on this card "
                       "(`580.0`); null: not recorded.", None),
-    "cudagraph": opt(nullable(t_str), "CUDA-graph mode upstream serves the card with (`full`, "
+    "cudagraph": evidence(nullable(t_str), "CUDA-graph mode upstream serves the card with (`full`, "
                      "`piecewise`); null: not recorded.", None),
 }
 KV_SPEC: Spec = {
@@ -182,7 +182,7 @@ DRAFTER_SPEC: Spec = {
                         "the one owner of model-drafter compatibility."),
     "status": opt(t_str, "Maturity as upstream records it (`production`, `experimental`, ...); shown "
                   "in listings.", "experimental"),
-    "requires_engine_min": opt(nullable(t_str), "Oldest engine build (image tag) that serves the drafter; "
+    "requires_engine_min": evidence(nullable(t_str), "Oldest engine build (image tag) that serves the drafter; "
                                "null: any.", None),
 }
 VARIANT_SPEC: Spec = {
@@ -216,14 +216,14 @@ MODEL_SPEC: Spec = {
                             "`--profile-like` is given; upstream's registry `defaults` for vLLM. A "
                             "GPU count with no entry gets a shape derived from the model and the rig.",
                             {}),
-    "family": opt(nullable(t_str), "Upstream's architecture family tag (`qwen3-next-hybrid`, "
+    "family": evidence(nullable(t_str), "Upstream's architecture family tag (`qwen3-next-hybrid`, "
                   "`gemma4-swa-moe`, ...); engines list the families they load.", None),
-    "engine_defaults": opt(map_of(map_of(t_id)), "Upstream's registry `defaults` for this model: engine "
+    "engine_defaults": evidence(map_of(map_of(t_id)), "Upstream's registry `defaults` for this model: engine "
                            "family (`vllm`, `llamacpp`) to GPU-count class to profile; "
                            "`serving_defaults` is its vLLM row.", {}),
-    "vram_sizing": opt(t_mapping, "Upstream's per-tier memory notes for the model (weights per card, "
+    "vram_sizing": evidence(t_mapping, "Upstream's per-tier memory notes for the model (weights per card, "
                        "offload budgets), kept as recorded for llama.cpp offload planning.", {}),
-    "offload_residency": opt(t_mapping, "Upstream's record of which tensors stay on the GPU when "
+    "offload_residency": evidence(t_mapping, "Upstream's record of which tensors stay on the GPU when "
                              "experts are offloaded to host memory (llama.cpp `--n-cpu-moe`).", {}),
 }
 MODEL_NESTED: Mapping[str, Nested] = {
@@ -276,7 +276,7 @@ PATCH_SPEC: Spec = {
     "foundational": req(t_bool, "A failed drift guard refuses the compose whatever `on_fail` says."),
     "deprecated_on": opt(nullable(t_str), "Date the patch was retired (null: live); a deprecated "
                          "patch is never wired."),
-    "files": opt(list_of(t_str, unique=True), "Upstream repository paths the patch ships (files or "
+    "files": evidence(list_of(t_str, unique=True), "Upstream repository paths the patch ships (files or "
                  "folders); the files' digests are in upstream_files.yaml.", ()),
 }
 PATCH_NESTED: Mapping[str, Nested] = {
@@ -397,9 +397,9 @@ UPSTREAM_SPEC: Spec = {
     "commit": opt(nullable(t_commit_prefix), "The upstream commit the catalog was synced from (a full "
                   "SHA; an abbreviated one for an older snapshot); `club3090 --version` and every "
                   "emitted file's header show it.", None),
-    "engine_preference": opt(map_of(list_of(t_str)), "Upstream's engine-family order per GPU-count "
+    "engine_preference": evidence(map_of(list_of(t_str)), "Upstream's engine-family order per GPU-count "
                              "class (`single`, `dual`, `multi`): which family it offers first.", {}),
-    "recommended_default_models": opt(list_of(t_id, unique=True), "Models (ids in models.yaml) "
+    "recommended_default_models": evidence(list_of(t_id, unique=True), "Models (ids in models.yaml) "
                                       "upstream recommends first.", ()),
 }
 # what an anchor without a profile must record itself (nothing to fall back to)

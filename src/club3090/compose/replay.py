@@ -72,6 +72,7 @@ def generate(profile_key: str, catalog: "Catalog", *, guard_runner: GuardRunner 
     drift without ``accept_degraded`` returns ``degraded-drift`` (exit 3) and no text.
     """
     guard = guard_runner or guard_pass
+    profile_key = catalog.profile_key(profile_key) or profile_key      # an old (renamed) slug
     profile = catalog.profiles.get(profile_key)
     if profile is None:
         return refuse(profile_key, OTHER, f"unknown profile {profile_key!r}")

@@ -64,12 +64,7 @@ def _apply_compose_verdict(rows: list[dict[str, Any]], catalog: Any, provider: A
         if not outcome.ok:
             row.update(emittable=False, not_emittable_reason=outcome.token,
                        not_emittable_text=f"compose refuses: {outcome.detail or outcome.token}")
-    for row in rows:
-        if not row["emittable"] and row["replaced_by"] and "use " + row["replaced_by"] not in str(
-                row["not_emittable_text"]):
-            why = "engine image withdrawn upstream" if row["engine_withdrawn"] else (
-                "archived upstream" if row["archived"] else "deprecated upstream")
-            row["not_emittable_text"] = f"{row['not_emittable_text']}; {why}: use {row['replaced_by']}"
+
 
 
 def _emit_cell(row: dict[str, Any]) -> str:
@@ -169,7 +164,7 @@ def render(rows: list[dict[str, Any]], version: str, gpus: Any, width: int | Non
     out = [title, *line([h for h, _fn, _r in columns])]
     for c in cells:
         out.extend(line(c))
-    out.append(summary)
+    out.extend(textwrap.wrap(summary, width) if width is not None else [summary])
     if hidden:
         note = f"(hidden at {width} columns: {', '.join(hidden)}; --json or a wider terminal shows them)"
         out.extend(textwrap.wrap(note, width or len(note)))
