@@ -173,3 +173,42 @@ def test_kv_calc_calibration_scores_this_machines_receipts(tmp_path, capsys):
     assert row["kv_error_gib"] == receipt["term_error"]["available_kv_cache_gib"]
     _, text, _ = run(["kv-calc", "--calibration"], capsys)
     assert "This machine's receipts (club3090 calibrate --save, up): 1" in text
+
+
+def test_the_cli_receipt_and_its_saved_copy_hide_every_planted_value(tmp_path, capsys, monkeypatch):
+    """End to end: a log naming this machine's home, user and host, a token, a model folder outside
+    home and a relative run folder; neither the printed receipt nor the overlay copy holds any."""
+    import socket
+    from pathlib import Path
+
+    home = tmp_path / "home" / "alicex"
+    home.mkdir(parents=True)
+    for name, value in (("HOME", str(home)), ("USER", "alicex"), ("LOGNAME", "alicex")):
+        monkeypatch.setenv(name, value)
+    monkeypatch.setattr(socket, "gethostname", lambda: "gpubox-77")
+    monkeypatch.chdir(tmp_path)
+    model = tmp_path / "work" / "client-acme" / "secret-model"
+    model.mkdir(parents=True)
+    token = "hf_" + "aB3dE5gH7jK9mN1pQ3sT5vW7yZ9bC1dE3f"
+    (tmp_path / "runs" / "secret-proj").mkdir(parents=True)
+    text = (f"(APIServer pid=1) INFO 06-01 09:20:16 [utils.py:278] non-default args: {{'model': '{model}', "
+            f"'max_model_len': 4096, 'api_key': '{token}', 'download_dir': '{home}/cache'}}\n"
+            "INFO 06-01 09:22:30 [kv_cache_utils.py:1733] GPU KV cache size: 1,000 tokens on gpubox-77 for alicex\n")
+    (tmp_path / "runs" / "secret-proj" / "boot.log").write_text(text)
+    planted = ("alicex", "gpubox-77", token, "secret-proj", "secret-model", "client-acme", str(home), str(tmp_path))
+    for extra in ([], ["--arg", "model=acme/Widget-7B"]):
+        code, out, _ = run(["calibrate", "runs/secret-proj/boot.log", "--save", "--json", *extra], capsys)
+        doc = json.loads(out)
+        written = out + "".join(Path(p).read_text() for p in doc["saved"])
+        assert code == 0 and doc["receipts"][0]["measured"]["gpu_kv_cache_tokens"] == 1000
+        for value in planted:
+            assert value not in written.replace(json.dumps(doc["saved"])[1:-1], ""), (value, extra)
+    # a model given for a log that names only a local folder is the receipt's identity
+    assert doc["receipts"][0]["shape"]["model"] == "acme/Widget-7B" and doc["receipts"][0]["shape_given"] == ["model"]
+
+
+def test_a_snapshot_in_the_hf_cache_is_its_repo():
+    text = ("INFO 06-01 09:20:16 [utils.py:278] non-default args: {'model': "
+            "'/home/u/.cache/huggingface/hub/models--acme--Widget-7B/snapshots/0123abcd', 'max_model_len': 4096}\n"
+            "INFO 06-01 09:22:30 [kv_cache_utils.py:1733] GPU KV cache size: 1,000 tokens\n")
+    assert serving_shape(parse_startup(text))["model"] == "acme/Widget-7B"

@@ -10,6 +10,7 @@ import pytest
 
 from club3090.cli import build_parser
 from club3090.gate.outcome import NoticeCode, Reason
+from club3090.gate.swap_match import SwapToken
 
 README = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
 # argparse's own help flag, and aliases kept only for upstream command lines
@@ -68,3 +69,8 @@ def test_every_exit_code_is_documented():
 @pytest.mark.parametrize("code", [c.value for c in NoticeCode])
 def test_every_notice_code_is_documented(code):
     assert re.search(rf"^\| `{re.escape(code)}` \|", README, flags=re.M), code
+
+
+@pytest.mark.parametrize("token", [t.value for t in SwapToken])
+def test_every_swap_token_is_documented(token):
+    assert re.search(rf"^\| `{re.escape(token)}` \|", README, flags=re.M), token

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from decimal import Decimal
 
 import pytest
@@ -183,3 +184,59 @@ def test_named_non_nvidia_card_is_priced_with_a_notice(cat):
     assert "AMD Instinct MI300X" in notice.text and "size check" in notice.text
     nvidia = resolve_hardware(tp=2, gpu_set=parse_gpus("2x3090", cat))
     assert not any(n.code == NoticeCode.NON_NVIDIA_GPU for n in nvidia.notices)
+
+
+# ---------------------------------------------------------------------------------------------
+# rigs of several nodes
+
+
+@pytest.mark.parametrize("spec, nodes, per_node", [
+    ("2x(2x3090)", None, 2), ("2 x (8xH100)", None, 8), ("2x3090", 2, 2), ("8xH100", 3, 8),
+    ("2x(2x3090)", 2, 2), ("2x(1x24GiB,1x3090)", None, 2),
+])
+def test_nodes_forms(cat, spec, nodes, per_node):
+    g = parse_gpus(spec, cat, nodes=nodes)
+    n = nodes or int(spec.split("x")[0])
+    assert (g.nodes, g.gpus_per_node, g.count) == (n, per_node, n * per_node)
+    assert g.multi_node and g.interconnect == "ethernet-10g"
+    assert [g.node_of(i) for i in range(g.count)] == [i // per_node for i in range(g.count)]
+    one = parse_gpus(spec.split("(", 1)[1].rstrip(")") if "(" in spec else spec, cat)
+    assert g.memory_bytes == one.memory_bytes * n and g.names == one.names * n and g.sm == one.sm
+    doc = g.to_json()
+    assert (doc["nodes"], doc["gpus_per_node"], doc["interconnect"]) == (n, per_node, "ethernet-10g")
+
+
+def test_one_node_is_the_single_box_value(cat):
+    g = parse_gpus("2x3090", cat)
+    assert (g.nodes, g.interconnect, g.gpus_per_node, g.multi_node) == (1, None, 2, False)
+    assert "nodes" not in g.to_json()
+    assert parse_gpus("2x3090", cat, nodes=1) == g
+    assert parse_gpus("1x(2x3090)", cat).nodes == 1
+
+
+@pytest.mark.parametrize("link", ["ethernet-10g", "ethernet-100g", "infiniband"])
+def test_interconnect_is_kept(cat, link):
+    assert parse_gpus("2x(8xH100)", cat, interconnect=link).interconnect == link
+
+
+@pytest.mark.parametrize("spec, kwargs, says", [
+    ("2x(2x3090)", {"nodes": 3}, "--nodes says 3"),
+    ("2x(2x(2x3090))", {}, "NODESx(ONE NODE)"),
+    ("2x(2x3090),1x(4x4090)", {}, "NODESx(ONE NODE)"),
+    ("2x()", {}, "a node needs GPUs"),
+    ("2x3090", {"nodes": 0}, "1..16 nodes"),
+    ("2x3090", {"nodes": 17}, "1..16 nodes"),
+    ("16x(8xH100)", {}, "over 64 GPUs"),
+    ("2x(2x3090)", {"interconnect": "carrier-pigeon"}, "ethernet-10g, ethernet-100g, infiniband"),
+    ("2x3090", {"interconnect": "infiniband"}, "link between nodes"),
+    ("2x(2xnope)", {}, "unknown GPU"),
+])
+def test_nodes_refusals(cat, spec, kwargs, says):
+    with pytest.raises(UsageError, match=re.escape(says)):
+        parse_gpus(spec, cat, **kwargs)
+
+
+def test_subset_keeps_whole_nodes(cat):
+    g = parse_gpus("2x(8xH100)", cat, interconnect="infiniband")
+    assert (g.subset(16).nodes, g.subset(16).interconnect) == (2, "infiniband")
+    assert (g.subset(8).nodes, g.subset(8).interconnect) == (1, None)

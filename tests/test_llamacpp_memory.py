@@ -153,10 +153,23 @@ def test_fewest_offloaded_prefers_moving_experts(models: dict[str, GgufModel]) -
     r = fewest_offloaded(m, args, tight)
     assert r is not None and r.args.n_cpu_moe == 1 and r.gpu_layers == m.n_layer + 1
     dense = models["dense"]
-    d_full = predict(dense, args, [24 * GiB]).devices[0].total_bytes
-    r2 = fewest_offloaded(dense, args, [d_full - dense.output_bytes // 2])
+    small = replace(args, ubatch_size=16, batch_size=16)   # below op offload: a head on the host frees its bytes
+    d_full = predict(dense, small, [24 * GiB]).devices[0].total_bytes
+    r2 = fewest_offloaded(dense, small, [d_full - dense.output_bytes // 2])
     assert r2 is not None and r2.args.n_gpu_layers == dense.n_layer
-    assert fewest_offloaded(dense, args, [MiB]) is None or fewest_offloaded(dense, args, [MiB]).gpu_layers == 0
+
+
+def test_host_weights_are_copied_to_the_gpu_for_a_large_micro_batch(models: dict[str, GgufModel]) -> None:
+    """ggml's op offload: from 32 tokens a host matrix is multiplied on the GPU, its copy in the
+    main GPU's compute buffer (here the output head, left on the host by -ngl n_layer)."""
+    dense = models["dense"]
+    head = dict(dense.tensors)["output.weight"]
+    for ub, copied in ((512, head), (16, 0)):
+        a = LlamaCppArgs(ctx_size=4096, ubatch_size=ub, batch_size=ub, n_gpu_layers=dense.n_layer)
+        gpu = predict(dense, a, [24 * GiB]).devices[0]
+        masks = 4096 * max(ub, 64) * 2                     # f16 mask, rows padded to 64
+        phases = max(masks + 4 * ub * 3 * dense.n_embd, 4 * ub * 4 * dense.n_ff)   # attention / FFN, no logits
+        assert gpu.compute_bytes == phases + copied
 
 
 def test_host_capacity_is_checked(models: dict[str, GgufModel]) -> None:

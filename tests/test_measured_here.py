@@ -61,6 +61,8 @@ def test_a_promoted_measurement_prices_the_next_pull_and_kv_calc(fake_hub, monke
         or after["fit"]["num_blocks"] == entry["measured"]["num_gpu_blocks"]
     assert after["fit"]["error_band_bytes"] <= 0.01 * GIB < before["fit"]["error_band_bytes"]
     assert code in (0, 2, 3) and before_code in (0, 2, 3)
+    cli.main(pull[:-1])
+    assert "exact (measured here)" in capsys.readouterr().out
 
     kv = ["kv-calc", REPO, "--gpus", "1x3090", "--max-model-len", str(fit["max_model_len"]),
           "--mem-util", str(settings["mem_util"]), "--kv-cache-dtype", settings["kv_cache_dtype"], "--json"]

@@ -431,3 +431,72 @@ def test_the_json_output_carries_the_receipt_or_why_not(tmp_path):
     receipt = json.loads((tmp_path / "receipt.json").read_text(encoding="utf-8"))
     assert receipt["shape"]["kv_cache_dtype"] == "fp8" and receipt["shape"]["model"] == "a/b"
     assert json.loads(Path(doc["saved"]).read_text(encoding="utf-8")) == receipt
+
+
+GEMMA = "cyankiwi/gemma-4-26B-A4B-it-AWQ-4bit"
+GEMMA_PROFILE = "vllm/gemma-26ba4b-single"
+ASSISTANT = "google/gemma-4-26B-A4B-it-assistant"
+ASSISTANT_FOLDER = "/root/.cache/huggingface/gemma-4-26b-a4b-it-assistant"
+
+
+def pin_upstream(env: dict[str, Any], prefix: str) -> None:
+    """Serve (and pin in the catalog copy) a stand-in for every upstream file under ``prefix``."""
+    base = env["catalog"]
+    pinned = dict(base.upstream_files)
+    for path, f in base.upstream_files.items():
+        if path.startswith(prefix):
+            body = f"stand-in for {path}\n".encode()
+            pinned[path] = UpstreamFile(path, COMMIT, len(body), hashlib.sha256(body).hexdigest(), f.executable)
+            env["upstream"].files[f"/{COMMIT}/{path}"] = body
+    catalog = dataclasses.replace(base, upstream_files=pinned)
+    env["provider"] = lambda settings: LiveProvider(settings, free_disk=lambda _p: 10**15, load=lambda: catalog)
+
+
+def test_every_drafter_folder_names_a_catalog_repo():
+    from club3090.pipeline.up import drafter_repo
+
+    catalog = load_catalog()
+    folders = {d.id: d.local_model_path for d in catalog.drafters.values() if d.local_model_path}
+    assert folders
+    for drafter_id, folder in folders.items():
+        repo = drafter_repo(catalog, drafter_id)
+        assert repo is not None and repo.rsplit("/", 1)[-1].lower() == folder.rsplit("/", 1)[-1], drafter_id
+    assert drafter_repo(catalog, "qwen-mtp-builtin") is None and drafter_repo(catalog, None) is None
+
+
+def test_a_drafter_profile_downloads_the_drafter_into_the_hf_cache(env, capsys):
+    from club3090.pipeline.bundle import STATE
+
+    env["hub"].add_fixture("Qwen--Qwen2.5-0.5B", repo_id=GEMMA, tensors=TENSORS, shards=1)
+    env["hub"].add_fixture("Qwen--Qwen2.5-0.5B", repo_id=ASSISTANT, tensors=TENSORS, shards=2)
+    pin_upstream(env, "models/gemma-4-26b-a4b/")
+    run = env["tmp"] / "run"
+    code = up(env, GEMMA, "--gpus", "1x3090", "--profile-like", GEMMA_PROFILE, "--yes", "--dir", str(run),
+              "--no-start")
+    out = capsys.readouterr().out
+    assert code == 0, out
+    state = json.loads((run / STATE).read_text())
+    commit = state["drafter"]["commit"]
+    assert state["drafter"]["repo_id"] == ASSISTANT and len(commit) == 40
+    snap = Path(os.environ["HF_HOME"]) / "hub" / f"models--{ASSISTANT.replace('/', '--')}" / "snapshots" / commit
+    assert (snap / "config.json").is_file() and len(list(snap.glob("*.safetensors"))) == 2
+    assert f"[up] drafter: {ASSISTANT}" in out and "sha256 verified" in out
+    inside = f"/root/.cache/huggingface/hub/models--{ASSISTANT.replace('/', '--')}/snapshots/{commit}"
+    compose, serve = (run / "compose.yml").read_text(), (run / "serve.sh").read_text()
+    assert inside in compose and ASSISTANT_FOLDER not in compose
+    assert str(snap) in serve and "/root/.cache/huggingface" not in serve
+
+
+def test_a_drafter_that_fails_its_hash_starts_nothing(env, capsys):
+    env["hub"].add_fixture("Qwen--Qwen2.5-0.5B", repo_id=GEMMA, tensors=TENSORS, shards=1)
+    env["hub"].add_fixture("Qwen--Qwen2.5-0.5B", repo_id=ASSISTANT, tensors=TENSORS, shards=1)
+    env["hub"].repos[ASSISTANT].files["model.safetensors"]._sha256 = "0" * 64
+    pin_upstream(env, "models/gemma-4-26b-a4b/")
+    run = env["tmp"] / "run"
+    code = up(env, GEMMA, "--gpus", "1x3090", "--profile-like", GEMMA_PROFILE, "--yes", "--dir", str(run),
+              "--no-start")
+    err = capsys.readouterr().err
+    assert code == 65 and "sha256" in err and "model.safetensors" in err, err
+    assert not (run / "state.json").exists()
+    snapshots = env["tmp"] / "hf" / "hub" / f"models--{ASSISTANT.replace('/', '--')}" / "snapshots"
+    assert not list(snapshots.glob("*/model.safetensors"))          # the bad file was deleted

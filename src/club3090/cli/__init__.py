@@ -60,6 +60,7 @@ COMMANDS: tuple[tuple[str, str], ...] = (
     ("calibrate", "club3090.cli.commands.calibrate"),
     ("loop", "club3090.cli.commands.loop"),
     ("up", "club3090.cli.commands.up"),
+    ("swap", "club3090.cli.commands.swap"),
     ("down/status/logs", "club3090.cli.commands.served"),
 )
 

@@ -68,3 +68,18 @@ def terminal_console(**kwargs: Any) -> Any:
 
     kwargs.setdefault("highlight", False)
     return _SafeConsole(markup=False, emoji=False, **kwargs)
+
+
+CONFIDENCE_WORDS = {"exact": "exact (curated)", "derived": "derived", "estimated-lower-bound": "estimated"}
+
+
+def confidence_text(confidence: str | None, fit: Any = None) -> str:
+    """The confidence a person reads: the gate's word, or the local measurement that priced the fit
+    (``exact (measured here)``; ``estimated, calibrated (measured here, near shape) ±0.05 GiB``)."""
+    calibration = getattr(fit, "calibration", None)
+    word = CONFIDENCE_WORDS.get(confidence or "", confidence or "")
+    if calibration is None:
+        return word
+    if confidence == "exact" and calibration.label.startswith("exact"):
+        return str(calibration.label)
+    return f"{word}, {calibration.label} ±{calibration.band_bytes / GiB:.2f} GiB"

@@ -43,7 +43,8 @@ if TYPE_CHECKING:
 Progress = Callable[[int, int], None]
 
 DEFAULT_MAX_CTX = 131072
-LLAMA_CPP_HINT = ("GGUF checkpoints run under llama.cpp: `club3090 kv-calc REPO --quant QUANT` prices one with "
+LLAMA_CPP_HINT = ("GGUF checkpoints run under llama.cpp: `club3090 fits REPO --gpus SPEC` lists every quant with "
+                  "its largest context and offload need; `club3090 kv-calc REPO --quant QUANT` prices one with "
                   "llama.cpp's memory model; `club3090 profiles` lists the llama.cpp profiles")
 
 # Metadata files counted in the download set when the repo has them (docs/DESIGN.md, plus the

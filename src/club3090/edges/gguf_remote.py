@@ -11,18 +11,25 @@ files: the shards of a split model (``-00001-of-0000N``) form one entry, project
 from __future__ import annotations
 
 import re
+import threading
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
 from club3090.edges.hub import HubClient, RepoInfo
-from club3090.errors import InputError
+from club3090.errors import EntryNotFound, InputError
 from club3090.model.gguf import MAX_HEADER_BYTES, GgufFile, NeedMoreBytes, parse_header, split_name
 from club3090.model.gguf_model import GgufModel, from_files
 
-__all__ = ["FIRST_READ_BYTES", "QuantFile", "list_quants", "load_local", "read_cached", "read_remote"]
+__all__ = ["FIRST_READ_BYTES", "REPO_HEADER_BUDGET", "QuantFile", "QuantHeaders", "list_quants", "load_local",
+           "read_cached", "read_quants", "read_remote"]
 
 FIRST_READ_BYTES = 2 * 1024 * 1024      # a 150k-token vocabulary fits in a few MiB
+SHARD_FIRST_READ_BYTES = 256 * 1024     # shards after the first carry no tokenizer: a small header
+HEADER_SLACK_BYTES = 64 * 1024          # a sibling quant's header differs from the first's by a few names
+REPO_HEADER_BUDGET = 96 * 1024 * 1024   # every quant header of one repo together (``fits``)
+QUANT_WORKERS = 4                       # quant headers in flight
 _QUANT_RE = re.compile(
     r"(?:^|[-_.])((?:UD-)?(?:I?Q\d_[A-Z0-9]+(?:_[A-Z0-9]+)?|TQ\d_\d|MXFP4(?:_MOE)?|BF16|F16|F32))(?=[-_.])",
     re.IGNORECASE)
@@ -70,9 +77,12 @@ def list_quants(info: RepoInfo) -> list[QuantFile]:
     return out
 
 
-def _read_growing(read: Callable[[int, int], bytes], name: str, size: int | None) -> GgufFile:
-    """Read a prefix, then more while the parser needs it, within the header budget."""
-    want = FIRST_READ_BYTES if size is None else max(1, min(FIRST_READ_BYTES, size))
+def _read_growing(read: Callable[[int, int], bytes], name: str, size: int | None,
+                  first: int | None = None) -> GgufFile:
+    """Read a prefix (``first`` bytes, default :data:`FIRST_READ_BYTES`), then more while the parser
+    needs it, within the header budget."""
+    first = first or FIRST_READ_BYTES
+    want = first if size is None else max(1, min(first, size))
     data = read(0, want)
     while True:
         try:
@@ -88,15 +98,19 @@ def _read_growing(read: Callable[[int, int], bytes], name: str, size: int | None
 
 
 def read_remote(client: HubClient, repo_id: str, filename: str, revision: str | None,
-                size: int | None) -> GgufFile:
-    """One file's GGUF header by ranged GETs (``size`` from the repo listing, when known)."""
+                size: int | None, *, first: int | None = None,
+                allowance: "_Allowance | None" = None) -> GgufFile:
+    """One file's GGUF header by ranged GETs (``size`` from the repo listing, when known); every
+    byte asked for is taken from ``allowance`` first, when given."""
     url = client._url(repo_id, filename, revision)
     label = _shown(f"{repo_id}/{filename}")
 
     def read(start: int, length: int) -> bytes:
+        if allowance is not None:
+            allowance.take(length)
         return client._get(url, start=start, length=length, ranged=True)
 
-    return client._call(repo_id, lambda: _read_growing(read, label, size))  # type: ignore[no-any-return]
+    return client._call(repo_id, lambda: _read_growing(read, label, size, first))  # type: ignore[no-any-return]
 
 
 def load_remote(client: HubClient, info: RepoInfo, quant: QuantFile) -> GgufModel:
@@ -105,6 +119,71 @@ def load_remote(client: HubClient, info: RepoInfo, quant: QuantFile) -> GgufMode
     headers = [read_remote(client, info.repo_id, name, info.commit or info.revision, sizes.get(name))
                for name in quant.files]
     return from_files(headers)
+
+
+class _BudgetSpent(Exception):
+    """The repo's header byte budget would be exceeded by the next read."""
+
+
+class _Allowance:
+    """Header bytes one repo may still cost; thread-safe."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit, self.used = limit, 0
+        self._lock = threading.Lock()
+
+    def take(self, nbytes: int) -> None:
+        with self._lock:
+            if self.used + nbytes > self.limit:
+                raise _BudgetSpent
+            self.used += nbytes
+
+
+@dataclass(frozen=True, slots=True)
+class QuantHeaders:
+    """One quant file of a repo and what its headers gave: the model, or why it was not read."""
+
+    quant: QuantFile
+    model: GgufModel | None
+    problem: str | None = None      # "header budget spent" or the header's defect
+    header_bytes: int = 0           # where the first shard's tensor-info table ends
+
+
+def read_quants(client: HubClient, info: RepoInfo, quants: Sequence[QuantFile], *,
+                budget: int | None = None, workers: int = QUANT_WORKERS) -> tuple[list[QuantHeaders], int]:
+    """Every quant's headers (all shards), ``workers`` quants at a time, within ``budget`` bytes for
+    the repo; returns them in ``quants`` order and the bytes read. The smallest quant is read first,
+    alone: its header length sizes the first range of the others (one round trip each)."""
+    sizes = {f.name: f.size_bytes for f in info.files}
+    budget = REPO_HEADER_BUDGET if budget is None else budget
+    allowance = _Allowance(budget)
+    revision = info.commit or info.revision
+
+    def load(quant: QuantFile, first: int) -> QuantHeaders:
+        try:
+            headers = [read_remote(client, info.repo_id, name, revision, sizes.get(name),
+                                   first=first if i == 0 else SHARD_FIRST_READ_BYTES, allowance=allowance)
+                       for i, name in enumerate(quant.files)]
+            return QuantHeaders(quant=quant, model=from_files(headers), header_bytes=headers[0].header_bytes)
+        except _BudgetSpent:
+            return QuantHeaders(quant=quant, model=None, problem=f"not read: the repo's {budget >> 20} MiB "
+                                                                 "header budget is spent")
+        except (InputError, EntryNotFound) as exc:
+            return QuantHeaders(quant=quant, model=None, problem=_shown(str(exc))[:300])
+
+    if not quants:
+        return [], 0
+    order = sorted(range(len(quants)), key=lambda i: quants[i].size_bytes or 0)
+    out: dict[int, QuantHeaders] = {order[0]: load(quants[order[0]], FIRST_READ_BYTES)}
+    learned = out[order[0]].header_bytes
+    first = min(learned + HEADER_SLACK_BYTES, MAX_HEADER_BYTES) if learned else FIRST_READ_BYTES
+    rest = order[1:]
+    if rest:
+        with ThreadPoolExecutor(max_workers=max(1, min(workers, len(rest))),
+                                thread_name_prefix="club3090-gguf") as pool:
+            for i, done in zip(rest, pool.map(lambda j: load(quants[j], first), rest), strict=True):
+                out[i] = done
+    return [out[i] for i in range(len(quants))], allowance.used
 
 
 def _read_file(path: Path) -> GgufFile:

@@ -16,8 +16,10 @@ real llama.cpp's start-up lines):
   head is a second copy of the embeddings on the output device; ``--n-cpu-moe N`` keeps the expert
   tensors of the first N layers on the host; each layer's KV lives with the layer.
 
-Estimated parts: the compute buffers (attention mask / scores, FFN and logits activations for
-one ``-ub`` micro-batch) and the CUDA context per GPU. Answers are ``estimated``.
+Estimated parts: the compute buffers (the largest phase of one ``-ub`` micro-batch's graph:
+attention masks / scores, FFN or logits activations, plus the copy of a host weight that op offload
+multiplies on the GPU; calibrated on logged starts, docs/ACCURACY.md) and the CUDA context per GPU.
+Answers are ``estimated``.
 
 Pure: no I/O, no environment, no printing.
 """
@@ -53,6 +55,7 @@ __all__ = [
 MiB = 1 << 20
 CELL_PAD = 256                         # llama.cpp pads the context (and each stream) to 256 cells
 MASK_TOKEN_PAD = 64                    # GGML_KQ_MASK_PAD: the attention mask's token rows
+OP_OFFLOAD_MIN_BATCH = 32              # ggml-cuda offloads host-weight ops from this batch size
 CUDA_CONTEXT_BYTES = 350 * MiB         # CUDA context + cuBLAS workspace per GPU (estimated)
 CONFIDENCE = "estimated"
 # llama.cpp's --cache-type-k/-v choices; forks add their own (given by the catalog).
@@ -229,20 +232,74 @@ def _splits(args: LlamaCppArgs, capacities: Sequence[int]) -> list[float]:
     return [c / total for c in accumulate(weights)]
 
 
+def _masks(cache: KvCache, args: LlamaCppArgs, *, attention: bool, swa: bool, itemsize: int) -> int:
+    """The KQ mask inputs (one per attention kind): ``n_kv x pad(n_ubatch, 64)`` values."""
+    rows = _pad(cache.n_ubatch, MASK_TOKEN_PAD)
+    return sum(n_kv * rows * itemsize for present, n_kv in ((attention, cache.cells), (swa, cache.swa_cells))
+               if present)
+
+
 def _compute_bytes(model: GgufModel, cache: KvCache, args: LlamaCppArgs, *, attention: bool, swa: bool,
                    logits: bool) -> int:
-    """One micro-batch's activations on a device (estimated): mask/scores, FFN, logits."""
+    """A device's compute buffer: the peak of one ``-ub`` micro-batch's graph (estimated).
+
+    llama.cpp reserves the worst-case graph (``n_ubatch`` tokens, every one an output) and ggml's
+    allocator reuses a tensor's memory once its consumers ran, so the buffer is the largest of the
+    phases, not their sum (docs/ACCURACY.md fits these terms to logged buffers): the attention
+    (flash: the f16 masks + Q/out/residual rows; without: the f32 scores ``n_kv x n_ub x n_head``
+    + the f32 masks), the FFN (gate/up/act/mul rows of the widest dense or routed FFN) and, on the
+    device holding the output head, the f32 logits ``n_ub x n_vocab`` with two rows of inputs.
+    """
     n_ub = cache.n_ubatch
-    ffn = max(2 * model.n_ff, 3 * model.n_ff_exp * model.n_expert_used)   # gate/up (+ routed copies)
-    out = 4 * n_ub * (ffn + 3 * model.n_embd)
-    heads = max(model.n_head, default=1)
-    for present, n_kv in ((attention, cache.cells), (swa, cache.swa_cells)):
-        if present:
-            out += (n_kv * _pad(n_ub, MASK_TOKEN_PAD) * 2 if args.flash_attn
-                    else n_kv * n_ub * 4 * (heads + 1))
+    row = 4 * n_ub                                    # one f32 value per token of the micro-batch
+    itemsize = 2 if args.flash_attn else 4
+    masks = _masks(cache, args, attention=attention, swa=swa, itemsize=itemsize)
+    phases = []
+    if attention or swa:
+        if args.flash_attn:
+            phases.append(masks + row * 3 * model.n_embd)
+        else:
+            n_kv = max(cache.cells if attention else 0, cache.swa_cells if swa else 0)
+            heads = max(model.n_head, default=1)
+            phases.append(masks + n_kv * n_ub * 4 * heads + row * (11 * model.n_embd // 2))
+        ffn = max(4 * model.n_ff, 4 * model.n_ff_exp * model.n_expert_used + model.n_expert)
+        phases.append(row * ffn)
     if logits:
-        out += 4 * n_ub * model.n_vocab
-    return out
+        phases.append(row * (model.n_vocab + 2 * model.n_embd))
+    return max(phases, default=0)
+
+
+def _host_staging_bytes(model: GgufModel, cache: KvCache, *, attention: bool, swa: bool) -> int:
+    """The host-side compute buffer when the layers run on GPUs (``CUDA_Host compute buffer``): the
+    f32 masks as built on the host and the embedded input rows."""
+    masks = _masks(cache, LlamaCppArgs(ctx_size=1, flash_attn=False), attention=attention, swa=swa, itemsize=4)
+    return masks + 4 * cache.n_ubatch * model.n_embd
+
+
+def _largest_host_weight(model: GgufModel, args: LlamaCppArgs, device_of: Callable[[int], int], out_dev: int,
+                         cpu: int) -> int:
+    """The largest matrix left in host memory that a layer or the output head multiplies with.
+
+    With a micro-batch of at least 32 tokens ggml offloads such an op to the GPU (op offload) and
+    the copy of the weight lives in the main GPU's compute buffer. Token embeddings are looked up
+    (``get_rows``), never copied."""
+    rules = [(re.compile(p), b.upper() == "CPU") for p, b in args.override_tensors]
+    largest = 0
+    for name, nbytes in model.tensors:
+        if name.startswith(("token_embd", "per_layer_token_embd")) or nbytes <= largest:
+            continue
+        forced = next((on_host for rx, on_host in rules if rx.search(name)), None)
+        m = re.match(r"blk\.(\d+)\.", name)
+        if forced is not None:
+            on_host = forced
+        elif m and int(m[1]) < model.n_layer:
+            il = int(m[1])
+            on_host = device_of(il) == cpu or ("_exps" in name and il < args.n_cpu_moe)
+        else:
+            on_host = name.startswith("output.") and out_dev == cpu
+        if on_host:
+            largest = nbytes
+    return largest
 
 
 def predict(model: GgufModel, args: LlamaCppArgs, gpu_bytes: Sequence[int],
@@ -278,6 +335,7 @@ def _predict(model: GgufModel, args: LlamaCppArgs, gpu_bytes: Sequence[int],
     weights, kv, layers = [0] * (n_gpu + 1), [0] * (n_gpu + 1), [0] * (n_gpu + 1)
     attn, swa = [False] * (n_gpu + 1), [False] * (n_gpu + 1)
     fractions = [b - a for a, b in zip([0.0, *splits], splits, strict=False)]
+    kv_layers = model.kv_layers          # a property that builds the tuple: once, not per layer
     for il in range(n_layer):
         d = device_of(il)
         layers[d] += 1
@@ -291,7 +349,7 @@ def _predict(model: GgufModel, args: LlamaCppArgs, gpu_bytes: Sequence[int],
         else:
             weights[d] += dense + experts
         kv[d if args.kv_offload else cpu] += per_layer_kv[il]
-        layer = model.kv_layers[il]
+        layer = kv_layers[il]
         if layer.k_elems:
             if layer.window:
                 swa[d] = True
@@ -304,12 +362,18 @@ def _predict(model: GgufModel, args: LlamaCppArgs, gpu_bytes: Sequence[int],
     if args.override_tensors:
         _apply_overrides(model, args, weights, device_of, out_dev, fractions)
     devices = []
+    copy = _largest_host_weight(model, args, device_of, out_dev, cpu) \
+        if n_gpu and cache.n_ubatch >= OP_OFFLOAD_MIN_BATCH else 0
+    any_attn, any_swa = any(attn[:cpu]), any(swa[:cpu])
     for g in range(n_gpu + 1):
         used = layers[g] > 0 or g == out_dev
         compute = _compute_bytes(model, cache, args, attention=attn[g], swa=swa[g], logits=g == out_dev) \
             if used else 0
-        if g == cpu and not used and n_gpu:
-            compute = 4 * cache.n_ubatch * model.n_embd * 2   # host staging of the input batch
+        if g == (args.main_gpu if args.split_mode != "layer" else 0) and g != cpu:
+            compute += copy
+        if g == cpu and n_gpu:   # the inputs staged on the host for the GPUs
+            compute = max(compute, _host_staging_bytes(model, cache, attention=any_attn or attn[cpu],
+                                                       swa=any_swa or swa[cpu]))
         devices.append(Device(
             name="CPU" if g == cpu else f"CUDA{g}", layers=layers[g] + (1 if g == out_dev else 0),
             weights_bytes=weights[g], kv_bytes=kv[g], compute_bytes=compute,

@@ -24,6 +24,7 @@ from fractions import Fraction
 from typing import Any
 
 from club3090.fit import profiling
+from club3090.fit.correction import Calibration
 from club3090.fit.kv_formats import canonical_dtype, dtype_bytes, kv_format
 from club3090.fit.kv_layout import (
     CannotPrice,
@@ -186,6 +187,7 @@ class FitResult:
     notes: tuple[str, ...] = field(default=())
     cudagraph_outside_budget_bytes: int = 0
     requested_concurrency: int = 1
+    calibration: Calibration | None = None   # a local measurement priced it (fit/correction.py)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -210,6 +212,7 @@ class FitResult:
             "groups": [asdict(g) for g in self.groups],
             "settings": asdict(self.settings),
             "notes": list(self.notes),
+            "calibration": self.calibration.to_json() if self.calibration is not None else None,
         }
 
 

@@ -134,6 +134,10 @@ class NoticeCode(str, Enum):
     EMIT_REFUSED = "emit-refused"                              # data: failure, detail
     BUNDLE_WRITE_FAILED = "bundle-write-failed"                # data: error
     MEASURED_HERE = "measured-here"                            # data: entry, band_gib
+    MEASURED_NEAR = "measured-near"                            # data: receipts, residual_gib, band_gib, capped
+    # stratum-5 advisories (club3090.gate.advisories): PullResult.advisories / fits' rows, never notices
+    VARIANTS_FIT = "variants-fit"                              # data: variants [...], int4_estimate_bytes
+    SWAP_SERVES_IT = "swap-serves-it"                          # data: profile, profiles, model, command
     # hardware resolution (club3090.rig.hardware.resolve_hardware)
     REFERENCE_GPU_PRICED = "reference-gpu-priced"              # data: gpu, count, memory_bytes
     MIXED_GPU_ARCH = "mixed-gpu-arch"                          # data: sms

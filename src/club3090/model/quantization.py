@@ -76,6 +76,22 @@ def _widest_group_bits(qc: Mapping[str, Any]) -> int | None:
     return max(bits) if bits else None
 
 
+def _group_size(qc: Mapping[str, Any]) -> int | None:
+    """The declared weight group size: ``group_size`` / ``q_group_size``, else the widest group's."""
+    for key in ("group_size", "q_group_size"):
+        value = qc.get(key)
+        if isinstance(value, int) and not isinstance(value, bool) and (value > 0 or value == -1):
+            return value
+    groups = qc.get("config_groups")
+    if isinstance(groups, Mapping):
+        for g in groups.values():
+            weights = g.get("weights") if isinstance(g, Mapping) else None
+            value = weights.get("group_size") if isinstance(weights, Mapping) else None
+            if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+                return value
+    return None
+
+
 def _quant_from(qc: Mapping[str, Any], default_method: str | None) -> Quantization | None:
     """One quantization_config-like mapping -> Quantization (bits None when unresolved)."""
     inner = qc.get("quantization") if isinstance(qc.get("quantization"), Mapping) else None  # hf_quant_config
@@ -114,7 +130,8 @@ def _quant_from(qc: Mapping[str, Any], default_method: str | None) -> Quantizati
         scheme = str(fmt) if isinstance(fmt, str) and fmt else None
     if bits is None:
         bits = default_bits(method)
-    return Quantization(method=method, bits=bits, kv_cache_scheme=_kv_scheme(qc), scheme=scheme)
+    return Quantization(method=method, bits=bits, kv_cache_scheme=_kv_scheme(qc), scheme=scheme,
+                        group_size=_group_size(qc))
 
 
 def _torch_dtype(arch: Architecture) -> str | None:
@@ -148,7 +165,7 @@ def resolve_quantization(arch: Architecture, quant_files: Mapping[str, Any],
         if quant is None:
             quant, provenance["quantization"] = found, source
         elif quant.kv_cache_scheme is None and found.kv_cache_scheme:  # e.g. hf_quant_config's KV algo
-            quant = Quantization(quant.method, quant.bits, found.kv_cache_scheme, quant.scheme)
+            quant = Quantization(quant.method, quant.bits, found.kv_cache_scheme, quant.scheme, quant.group_size)
     if quant is not None and quant.bits is None and quant.method in _KNOWN_METHODS:
         return deriver_stop(Reason.QUANT_DTYPE_UNKNOWN, "unknown-bits",
                      f"quantization method {quant.method!r} declares no weight bit width")

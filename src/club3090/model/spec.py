@@ -35,6 +35,7 @@ class Quantization:
     bits: int | None
     kv_cache_scheme: str | None = None  # a KV format the checkpoint declares (e.g. "fp8"), if any
     scheme: str | None = None           # finer scheme when declared: quant_algo (NVFP4, MIXED_PRECISION), nf4, e4m3, ...
+    group_size: int | None = None       # weight group size when declared (128; -1 = per channel)
 
 
 @dataclass(frozen=True, slots=True)

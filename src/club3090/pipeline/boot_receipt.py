@@ -48,8 +48,9 @@ def launch_settings(argv: Sequence[str], repo_id: str) -> dict[str, Any]:
 
 def write_boot_receipt(directory: Path, log_text: str, *, argv: Sequence[str], repo_id: str, hardware: Any,
                        snapshot: Path | None, secrets: Sequence[str] = (),
-                       env: Mapping[str, str] | None = None) -> BootReceipt:
-    """Parse the start-up log into DIR/receipt.json and the local overlay; a note when it holds none."""
+                       env: Mapping[str, str] | None = None, swap_of: str | None = None) -> BootReceipt:
+    """Parse the start-up log into DIR/receipt.json and the local overlay; a note when it holds none.
+    ``swap_of``: the curated profile a ``swap`` cloned (the receipt says whose service it measured)."""
     from club3090.edges.files import atomic_write_text, read_json_capped
     from club3090.errors import InputError
     from club3090.reports.capture import club3090_commit, dump_json
@@ -72,6 +73,8 @@ def write_boot_receipt(directory: Path, log_text: str, *, argv: Sequence[str], r
                               gpu_count=len(memory) or None, config=config, club3090_commit=club3090_commit())
     if receipt is None:
         return BootReceipt(note="no receipt: the server log has no vLLM start-up lines (KV cache size, GPU blocks)")
+    if swap_of is not None:
+        receipt["swap_of"] = swap_of
     path = directory / RECEIPT_NAME
     atomic_write_text(path, dump_json(receipt))
     return BootReceipt(path=path, saved=save_receipt(overlay_root(env), receipt))

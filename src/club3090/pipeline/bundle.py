@@ -21,7 +21,7 @@ import posixpath
 import re
 import shlex
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -57,6 +57,7 @@ class Bundle:
     unresolved: tuple[str, ...] = ()         # container model paths the bundle cannot serve (a drafter's weights)
     folders: tuple[str, ...] = ()            # writable cache folders the service mounts (created empty)
     upstream_files: Mapping[str, str] = field(default_factory=dict)  # bundle path -> upstream path
+    launch: Launch | None = None             # the rewritten launch compose.yml renders (multi-node files use it)
 
 
 def _is_model_mount(target: str) -> bool:
@@ -73,11 +74,12 @@ def _bundle_source(source: str, upstream_base: str) -> tuple[str, str | None]:
 
 
 def plan(launch: Launch, *, directory: Path, repo_id: str, commit: str, snapshot: Path, hub_cache: Path,
-         port: int, upstream_base: str = "") -> Bundle:
+         port: int, upstream_base: str = "", served_model: str | None = None) -> Bundle:
     """Rewrite ``launch`` into a self-contained bundle (see the module docstring).
 
     ``upstream_base`` is the shipped compose's folder in the upstream checkout (curated profiles):
     relative mount sources resolve from it to the upstream file each mount needs.
+    ``served_model`` replaces the service's ``--served-model-name`` (``swap``: the fine-tune's name).
     """
     directory = Path(directory).absolute()
     svc: dict[str, Any] = plain_data(launch.service)
@@ -106,6 +108,8 @@ def plan(launch: Launch, *, directory: Path, repo_id: str, commit: str, snapshot
     command = [str(a) for a in svc.get("command") or []]
     command = _swap_model(command, model_target, repo_id)
     command = [*_drop_flag(command, "--revision"), "--revision", commit]
+    if served_model is not None:
+        command = _set_flag(command, "--served-model-name", served_model)
     served = _flag_value(command, "--served-model-name") or repo_id
     container_port = _container_port(svc, command)
     svc["command"] = command
@@ -133,7 +137,7 @@ def plan(launch: Launch, *, directory: Path, repo_id: str, commit: str, snapshot
     unresolved = tuple(sorted({m.group(0) for a in argv for m in _MODEL_REF.finditer(a)}))
     return Bundle(directory, files, {}, tuple(argv), dict(env_pairs), served, port, container,
                   container_only=tuple(container_only), upstream_files=upstream, unresolved=unresolved,
-                  folders=tuple(folders))
+                  folders=tuple(folders), launch=bundled)
 
 
 def _swap_model(command: list[str], model_target: str, repo_id: str) -> list[str]:
@@ -157,6 +161,45 @@ def _flag_value(args: list[str], flag: str) -> str | None:
         if a.startswith(flag + "="):
             return a.split("=", 1)[1]
     return None
+
+
+def _set_flag(args: list[str], flag: str, value: str) -> list[str]:
+    """``flag value`` in place of the flag's current value (kept where it stands), else appended."""
+    out = list(args)
+    for i, a in enumerate(out):
+        if a == flag and i + 1 < len(out):
+            out[i + 1] = value
+            return out
+        if a.startswith(flag + "="):
+            out[i] = f"{flag}={value}"
+            return out
+    return [*out, flag, value]
+
+
+def _path_pattern(path: str) -> re.Pattern[str]:
+    """``path`` as a whole path inside any text: not preceded by a path character, followed by
+    nothing, ``/``, a quote, a space, a comma or a closing brace."""
+    return re.compile(r"(?<![\w./-])" + re.escape(path.rstrip("/")) + r"(?=$|[/\"'\s,}])")
+
+
+def relocate(launch: Launch, old: str, new: str) -> Launch:
+    """``launch`` with the container path ``old`` (a whole path: followed by nothing, ``/``, a quote
+    or a space) replaced by ``new`` in its command, entrypoint and environment."""
+    pattern = _path_pattern(old)
+
+    def swap(value: Any) -> Any:
+        if isinstance(value, str):
+            return pattern.sub(new, value)
+        if isinstance(value, (list, tuple)):
+            return [swap(v) for v in value]
+        if isinstance(value, Mapping):
+            return {k: swap(v) for k, v in value.items()}
+        return value
+    svc: dict[str, Any] = plain_data(launch.service)
+    for key in ("command", "entrypoint", "environment"):
+        if key in svc:
+            svc[key] = swap(svc[key])
+    return replace(launch, service=svc)
 
 
 def _drop_flag(args: list[str], flag: str) -> list[str]:
@@ -191,11 +234,13 @@ def _native(launch: Launch, directory: Path, snapshot: Path, port: int
     svc = launch.resolved_service()
     mounts: list[tuple[str, str]] = []
     container_only: list[str] = []
+    hub_host: str | None = None
     for entry in svc.get("volumes") or []:
         source, target, _mode = split_volume(str(entry))
-        if target == CONTAINER_HUB:
-            continue
         host = str(directory / source[2:]) if source.startswith("./") else source
+        if target == CONTAINER_HUB:      # the HF cache: a drafter's snapshot is read from it
+            hub_host = host
+            continue
         if target.startswith(("/usr/", "/opt/", "/app/")) or "site-packages" in target or "dist-packages" in target:
             container_only.append(f"overlay {target} (mounted into the image; not applied to a host install)")
         mounts.append((host, target))
@@ -211,6 +256,8 @@ def _native(launch: Launch, directory: Path, snapshot: Path, port: int
                 return host + a[len(target.rstrip("/")):]
         return a
     args = [to_host(a) for a in command]
+    if hub_host is not None:         # also inside a value (--speculative-config '{"model": "<path>"}')
+        args = [_path_pattern(CONTAINER_HUB).sub(hub_host, a) for a in args]
     if i >= 0:                       # `vllm serve MODEL`: the positional form, for every vLLM release
         del args[i:i + 2]
     elif args and not args[0].startswith("-"):
@@ -276,4 +323,4 @@ def mount_sources(compose_text: str, env: Mapping[str, str]) -> list[str]:
     return out
 
 
-__all__ = ["BUNDLE_FILES", "CONTAINER_HUB", "LOGS", "PID", "STATE", "Bundle", "mount_sources", "plan", "write"]
+__all__ = ["BUNDLE_FILES", "CONTAINER_HUB", "LOGS", "PID", "STATE", "Bundle", "mount_sources", "plan", "relocate", "write"]

@@ -3,10 +3,14 @@
 The rig (``--gpus``, else the detected GPUs) -> for each model: its facts (the one resolver; a
 catalog model needs no network) -> its shape (the curated profile for the GPU count, else the
 derived shape, ``pipeline.auto_profile``) -> the fit. No gate, no download: the plain question.
+A Hub repo holding only GGUF files is priced quant by quant with llama.cpp's memory model
+(``pipeline.gguf_fits``); a repo with safetensors and GGUF files is priced on its safetensors and
+says the GGUF files are there.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -14,16 +18,19 @@ from club3090.fit.auto_shape import ShapeChoice, ShapeOverrides
 from club3090.fit.memory import FitResult, Unpriceable, predict
 from club3090.fit.shape import profile_shape
 from club3090.fit.speed import SpeedEstimate, estimate_speed
-from club3090.gate.outcome import Outcome, Reason, Stop, Stratum
+from club3090.gate.advisories import advise
+from club3090.gate.outcome import Notice, Outcome, Reason, Stop, Stratum
 from club3090.pipeline.auto_profile import curated_default, derive_choice, weights_of
-from club3090.pipeline.stages import gpu_set
+from club3090.pipeline.stages import calibrated, gpu_set
 from club3090.rig.gpus import GpuSet
 from club3090.rig.hardware import HardwareFacts, resolve_hardware
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from club3090.catalog.model import Catalog
+    from club3090.fit.llamacpp import LlamaCppArgs
     from club3090.fit.memory import ServeShape
     from club3090.model.spec import ModelSpec
+    from club3090.pipeline.gguf_fits import GgufListing
     from club3090.pipeline.provider import Provider
 
 __all__ = ["FitsReport", "FitsRequest", "FitsRow", "fits", "rank_key"]
@@ -35,6 +42,13 @@ class FitsRequest:
     gpus: str | None = None
     min_context: int | None = None
     overrides: ShapeOverrides = field(default_factory=ShapeOverrides)
+    nodes: int | None = None                 # --nodes: --gpus is one node of that many
+    interconnect: str | None = None          # --interconnect: the link between nodes
+    # GGUF repos, in llama.cpp's terms: -c (else --min-context, else 4096) and the cache types
+    ctx_size: int | None = None
+    cache_type_k: str | None = None
+    cache_type_v: str | None = None
+    gguf: bool = False                       # price a repo's GGUF files even when it has safetensors
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,11 +66,17 @@ class FitsRow:
     kv_cache_dtype: str | None = None
     stop: str | None = None                  # why it could not be answered (a stop's token and text)
     speed: SpeedEstimate | None = None       # decode / TTFT estimate (None: no bandwidth known)
+    advisories: tuple[Notice, ...] = ()      # stratum-5 advice (gate.advisories): variants that fit, swap
     facts: "ModelSpec | None" = field(default=None, compare=False, repr=False)
     shape: "ServeShape | None" = field(default=None, compare=False, repr=False)
+    gguf: "GgufListing | None" = None        # a GGUF repo: every quant priced for llama.cpp
+    gguf_files: tuple[str, ...] = ()         # a safetensors repo that also holds GGUF files
 
     @property
     def context(self) -> int:
+        if self.gguf is not None:
+            best = self.gguf.best
+            return best.fit.context if best is not None and best.fit is not None else 0
         return self.fit.max_model_len if self.fit is not None else 0
 
     @property
@@ -73,8 +93,12 @@ class FitsRow:
                 "max_model_len_fit": fit.max_model_len_fit if fit else None,
                 "max_concurrency": round(fit.max_concurrency, 2) if fit else None,
                 "raw_verdict": fit.raw_verdict if fit else None,
+                "calibration": fit.calibration.to_json() if fit is not None and fit.calibration else None,
                 "shape": self.choice.to_json() if self.choice is not None else None, "stop": self.stop,
-                "speed": self.speed.to_json() if self.speed is not None else None}
+                "speed": self.speed.to_json() if self.speed is not None else None,
+                "gguf": self.gguf.to_json() if self.gguf is not None else None,
+                "gguf_files": list(self.gguf_files),
+                "advisories": [n.to_json() for n in self.advisories]}
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,7 +124,7 @@ def rank_key(row: FitsRow) -> tuple[int, int, int, float]:
 
 def fits(request: FitsRequest, provider: "Provider") -> FitsReport:
     catalog = provider.catalog()
-    given = gpu_set(request.gpus, catalog)
+    given = gpu_set(request.gpus, catalog, nodes=request.nodes, interconnect=request.interconnect)
     detected = provider.detect_gpus() if given is None else None
     count = given.count if given is not None else len(detected.gpus) if detected is not None else 0
     hw = resolve_hardware(tp=max(count, 1), gpu_set=given, detected=detected)
@@ -116,7 +140,10 @@ def fits(request: FitsRequest, provider: "Provider") -> FitsReport:
     cards = given if given is not None else GpuSet(
         count=len(hw.names), memory_bytes=hw.memory_bytes, names=hw.names, sm=hw.sm, gpu=None,
         gpus=tuple(catalog.gpu(n) for n in hw.names))
-    rows = [with_speed(row_for(name, provider, catalog, hw, request), catalog, cards) for name in names]
+    local = (provider.measured(), provider.receipts())
+    rows = [with_advice(with_speed(with_local(row_for(name, provider, catalog, hw, request), catalog, hw, local,
+                                              request.min_context), catalog, cards), catalog, hw)
+            for name in names]
     if len(names) > 1:
         rows.sort(key=rank_key)
     return FitsReport(hardware=hw, rows=tuple(rows), gpus_spec=request.gpus)
@@ -124,7 +151,17 @@ def fits(request: FitsRequest, provider: "Provider") -> FitsReport:
 
 def row_for(name: str, provider: "Provider", catalog: "Catalog", hw: HardwareFacts,
             request: FitsRequest) -> FitsRow:
+    if request.gguf and name not in catalog.models and _is_hub_repo(name):
+        return _gguf_row(name, provider, hw, request)
     facts = provider.resolve(name, catalog)
+    if isinstance(facts, Stop) and facts.reason == Reason.UNSUPPORTED_FORMAT and facts.sub_reason == "gguf-only":
+        if name not in catalog.models and _is_hub_repo(name):
+            return _gguf_row(name, provider, hw, request)
+        model = catalog.models.get(name)
+        variant = model.weights.get(model.default_weight_variant) if model is not None else None
+        if len(request.models) == 1 and variant is not None and variant.hf_repos:
+            # one catalog model asked about whose weights are a GGUF: its repo's quants (network)
+            return _gguf_row(variant.hf_repos[0], provider, hw, request, label=name, only=tuple(variant.files))
     if isinstance(facts, Stop):
         return FitsRow(model=name, repo=None, fits=False,
                        stop=f"{facts.token}: {facts.detail.get('message', '')}".rstrip(": "))
@@ -136,10 +173,44 @@ def row_for(name: str, provider: "Provider", catalog: "Catalog", hw: HardwareFac
     pick = choice.chosen or choice.best
     if pick is None:
         return FitsRow(model=name, repo=repo, fits=False, confidence=facts.confidence, shape_source="derived",
-                       choice=choice, stop=f"no-fit-model: {choice.unpriceable or choice.reason}")
+                       choice=choice, stop=f"no-fit-model: {choice.unpriceable or choice.reason}", facts=facts)
     return FitsRow(model=name, repo=repo, fits=choice.fits, confidence=facts.confidence, shape_source="derived",
                    choice=choice, fit=pick.fit, tp=pick.shape.tp, pp=pick.shape.pp,
-                   kv_cache_dtype=pick.shape.kv_cache_dtype, facts=facts, shape=pick.shape)
+                   kv_cache_dtype=pick.shape.kv_cache_dtype, facts=facts, shape=pick.shape,
+                   gguf_files=facts.gguf_files)
+
+
+def gguf_args(request: FitsRequest) -> "LlamaCppArgs":
+    """The llama.cpp flags a GGUF repo is priced with: the target context and the cache types."""
+    from club3090.fit.llamacpp import LlamaCppArgs
+    from club3090.fit.llamacpp_fits import DEFAULT_TARGET_CONTEXT
+
+    return LlamaCppArgs(ctx_size=request.ctx_size or request.min_context or DEFAULT_TARGET_CONTEXT,
+                        cache_type_k=request.cache_type_k or "f16", cache_type_v=request.cache_type_v or "f16")
+
+
+def _is_hub_repo(name: str) -> bool:
+    from club3090.edges.resolve import is_repo_id, split_source
+
+    return is_repo_id(split_source(name)[0])
+
+
+def _gguf_row(name: str, provider: "Provider", hw: HardwareFacts, request: FitsRequest, *,
+              label: str | None = None, only: tuple[str, ...] = ()) -> FitsRow:
+    """``name``'s GGUF quants priced for llama.cpp (``only``: the quants made of these files, when
+    the repo has them; ``label``: what the user asked for, when not the repo)."""
+    from club3090.edges.hub import HubClient
+    from club3090.edges.resolve import split_source
+    from club3090.pipeline.gguf_fits import gguf_listing
+
+    client = provider.hub()
+    if not isinstance(client, HubClient):
+        client = HubClient(provider.settings)
+    repo, revision = split_source(name)
+    listing = gguf_listing(client, repo, revision, gguf_args(request), list(hw.memory_bytes), only=only)
+    stop = None if listing.rows else "unsupported-format: the repository lists no loadable GGUF model file"
+    return FitsRow(model=label or name, repo=repo, fits=listing.fits, confidence=listing.confidence, shape_source="gguf",
+                   tp=1, gguf=listing, stop=stop)
 
 
 def _curated_row(name: str, repo: str | None, facts: "ModelSpec", catalog: "Catalog", hw: HardwareFacts,
@@ -158,6 +229,21 @@ def _curated_row(name: str, repo: str | None, facts: "ModelSpec", catalog: "Cata
                    facts=facts, shape=shape)
 
 
+def with_local(row: FitsRow, catalog: "Catalog", hw: HardwareFacts,
+               local: "tuple[Sequence[Mapping[str, Any]], Sequence[Mapping[str, Any]]]",
+               min_context: int | None = None) -> FitsRow:
+    """The row priced from this machine's measurements of its shape or a near one (``calibrated``)."""
+    if row.fit is None or row.facts is None or row.shape is None:
+        return row
+    shape = replace(row.shape, tp=row.tp, pp=row.pp)
+    here = calibrated(row.fit, row.facts, shape, hw.memory_bytes[:row.tp * row.pp], catalog, *local)
+    if here is None:
+        return row
+    fit, facts, _notice = here
+    ok = fit.raw_verdict != "wont-fit" and fit.max_model_len >= (min_context or 0)
+    return replace(row, fit=fit, fits=ok, confidence=facts.confidence)
+
+
 def with_speed(row: FitsRow, catalog: "Catalog", cards: GpuSet) -> FitsRow:
     """The row with its decode / TTFT estimate at the shape it was priced at (fits only)."""
     if not row.fits or row.fit is None or row.facts is None:
@@ -167,6 +253,15 @@ def with_speed(row: FitsRow, catalog: "Catalog", cards: GpuSet) -> FitsRow:
         return row
     speed = estimate_speed(row.facts.arch, int(weights_of(row.facts, catalog) or 0), shape, cards)
     return replace(row, speed=speed)
+
+
+def with_advice(row: FitsRow, catalog: "Catalog", hw: HardwareFacts) -> FitsRow:
+    """The row with the stratum-5 advisories that apply to it (none for a curated model that fits)."""
+    if row.facts is None or row.facts.source == "local" or (row.fits and row.facts.curated is not None):
+        return row
+    notes = advise(row.facts, catalog, fit=row.fit, memory=hw.memory_bytes,
+                   device_name=hw.names[0] if hw.names else None, gpu_count=hw.count)
+    return replace(row, advisories=notes) if notes else row
 
 
 def repo_of(facts: "ModelSpec", catalog: "Catalog") -> str | None:

@@ -13,7 +13,7 @@ from club3090.fit.estimate import Estimate, NoFit, Overrides, default_gpus, esti
 from club3090.gate.engine_support import find_arch_row
 from club3090.gate.outcome import Outcome, Stop
 from club3090.pipeline.auto_profile import curated_default, weights_of
-from club3090.pipeline.stages import gpu_set, measured_here
+from club3090.pipeline.stages import calibrated, gpu_set
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from club3090.catalog.model import Catalog
@@ -28,6 +28,8 @@ class PriceRequest:
     profile: str | None = None
     gpus: str | None = None
     overrides: Overrides = field(default_factory=Overrides)
+    nodes: int | None = None                 # --nodes: --gpus is one node of that many
+    interconnect: str | None = None          # --interconnect: the link between nodes
 
 
 def price(request: PriceRequest, provider: "Provider") -> Estimate | NoFit | Stop:
@@ -45,7 +47,8 @@ def price(request: PriceRequest, provider: "Provider") -> Estimate | NoFit | Sto
     if not request.profile and looks_like_profile_typo(name, catalog):   # never a Hub round trip
         raise UsageError(f"{name!r} is not a profile{did_you_mean(name, catalog)}; "
                          "list them with `club3090 profiles`")
-    gpus = gpu_set(request.gpus, catalog)      # a bad --gpus fails before any network
+    gpus = gpu_set(request.gpus, catalog, nodes=request.nodes,   # a bad --gpus fails before any network
+                   interconnect=request.interconnect)
     shape_profile = catalog.profiles[request.profile] if request.profile else catalog.profiles.get(name)
     facts = provider.resolve(name, catalog, weights_optional=True)
     if isinstance(facts, Stop):
@@ -75,9 +78,11 @@ def price(request: PriceRequest, provider: "Provider") -> Estimate | NoFit | Sto
     if isinstance(result, Estimate) and choice is not None:
         result = replace(result, choice=choice)
     if isinstance(result, Estimate):
-        priced = replace(shape, tp=result.tp, pp=result.pp)
-        here = measured_here(result.result, facts, priced, gpus.memory_bytes[:result.tp * result.pp], catalog,
-                             provider.measured())
+        device = gpus.gpus[0].display_name if gpus.gpus and gpus.gpus[0] is not None else None
+        priced = replace(shape, tp=result.tp, pp=result.pp, device_name=device,
+                         max_model_len=result.result.max_model_len if o.solve_max_ctx else shape.max_model_len)
+        here = calibrated(result.result, facts, priced, gpus.memory_bytes[:result.tp * result.pp], catalog,
+                          provider.measured(), provider.receipts())
         if here is not None:
             result = replace(result, result=here[0])
     return result

@@ -8,7 +8,7 @@ value; every side effect goes through the ``Provider``. The result is built once
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -48,6 +48,8 @@ class PullRequest:
     force: bool = False                      # overwrite an existing --out file
     hardware_sm: Decimal | None = None       # --hardware
     gpus: str | None = None                  # --gpus SPEC
+    nodes: int | None = None                 # --nodes: --gpus is one node of that many
+    interconnect: str | None = None          # --interconnect: the link between nodes
     path: PathName | None = None             # explicit path (library callers and tests)
     shape_overrides: ShapeOverrides = field(default_factory=ShapeOverrides)   # vLLM flags pinning the shape
 
@@ -85,6 +87,7 @@ class PullResult:
     shape_source: str = "profile-like"       # profile-like | curated-default | derived
     choice: "ShapeChoice | None" = None      # the derived shape, with its reason and runner-ups
     dry_run: bool = False
+    advisories: tuple[Notice, ...] = ()      # stratum-5 advice (gate.advisories); never changes the decision
 
     @property
     def exit_code(self) -> int:
@@ -145,6 +148,7 @@ class PullResult:
             "capture_paths": [str(e.bundle)] if e is not None and e.bundle is not None else [],
             "shape_source": self.shape_source,
             "shape": self.choice.to_json() if self.choice is not None else None,
+            "advisories": [n.to_json() for n in self.advisories],
         }
 
 
@@ -169,14 +173,28 @@ def evaluate(request: PullRequest, provider: "Provider", *, stages: "EStages | N
     Provider's drift guard).
     """
     catalog = catalog if catalog is not None else provider.catalog()
-    gpus = gpu_set(request.gpus, catalog)            # the rig's one --gpus parse, before any network
+    gpus = gpu_set(request.gpus, catalog, nodes=request.nodes, interconnect=request.interconnect)            # the rig's one --gpus parse, before any network
     facts = provider.resolve(request.source, catalog)
     verdict = decide(request, facts, catalog, gpus, provider, compose=compose or _curated_compose(provider),
                      e_enabled=stages is not None)
     catalog = verdict.gate.catalog or catalog         # with the derived ``auto`` profile, if any
     emission = emit(verdict, catalog, provider, stages, captures_root)
     bundle = record(verdict, emission, provider, captures_root)
-    return assemble(verdict, emission, bundle)
+    return replace(assemble(verdict, emission, bundle), advisories=advisories(verdict, catalog))
+
+
+def advisories(verdict: Verdict, catalog: "Catalog") -> tuple[Notice, ...]:
+    """The stratum-5 advisories for a model whose facts were read (docs/DESIGN.md)."""
+    from club3090.gate.advisories import advise
+
+    at = verdict.gate
+    if at.spec is None or at.spec.source == "local":
+        return ()
+    hw = at.hardware
+    memory = hw.selected_memory(hw.count) if hw is not None and hw.memory_bytes else ()
+    return advise(at.spec, catalog, fit=at.fit, memory=memory,
+                  device_name=hw.names[0] if hw is not None and hw.names else None,
+                  gpu_count=hw.count if hw is not None and hw.count else None)
 
 
 def _curated_compose(provider: "Provider") -> ComposeStep:

@@ -32,7 +32,7 @@ from club3090.gate.flags import BYPASS_EXPERIMENTAL_ARCH
 from club3090.gate.outcome import Notice, NoticeCode, Outcome, Reason, Stop, Stratum, bypassed
 from club3090.gate.profile_match import check_profile
 from club3090.gate.terminal import Terminal, terminal_for
-from club3090.pipeline.stages import measured_here
+from club3090.pipeline.stages import calibrated
 from club3090.rig.hardware import HardwareFacts, resolve_hardware
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
@@ -145,7 +145,7 @@ def decide(request: "PullRequest", facts: "ModelSpec | Stop", catalog: "Catalog"
     if stop is not None:
         return stopped(at, stop)
     at = with_shape(at, catalog)                                            # serving shape
-    priced = with_fit(at, catalog, provider.measured())                     # [B] the fit
+    priced = with_fit(at, catalog, provider.measured(), provider.receipts())  # [B] the fit
     if isinstance(priced, Stop):
         return stopped(at, priced)
     return accept(priced, catalog, compose=compose, e_enabled=e_enabled)    # [C1], then 6 on Path A
@@ -339,10 +339,12 @@ def with_shape(at: Gate, catalog: "Catalog") -> Gate:
     return replace(at, shape=shape)
 
 
-def with_fit(at: Gate, catalog: "Catalog", measured: "Sequence[Mapping[str, Any]]" = ()) -> Gate | Stop:
+def with_fit(at: Gate, catalog: "Catalog", measured: "Sequence[Mapping[str, Any]]" = (),
+             receipts: "Sequence[Mapping[str, Any]]" = ()) -> Gate | Stop:
     """[B]: the fit on the GPUs in use; an unpriceable shape is a stratum-5 stop. A shape this
     machine has measured (``measured``: promoted receipts) is priced from the measurement, with
-    confidence ``exact``. On wont-fit, the closest fits (a shorter context, another KV format, more
+    confidence ``exact``; a near shape (``receipts``) is corrected by their measured residual, the
+    gate's confidence unchanged (``stages.calibrated``). On wont-fit, the closest fits (a shorter context, another KV format, more
     GPUs) become suggestions."""
     spec, variant, shape, hw = at.spec, at.variant, at.shape, at.hardware
     assert spec is not None and shape is not None and hw is not None
@@ -352,7 +354,7 @@ def with_fit(at: Gate, catalog: "Catalog", measured: "Sequence[Mapping[str, Any]
     if isinstance(fit, Unpriceable):
         return Stop(Stratum.ELIGIBILITY, Reason.NO_FIT_MODEL,
                     detail={"message": f"the fit engine cannot price this model: {fit.reason}"})
-    here = measured_here(fit, spec, shape, hw.selected_memory(shape.tp), catalog, measured)
+    here = calibrated(fit, spec, shape, hw.selected_memory(shape.tp), catalog, measured, receipts)
     if here is not None:
         fit, spec, notice = here
         at = replace(at, spec=spec).noting(notice)

@@ -58,6 +58,8 @@ MANIFEST_KEYS: tuple[str, ...] = (
     "model", "quant_label", "arch_family", "topology_class", "engine_pin", "engine_version",
     "kv_calc_version", "selected_ctx", "kv_format", "smoke_capability_set",
     "topology_summary_canonical", "model_id",
+    # ours, beyond upstream: the curated profile a `club3090 swap` cloned (None otherwise)
+    "swap_of",
 )
 BOOKKEEPING_KEYS: tuple[str, ...] = (
     "submission_fingerprint", "failure_class", "club3090_commit", "outcome", "capture_points",

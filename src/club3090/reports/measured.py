@@ -3,22 +3,26 @@
 ``find_measured`` answers "has this exact serving shape been measured on this kind of GPU here?"
 from the entries ``club3090 loop promote`` wrote: the measured KV pool, tokens, blocks and
 concurrency then replace the prediction, with confidence ``exact (measured here)``.
-``residual_for`` answers the near case (same model and GPU, another context or utilisation):
-the mean per-term error of the matching receipts, to subtract from a prediction, with a band
-of the largest deviation seen (never below the receipts' rounding).
+``near_receipts`` answers the near case: this machine's receipts of the same model on the same
+kind of GPU, TP/PP, vLLM version, eager mode, quantization and dtype at another context,
+utilisation, concurrency, batch, block size or KV format (docs/DESIGN.md, the Loop, defines "near").
+The pipeline re-predicts each at its own shape and corrects the prediction by the residual
+(``fit.correction``). ``residual_for`` summarises the residuals the receipts recorded when they
+were written.
 
 Pure: the caller passes the entries (``overlay.load_promoted``) and the shape being priced.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from club3090.fit.correction import EXACT_HERE, Calibration
 from club3090.model.slug import sanitize_slug
 
-EXACT_HERE = "exact (measured here)"
 ROUNDING_GIB = 0.01          # vLLM prints GiB with two decimals
 _MEMORY_TOLERANCE_GIB = 0.5  # the same card model reports the same total within this
 
@@ -114,6 +118,85 @@ def residual_for(receipts: Sequence[Mapping[str, Any]], *, repo_id: str,
     return round(mean, 4), round(band, 4)
 
 
+# the settings a near shape may change, receipt (vLLM) name -> ServeShape name
+NEAR_VARIES: Mapping[str, str] = {
+    "max_model_len": "max_model_len", "gpu_memory_utilization": "mem_util", "max_num_seqs": "max_num_seqs",
+    "max_num_batched_tokens": "max_num_batched_tokens", "block_size": "block_size", "kv_cache_dtype": "kv_cache_dtype",
+}
+_VERSION = re.compile(r"v?(\d+)\.(\d+)(?:\.(\d+))?")
+
+
+@dataclass(frozen=True, slots=True)
+class NearReceipt:
+    """One receipt of a near shape: its id, the KV pool it measured, its settings in
+    ``ServeShape`` names (None: vLLM's default, as in the launch it measured)."""
+
+    id: str
+    measured_kv_gib: float
+    settings: Mapping[str, Any]
+
+
+def release(version: object) -> tuple[int, int, int] | None:
+    """'0.6.4.post1' -> (0, 6, 4); None when the text is no version."""
+    m = _VERSION.match(str(version or "").strip())
+    return (int(m.group(1)), int(m.group(2)), int(m.group(3) or 0)) if m else None
+
+
+def _int_or_none(value: object) -> bool:
+    return value is None or (isinstance(value, int) and not isinstance(value, bool) and value > 0)
+
+
+def _near_settings(shape: Mapping[str, Any]) -> dict[str, Any] | None:
+    out: dict[str, Any] = {}
+    for name, field_name in NEAR_VARIES.items():
+        value = shape.get(name)
+        if name == "gpu_memory_utilization":
+            util = _num(value)
+            if value is not None and (util is None or not 0 < util <= 1):
+                return None
+            value = util
+        elif name == "kv_cache_dtype":
+            value = str(value).lower() if value is not None else "auto"
+        elif not _int_or_none(value):
+            return None
+        out[field_name] = value
+    return out
+
+
+def _equal_when_stated(have: object, want: object) -> bool:
+    return have is None or want is None or str(have).lower() == str(want).lower()
+
+
+def near_receipts(receipts: Sequence[Mapping[str, Any]], *, repo_id: str, gpu_memory_gib: float | None,
+                  tensor_parallel_size: int = 1, pipeline_parallel_size: int = 1,
+                  vllm_version: str | None = None, enforce_eager: bool = False, quantization: str | None = None,
+                  dtype: str | None = None) -> tuple[NearReceipt, ...]:
+    """This machine's receipts of a near shape (see the module docstring): each measured a KV pool
+    and states the vLLM release it ran."""
+    want_release = release(vllm_version)
+    out = []
+    for r in receipts:
+        shape, measured = r.get("shape"), r.get("measured")
+        if not isinstance(shape, Mapping) or not isinstance(measured, Mapping) or want_release is None:
+            continue
+        pool = _num(measured.get("available_kv_cache_gib"))
+        settings = _near_settings(shape)
+        if pool is None or settings is None or release(shape.get("vllm_version")) != want_release:
+            continue
+        if not (_same_model(shape.get("model"), repo_id) and _same_gpu(shape, gpu_memory_gib)):
+            continue
+        if (shape.get("tensor_parallel_size") or 1) != tensor_parallel_size \
+                or (shape.get("pipeline_parallel_size") or 1) != pipeline_parallel_size \
+                or bool(shape.get("enforce_eager")) != bool(enforce_eager):
+            continue
+        if not (_equal_when_stated(shape.get("quantization"), quantization)
+                and _equal_when_stated(shape.get("dtype"), dtype)):
+            continue
+        digest = str((r.get("source") or {}).get("sha256") or "")[:16] or "receipt"
+        out.append(NearReceipt(digest, pool, settings))
+    return tuple(out)
+
+
 @dataclass(frozen=True, slots=True)
 class ReceiptScore:
     """One local receipt as a calibration row: what the boot measured against what was predicted."""
@@ -160,9 +243,12 @@ def apply_measured(fit: Any, match: MeasuredHere) -> Any:
     per_gpu = fit.per_gpu
     if match.available_kv_cache_gib is not None:
         per_gpu = replace(per_gpu, kv_pool_bytes=int(match.available_kv_cache_gib * gib))
+    band = int(match.band_gib * gib)
     changes: dict[str, Any] = {
-        "per_gpu": per_gpu, "confidence": "exact", "error_band_bytes": int(match.band_gib * gib),
+        "per_gpu": per_gpu, "confidence": "exact", "error_band_bytes": band,
         "notes": (*fit.notes, f"{EXACT_HERE}: {match.entry_id}"),
+        "calibration": Calibration(EXACT_HERE, band, fit.per_gpu.kv_pool_bytes, per_gpu.kv_pool_bytes,
+                                   (match.entry_id,)),
     }
     if match.gpu_kv_cache_tokens is not None:
         changes["kv_cache_tokens"] = match.gpu_kv_cache_tokens

@@ -15,7 +15,14 @@ from collections.abc import Mapping
 from typing import Any
 
 from club3090.reports.redact import Redactor
-from club3090.reports.vllm_log import StartupLog, fill_missing, inferred_keys, parse_startup, serving_shape
+from club3090.reports.vllm_log import (
+    StartupLog,
+    fill_missing,
+    inferred_keys,
+    local_model_path,
+    parse_startup,
+    serving_shape,
+)
 
 RECEIPT_SCHEMA = 1
 RECEIPT_KIND = "vllm-startup-receipt"
@@ -96,6 +103,11 @@ def build_receipt(log: StartupLog, *, log_bytes: bytes, source_name: str, redact
     shape["gpu_memory_gib"] = round(memory, 2) if memory is not None else None
     shape["gpu_count"] = gpu_count
     measured = {k: v for k, v in log.measured.items()}
+    # a local folder the log served is a name on this machine, never part of a receipt
+    folders = [p for p in (log.local_model, local_model_path(log.args.get("model") or log.args.get("model_tag")))
+               if p]
+    if folders:
+        redactor = redactor.with_local(folders)
     predicted, note = (None, "no model config given (--config)") if config is None else \
         predict_terms(log, config, gpu_memory_gib=memory, gpu_name=gpu_name)
     receipt = {

@@ -115,6 +115,18 @@ class Redactor:
         if user and len(user) >= 2 and user != "root" and user.lower() not in _PLACEHOLDER_WORDS:
             self._user = re.compile(r"(?<![A-Za-z0-9_])" + re.escape(user) + r"(?![A-Za-z0-9_])")
 
+    def with_local(self, paths: Iterable[str | os.PathLike[str]]) -> "Redactor":
+        """This redactor, also hiding ``paths`` (local folders) in every spelling."""
+        import copy
+
+        forms: set[str] = set()
+        for path in paths:
+            forms |= _local_forms(os.fspath(path))
+        extra = [re.compile(r"(?<![\w.-])" + re.escape(p) + r"(?![\w.-])") for p in forms]
+        out = copy.copy(self)
+        out._locals = sorted([*self._locals, *extra], key=lambda rx: len(rx.pattern), reverse=True)
+        return out
+
     def text(self, s: str, *, names: bool = True) -> str:
         try:
             return self._text(s, names=names)

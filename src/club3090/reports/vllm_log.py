@@ -76,6 +76,7 @@ class StartupLog:
     args: dict[str, Any] = field(default_factory=dict)   # engine config / non-default args, vLLM's names
     measured: dict[str, Any] = field(default_factory=dict)
     gpu_total_memory_gib: float | None = None
+    local_model: str | None = None            # a local folder the log served, replaced by a given model
 
     @property
     def found(self) -> bool:
@@ -235,6 +236,8 @@ def serving_shape(log: StartupLog) -> dict[str, Any]:
         value = args.get(key)
         if key == "model" and value is None:
             value = args.get("model_tag")
+        if key == "model" and hub_repo_of(value) is not None:
+            value = hub_repo_of(value)
         if value is None:
             continue
         if key == "dtype" and isinstance(value, str) and value.startswith("torch."):
@@ -246,9 +249,28 @@ def serving_shape(log: StartupLog) -> dict[str, Any]:
 FILLABLE_KEYS: tuple[str, ...] = (*SHAPE_KEYS, "vllm_version")
 
 
+_HF_SNAPSHOT = re.compile(r"(?:^|/)models--([^/]+?)--([^/]+)/snapshots/[^/]+/?$")
+
+
+def hub_repo_of(model: object) -> str | None:
+    """``.../hub/models--org--name/snapshots/<commit>`` (what ``vllm serve <snapshot>`` prints) ->
+    ``org/name``; None for anything else."""
+    m = _HF_SNAPSHOT.search(str(model or ""))
+    return f"{m.group(1)}/{m.group(2)}" if m else None
+
+
+def local_model_path(model: object) -> str | None:
+    """The model argument when it is a folder on some machine (not a repo id, not an HF cache
+    snapshot): the name of a local folder, to be redacted, never an identity."""
+    text = str(model or "")
+    if hub_repo_of(text) is not None or not text.startswith(("/", "./", "../", "~")):
+        return None
+    return text
+
+
 def fill_missing(log: StartupLog, given: dict[str, Any]) -> list[str]:
-    """Add settings the log does not state (``--arg KEY=VALUE``); the log's own values win.
-    Returns the keys filled."""
+    """Add settings the log does not state (``--arg KEY=VALUE``); the log's own values win, except
+    a model given for a log that names only a local folder. Returns the keys filled."""
     filled = []
     for key, value in given.items():
         if key not in FILLABLE_KEYS:
@@ -257,6 +279,11 @@ def fill_missing(log: StartupLog, given: dict[str, Any]) -> list[str]:
             if log.vllm_version is None:
                 log.vllm_version = str(value)
                 filled.append(key)
+        elif key == "model" and local_model_path(log.args.get("model") or log.args.get("model_tag")):
+            log.local_model = str(log.args.get("model") or log.args.get("model_tag"))
+            log.args["model"] = value
+            log.args.pop("model_tag", None)
+            filled.append(key)
         elif key not in log.args:
             log.args[key] = value
             filled.append(key)

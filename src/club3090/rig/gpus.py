@@ -6,6 +6,11 @@ Accepted forms (items may be joined with commas for mixed rigs):
     3090     rtx-4090                         a bare name means one GPU
     2x24GiB  1x23.58GiB   1x80GB   1x24576MiB COUNT x SIZE (GiB = 2^30, GB = 1e9, MiB = 2^20)
     24576:NVIDIA GeForce RTX 3090,24576:...   MiB:NAME per GPU (nvidia-smi style)
+    2x(2x3090)   2x(8xH100)                   NODES x (ONE NODE): a rig of identical nodes
+
+``parse_gpus(spec, catalog, nodes=N)`` reads ``spec`` as one node of N (``--nodes N --gpus 2x3090``).
+The GPUs of a rig of several nodes are listed node by node (GPU ``i`` sits on node
+``i // gpus_per_node``), the order vLLM's ranks take: TP inside a node, PP across nodes.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from typing import Any
 
 from club3090.catalog.model import Catalog, Gpu
 from club3090.errors import UsageError
+from club3090.rig.interconnect import DEFAULT_INTERCONNECT, INTERCONNECTS
 
 MAX_GPUS = 64            # the one bound on a GPU count (--gpus, detection): more is a broken answer
 # docs/DESIGN.md: a non-NVIDIA GPU (AMD / ROCm / Apple / Metal / MPS) is assumed SM 8.0 for
@@ -27,6 +33,8 @@ _UNITS = {"gib": 2 ** 30, "gb": 10 ** 9, "mib": 2 ** 20, "mb": 10 ** 6, "tib": 2
 _COUNT_RE = re.compile(r"^\s*(\d{1,9})\s*[x×*]\s*(\S.*?)\s*$", re.IGNORECASE | re.ASCII)
 _SIZE_RE = re.compile(r"^\s*(\d{1,15}(?:\.\d{1,15})?)\s*(gib|gb|mib|mb|tib|tb)\s*$", re.IGNORECASE | re.ASCII)
 _MIB_NAME_RE = re.compile(r"^\s*(\d{1,9})\s*:\s*(\S.*?)\s*$", re.ASCII)
+_NODES_RE = re.compile(r"^\s*(\d{1,9})\s*[x×*]\s*\((.*)\)\s*$", re.IGNORECASE | re.ASCII)
+MAX_NODES = 16           # the bound on --nodes / NODESx(...)
 
 FORMS = "COUNTxNAME (1x3090, 4xH100-80GB), COUNTxSIZE (2x24GiB, 1x80GB) or MiB:NAME,MiB:NAME"
 
@@ -66,6 +74,20 @@ class GpuSet:
     gpu: Gpu | None                        # the catalog card when every GPU is that same card
     gpus: tuple[Gpu | None, ...] = ()      # per GPU catalog card (None when not in the catalog)
     spec: str = ""
+    nodes: int = 1                         # machines; the GPUs are listed node by node
+    interconnect: str | None = None        # the link between nodes (rig/interconnect.py); None: one node
+
+    @property
+    def gpus_per_node(self) -> int:
+        return self.count // max(self.nodes, 1)
+
+    @property
+    def multi_node(self) -> bool:
+        return self.nodes > 1
+
+    def node_of(self, index: int) -> int:
+        """The node GPU ``index`` sits on (node-major order)."""
+        return index // max(self.gpus_per_node, 1)
 
     @property
     def min_memory_bytes(self) -> int:
@@ -109,13 +131,21 @@ class GpuSet:
         sms = [g.sm if g is not None else None for g in gpus]
         sm = None if any(s is None for s in sms) else min(sms)  # type: ignore[type-var]
         same = gpus[0] if gpus and gpus[0] is not None and all(g == gpus[0] for g in gpus) else None
+        if self.nodes > 1 and n > self.gpus_per_node and n % self.gpus_per_node == 0:
+            nodes, link = n // self.gpus_per_node, self.interconnect
+        else:
+            nodes, link = 1, None
         return GpuSet(count=n, memory_bytes=self.memory_bytes[:n], names=self.names[:n], sm=sm,
-                      gpu=same, gpus=gpus, spec=self.spec)
+                      gpu=same, gpus=gpus, spec=self.spec, nodes=nodes, interconnect=link)
 
     def to_json(self) -> dict[str, Any]:
-        return {"count": self.count, "memory_bytes": list(self.memory_bytes), "names": list(self.names),
-                "sm": str(self.sm) if self.sm is not None else None,
-                "gpu": self.gpu.id if self.gpu is not None else None}
+        doc: dict[str, Any] = {"count": self.count, "memory_bytes": list(self.memory_bytes),
+                               "names": list(self.names), "sm": str(self.sm) if self.sm is not None else None,
+                               "gpu": self.gpu.id if self.gpu is not None else None}
+        if self.nodes > 1:
+            doc.update({"nodes": self.nodes, "gpus_per_node": self.gpus_per_node,
+                        "interconnect": self.interconnect})
+        return doc
 
 
 def _size_bytes(number: str, unit: str) -> int:
@@ -155,10 +185,49 @@ def _count(text: str, spec: str) -> int:
     return count
 
 
-def parse_gpus(spec: str, catalog: Catalog) -> GpuSet:
-    """Parse a ``--gpus`` value; unknown names raise ``UsageError`` naming the closest cards."""
+def parse_gpus(spec: str, catalog: Catalog, *, nodes: int | None = None,
+               interconnect: str | None = None) -> GpuSet:
+    """Parse a ``--gpus`` value; unknown names raise ``UsageError`` naming the closest cards.
+
+    ``NODESx(ONE NODE)`` or ``nodes`` (``--nodes``: ``spec`` is one node) gives a rig of identical
+    nodes; ``interconnect`` (``--interconnect``) names the link between them, default
+    :data:`~club3090.rig.interconnect.DEFAULT_INTERCONNECT` (an assumption the output states).
+    """
     if not isinstance(spec, str) or not spec.strip():
         raise UsageError(f"--gpus needs a value: {FORMS}")
+    grouped = _NODES_RE.match(spec)
+    if grouped:
+        in_spec = int(grouped.group(1))
+        if nodes is not None and nodes != in_spec:
+            raise UsageError(f"--gpus {spec!r} names {in_spec} nodes but --nodes says {nodes}; give one of them")
+        nodes, node_spec = in_spec, grouped.group(2)
+        if "(" in node_spec or ")" in node_spec:
+            raise UsageError(f"--gpus {spec!r}: every node is alike here; write NODESx(ONE NODE), "
+                             "e.g. 2x(2x3090)")
+    else:
+        node_spec = spec
+    count = 1 if nodes is None else int(nodes)
+    if not 1 <= count <= MAX_NODES:
+        raise UsageError(f"--nodes: a rig has 1..{MAX_NODES} nodes, got {count}")
+    if interconnect is not None and interconnect not in INTERCONNECTS:
+        raise UsageError(f"--interconnect {interconnect!r}: one of {', '.join(INTERCONNECTS)}")
+    if interconnect is not None and count == 1:
+        raise UsageError("--interconnect is the link between nodes: give a rig of several nodes "
+                         "(--nodes N, or --gpus NODESx(ONE NODE) such as 2x(2x3090))")
+    node = _parse_node(node_spec, catalog, spec)
+    if count == 1:
+        return node
+    if node.count * count > MAX_GPUS:
+        raise UsageError(f"--gpus {spec!r}: {count} nodes x {node.count} GPUs is over {MAX_GPUS} GPUs")
+    return GpuSet(count=node.count * count, memory_bytes=node.memory_bytes * count, names=node.names * count,
+                  sm=node.sm, gpu=node.gpu, gpus=node.gpus * count, spec=spec.strip(), nodes=count,
+                  interconnect=interconnect or DEFAULT_INTERCONNECT)
+
+
+def _parse_node(spec: str, catalog: Catalog, whole: str) -> GpuSet:
+    """The GPUs of one machine (``whole``: the --gpus value as given, for messages)."""
+    if not spec.strip():
+        raise UsageError(f"--gpus {whole!r}: a node needs GPUs: {FORMS}")
     memory: list[int] = []
     names: list[str] = []
     cards: list[Gpu | None] = []
@@ -196,4 +265,4 @@ def parse_gpus(spec: str, catalog: Catalog) -> GpuSet:
     sm = None if any(s is None for s in sms) else min(s for s in sms if s is not None)
     same = cards[0] if cards[0] is not None and all(c == cards[0] for c in cards) else None
     return GpuSet(count=len(memory), memory_bytes=tuple(memory), names=tuple(names), sm=sm, gpu=same,
-                  gpus=tuple(cards), spec=spec.strip())
+                  gpus=tuple(cards), spec=whole.strip())

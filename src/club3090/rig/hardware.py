@@ -33,6 +33,12 @@ class HardwareFacts:
     sms: tuple[Decimal, ...] = ()           # per GPU, when known (mixed-arch notice)
     notices: tuple[Notice, ...] = ()
     detection_notes: tuple[str, ...] = ()   # why each GPU probe that ran found nothing
+    nodes: int = 1                          # machines (``--gpus NODESx(...)`` / ``--nodes``), node-major GPUs
+    interconnect: str | None = None         # the link between nodes; None on one node
+
+    @property
+    def gpus_per_node(self) -> int:
+        return self.count // max(self.nodes, 1) if self.count else 0
 
     @property
     def count(self) -> int:
@@ -121,9 +127,11 @@ def resolve_hardware(*, tp: int, hardware_sm: Decimal | None = None, gpu_set: An
                               f"as vLLM's CUDA build would use it and SM {NON_NVIDIA_SM} is assumed for the SM "
                               "gate: treat the answer as a size check, not a tested configuration",
                               {"name": other_card.display_name, "assumed_sm": str(NON_NVIDIA_SM)}))
+    nodes = int(getattr(gpu_set, "nodes", 1) or 1) if gpu_set is not None else 1
     return HardwareFacts(sm=sm, sm_source=sm_source, memory_bytes=memory, memory_source=memory_source,
                          names=names, sms=sms, notices=tuple(notices),
-                         detection_notes=tuple(getattr(detected, "notes", ())))
+                         detection_notes=tuple(getattr(detected, "notes", ())), nodes=nodes,
+                         interconnect=getattr(gpu_set, "interconnect", None) if nodes > 1 else None)
 
 
 def _is_nvidia(gpu: Any) -> bool:

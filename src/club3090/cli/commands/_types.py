@@ -86,3 +86,19 @@ def shape_overrides(args: argparse.Namespace) -> Any:
                           max_model_len=None if length == "auto" else length,
                           kv_cache_dtype=getattr(args, "kv_cache_dtype", None),
                           max_num_seqs=getattr(args, "max_num_seqs", None))
+
+
+def add_rig_flags(p: argparse.ArgumentParser) -> None:
+    """``--nodes`` and ``--interconnect``: a rig of several identical machines (``--gpus`` is one node)."""
+    from club3090.rig.interconnect import DEFAULT_INTERCONNECT, INTERCONNECTS
+
+    p.add_argument("--nodes", type=bounded(int, low=1, high=16, what="a node count"), metavar="N",
+                   help="machines in the rig, each with the --gpus GPUs (same as --gpus Nx(ONE NODE))")
+    p.add_argument("--interconnect", choices=tuple(INTERCONNECTS), metavar="LINK",
+                   help=f"the link between nodes, an assumption: {', '.join(INTERCONNECTS)} "
+                        f"(default with several nodes: {DEFAULT_INTERCONNECT})")
+
+
+def rig_flags(args: argparse.Namespace) -> dict[str, Any]:
+    """``nodes`` / ``interconnect`` as given (None when not), for a request or ``stages.gpu_set``."""
+    return {"nodes": getattr(args, "nodes", None), "interconnect": getattr(args, "interconnect", None)}

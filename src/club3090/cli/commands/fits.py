@@ -3,7 +3,8 @@
 With one MODEL: does it fit this rig (exit 0) or not (exit 2), in one sentence, then the shape.
 Without MODEL (or with several): every catalog model (and the repos given) ranked for the rig,
 each with its best shape, largest context, concurrency at that context, confidence and the one
-command to serve it. Stages: ``club3090.pipeline.fits``. Exit codes through
+command to serve it. A GGUF repo lists each quant file with the largest context that fits fully
+on the GPUs, or the offload it needs (llama.cpp's memory model, ``_gguf_fits``). Stages: ``club3090.pipeline.fits``. Exit codes through
 ``club3090.cli.exit_codes``: 0 fits (a ranking: something fits), 2 does not fit / no GPU named or
 detected (``hardware-sm-undetermined``), 64 usage.
 """
@@ -14,8 +15,9 @@ import argparse
 import json
 from typing import Any
 
-from club3090.cli.commands._types import add_shape_flags, positive_int, shape_overrides
-from club3090.cli.render import safe
+from club3090.cli.commands import _gguf_fits as gguf_flags
+from club3090.cli.commands._types import add_rig_flags, add_shape_flags, positive_int, rig_flags, shape_overrides
+from club3090.cli.render import confidence_text, safe
 
 
 def add_parser(sub: Any) -> None:
@@ -28,12 +30,15 @@ def add_parser(sub: Any) -> None:
         epilog="examples:\n"
                "  club3090 fits --gpus 1x3090\n"
                "  club3090 fits microsoft/phi-4 --gpus 2x3090\n"
-               "  club3090 fits Qwen/Qwen2.5-7B --gpus 1x4090 --min-context 32768 --json")
+               "  club3090 fits Qwen/Qwen2.5-7B --gpus 1x4090 --min-context 32768 --json\n"
+               "  club3090 fits unsloth/Qwen3-8B-GGUF --gpus 1x3090 -c 32768 -ctk q8_0 -ctv q8_0")
     p.add_argument("models", nargs="*", metavar="MODEL", help="Hub repo id, local folder or catalog model id")
     p.add_argument("--gpus", metavar="SPEC", help="the GPUs (default: detected): 1x3090, 2xrtx-4090, 4xH100-80GB")
     p.add_argument("--min-context", type=positive_int, metavar="N",
                    help="a model fits only if this many tokens of context fit")
+    add_rig_flags(p)
     add_shape_flags(p)
+    gguf_flags.add_arguments(p)
     p.add_argument("--verbose", "-v", action="store_true", help="also print each shape's reason and runner-ups")
     p.add_argument("--json", action="store_true", help="print the answer as one JSON object")
     p.set_defaults(run=run)
@@ -44,11 +49,14 @@ def run(args: argparse.Namespace, provider: Any) -> int:
     from club3090.pipeline.fits import FitsRequest, fits
 
     report = fits(FitsRequest(models=tuple(args.models), gpus=args.gpus, min_context=args.min_context,
-                              overrides=shape_overrides(args)), provider)
+                              overrides=shape_overrides(args), **rig_flags(args), ctx_size=args.ctx_size,
+                              cache_type_k=args.cache_type_k, cache_type_v=args.cache_type_v,
+                              gguf=args.gguf), provider)
     code = exit_code(report.outcome)
     single = len(args.models) == 1
     if args.json:
-        print(safe(json.dumps(to_json(report, code, single, args.gpus), ensure_ascii=False, indent=1),
+        print(safe(json.dumps(to_json(report, code, single, args.gpus, interconnect=args.interconnect),
+                              ensure_ascii=False, indent=1),
                    multiline=True))
         return code
     if report.stop is not None:
@@ -70,7 +78,6 @@ def run(args: argparse.Namespace, provider: Any) -> int:
     return code
 
 
-CONFIDENCE = {"exact": "exact (curated)", "derived": "derived", "estimated-lower-bound": "estimated"}
 
 
 def k(n: int) -> str:
@@ -96,9 +103,11 @@ def shape_text(row: Any) -> str:
 
 def sentence(row: Any, rig: str, *, short: bool = False) -> str:
     name = row.model
-    conf = CONFIDENCE.get(row.confidence or "", row.confidence or "")
+    conf = confidence_text(row.confidence, row.fit)
     if row.stop is not None and row.fit is None:
         return f"{name}: cannot be answered: {row.stop}"
+    if row.gguf is not None:
+        return gguf_flags.sentence(row, rig, short=short)
     fit = row.fit
     n = int(fit.max_concurrency)
     where = "" if short else f" on {rig}"
@@ -113,7 +122,10 @@ def sentence(row: Any, rig: str, *, short: bool = False) -> str:
 
 
 def detail_lines(row: Any, rig: str, gpus: str | None, *, verbose: bool) -> list[str]:
-    lines = []
+    if row.gguf is not None:
+        return gguf_flags.detail_lines(row)
+    note = gguf_flags.mixed_note(row)
+    lines = [f"note: {note}"] if note else []
     if row.fits and row.repo:
         lines.append(f"serve: {serve_command(row, gpus)}")
     if verbose and row.choice is not None:
@@ -121,6 +133,8 @@ def detail_lines(row: Any, rig: str, gpus: str | None, *, verbose: bool) -> list
         lines.extend(f"runner-up: {c.label()} ({why})" for c, why in row.choice.runner_ups)
     if verbose and row.profile:
         lines.append(f"why: {row.profile} is upstream's curated profile for this GPU count")
+    if verbose:
+        lines.extend(f"advice: {n.text}" for n in row.advisories)
     return lines
 
 
@@ -130,20 +144,26 @@ def serve_command(row: Any, gpus: str | None) -> str:
     return f"club3090 up {row.repo}{profile}" + (f" --gpus {gpus}" if gpus else "") + " --dir run/"
 
 
-def to_json(report: Any, code: int, single: bool, gpus: str | None) -> dict[str, Any]:
+def to_json(report: Any, code: int, single: bool, gpus: str | None, *,
+            interconnect: str | None = None) -> dict[str, Any]:
     hw = report.hardware
     doc: dict[str, Any] = {
         "ok": code == 0, "exit_code": code,
         "gpus": {"spec": gpus, "names": list(hw.names), "memory_bytes": list(hw.memory_bytes),
                  "sm": str(hw.sm) if hw.sm is not None else None} if hw is not None else None,
     }
+    if hw is not None and hw.nodes > 1:
+        doc["gpus"].update({"nodes": hw.nodes, "gpus_per_node": hw.gpus_per_node, "interconnect": hw.interconnect,
+                            "interconnect_assumed": interconnect is None})
     if report.stop is not None:
         doc.update({"summary": "STOPPED", "reason": report.stop.token,
                     "detail": report.stop.detail.get("message", ""), "models": []})
         return doc
-    rows = [{**r.to_json(), "serve": serve_command(r, gpus) if r.fits and r.repo else None} for r in report.rows]
+    rows = [{**r.to_json(), "serve": serve_command(r, gpus) if r.fits and r.repo and r.gguf is None else
+             r.gguf.to_json()["serve"] if r.gguf is not None else None} for r in report.rows]
     doc["models"] = rows
     if single:
         row = report.rows[0]
-        doc["summary"] = "FITS" if row.fits else "DOES NOT FIT" if row.fit is not None else "STOPPED"
+        priced = row.fit is not None or (row.gguf is not None and bool(row.gguf.rows))
+        doc["summary"] = "FITS" if row.fits else "DOES NOT FIT" if priced else "STOPPED"
     return doc

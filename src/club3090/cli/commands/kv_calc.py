@@ -23,14 +23,16 @@ from typing import Any
 
 from club3090.cli.commands import _llamacpp
 from club3090.cli.commands._types import (
+    add_rig_flags,
     add_shape_flags,
     bounded,
     non_negative_int,
     positive_int,
     positive_number,
+    rig_flags,
 )
 from club3090.cli.render import GiB as GIB
-from club3090.cli.render import safe, terminal_console
+from club3090.cli.render import confidence_text, safe, terminal_console
 from club3090.fit.kv_formats import KV_FORMATS, MODEL_DTYPES, canonical_dtype, kv_format
 
 MAX_BLOCK_SIZE = 4096       # vLLM's CLI offers 1..256; hybrid models raise it past that, not to powers of two
@@ -79,7 +81,8 @@ def add_parser(sub: Any) -> None:
                                    "largest context that fits.")
     p.add_argument("model", nargs="?", help="local folder, config.json path, profile key, model id, or org/name")
     p.add_argument("--profile", help="curated profile key whose settings to use")
-    p.add_argument("--gpus", help="GPU set: 1x3090, 2xrtx-4090, 2x24GiB, MiB:NAME,...")
+    p.add_argument("--gpus", help="GPU set: 1x3090, 2xrtx-4090, 2x24GiB, MiB:NAME,...; nodes: 2x(8xH100)")
+    add_rig_flags(p)
     add_shape_flags(p, aliases=True)
     p.add_argument("--max-num-batched-tokens", type=positive_int, help="tokens per scheduler step")
     p.add_argument("--block-size", type=block_size, help=f"KV block size in tokens (1..{MAX_BLOCK_SIZE})")
@@ -110,13 +113,12 @@ def _gib(value: int) -> str:
     return f"{value / GIB:.2f} GiB"
 
 
-CONFIDENCE = {"exact": "exact (curated)", "derived": "derived", "estimated-lower-bound": "estimated"}
 
 
 def headline(est: Any) -> str:
     """One sentence first: fits (context, concurrency) or not, and by how much, with the next step."""
     r = est.result
-    conf = CONFIDENCE.get(r.confidence, r.confidence)
+    conf = confidence_text(r.confidence, r)
     where = f"{est.gpus} (TP {est.tp}" + (f" x PP {est.pp})" if est.pp > 1 else ")")
     ctx = f"{r.max_model_len // 1024}K" if r.max_model_len % 1024 == 0 else f"{r.max_model_len:,}"
     if r.raw_verdict != "wont-fit":
@@ -181,7 +183,7 @@ def render_human(est: Any) -> None:
     kv.add_row(f"max concurrency at {result.max_model_len:,}", f"{result.max_concurrency:.2f}x")
     kv.add_row("largest context that fits", f"{result.max_model_len_fit:,}")
     console.print(kv)
-    console.print(f"verdict: {result.raw_verdict}   confidence: {result.confidence}   "
+    console.print(f"verdict: {result.raw_verdict}   confidence: {confidence_text(result.confidence, result)}   "
                   f"error band: ±{_gib(result.error_band_bytes)}")
     for note in result.notes:
         console.print(f"note: {note}")
@@ -262,7 +264,7 @@ def request_of(args: argparse.Namespace) -> Any:
     from club3090.pipeline.kv_calc import PriceRequest
 
     auto_len = args.max_model_len == "auto"       # vLLM's -1: the largest that fits
-    return PriceRequest(model=args.model, profile=args.profile, gpus=args.gpus, overrides=Overrides(
+    return PriceRequest(model=args.model, profile=args.profile, gpus=args.gpus, **rig_flags(args), overrides=Overrides(
         tp=args.tp, pp=args.pp, mem_util=args.mem_util, max_model_len=-1 if auto_len else args.max_model_len,
         max_num_seqs=args.max_num_seqs, max_num_batched_tokens=args.max_num_batched_tokens,
         block_size=args.block_size, kv_cache_dtype=args.kv_cache_dtype, dtype=args.dtype,
@@ -276,6 +278,15 @@ def _no_html_for_llamacpp(html: Path | None) -> None:
         from club3090.errors import UsageError
 
         raise UsageError("--html draws vLLM's memory split; llama.cpp pricing has no page yet (drop --html)")
+
+
+def _one_machine_for_llamacpp(args: argparse.Namespace) -> None:
+    """llama.cpp is priced on one machine: a rig of several nodes is a usage error, not a wrong answer."""
+    from club3090.errors import UsageError
+
+    if (args.nodes or 1) > 1 or args.interconnect or "(" in (args.gpus or ""):
+        raise UsageError("llama.cpp models are priced on one machine: drop --nodes / --interconnect and give "
+                         "one node's GPUs (--gpus 2x3090)")
 
 
 def run(args: argparse.Namespace, provider: Any) -> int:
@@ -295,10 +306,12 @@ def run(args: argparse.Namespace, provider: Any) -> int:
         check_output_path(html, force=args.force, flag="--html")
     if _llamacpp.wants_llamacpp(args, catalog):     # GGUF file or llama.cpp profile: llama.cpp's model
         _no_html_for_llamacpp(html)
+        _one_machine_for_llamacpp(args)
         return _llamacpp.run(args, provider.settings, catalog)
     result = price(request_of(args), provider)
     if isinstance(result, Stop) and result.sub_reason == "gguf-only":   # a GGUF repo: llama.cpp prices it
         _no_html_for_llamacpp(html)
+        _one_machine_for_llamacpp(args)
         return _llamacpp.run(args, provider.settings, catalog)
     if html is not None and not isinstance(result, (Stop, NoFit)):
         write_html(html, result, force=args.force)

@@ -17,9 +17,9 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from club3090.cli.commands._types import add_shape_flags, shape_overrides
+from club3090.cli.commands._types import add_rig_flags, add_shape_flags, rig_flags, shape_overrides
 from club3090.cli.exit_codes import UNAVAILABLE, exit_code
-from club3090.cli.render import GiB, safe
+from club3090.cli.render import GiB, confidence_text, safe
 from club3090.gate.outcome import Outcome
 
 
@@ -60,6 +60,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--profile-like", metavar="KEY",
                    help="registry profile giving the runtime shape (default: the curated profile for a "
                         "curated repo, else a shape derived from the model and the GPUs)")
+    add_rig_flags(p)
     add_shape_flags(p)
     p.add_argument("--dry-run", action="store_true",
                    help="evaluate only (Path B): never write a compose, download or boot; a hard stop "
@@ -167,7 +168,8 @@ def request_of(args: argparse.Namespace) -> Any:
     return PullRequest(source=args.source, profile_like=args.profile_like, dry_run=args.dry_run, yes=args.yes,
                        force_download=args.force_download, experimental_arch=args.experimental_arch,
                        trust_remote_code=args.trust_remote_code, out=args.out, force=args.force,
-                       hardware_sm=args.hardware, gpus=args.gpus, shape_overrides=shape_overrides(args))
+                       hardware_sm=args.hardware, gpus=args.gpus, shape_overrides=shape_overrides(args),
+                       **rig_flags(args))
 
 
 def _e_stages(args: argparse.Namespace, provider: Any) -> Any:
@@ -259,7 +261,6 @@ def recommend_line(result: Any) -> str:
     return line
 
 
-CONFIDENCE_WORDS = {"exact": "exact (curated)", "derived": "derived", "estimated-lower-bound": "estimated"}
 # stops about the input or the environment: nothing about the model was learned, so no report offer
 INPUT_STOPS = frozenset({"unknown-profile-like", "unsupported-runtime-engine", "profile-not-emittable",
                          "profile-mismatch", "hardware-sm-undetermined", "hardware-vram-undetermined",
@@ -302,7 +303,7 @@ def rig_text(result: Any) -> str:
 
 def headline(result: Any) -> str:
     """One sentence a person can read: which way the verdict went, or what stopped it and the next step."""
-    fit, conf = result.fit, CONFIDENCE_WORDS.get(result.confidence or "", result.confidence or "")
+    fit, conf = result.fit, confidence_text(result.confidence, result.fit)
     if fit is not None and result.raw_verdict in ("fits-clean", "fits-constrained"):
         ranks = len(fit.ranks)
         kv = fit.settings.kv_cache_dtype
@@ -364,6 +365,7 @@ def render(result: Any, *, recommend: bool = False, verbose: bool = False) -> st
                      + f" ({hw.memory_source}), SM {hw.sm} ({hw.sm_source})")
     lines.extend(f"note: {n.text}" for n in result.notices)
     lines.extend(f"closest fit: {s}" for s in result.suggestions)
+    lines.extend(f"advice: {n.text}" for n in result.advisories)
     lines.extend(e_lines(result.e))
     if result.out is not None:
         lines.append(f"[pull] wrote {result.out}")

@@ -37,11 +37,22 @@ def add_parser(sub: Any) -> None:
     logs.set_defaults(run=run_logs)
 
 
+def _single_node(directory: Path, state: dict[str, Any], command: str) -> None:
+    """status / down / logs follow launches on this machine; a multi-node folder has its runbook."""
+    from club3090.errors import UsageError
+
+    if state.get("launcher") in ("ray", "k8s"):
+        raise UsageError(f"{directory} holds {state.get('launcher')} launch files for several nodes (written, not "
+                         f"started by club3090): `club3090 {command}` follows single-node launches; see "
+                         f"{directory / 'RUNBOOK.md'}")
+
+
 def _status(directory: Path) -> dict[str, Any]:
     from club3090.edges import launchers
     from club3090.pipeline.up import read_state
 
     state = read_state(directory)
+    _single_node(directory, state, "status")
     out = dict(state)
     if state.get("launcher") == "native":
         pid = launchers.read_pid(directory)
@@ -78,6 +89,7 @@ def run_down(args: argparse.Namespace, provider: Any) -> int:
 
     directory = args.directory.absolute()
     state = read_state(directory)
+    _single_node(directory, state, "down")
     if state.get("launcher") == "native":
         stopped = launchers.stop_native(directory)
         message = f"stopped PID {state.get('pid')}" if stopped else "was not running"
@@ -100,6 +112,7 @@ def run_logs(args: argparse.Namespace, provider: Any) -> int:
 
     directory = args.directory.absolute()
     state = read_state(directory)
+    _single_node(directory, state, "logs")
     if state.get("launcher") != "native":
         text = launchers.docker_logs(directory / "compose.yml", tail=200)
         print(json.dumps({"log": text}) if args.json else safe(text, multiline=True))

@@ -1,7 +1,10 @@
 """`club3090 up MODEL --dir DIR`: the gate, then a self-contained launch bundle, the weights in the
 HF cache, a started server (Docker or native), smoke + verify, and the URL.
 
-Exit codes (``club3090.cli.exit_codes``): 0 serving and verified (or written, ``--no-start``);
+``--launcher ray|k8s`` (several nodes) writes the cluster's launch files and a runbook and starts
+nothing (docs/DESIGN.md, "More than one machine").
+
+Exit codes (``club3090.cli.exit_codes``): 0 serving and verified (or written: ``--no-start``, ray, k8s);
 1 the start or the verification failed (log tail printed, capture bundle written); 2 / 3 the
 gate's refusal or acknowledgement; 64 usage; 65 a patch payload or weight file failed its
 sha256 (nothing started); 69 the launcher is missing (docker, the compose plugin, the NVIDIA
@@ -16,6 +19,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from club3090.cli.commands._types import add_rig_flags
 from club3090.cli.render import safe
 
 
@@ -32,8 +36,18 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--profile-like", metavar="KEY",
                    help="registry profile giving the runtime shape (default: the gate's automatic shape)")
     p.add_argument("--gpus", metavar="SPEC", help="the GPU topology: 1x3090, 2x24GiB, ...")
-    p.add_argument("--launcher", choices=("docker", "native"), default="docker",
-                   help="docker (docker compose, default) or native (vllm on this host)")
+    p.add_argument("--launcher", choices=("docker", "native", "ray", "k8s"), default="docker",
+                   help="docker (docker compose, default), native (vllm on this host), or for several nodes "
+                        "ray (head/worker scripts and compose files) / k8s (LeaderWorkerSet manifests): written only")
+    add_rig_flags(p)
+    p.add_argument("--head-ip", metavar="ADDR", default="",
+                   help="ray: the head node's address on the cluster network (cluster.env HEAD_IP)")
+    p.add_argument("--network-interface", metavar="IF", default="",
+                   help="ray / k8s: the interface NCCL and Gloo use between nodes (NCCL_SOCKET_IFNAME, "
+                        "GLOO_SOCKET_IFNAME)")
+    p.add_argument("--ray-port", type=int, metavar="N", default=6379, help="ray: the head's Ray port (default 6379)")
+    p.add_argument("--model-cache", choices=("pvc", "hostpath"), default="pvc",
+                   help="k8s: the model cache volume, a ReadWriteMany PVC (default) or a hostPath on every node")
     p.add_argument("--port", type=int, metavar="N", help="host port (default: the profile's)")
     p.add_argument("--no-start", action="store_true", help="write the bundle and download, do not start")
     p.add_argument("--vllm", metavar="PATH", help="the vllm executable for --launcher native (default: PATH)")
@@ -80,10 +94,17 @@ def run_request(args: argparse.Namespace, provider: Any, *, directory: Path, no_
     seams_hook = getattr(provider, "up_seams", None)
     if callable(seams_hook):
         seams = seams_hook(seams)
+    from club3090.pipeline.cluster_up import ClusterOptions
+
+    nodes = getattr(args, "nodes", None)
+    cluster = ClusterOptions(nodes=nodes, head_ip=getattr(args, "head_ip", ""),
+                             network_interface=getattr(args, "network_interface", ""),
+                             ray_port=getattr(args, "ray_port", 6379), model_cache=getattr(args, "model_cache", "pvc"))
     req = UpRequest(source=args.source, directory=directory, profile_like=args.profile_like,
                     launcher=launcher, gpus=args.gpus, port=port, no_start=no_start,
                     vllm=vllm, yes=args.yes, force_download=args.force_download,
-                    trust_remote_code=args.trust_remote_code, force=args.force, skip_tools=skip_tools)
+                    trust_remote_code=args.trust_remote_code, force=args.force, skip_tools=skip_tools,
+                    nodes=nodes, interconnect=getattr(args, "interconnect", None), cluster=cluster)
     result = up(req, provider, seams)
     if seams.spin is not None and sys.stderr.isatty():
         print(file=sys.stderr)

@@ -1,0 +1,77 @@
+"""`club3090 swap REPO --profile-like KEY --dir DIR`: serve a fine-tune of a curated model on the
+curated profile's own service (upstream's Route C). Stages: ``club3090.pipeline.swap``.
+
+Exit codes (``club3090.cli.exit_codes``): 0 serving and verified, or written (``--emit-only``,
+``--no-start``); 1 the start or the verification failed; 2 refused (a ``swap-*`` token names the
+differing fact, or ``disk-short``); 64 usage; 65 a payload or weight file failed its sha256; 69 the
+launcher is missing or the Hub is unreachable.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from club3090.cli.render import safe
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser(
+        "swap", help="serve a fine-tune of a curated model on the curated profile's service",
+        description="Check that REPO is a fine-tune the curated profile KEY can serve (same architecture row, "
+                    "quantization method, bits and group size, the geometry the profile was measured on, no "
+                    "remote code), re-price the fit with REPO's own weight bytes, then write the curated "
+                    "service into DIR with only the model and the served name re-pointed (image, patches, "
+                    "flags and drafter kept), download, start and verify like `club3090 up`.")
+    p.add_argument("source", metavar="REPO", help="Hugging Face repo id of the fine-tune")
+    p.add_argument("--profile-like", required=True, metavar="KEY",
+                   help="the curated profile whose service serves REPO (`club3090 profiles` lists them)")
+    p.add_argument("--dir", dest="directory", type=Path, required=True, metavar="DIR",
+                   help="the bundle folder (created; everything the server needs lands here)")
+    p.add_argument("--emit-only", action="store_true",
+                   help="write the bundle only: no weight download, no start")
+    p.add_argument("--launcher", choices=("docker", "native"), default="docker",
+                   help="docker (docker compose, default) or native (vllm on this host)")
+    p.add_argument("--gpus", metavar="SPEC", help="the GPUs the fit is re-priced on: 1x3090, 2x24GiB, ...")
+    p.add_argument("--port", type=int, metavar="N", help="host port (default: the profile's)")
+    p.add_argument("--served-model-name", metavar="NAME",
+                   help="the name clients ask for (default: REPO's name, lower-cased)")
+    p.add_argument("--no-start", action="store_true", help="write the bundle and download, do not start")
+    p.add_argument("--vllm", metavar="PATH", help="the vllm executable for --launcher native (default: PATH)")
+    p.add_argument("--force", action="store_true", help="rewrite a bundle folder that is not serving")
+    p.add_argument("--skip-tools", action="store_true",
+                   help="verify without the tool-call checks (an engine without tool calling)")
+    p.add_argument("--json", action="store_true", help="print the result as one JSON object")
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace, provider: Any) -> int:
+    from club3090.cli.commands.pull import captures_root
+    from club3090.cli.commands.up import _payload_source, _progress
+    from club3090.errors import UsageError
+    from club3090.pipeline.swap import SwapRequest, swap
+    from club3090.pipeline.up import UpSeams
+
+    if args.port is not None and not 0 < args.port < 65536:
+        raise UsageError("--port must be 1-65535")
+    say, spin = _progress(args)
+    seams = UpSeams(say=say, spin=spin, payload=_payload_source(provider), bar=not args.json,
+                    captures=captures_root(args))
+    seams_hook = getattr(provider, "up_seams", None)
+    if callable(seams_hook):
+        seams = seams_hook(seams)
+    req = SwapRequest(source=args.source, profile_like=args.profile_like, directory=args.directory,
+                      emit_only=args.emit_only, launcher=args.launcher, gpus=args.gpus, port=args.port,
+                      served_model_name=args.served_model_name, no_start=args.no_start, vllm=args.vllm,
+                      force=args.force, skip_tools=args.skip_tools)
+    result = swap(req, provider, seams)
+    if seams.spin is not None and sys.stderr.isatty() and result.up is not None:
+        print(file=sys.stderr)
+    if args.json:
+        print(safe(json.dumps(result.to_json(), indent=2, default=str), multiline=True))
+    else:
+        print("\n".join(safe(line, multiline=True) for line in result.lines))
+    return int(result.code)

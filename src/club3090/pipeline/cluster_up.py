@@ -1,0 +1,142 @@
+"""``club3090 up --launcher ray|k8s``: a launch across several nodes, written, not started.
+
+After the gate and the launch (the same ``Launch`` and bundle rewrite single-node ``up`` uses),
+this builds the cluster's shape (TP inside a node × PP across nodes), checks what this machine can
+tell (docs/DESIGN.md, "More than one machine"), and writes DIR atomically: the Ray files
+(``compose/cluster.py``) or the Kubernetes manifests (``compose/k8s.py``), ``RUNBOOK.md``,
+``launch.json`` and ``state.json``. Usage errors (a bad address, a shape that leaves a node idle,
+a launch that mounts files other nodes would not have) stop before anything is written.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from club3090.compose import cluster as cluster_mod
+from club3090.compose import k8s as k8s_mod
+from club3090.compose.launch import launch_json
+from club3090.compose.runbook import RunbookFacts, k8s_runbook, ray_runbook
+from club3090.errors import UsageError
+
+if TYPE_CHECKING:
+    from club3090.catalog.model import Profile
+    from club3090.model.spec import RepoFile
+    from club3090.pipeline.bundle import Bundle
+
+CLUSTER_LAUNCHERS = ("ray", "k8s")
+MODEL_CACHES = k8s_mod.CACHE_MODES
+
+
+@dataclass(frozen=True)
+class ClusterOptions:
+    nodes: int | None = None               # --nodes (None: the rig's, else 1)
+    head_ip: str = ""
+    network_interface: str = ""
+    ray_port: int = cluster_mod.DEFAULT_RAY_PORT
+    model_cache: str = "pvc"
+
+
+def cluster_shape(profile: "Profile", hardware: Any, nodes_flag: int | None) -> cluster_mod.ClusterShape:
+    """TP from the profile (inside a node); PP the profile's, or one stage per node (vLLM's guide)."""
+    nodes = int(nodes_flag or getattr(hardware, "nodes", 1) or 1)
+    count = int(getattr(hardware, "count", 0) or 0)
+    per_node = int(getattr(hardware, "gpus_per_node", 0) or 0) if int(getattr(hardware, "nodes", 1) or 1) > 1 else 0
+    if not per_node:
+        per_node = count or profile.tp       # --gpus names one node when --nodes is given
+    pp = profile.pp if profile.pp > 1 else nodes
+    shape = cluster_mod.ClusterShape(nodes=nodes, gpus_per_node=per_node, tp=profile.tp, pp=pp)
+    problems = shape.problems()
+    if problems:
+        raise UsageError(f"the shape cannot be launched on this rig: {problems[0]}; pass --nodes / --gpus "
+                         "for the rig you have, or --profile-like a profile with another TP")
+    return shape
+
+
+def emit(*, launcher: str, directory: Path, options: ClusterOptions, plan: "Bundle", profile: "Profile",
+         hardware: Any, repo_id: str, commit: str, files: Sequence["RepoFile"], hub_cache: Path,
+         port: int, which: Callable[[str], str | None] | None = None
+         ) -> tuple[list[str], dict[str, Any]]:
+    """Write the multi-node launch into ``directory``; return (terminal lines, state)."""
+    from club3090.edges import cluster_probe
+    from club3090.edges.files import atomic_write_text
+
+    if launcher not in CLUSTER_LAUNCHERS:
+        raise UsageError(f"--launcher {launcher} is not a multi-node launcher")
+    if options.model_cache not in MODEL_CACHES:
+        raise UsageError(f"--model-cache must be one of {', '.join(MODEL_CACHES)}")
+    bundled = plan.launch
+    if bundled is None:
+        raise UsageError("no launch description to write a multi-node launch from")
+    extra = cluster_mod.extra_mounts(bundled)
+    if extra:
+        raise UsageError(f"{profile.key} mounts {len(extra)} file(s) into the container ({', '.join(extra[:3])}); "
+                         "multi-node launch files carry only the model cache to the other nodes: use a patchless "
+                         "profile (the automatic shape of a non-curated model is one)")
+    shape = cluster_shape(profile, hardware, options.nodes)
+    net = cluster_mod.ClusterNet(head_ip=options.head_ip, ifname=options.network_interface,
+                                 ray_port=options.ray_port, serve_port=port)
+    problems = cluster_mod.net_problems(net)
+    if problems:
+        raise UsageError(problems[0])
+    name = cluster_mod.dns_label(plan.served_model)
+    cl = cluster_mod.cluster_launch(bundled, shape, net, name=name, hub_cache=str(hub_cache))
+    kwargs = {} if which is None else {"which": which}
+    checks = (cluster_probe.ray_checks(head_ip=net.head_ip, ray_port=net.ray_port, serve_port=port,
+                                       ifname=net.ifname, **kwargs) if launcher == "ray"
+              else cluster_probe.k8s_checks(**kwargs))
+    weights = sum(int(f.size_bytes or 0) for f in files)
+    weights_gib = weights / 2**30 if weights else None
+    cache_gib = max(math.ceil((weights_gib or 80.0) * 1.25) + 10, 20)
+    facts = RunbookFacts(repo_id=repo_id, commit=commit, served_model=plan.served_model, weights_gib=weights_gib,
+                         preflight=tuple(("ok: " if c.ok else "note: ") + c.line for c in checks),
+                         cache=options.model_cache, cache_size_gib=cache_gib)
+    if launcher == "ray":
+        texts = cluster_mod.ray_files(cl)
+        texts["RUNBOOK.md"] = ray_runbook(cl, facts)
+    else:
+        texts = k8s_mod.k8s_files(cl, cache=options.model_cache, cache_size_gib=cache_gib)
+        texts["RUNBOOK.md"] = k8s_runbook(cl, facts)
+    description = launch_json(bundled)
+    description["cluster"] = {**cluster_mod.cluster_json(cl), "launcher": launcher,
+                              "model_cache": options.model_cache if launcher == "k8s" else None}
+    description["up"] = {"repo_id": repo_id, "commit": commit, "served_model": plan.served_model,
+                         "hub_cache": str(hub_cache), "port": port}
+    texts["launch.json"] = json.dumps(description, indent=2, ensure_ascii=False) + "\n"
+
+    directory.mkdir(parents=True, exist_ok=True)
+    for rel in sorted(texts):
+        path = directory / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(path, texts[rel])
+        if rel.endswith(".sh"):
+            os.chmod(path, 0o755)
+    state: dict[str, Any] = {"launcher": launcher, "url": f"http://{net.head_ip or '127.0.0.1'}:{port}",
+                             "served_model": plan.served_model, "repo_id": repo_id, "commit": commit,
+                             "profile_like": profile.key, "argv": list(cl.serve_argv()), "state": "written",
+                             "nodes": shape.nodes, "tp": shape.tp, "pp": shape.pp, "pid": None, "container": None,
+                             "files": sorted(texts), "preflight": [{"ok": c.ok, "line": c.line} for c in checks],
+                             "directory": str(directory),
+                             "written_at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+    ignored = ([f"--model-cache {options.model_cache}"] if launcher == "ray" and options.model_cache != "pvc" else [])
+    if launcher == "k8s":
+        ignored += [flag for flag, given in (("--head-ip", options.head_ip),
+                                             ("--ray-port", options.ray_port != cluster_mod.DEFAULT_RAY_PORT))
+                    if given]
+    written = ", ".join(sorted(texts))
+    lines = [f"[up] {shape.nodes}-node launch ({launcher}): TP {shape.tp} × PP {shape.pp}, "
+             f"{shape.gpus_per_node} GPU(s) per node, --distributed-executor-backend ray",
+             f"[up] written to {directory}: {written}",
+             *(f"[up] preflight {'ok' if c.ok else 'note'}: {c.line}" for c in checks),
+             *(f"[up] note: {flag} does not apply to --launcher {launcher}" for flag in ignored),
+             f"[up] nothing started: a {launcher} launch is written only; follow {directory / 'RUNBOOK.md'}"]
+    return lines, state
+
+
+__all__ = ["CLUSTER_LAUNCHERS", "MODEL_CACHES", "ClusterOptions", "cluster_shape", "emit"]

@@ -1,0 +1,240 @@
+"""``club3090 swap REPO --profile-like KEY --dir DIR``: a fine-tune on a curated service (docs/DESIGN.md).
+
+REPO's facts (the one resolver: config.json, quantization config, safetensors headers) ->
+the swap check against the curated profile (``gate.swap_match``: architecture row, quantization
+method / bits / group size, measured-on geometry, no remote code) -> the fit re-priced with REPO's
+own weight bytes at the profile's shape on this rig (confidence ``derived-from-curated``) -> the
+disk margin -> ``up``'s deployment with the curated service cloned and only the model (repo id at
+its commit) and the served name re-pointed -> download, start, verify (``--emit-only``: the
+bundle only). Every refusal happens before anything is written.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from club3090.errors import Club3090Error, UsageError
+from club3090.fit.memory import FitResult, Unpriceable, predict
+from club3090.fit.shape import profile_shape
+from club3090.gate.advisories import variants_advice
+from club3090.gate.outcome import Notice, Outcome, Stop
+from club3090.gate.swap_match import Mismatch, SwapToken, check_swap
+from club3090.model.slug import sanitize_slug
+from club3090.pipeline.up import UpRequest, UpResult, UpSeams, check_request, curated_launch, deploy
+
+if TYPE_CHECKING:  # pragma: no cover - typing only
+    from club3090.catalog.model import Catalog, Profile
+    from club3090.model.spec import ModelSpec, Quantization
+    from club3090.pipeline.provider import Provider
+    from club3090.rig.hardware import HardwareFacts
+
+CONFIDENCE = "derived-from-curated"   # the curated profile's shape, priced with the fine-tune's weights
+GIB = 2**30
+
+
+@dataclass(frozen=True)
+class SwapRequest:
+    source: str
+    profile_like: str
+    directory: Path
+    emit_only: bool = False
+    launcher: str = "docker"
+    gpus: str | None = None
+    port: int | None = None
+    served_model_name: str | None = None
+    no_start: bool = False
+    vllm: str | None = None
+    force: bool = False
+    skip_tools: bool = False
+
+
+@dataclass
+class SwapResult:
+    code: int
+    repo: str
+    profile_like: str
+    lines: list[str] = field(default_factory=list)
+    refusal: str | None = None                      # a SwapToken value
+    mismatches: tuple[Mismatch, ...] = ()
+    fit: FitResult | None = None
+    weights_bytes: int | None = None
+    curated_weights_bytes: int | None = None
+    served_model: str | None = None
+    hardware: "HardwareFacts | None" = None
+    memory: tuple[int, ...] = ()
+    advisories: tuple[Notice, ...] = ()
+    up: UpResult | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        fit = self.fit
+        return {"exit_code": self.code, "ok": self.code == 0, "repo": self.repo, "swap_of": self.profile_like,
+                "refusal": self.refusal, "mismatches": [m.to_json() for m in self.mismatches],
+                "confidence": CONFIDENCE, "weights_bytes": self.weights_bytes,
+                "curated_weights_bytes": self.curated_weights_bytes, "served_model": self.served_model,
+                "gpu_memory_bytes": list(self.memory),
+                "raw_verdict": fit.raw_verdict if fit is not None else None,
+                "fit": fit.to_json() if fit is not None else None,
+                "advisories": [n.to_json() for n in self.advisories],
+                "up": self.up.to_json() if self.up is not None else None, "lines": list(self.lines)}
+
+
+def served_name(repo: str) -> str:
+    """The served model name of a swap: the repo's name, as a safe slug."""
+    return sanitize_slug(repo.rsplit("/", 1)[-1])
+
+
+def _refused(result: SwapResult, token: SwapToken | str, lines: list[str],
+             mismatches: tuple[Mismatch, ...] = ()) -> SwapResult:
+    from club3090.cli.exit_codes import exit_code
+
+    result.code, result.refusal, result.mismatches = exit_code(Outcome.REFUSED), str(token), mismatches
+    result.lines += [f"[swap] REFUSED {token}", *lines]
+    return result
+
+
+def _curated_quant(provider: "Provider", catalog: "Catalog", profile: "Profile",
+                   found: "Quantization | None", notes: list[str]) -> "Quantization | None":
+    """The curated repo's own quantization_config (for the group size the catalog does not record);
+    None, with a note, when it cannot be read."""
+    from club3090.model.architecture import parse_config
+    from club3090.model.quantization import resolve_quantization
+
+    if found is None or found.group_size is None:
+        return None
+    variant = catalog.models[profile.model].weights.get(profile.weights_variant)
+    repo = variant.hf_repo if variant is not None else None
+    why = "the catalog names no repo for the curated variant"
+    if repo is not None and not provider.settings.offline:
+        try:
+            config = provider.hub().fetch_json(repo, "config.json", variant.revision if variant else None)
+            got = resolve_quantization(parse_config(config if isinstance(config, dict) else {}), {}, {})
+            if not isinstance(got, Stop) and got[0] is not None:
+                return got[0]
+            why = f"{repo} declares no quantization_config"
+        except Club3090Error as exc:
+            why = f"{repo}'s config.json could not be read ({type(exc).__name__})"
+    elif repo is not None:
+        why = "offline"
+    notes.append(f"[swap] note: group size not compared ({why})")
+    return None
+
+
+def _rig(req: SwapRequest, profile: "Profile", catalog: "Catalog", provider: "Provider",
+         notes: list[str]) -> tuple["HardwareFacts", tuple[int, ...], str | None]:
+    """(hardware, the memory of the GPUs the profile uses, device name): --gpus, else detected,
+    else the profile's reference GPU (stated)."""
+    from club3090.pipeline.stages import gpu_set
+    from club3090.rig.hardware import resolve_hardware
+
+    given = gpu_set(req.gpus, catalog)
+    detected = provider.detect_gpus() if given is None or given.sm is None else None
+    ranks = profile.tp * profile.pp
+    hw = resolve_hardware(tp=ranks, gpu_set=given, detected=detected)
+    memory = tuple(hw.memory_bytes[:ranks])
+    device = hw.names[0] if hw.names else None
+    reference = catalog.gpus.get(profile.reference_gpu)
+    if len(memory) < ranks and reference is not None:
+        memory = (reference.usable_memory_bytes,) * ranks
+        device = reference.id
+        notes.append(f"[swap] note: no GPU named or detected for {ranks} rank(s): priced on the profile's "
+                     f"reference GPU ({reference.display_name} x {ranks}); pass --gpus to price your rig")
+    return hw, memory, device
+
+
+def swap(req: SwapRequest, provider: "Provider", seams: UpSeams) -> SwapResult:
+    from club3090.pipeline.pull import PullRequest
+    from club3090.pipeline.pull_gate import Gate, disk_stop
+
+    up_req = UpRequest(source=req.source, directory=req.directory, profile_like=req.profile_like,
+                       launcher=req.launcher, gpus=req.gpus, port=req.port, no_start=req.no_start, vllm=req.vllm,
+                       force=req.force, skip_tools=req.skip_tools)
+    check_request(up_req)
+    catalog = provider.catalog()
+    profile = catalog.profiles.get(req.profile_like)
+    if profile is None:
+        raise UsageError(f"unknown --profile-like {req.profile_like!r}; `club3090 profiles` lists them")
+    result = SwapResult(code=0, repo=req.source, profile_like=profile.key)
+    spec = provider.resolve(req.source, catalog)
+    if isinstance(spec, Stop):
+        return _refused(result, SwapToken.FACTS_UNAVAILABLE,
+                        [f"[swap] {spec.token}: {spec.detail.get('message', '')}".rstrip(": ")])
+    result.repo = spec.ref
+    if spec.source not in ("hub", "cache"):
+        raise UsageError(f"{req.source} is not a Hugging Face repo outside the catalog; `swap` serves a fine-tune "
+                         f"by repo id (a curated repo: `club3090 up {req.source} --profile-like {profile.key}`)")
+    notes: list[str] = []
+    mismatches = check_swap(spec, profile, catalog,
+                            curated_quant=_curated_quant(provider, catalog, profile, spec.quantization, notes))
+    if mismatches:
+        return _refused(result, mismatches[0].token,
+                        [f"[swap] {m.text}" for m in mismatches]
+                        + [f"[swap] {profile.key}'s service cannot serve {spec.ref}: `club3090 pull {spec.ref}` "
+                           "prices it on a derived shape"], mismatches)
+    model = catalog.models[profile.model]
+    variant = model.weights.get(profile.weights_variant)
+    result.lines.append(f"[swap] {spec.ref} is a fine-tune {profile.key} can serve: {spec.arch.architecture}, "
+                        f"{_quant_text(spec.quantization)}, the geometry of {model.display_name}")
+    result.lines += notes
+    return _priced(req, up_req, spec, profile, catalog, provider, seams, result,
+                   int(variant.size_bytes) if variant is not None and variant.size_bytes else None,
+                   disk=lambda: disk_stop(Gate(request=PullRequest(source=req.source), slug=spec.ref, spec=spec),
+                                          provider))
+
+
+def _quant_text(q: "Quantization | None") -> str:
+    if q is None:
+        return "unquantized"
+    group = f", group size {q.group_size}" if q.group_size is not None else ""
+    return f"{q.method} {q.bits}-bit{group}"
+
+
+def _priced(req: SwapRequest, up_req: UpRequest, spec: "ModelSpec", profile: "Profile", catalog: "Catalog",
+            provider: "Provider", seams: UpSeams, result: SwapResult, curated_bytes: int | None,
+            disk: Any) -> SwapResult:
+    """The fit re-priced with the fine-tune's own weight bytes, the disk margin, then ``up``'s deployment."""
+    notes: list[str] = []
+    hw, memory, device = _rig(req, profile, catalog, provider, notes)
+    result.hardware, result.memory, result.curated_weights_bytes = hw, memory, curated_bytes
+    result.weights_bytes = spec.weights_bytes
+    result.lines += notes
+    if not spec.weights_bytes:
+        return _refused(result, SwapToken.FACTS_UNAVAILABLE,
+                        [f"[swap] the weight bytes of {spec.ref} are unknown (no safetensors headers read)"])
+    fit = predict(spec.arch, weights_bytes=int(spec.weights_bytes), gpu_memory_bytes=memory,
+                  shape=profile_shape(profile, catalog, device_name=device), confidence="derived")
+    if isinstance(fit, Unpriceable):
+        return _refused(result, SwapToken.FACTS_UNAVAILABLE, [f"[swap] the fit engine cannot price it: {fit.reason}"])
+    result.fit = fit
+    was = f" (the curated weights: {curated_bytes / GIB:.2f} GiB)" if curated_bytes else ""
+    result.lines.append(f"[swap] re-priced with {spec.ref}'s own weights, {spec.weights_bytes / GIB:.2f} GiB{was}, "
+                        f"at {profile.key}'s shape on {len(memory)} x {memory[0] / GIB:.1f} GiB: {fit.raw_verdict}, "
+                        f"{fit.max_model_len:,} tokens of context, {fit.max_concurrency:.2f} full-length request(s) "
+                        f"- confidence {CONFIDENCE}")
+    if fit.raw_verdict == "wont-fit":
+        advice = variants_advice(spec, catalog, memory, device)
+        result.advisories = (advice,) if advice is not None else ()
+        largest = (f"; the largest context that fits is {fit.max_model_len_fit:,}" if fit.max_model_len_fit
+                   else "; the weights leave no room for a KV cache")
+        return _refused(result, SwapToken.WONT_FIT,
+                        [f"[swap] {spec.ref} does not fit {profile.key}'s shape on these GPUs{largest}",
+                         *(f"advice: {n.text}" for n in result.advisories)])
+    if fit.raw_verdict == "fits-constrained":
+        result.lines.append(f"[swap] warning: fits-constrained: vLLM starts, but fewer than "
+                            f"{profile.max_num_seqs} full-length request(s) fit at once")
+    if not req.emit_only:
+        stop = disk()
+        if stop is not None:
+            return _refused(result, stop.token, [f"[swap] {stop.token}: {stop.detail.get('message', '')}"])
+    result.served_model = req.served_model_name or served_name(spec.ref)
+    up_result = UpResult(0, [])
+    done = deploy(up_req, spec, catalog, provider, seams, up_result,
+                  lambda _snapshot: curated_launch(profile.key, catalog, provider),
+                  served_model=result.served_model, emit_only=req.emit_only, swap_of=profile.key)
+    result.up, result.code = done, done.code
+    result.lines += done.lines
+    return result
+
+
+__all__ = ["CONFIDENCE", "SwapRequest", "SwapResult", "served_name", "swap"]
