@@ -47,6 +47,7 @@ GPU_TOTAL_GIB = {
     "nvidia geforce rtx 3090": 23.69,
     "nvidia geforce rtx 4090": 23.65,
     "nvidia l40s": 44.99,
+    "nvidia l40": 44.99,             # 46068 MiB, the same board memory as the L40S
     "nvidia h100 80gb hbm3": 79.19,
     "nvidia a100-sxm4-80gb": 79.15,
 }

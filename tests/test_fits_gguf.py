@@ -334,25 +334,34 @@ def test_mixed_repo_prices_safetensors_and_says_gguf_exists(mixed_hub, capsys) -
     assert code == 0 and [q["quant"] for q in listing["quants"]] == ["Q8_0"]
 
 
-def test_siblings_take_one_range_request_each(fake_hub, tmp_path: Path, monkeypatch, capsys) -> None:  # type: ignore[no-untyped-def]
-    """The smallest quant's header length sizes the first range of the others: one GET each."""
-    files = {}
-    for label, qtype in (("Q4_0", Q.Q4_0), ("Q8_0", Q.Q8_0), ("F16", Q.F16)):
-        (path,) = write(tmp_path / label, f"voc-{label}", Spec(n_layer=2, weight_type=qtype, n_vocab=6000))
+def test_sibling_quants_are_read_around_their_shared_tokenizer(fake_hub, tmp_path: Path, monkeypatch,
+                                                              capsys) -> None:  # type: ignore[no-untyped-def]
+    """The smallest quant's header is read whole; another quant of the same model costs its first
+    bytes and its tensor table only (the tokenizer is the same), checked by shape and file size; a
+    file that is not such a sibling (another vocabulary) is read whole, and priced from its own bytes."""
+    files, headers = {}, {}
+    for label, qtype, vocab in (("Q4_0", Q.Q4_0, 6000), ("Q8_0", Q.Q8_0, 6000), ("Q5_K_M", Q.Q5_K, 6000),
+                                ("F16", Q.F16, 7000)):
+        (path,) = write(tmp_path / label, f"voc-{label}", Spec(n_layer=2, weight_type=qtype, n_vocab=vocab))
         files[path.name] = path.read_bytes()
+        headers[path.name] = parse_header(files[path.name], file=path.name)
     fake_hub.add_repo("acme/Vocab-GGUF", files)
     monkeypatch.setenv("HF_ENDPOINT", fake_hub.url)
     monkeypatch.setattr(gguf_remote, "FIRST_READ_BYTES", 4096)    # far shorter than these headers
-    header = len(files["voc-Q4_0.gguf"]) - sum(t.nbytes for t in parse_header(
-        files["voc-Q4_0.gguf"], file="x").tensors)
-    assert header > 4 * 4096
+    assert all(h.header_bytes > 8 * 4096 for h in headers.values())
     code, doc = _fits(capsys, "acme/Vocab-GGUF", "--gpus", "1x3090")
-    assert code == 0 and {q["quant"] for q in doc["models"][0]["gguf"]["quants"]} == {"Q4_0", "Q8_0", "F16"}
+    quants = {q["files"][0]: q for q in doc["models"][0]["gguf"]["quants"]}
+    assert code == 0 and set(quants) == set(files)
+    for name, q in quants.items():                                # each priced from its own tensors
+        assert q["weights_bytes"] == sum(t.nbytes for t in headers[name].tensors)
+    served = fake_hub.repos["acme/Vocab-GGUF"].files               # LFS files answer from /cdn/<sha256>
     ranged = [r for r in fake_hub.requests("GET") if r.status == 206]
-    served = fake_hub.repos["acme/Vocab-GGUF"].files        # LFS files answer from /cdn/<sha256>
-    per_file = {name: sum(1 for r in ranged if name in r.path or served[name].sha256 in r.path) for name in files}
-    assert per_file["voc-Q4_0.gguf"] > 1                         # the first grew its read past 4 KiB
-    assert per_file["voc-Q8_0.gguf"] == per_file["voc-F16.gguf"] == 1
+    got = {name: sum(r.sent for r in ranged if name in r.path or served[name].sha256 in r.path) for name in files}
+    calls = {name: sum(1 for r in ranged if name in r.path or served[name].sha256 in r.path) for name in files}
+    assert calls["voc-Q4_0.gguf"] > 1 and got["voc-Q4_0.gguf"] >= headers["voc-Q4_0.gguf"].header_bytes
+    for sibling in ("voc-Q8_0.gguf", "voc-Q5_K_M.gguf"):           # the latter's longer name shifts its table
+        assert calls[sibling] == 2 and got[sibling] < headers[sibling].header_bytes // 4
+    assert got["voc-F16.gguf"] >= headers["voc-F16.gguf"].header_bytes     # not a sibling: read whole
 
 
 def test_a_catalog_model_whose_weights_are_a_gguf_lists_its_quant(fake_hub, tmp_path: Path, monkeypatch,
@@ -377,3 +386,16 @@ def test_a_catalog_model_whose_weights_are_a_gguf_lists_its_quant(fake_hub, tmp_
     assert row["model"] == model_id and row["repo"] == variant.hf_repos[0]
     assert [q["files"] for q in row["gguf"]["quants"]] == [list(variant.files)]   # the variant's file only
     assert code == (0 if row["gguf"]["quants"][0]["fits_fully"] else 2)
+
+
+def test_quant_prices_one_quant_and_reads_only_its_files(dense_hub, capsys) -> None:  # type: ignore[no-untyped-def]
+    hub, _ = dense_hub
+    code, doc = _fits(capsys, REPO, "--gpus", "1x3090", "--quant", "f16")
+    quants = doc["models"][0]["gguf"]["quants"]
+    assert [q["quant"] for q in quants] == ["F16"] and code == 2          # offload only: not a full fit
+    served = hub.repos[REPO].files
+    read = {n for n, f in served.items()
+            if any(n in r.path or f.sha256 in r.path for r in hub.requests("GET") if r.status == 206)}
+    assert read == set(quants[0]["files"])
+    code, doc = _fits(capsys, REPO, "--gpus", "1x3090", "--quant", "Q5_K_M")
+    assert code == 2 and "no GGUF quant 'Q5_K_M'" in doc["models"][0]["stop"]

@@ -269,3 +269,24 @@ def test_kv_cache_dtype_help_lists_every_priced_format(capsys):
         main(["kv-calc", "--help"])
     text = " ".join(capsys.readouterr().out.split())
     assert all(name in text for name in KV_FORMATS)
+
+
+def test_max_model_len_auto_reports_the_length_vllm_would_choose(capsys):
+    """vLLM's ``--max-model-len auto`` (-1): when the model's 131,072 positions do not fit, vLLM reduces
+    the length to the largest that fits one request and starts; kv-calc reports that length."""
+    config = str(HUB / "Qwen--Qwen2.5-7B" / "config.json")
+    common = ("--weights-gib", "14.25", "--gpus", "1x24GiB", "--vllm-version", "0.22.0")
+    code, full = run_json(capsys, config, *common, "--max-model-len", "131072")
+    assert full["raw_verdict"] == "wont-fit"            # the model's maximum does not fit this card
+    longest = full["max_model_len_fit"]
+    assert 0 < longest < 131_072
+    code, auto = run_json(capsys, config, *common, "--max-model-len", "auto")
+    assert code == 0 and auto["raw_verdict"] != "wont-fit"
+    assert auto["max_model_len"] == longest and auto["settings"]["max_model_len"] == longest
+    assert any(f"reduced from 131072 to {longest}" in n for n in auto["notes"])
+    assert auto["kv_cache_tokens"] >= longest           # one request of the chosen length fits
+    # one token more would not fit: the same card refuses longest + 16 (a whole block more)
+    _, over = run_json(capsys, config, *common, "--max-model-len", str(longest + 16))
+    assert over["raw_verdict"] == "wont-fit"
+    # before 0.12 vLLM has no auto: a usage problem, not a price
+    assert main(["kv-calc", config, *common[:4], "--vllm-version", "0.11.0", "--max-model-len", "auto"]) != 0

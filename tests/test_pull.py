@@ -201,7 +201,8 @@ class TestHardware:
 # ----------------------------------------------------------------------------- verdicts
 
 def test_wont_fit_suggests_the_closest_fit(catalog):
-    r = _run(catalog, PullRequest(CURATED, "vllm/dual", gpus="2x12GiB", hardware_sm=Decimal("8.6")))
+    # two 13 GiB cards: the weights fit, the full 262K context does not, a shorter one does
+    r = _run(catalog, PullRequest(CURATED, "vllm/dual", gpus="2x13GiB", hardware_sm=Decimal("8.6")))
     assert r.reason == "hard-block"
     assert any("largest context that fits" in s for s in r.suggestions)
     assert any("tp=4" in s for s in r.suggestions)
@@ -266,7 +267,7 @@ def test_every_dry_run_refusal_is_a_stratum6_stop(catalog, tmp_path, token):
 
 
 def test_constrained_path_a_notice_and_fitted_override(catalog, tmp_path):
-    r = _run(catalog, PullRequest(CURATED, "vllm/dual", gpus="2x17GiB", hardware_sm=Decimal("8.6"), yes=True,
+    r = _run(catalog, PullRequest(CURATED, "vllm/dual", gpus="2x18GiB", hardware_sm=Decimal("8.6"), yes=True,
                                   out=tmp_path / "c.yml"))
     assert r.ok and r.raw_verdict == "fits-constrained"
     assert r.notice_codes[:2] == ("effective-cap", "rig-fitted-override")

@@ -72,7 +72,7 @@ def test_human_output_lines(capsys):
 
 
 def test_recommend_never_changes_the_decision(capsys):
-    base = ["pull", CURATED, "--profile-like", "vllm/dual", "--gpus", "2x17GiB", "--hardware", "8.6"]
+    base = ["pull", CURATED, "--profile-like", "vllm/dual", "--gpus", "2x18GiB", "--hardware", "8.6"]
     assert main([*base, "--json"]) == 3
     plain = _json(capsys)
     assert main([*base, "--json", "--recommend"]) == 3

@@ -262,3 +262,47 @@ def test_fits_names_the_variants_that_fit_and_the_swap(env, capsys):
     row = json.loads(capsys.readouterr().out)["models"][0]
     codes = [a["code"] for a in row["advisories"]]
     assert not row["fits"] and codes == ["variants-fit", "swap-serves-it"], row
+
+
+def test_an_mtp_drafter_profile_needs_the_fine_tune_to_keep_its_mtp_head(env, capsys):
+    add(env["hub"], FINETUNE, config())                      # no mtp.* tensors: the merge dropped the head
+    argv = ("--profile-like", "vllm/dual", "--gpus", "2x3090", "--emit-only", "--json")
+    assert swap(env, FINETUNE, "--dir", str(env["tmp"] / "a"), *argv) == 2
+    doc = json.loads(capsys.readouterr().out)
+    assert [m["token"] for m in doc["mismatches"]] == ["swap-geometry-mismatch"]
+    assert doc["mismatches"][0]["fact"].startswith("MTP head") and doc["mismatches"][0]["found"] == "absent"
+    kept = "club3090-tests/Qwen3.6-27B-with-mtp-int4-AutoRound"
+    table = {**weights(int(16.5 * GB)), "mtp.layers.0.input_layernorm.weight": ("BF16", [5120])}
+    env["hub"].add_fixture("Qwen--Qwen3.5-27B", repo_id=kept, tensors=table, shards=2,
+                           extra_files={"config.json": json.dumps(config()).encode()})
+    from club3090.gate.swap_match import check_swap
+    from club3090.settings import Settings
+
+    provider = env["provider"](Settings.from_env())
+    catalog = provider.catalog()
+    spec = provider.resolve(kept, catalog)
+    assert spec.has_mtp_head and check_swap(spec, catalog.profiles["vllm/dual"], catalog) == ()
+
+
+def test_a_failed_start_writes_a_capture_that_names_the_swap(env, monkeypatch, capsys):
+    bin_dir = env["tmp"] / "bin"
+    bin_dir.mkdir()
+    script = bin_dir / "docker"
+    script.write_text('#!/bin/sh\ncase "$1" in\n  info) echo \'{"nvidia":{},"runc":{}}\'; exit 0;;\n'
+                      '  compose) [ "$2" = version ] && exit 0\n    shift 3\n    case "$1" in\n'
+                      '      logs) echo "torch.OutOfMemoryError: CUDA out of memory"; exit 0;;\n'
+                      '    esac;;\nesac\nexit 0\n', encoding="utf-8")
+    script.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
+    small = "club3090-tests/Qwen3.6-27B-tiny-int4-AutoRound"
+    env["hub"].add_fixture("Qwen--Qwen3.5-27B", repo_id=small, tensors=TINY, shards=1,
+                           extra_files={"config.json": json.dumps(config()).encode()})
+    captures = env["tmp"] / "caps"
+    monkeypatch.setenv("CLUB3090_CAPTURES", str(captures))
+    code = swap(env, small, "--gpus", "1x3090", "--profile-like", CURATED_PROFILE, "--dir", str(env["tmp"] / "run"),
+                "--port", str(free_port()))
+    out = capsys.readouterr().out
+    assert code == 1 and "[up] FAILED to start" in out, out
+    (manifest,) = list(captures.rglob("manifest.json"))
+    data = json.loads(manifest.read_text(encoding="utf-8"))
+    assert data["swap_of"] == CURATED_PROFILE and data["model_id"] == small

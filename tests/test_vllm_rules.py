@@ -99,6 +99,16 @@ def test_mla_rule_by_version():
     assert mla_rule(parse_version("0.7.2"), quant_method="fp8", disabled=False)[0] is True
     assert mla_rule(parse_version("0.8.0"), quant_method="awq", disabled=False)[0] is True
     assert mla_rule(parse_version("0.22.0"), quant_method=None, disabled=True)[0] is False
+    # 0.7.x keeps MLA for compressed-tensors only with fp8 weights and activations in every group
+    fp8 = {"config_groups": {"g0": {"weights": {"type": "float", "num_bits": 8},
+                                    "input_activations": {"type": "float", "num_bits": 8}}}}
+    w4 = {"config_groups": {"g0": {"weights": {"type": "int", "num_bits": 4}, "input_activations": None}}}
+    assert mla_rule(parse_version("0.7.3"), quant_method="compressed-tensors", disabled=False,
+                    quant_config=fp8)[0] is True
+    assert mla_rule(parse_version("0.7.3"), quant_method="compressed-tensors", disabled=False,
+                    quant_config=w4)[:2] == (False, None)
+    assert mla_rule(parse_version("0.8.0"), quant_method="compressed-tensors", disabled=False,
+                    quant_config=w4)[0] is True
 
 
 def test_mla_disabled_caches_every_head():
@@ -177,7 +187,11 @@ def test_speculative_rejection_sampler_buffers():
     spec = profiling.activation(a, tp=1, tokens=4096, num_seqs=256, last_stage=True, num_spec=4)
     logits = 256 * a.vocab_size * 4
     assert plain.sampler == int(profiling.SAMPLER_COEF * logits)
-    assert spec.sampler - plain.sampler == pytest.approx(4 * profiling.SPEC_SAMPLER_COEF * logits, rel=1e-6)
+    assert spec.sampler - plain.sampler == pytest.approx(profiling.SPEC_SAMPLER_COEF * logits, rel=1e-6)
+    # vLLM's dummy rejection-sampler batch is one draft token per request at any depth
+    for depth in (1, 2, 5):
+        assert profiling.activation(a, tp=1, tokens=4096, num_seqs=256, last_stage=True,
+                                    num_spec=depth).sampler == spec.sampler
     assert profiling.activation(a, tp=1, tokens=4096, num_seqs=256, last_stage=False, num_spec=4).sampler == 0
     # V0 samples every profiled sequence; V1 min(max_num_seqs, tokens)
     assert profiling.activation(a, tp=1, tokens=64, num_seqs=256, last_stage=True, engine="v0").sampler == \
@@ -209,3 +223,22 @@ def test_weight_estimate_quantized_keeps_embeddings_16_bit():
     assert "16-bit" in awq.scheme
     assert bytes_per_parameter({"quant_method": "fp8"})[0] == 1
     assert bytes_per_parameter({"quant_method": "mxfp4"})[0] == pytest.approx(17 / 32)
+
+
+def test_mla_block_size_by_backend():
+    from club3090.fit.vllm_rules import mla_block_size
+
+    assert mla_block_size(parse_version("0.8.3"), "9.0") == 64        # FlashMLA on Hopper
+    assert mla_block_size(parse_version("0.10.1"), "10.0") == 128     # CUTLASS MLA on Blackwell
+    assert mla_block_size(parse_version("0.8.3"), "8.6") is None      # Triton MLA: 16
+    assert mla_block_size(parse_version("0.19.0"), "9.0") is None     # 16-token blocks again
+    assert mla_block_size(parse_version("0.7.2"), "9.0") is None      # before FlashMLA
+    a = arch("deepseek-ai--DeepSeek-V2-Lite")
+    hopper = run(a, max_model_len=8192, kv_cache_memory_bytes=GiB, vllm_version="0.10.1", compute_capability="9.0")
+    ampere = run(a, max_model_len=8192, kv_cache_memory_bytes=GiB, vllm_version="0.10.1", compute_capability="8.6")
+    assert hopper.block_size == 64 and ampere.block_size == 16
+    assert hopper.kv_bytes_per_token == ampere.kv_bytes_per_token
+    assert hopper.num_blocks == ampere.num_blocks // 4
+    # the user's --block-size wins
+    assert run(a, max_model_len=8192, kv_cache_memory_bytes=GiB, vllm_version="0.10.1", compute_capability="9.0",
+               block_size=16).block_size == 16

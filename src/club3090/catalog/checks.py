@@ -160,10 +160,12 @@ def t_mapping(value: Any) -> dict[str, Any]:
     return value
 
 
-@_labelled("release version (`'0.22.0'`)")
+@_labelled("vLLM release version (`'0.22.0'`)")
 def t_version(value: Any) -> str:
-    if not isinstance(value, str) or not _VERSION_RE.match(value):
-        raise Bad(f"expected a release version such as '0.22.0', got {describe(value)}")
+    # every vLLM release so far is 0.x: a patch-set pin such as Genesis v7.72.2 is not a vLLM version
+    if not isinstance(value, str) or not _VERSION_RE.match(value) or not value.startswith("0."):
+        raise Bad(f"expected a vLLM release version such as '0.22.0' (a patch-set pin is not one), "
+                  f"got {describe(value)}")
     return value
 
 

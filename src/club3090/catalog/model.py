@@ -323,6 +323,7 @@ class Anchor:
     weights_bytes: int | None = None   # recorded checkpoint size when the variant is not in the catalog
     tp: int | None = None
     max_num_seqs: int | None = None
+    max_num_batched_tokens: int | None = None   # None = the profile's shipped compose, else vLLM's default
     drafter: str | None = None         # catalog drafter id, or NO_DRAFTER; None = not recorded
     engine: str | None = None          # catalog engine id of the run
     vllm_version: str | None = None    # release version of the run's engine pin ("0.21.0"); None = nightly

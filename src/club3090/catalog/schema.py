@@ -379,6 +379,8 @@ ANCHOR_SPEC: Spec = {
                          "the catalog."),
     "tp": opt(nullable(t_pos_int), "Tensor-parallel size of the run."),
     "max_num_seqs": opt(nullable(t_pos_int), "`--max-num-seqs` of the run."),
+    "max_num_batched_tokens": opt(nullable(t_pos_int), "`--max-num-batched-tokens` of the run (null: "
+                                  "the linked profile's shipped compose, else vLLM's default)."),
     "drafter": opt(nullable(t_id), f"Drafter of the run, or `{m.NO_DRAFTER}` (null: not recorded)."),
     "engine": opt(nullable(t_id), "Engine (id in engines.yaml) of the run."),
     "vllm_version": opt(nullable(t_version), "vLLM release of the run (null: a nightly)."),

@@ -2,7 +2,9 @@
 
 Only the header is read: a first range of :data:`FIRST_READ_BYTES`, then, while the parser says
 the tensor-info table goes on (``NeedMoreBytes``), the missing bytes, growing geometrically and
-never past ``model.gguf.MAX_HEADER_BYTES``. Requests go through ``hub.HubClient`` (its session,
+never past ``model.gguf.MAX_HEADER_BYTES``. For the other quants of a repo, ``read_sibling`` reads
+the first bytes and the tensor table only, skipping the tokenizer they share with the first
+(``gguf.parse_sibling`` checks the guess). Requests go through ``hub.HubClient`` (its session,
 deadline, retries and error translation). A repository's ``*.gguf`` files are grouped into quant
 files: the shards of a split model (``-00001-of-0000N``) form one entry, projector files
 (``mmproj``) are set apart.
@@ -14,19 +16,30 @@ import re
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from club3090.edges.hub import HubClient, RepoInfo
 from club3090.errors import EntryNotFound, InputError
-from club3090.model.gguf import MAX_HEADER_BYTES, GgufFile, NeedMoreBytes, parse_header, split_name
+from club3090.model.gguf import (
+    MAX_HEADER_BYTES,
+    GgufFile,
+    NeedMoreBytes,
+    parse_header,
+    parse_sibling,
+    sibling_table_start,
+    split_name,
+    table_start,
+)
 from club3090.model.gguf_model import GgufModel, from_files
 
 __all__ = ["FIRST_READ_BYTES", "REPO_HEADER_BUDGET", "QuantFile", "QuantHeaders", "list_quants", "load_local",
-           "read_cached", "read_quants", "read_remote"]
+           "read_cached", "read_quants", "read_remote", "read_sibling"]
 
 FIRST_READ_BYTES = 2 * 1024 * 1024      # a 150k-token vocabulary fits in a few MiB
 SHARD_FIRST_READ_BYTES = 256 * 1024     # shards after the first carry no tokenizer: a small header
+SIBLING_PREFIX_BYTES = 16 * 1024        # a sibling quant's own hyperparameters, before its tokenizer
+SIBLING_TABLE_SLACK_BYTES = 4096        # its tensor table has the reference's names: the same length
 HEADER_SLACK_BYTES = 64 * 1024          # a sibling quant's header differs from the first's by a few names
 REPO_HEADER_BUDGET = 96 * 1024 * 1024   # every quant header of one repo together (``fits``)
 QUANT_WORKERS = 4                       # quant headers in flight
@@ -99,16 +112,19 @@ def _read_growing(read: Callable[[int, int], bytes], name: str, size: int | None
 
 def read_remote(client: HubClient, repo_id: str, filename: str, revision: str | None,
                 size: int | None, *, first: int | None = None,
-                allowance: "_Allowance | None" = None) -> GgufFile:
+                allowance: "_Allowance | None" = None, keep: list[bytes] | None = None) -> GgufFile:
     """One file's GGUF header by ranged GETs (``size`` from the repo listing, when known); every
-    byte asked for is taken from ``allowance`` first, when given."""
+    byte asked for is taken from ``allowance`` first, when given; ``keep`` receives the first range."""
     url = client._url(repo_id, filename, revision)
     label = _shown(f"{repo_id}/{filename}")
 
     def read(start: int, length: int) -> bytes:
         if allowance is not None:
             allowance.take(length)
-        return client._get(url, start=start, length=length, ranged=True)
+        got = client._get(url, start=start, length=length, ranged=True)
+        if keep is not None and start == 0:
+            keep[:] = [got]
+        return got
 
     return client._call(repo_id, lambda: _read_growing(read, label, size, first))  # type: ignore[no-any-return]
 
@@ -146,25 +162,69 @@ class QuantHeaders:
     quant: QuantFile
     model: GgufModel | None
     problem: str | None = None      # "header budget spent" or the header's defect
-    header_bytes: int = 0           # where the first shard's tensor-info table ends
+    first: GgufFile | None = field(default=None, repr=False, compare=False)   # its first shard's header
+    prefix: bytes = field(default=b"", repr=False, compare=False)              # that shard's first bytes
+
+
+@dataclass(frozen=True, slots=True)
+class _Reference:
+    header: GgufFile
+    prefix: bytes
+
+
+def read_sibling(client: HubClient, repo_id: str, filename: str, revision: str | None, size: int | None,
+                 reference: _Reference, allowance: "_Allowance | None" = None) -> GgufFile | None:
+    """Another quant of the reference's model in two small ranges, skipping the tokenizer they share
+    (``gguf.parse_sibling``: checked against the reference's tensor shapes and the file's size);
+    None when that does not hold and the header must be read whole."""
+    if size is None or not reference.prefix:
+        return None
+    url = client._url(repo_id, filename, revision)
+    label = _shown(f"{repo_id}/{filename}")
+
+    def read(begin: int, length: int) -> bytes:
+        if allowance is not None:
+            allowance.take(length)
+        return client._get(url, start=begin, length=length, ranged=True)
+
+    def attempt() -> GgufFile | None:
+        prefix = read(0, min(SIBLING_PREFIX_BYTES, size))
+        at = sibling_table_start(prefix, reference.prefix, reference.header, file=label, file_size=size)
+        if at is None or not 0 < at < size:
+            return None
+        table_len = reference.header.header_bytes - table_start(reference.header) + SIBLING_TABLE_SLACK_BYTES
+        table = read(at, min(table_len, size - at))
+        return parse_sibling(prefix, table, file=label, file_size=size, reference=reference.header,
+                             reference_prefix=reference.prefix, table_at=at)
+
+    return client._call(repo_id, attempt)  # type: ignore[no-any-return]
 
 
 def read_quants(client: HubClient, info: RepoInfo, quants: Sequence[QuantFile], *,
                 budget: int | None = None, workers: int = QUANT_WORKERS) -> tuple[list[QuantHeaders], int]:
     """Every quant's headers (all shards), ``workers`` quants at a time, within ``budget`` bytes for
     the repo; returns them in ``quants`` order and the bytes read. The smallest quant is read first,
-    alone: its header length sizes the first range of the others (one round trip each)."""
+    alone and whole; the others' first shards are read around the tokenizer the quants share
+    (``read_sibling``), else whole in one range sized by the first's header."""
     sizes = {f.name: f.size_bytes for f in info.files}
     budget = REPO_HEADER_BUDGET if budget is None else budget
     allowance = _Allowance(budget)
     revision = info.commit or info.revision
 
-    def load(quant: QuantFile, first: int) -> QuantHeaders:
+    def load(quant: QuantFile, reference: _Reference | None) -> QuantHeaders:
         try:
-            headers = [read_remote(client, info.repo_id, name, revision, sizes.get(name),
-                                   first=first if i == 0 else SHARD_FIRST_READ_BYTES, allowance=allowance)
-                       for i, name in enumerate(quant.files)]
-            return QuantHeaders(quant=quant, model=from_files(headers), header_bytes=headers[0].header_bytes)
+            headers, keep = [], [b""]
+            for i, name in enumerate(quant.files):
+                size = sizes.get(name)
+                got = read_sibling(client, info.repo_id, name, revision, size, reference, allowance) \
+                    if i == 0 and reference is not None else None
+                if got is None:
+                    first = SHARD_FIRST_READ_BYTES if i else (min(reference.header.header_bytes + HEADER_SLACK_BYTES,
+                                                                  MAX_HEADER_BYTES) if reference else None)
+                    got = read_remote(client, info.repo_id, name, revision, size, first=first, allowance=allowance,
+                                      keep=keep if i == 0 else None)
+                headers.append(got)
+            return QuantHeaders(quant=quant, model=from_files(headers), first=headers[0], prefix=keep[0])
         except _BudgetSpent:
             return QuantHeaders(quant=quant, model=None, problem=f"not read: the repo's {budget >> 20} MiB "
                                                                  "header budget is spent")
@@ -174,14 +234,14 @@ def read_quants(client: HubClient, info: RepoInfo, quants: Sequence[QuantFile], 
     if not quants:
         return [], 0
     order = sorted(range(len(quants)), key=lambda i: quants[i].size_bytes or 0)
-    out: dict[int, QuantHeaders] = {order[0]: load(quants[order[0]], FIRST_READ_BYTES)}
-    learned = out[order[0]].header_bytes
-    first = min(learned + HEADER_SLACK_BYTES, MAX_HEADER_BYTES) if learned else FIRST_READ_BYTES
+    out: dict[int, QuantHeaders] = {order[0]: load(quants[order[0]], None)}
+    head = out[order[0]]
+    reference = _Reference(header=head.first, prefix=head.prefix) if head.first is not None else None
     rest = order[1:]
     if rest:
         with ThreadPoolExecutor(max_workers=max(1, min(workers, len(rest))),
                                 thread_name_prefix="club3090-gguf") as pool:
-            for i, done in zip(rest, pool.map(lambda j: load(quants[j], first), rest), strict=True):
+            for i, done in zip(rest, pool.map(lambda j: load(quants[j], reference), rest), strict=True):
                 out[i] = done
     return [out[i] for i in range(len(quants))], allowance.used
 

@@ -124,16 +124,17 @@ def anchor_inputs(anchor: Any, catalog: Any) -> AnchorInputs:
     """The serving shape, weights and card an anchor's measurement ran with.
 
     Recorded on the anchor (not None) wins: model, weights variant (else the recorded checkpoint
-    size), TP, util, context, KV format, sequences, drafter (``none`` = without one), engine and
-    release version, GPU. The linked profile (if any) supplies only the rest, chiefly the shipped
+    size), TP, util, context, KV format, sequences, batched tokens, drafter (``none`` = without
+    one), engine and release version, GPU (its compute capability, and the variant's
+    ``--quantization``, decide kernel repacking such as Marlin FP8). The linked profile (if any) supplies only the rest, chiefly the shipped
     compose's ``--max-num-batched-tokens`` and PP; without a profile those are vLLM's defaults.
     """
     profile = catalog.profiles.get(anchor.profile) if anchor.profile else None
     model = catalog.models.get(anchor.model or (profile.model if profile is not None else ""))
     weights, note = anchor.weights_bytes, "recorded checkpoint size"
+    vid = anchor.weights_variant or (profile.weights_variant if profile is not None else None)
+    variant = model.weights.get(vid) if model is not None and vid else None
     if weights is None and model is not None:
-        vid = anchor.weights_variant or (profile.weights_variant if profile is not None else None)
-        variant = model.weights.get(vid) if vid else None
         weights = int(variant.size_bytes) if variant is not None and variant.size_bytes else None
         note = f"catalog weight variant {vid}"
     engine = catalog.engines.get(anchor.engine or (profile.engine if profile is not None else ""))
@@ -151,8 +152,11 @@ def anchor_inputs(anchor: Any, catalog: Any) -> AnchorInputs:
     version = anchor.vllm_version or (engine.vllm_version if engine is not None else None)
     shape = profile_shape(
         profile, catalog, drafter=anchor.drafter is None, tp=tp, pp=pp, mem_util=anchor.mem_util,
-        max_model_len=anchor.ctx, max_num_seqs=anchor.max_num_seqs, kv_cache_dtype=anchor.kv_format,
-        vllm_version=version, device_name=gpu.display_name if gpu is not None else None, **overrides)
+        max_model_len=anchor.ctx, max_num_seqs=anchor.max_num_seqs,
+        max_num_batched_tokens=anchor.max_num_batched_tokens, kv_cache_dtype=anchor.kv_format,
+        vllm_version=version, device_name=gpu.display_name if gpu is not None else None,
+        compute_capability=str(gpu.sm) if gpu is not None else None,
+        quantization=variant.quantization if variant is not None else None, **overrides)
     return AnchorInputs(profile, model, weights, note, engine, gpu, tp * pp, shape)
 
 

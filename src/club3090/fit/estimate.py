@@ -134,7 +134,8 @@ def estimate(spec: "ModelSpec", shape: ServeShape, gpus: "GpuSet", overrides: Ov
     if gpus.count < world:
         raise UsageError(f"TP {world} needs {world} GPUs; --gpus gives {gpus.count}")
     device = gpus.gpus[0].display_name if gpus.gpus and gpus.gpus[0] is not None else None
-    shape = replace(shape, device_name=device)
+    shape = replace(shape, device_name=device,
+                    compute_capability=shape.compute_capability or (str(gpus.sm) if gpus.sm is not None else None))
     per_rank = weights_per_rank_bytes(overrides.weights_gib)
     weights_bytes, estimated = spec.weights_bytes, None
     if per_rank is None and weights_bytes is None:

@@ -25,6 +25,7 @@ from typing import Any
 
 from club3090.fit import profiling
 from club3090.fit.correction import Calibration
+from club3090.fit.drafter_kv import drafter_kv_layers, drafter_method
 from club3090.fit.kv_formats import canonical_dtype, dtype_bytes, kv_format
 from club3090.fit.kv_layout import (
     CannotPrice,
@@ -48,6 +49,8 @@ from club3090.fit.vllm_rules import (
     batch_defaults,
     capture_sizes,
     choose_engine,
+    fp8_marlin_scale_ratio,
+    mla_block_size,
     mla_rule,
     parse_version,
     v0_batched_tokens,
@@ -124,6 +127,7 @@ class ServeShape:
     quantization: str | None = None          # --quantization; None = the config's quant_method
     speculative_method: str | None = None    # "mtp" | "eagle" | "eagle3" | "dflash" | "ngram" | "draft_model"
     mm_encoder_profiling: bool = True        # False: no encoder dummy batch (language-only / images 0)
+    compute_capability: str | None = None    # e.g. "8.6"; FP8 weights run as Marlin W8A16 below 8.9
 
 
 @dataclass(frozen=True, slots=True)
@@ -248,7 +252,8 @@ def resolve_defaults(arch: Architecture, shape: ServeShape, gpu_memory_bytes: Se
     auto = auto or (shape.max_model_len is None and choice.engine == "v1" and ver >= AUTO_FIT_UNSET_FROM)
     use_mla = any(layer.kind == "mla" for layer in arch.layers)
     if use_mla:
-        use_mla = mla_rule(ver, quant_method=_quant_method(arch, shape), disabled=shape.mla_disabled)[0]
+        use_mla = mla_rule(ver, quant_method=_quant_method(arch, shape), disabled=shape.mla_disabled,
+                           quant_config=arch.quantization_config)[0]
     chunked = True
     if choice.engine == "v0":
         chunked, mnbt = v0_batched_tokens(
@@ -280,7 +285,7 @@ def resolve_defaults(arch: Architecture, shape: ServeShape, gpu_memory_bytes: Se
 
 def _without_mla(arch: Architecture, ver: tuple[int, int, int], quant: str | None, disabled: bool) -> Architecture:
     """vLLM versions that did not (or could not) use MLA cache every head's K and V."""
-    _used, padded, _why = mla_rule(ver, quant_method=quant, disabled=disabled)
+    _used, padded, _why = mla_rule(ver, quant_method=quant, disabled=disabled, quant_config=arch.quantization_config)
     size = padded or arch.head_dim
     full = LayerSpec(kind="full", num_kv_heads=arch.num_attention_heads, head_dim=size, v_head_dim=size)
     layers = tuple(full if layer.kind == "mla" else layer for layer in arch.layers)
@@ -303,14 +308,14 @@ def _pp_layer_counts(num_layers: int, pp: int) -> list[int]:
 
 
 def _weights_per_rank(arch: Architecture, weights_bytes: int, tp: int, pp: int, stage: int,
-                      layers_here: int, model_bytes: int) -> int:
+                      layers_here: int, model_bytes: int, repack: Fraction = Fraction(0)) -> int:
     embed = arch.vocab_size * arch.hidden_size * model_bytes
     head = 0 if arch.tie_word_embeddings else embed
     if embed + head >= weights_bytes:           # tiny or odd checkpoints: just split
         embed = head = 0
     body = weights_bytes - embed - head
     share = body * layers_here // max(arch.num_hidden_layers, 1)
-    total = share
+    total = share + int(share * repack)        # kernel repacking (Marlin FP8 scales) grows the body
     if stage == 0:
         total += embed
     if stage == pp - 1:
@@ -331,17 +336,23 @@ def _weights_per_rank(arch: Architecture, weights_bytes: int, tp: int, pp: int, 
 
 def predict(arch: Architecture, *, weights_bytes: int, gpu_memory_bytes: Sequence[int], shape: ServeShape,
             weights_bytes_per_rank: int | None = None,
-            confidence: str = "estimated-lower-bound") -> FitResult | Unpriceable:
-    """vLLM's start-up memory split for ``arch`` on these GPUs at ``shape``, or why it cannot be priced."""
+            confidence: str = "estimated-lower-bound",
+            drafter: Architecture | None = None) -> FitResult | Unpriceable:
+    """vLLM's start-up memory split for ``arch`` on these GPUs at ``shape``, or why it cannot be priced.
+
+    ``drafter``: the config of a separate draft model (EAGLE, DFlash, draft model); with
+    ``shape.num_speculative_tokens`` its cache layers join the KV groups (``fit/drafter_kv.py``);
+    its weights are ``shape.extra_weights_bytes``."""
     try:
         return _predict(arch, weights_bytes=weights_bytes, gpu_memory_bytes=gpu_memory_bytes, shape=shape,
-                        weights_bytes_per_rank=weights_bytes_per_rank, confidence=confidence)
+                        weights_bytes_per_rank=weights_bytes_per_rank, confidence=confidence, drafter=drafter)
     except CannotPrice as exc:
         return Unpriceable(str(exc))
 
 
 def _predict(arch: Architecture, *, weights_bytes: int, gpu_memory_bytes: Sequence[int], shape: ServeShape,
-             weights_bytes_per_rank: int | None, confidence: str) -> FitResult:
+             weights_bytes_per_rank: int | None, confidence: str,
+             drafter: Architecture | None = None) -> FitResult:
     if arch.unpriceable_reason:
         raise CannotPrice(arch.unpriceable_reason)
     tp, pp = int(shape.tp), int(shape.pp)
@@ -379,7 +390,8 @@ def _predict(arch: Architecture, *, weights_bytes: int, gpu_memory_bytes: Sequen
                      + (": chunked prefill on" if res.chunked_prefill else
                         f": no chunked prefill, the profile batch is {res.max_num_batched_tokens} tokens"))
     if any(layer.kind == "mla" for layer in arch.layers) and not res.use_mla:
-        notes.append(mla_rule(ver, quant_method=_quant_method(arch, shape), disabled=shape.mla_disabled)[2] or "")
+        notes.append(mla_rule(ver, quant_method=_quant_method(arch, shape), disabled=shape.mla_disabled,
+                              quant_config=arch.quantization_config)[2] or "")
         arch = _without_mla(arch, ver, _quant_method(arch, shape), shape.mla_disabled)
     _check_geometry(arch, tp, pp)
     if res.max_model_len <= 0:
@@ -395,9 +407,29 @@ def _predict(arch: Architecture, *, weights_bytes: int, gpu_memory_bytes: Sequen
     # layers per PP stage (MTP layers sit on the last stage when speculative decoding is on)
     counts = _pp_layer_counts(arch.num_hidden_layers, pp)
     mtp_layers: list[LayerSpec] = []
-    if num_spec > 0 and arch.mtp_layers and arch.mtp_layer is not None:
+    method = shape.speculative_method or (drafter_method(drafter) if drafter is not None else None)
+    if num_spec > 0 and drafter is not None and method != "mtp":
+        mtp_layers = list(drafter_kv_layers(method, drafter))
+        if mtp_layers:
+            notes.append(f"{len(mtp_layers)} {method} drafter layer(s) join the KV cache groups")
+        else:
+            notes.append(f"the {method} drafter adds no KV of its own")
+    elif num_spec > 0 and arch.mtp_layers and arch.mtp_layer is not None:
         mtp_layers = [arch.mtp_layer] * arch.mtp_layers
         notes.append(f"{arch.mtp_layers} MTP layer(s) add their own KV")
+
+    block_size = shape.block_size
+    if block_size is None and res.use_mla and any(layer.kind == "mla" for layer in arch.layers):
+        block_size = mla_block_size(ver, shape.compute_capability)
+        if block_size:
+            notes.append(f"vLLM {res.vllm_version} forces {block_size}-token KV blocks for MLA on compute "
+                         f"capability {shape.compute_capability}")
+    repack = fp8_marlin_scale_ratio(_quant_method(arch, shape),
+                                    (arch.quantization_config or {}).get("weight_block_size"),
+                                    shape.compute_capability)
+    if repack and weights_bytes_per_rank is None:
+        notes.append(f"FP8 weights run as Marlin W8A16 on compute capability {shape.compute_capability}: "
+                     f"block scales expand to 16-bit groups (+{float(repack):.1%} of the quantized weights)")
 
     ranks: list[RankBreakdown] = []
     layouts: list[Layout] = []
@@ -410,14 +442,15 @@ def _predict(arch: Architecture, *, weights_bytes: int, gpu_memory_bytes: Sequen
         if last:
             stage_layers += mtp_layers
         layout = kv_page_layout(stage_layers, tp=tp, fmt=fmt, model_bytes=model_bytes,
-                                block_size=shape.block_size, num_spec=num_spec,
+                                block_size=block_size, num_spec=num_spec,
                                 conv_bytes=model_bytes, ssm_bytes=ssm_bytes,
                                 disable_hybrid=shape.disable_hybrid_kv_cache_manager,
                                 max_model_len=res.max_model_len)
         if weights_bytes_per_rank is not None:
             weights = int(weights_bytes_per_rank)
         else:
-            weights = _weights_per_rank(arch, int(weights_bytes), tp, pp, stage, counts[stage], model_bytes)
+            weights = _weights_per_rank(arch, int(weights_bytes), tp, pp, stage, counts[stage], model_bytes,
+                                        repack)
         if last and shape.extra_weights_bytes:
             weights += int(shape.extra_weights_bytes) // tp
         non_torch = profiling.non_torch_bytes(tp, pp, nvswitch)

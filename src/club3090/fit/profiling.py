@@ -10,8 +10,11 @@ What the profile run does (``v1/worker/gpu_model_runner.py::profile_run``): enco
 multimodal models (a dummy batch of ``encoder budget // tokens per item`` maximal images, the
 outputs kept in the encoder cache), then one forward of ``max_num_batched_tokens`` tokens over
 ``min(max_num_seqs, tokens)`` requests, then on the last PP stage the sampler on those requests'
-logits and, with speculative decoding, the rejection sampler on ``num_speculative_tokens`` draft
-logits per request (``_dummy_sampler_run``). The measured transient peak is the largest of these.
+logits and, with speculative decoding, the rejection sampler (``_dummy_sampler_run``). Its dummy
+batch is one draft token per request whatever ``num_speculative_tokens`` is
+(``draft_token_ids = [[0] for _ in range(num_reqs)]``): target logits for draft and bonus positions
+(2 x requests rows) and, with probabilistic draft sampling, the draft probabilities, so its cost is
+the same at 1 and at 5 speculative tokens. The measured transient peak is the largest of these.
 V0 (``worker/model_runner.py::profile_run``) samples ``max_num_seqs`` requests.
 
 Pure: no I/O.
@@ -48,8 +51,9 @@ NON_TORCH_NVSWITCH = int(1.45 * GiB)       # + NCCL NVLS (NVSwitch multicast) bu
 ACT_FORWARD_COEF = 1.5                     # x the per-token activation width (bytes) x tokens, up to 0.20
 ACT_FORWARD_COEF_GRAPHS = 1.3              # the same from 0.21, where the graph estimate is separate
 SAMPLER_COEF = 3.75                        # x fp32 logits (num_reqs x vocab x 4 B): logits, probs, sort
-SPEC_SAMPLER_COEF = 1.75                    # x fp32 draft-position logits per speculative token: target
-                                           # logits and their softmax in the rejection sampler
+SPEC_SAMPLER_COEF = 7.0                    # x fp32 logits rows per request with speculative decoding
+                                           # (any depth): the rejection sampler's dummy batch of one
+                                           # draft + one bonus position, draft probabilities, softmax
 ENCODER_COEF = 1.9                         # x patches x the vision tower's per-patch width (bytes)
 # CUDA-graph pool (subtracted from v0.21.0 unless --enforce-eager). Piecewise graphs keep
 # per-layer buffers, so the pool scales with layers x hidden / TP on the rank: the first capture
@@ -121,7 +125,7 @@ def activation(arch: Architecture, *, tp: int, tokens: int, num_seqs: int, last_
     sampler = 0
     if last_stage:
         reqs = num_seqs if engine == "v0" else min(num_seqs, tokens)
-        rows = SAMPLER_COEF + SPEC_SAMPLER_COEF * num_spec
+        rows = SAMPLER_COEF + (SPEC_SAMPLER_COEF if num_spec > 0 else 0.0)
         sampler = int(rows * reqs * arch.vocab_size * 4)
     return Activation(forward, sampler, enc_peak)
 

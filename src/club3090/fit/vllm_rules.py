@@ -17,6 +17,10 @@ and the caller says so (:func:`version_note`).
   192-wide heads were padded to 256 for FlashAttention, K and V per head); in 0.7.x disabled for
   quantizations other than fp8 / compressed-tensors, leaving full K and V of 192 per head;
   ``VLLM_MLA_DISABLE=1`` does the same in any version.
+- FP8 weights on GPUs without FP8 (compute capability below 8.9) run as Marlin W8A16
+  (``model_executor/layers/quantization/utils/marlin_utils_fp8.py::prepare_fp8_layer_for_marlin``):
+  block-wise scales are expanded to one 16-bit scale per ``block_k`` weights of every output
+  column, 2 / ``block_k`` bytes per FP8 weight byte (1/64 at the usual 128 x 128 blocks).
 - ``max_model_len`` auto-fit (``v1/core/kv_cache_utils.py::_auto_fit_max_model_len``, vLLM PR #29431):
   ``-1`` / ``auto`` from 0.12.0; an unset length is auto-fitted when the model's maximum does not
   fit from 0.26.0 (observed in a public 0.26 start-up; earlier lines refuse).
@@ -27,7 +31,10 @@ Pure: no I/O, no environment, no clock.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any
 
 __all__ = [
     "AUTO_FIT_FLAG_FROM",
@@ -41,6 +48,8 @@ __all__ = [
     "batch_defaults",
     "capture_sizes",
     "choose_engine",
+    "fp8_marlin_scale_ratio",
+    "mla_block_size",
     "mla_rule",
     "parse_version",
     "v0_batched_tokens",
@@ -71,6 +80,8 @@ V0_LONG_CONTEXT = 32_768
 V0_MIN_BATCHED_TOKENS = 2_048
 V0_MULTIMODAL_MIN_BATCHED_TOKENS = 5_120
 MLA_QUANTS_07 = ("fp8", "compressed-tensors", "compressed_tensors")
+FP8_NATIVE_FROM_SM = (8, 9)                 # Ada / Hopper and later run FP8 GEMMs natively
+FP8_DEFAULT_BLOCK_K = 128                   # the block size of vLLM-served block-FP8 checkpoints
 
 VERSION_RE = re.compile(r"\s*v?(\d+)\.(\d+)(?:\.(\d+))?")   # '0.22', 'v0.19.1', '0.8.3.dev172+g2b93162f'
 
@@ -150,15 +161,86 @@ def v0_batched_tokens(ver: Version, *, max_model_len: int, chunked: bool | None,
     return False, tokens
 
 
-def mla_rule(ver: Version, *, quant_method: str | None, disabled: bool) -> tuple[bool, int | None, str | None]:
-    """(MLA used, padded head size when not, why not) for a DeepSeek-style MLA model."""
+def _fp8_everywhere(quant_config: Mapping[str, Any] | None) -> bool:
+    """compressed-tensors with fp8 weights and fp8 input activations in every config group."""
+    groups = (quant_config or {}).get("config_groups")
+    if not isinstance(groups, Mapping) or not groups:
+        return False
+    for group in groups.values():
+        if not isinstance(group, Mapping):
+            return False
+        for key in ("weights", "input_activations"):
+            spec = group.get(key)
+            if not isinstance(spec, Mapping):
+                return False
+            if str(spec.get("type", "")).lower() != "float" or int(spec.get("num_bits") or 0) != 8:
+                return False
+    return True
+
+
+def mla_rule(ver: Version, *, quant_method: str | None, disabled: bool,
+             quant_config: Mapping[str, Any] | None = None) -> tuple[bool, int | None, str | None]:
+    """(MLA used, padded head size when not, why not) for a DeepSeek-style MLA model.
+
+    0.7.x (``config.py::ModelConfig.use_mla``) kept MLA only for fp8 and for compressed-tensors
+    checkpoints whose every group has fp8 weights and activations; anything else fell back to
+    full K and V per head."""
     if disabled:
         return False, None, "VLLM_MLA_DISABLE: full K and V per head"
     if ver < MLA_FROM:
         return False, 256, f"vLLM {'.'.join(map(str, ver))} predates MLA (0.7.1): full K and V, heads padded to 256"
-    if ver < MLA_ANY_QUANT_FROM and quant_method and quant_method.lower() not in MLA_QUANTS_07:
-        return False, None, f"vLLM 0.7 disables MLA with {quant_method} quantization: full K and V per head"
+    if ver < MLA_ANY_QUANT_FROM and quant_method:
+        method = quant_method.lower()
+        if method not in MLA_QUANTS_07:
+            return False, None, f"vLLM 0.7 disables MLA with {quant_method} quantization: full K and V per head"
+        if method != "fp8" and quant_config is not None and not _fp8_everywhere(quant_config):
+            return False, None, ("vLLM 0.7 disables MLA for compressed-tensors without fp8 weights and "
+                                 "activations: full K and V per head")
     return True, None, None
+
+
+def fp8_marlin_scale_ratio(quant_method: str | None, weight_block_size: object,
+                           compute_capability: str | None) -> Fraction:
+    """Extra loaded bytes per FP8 weight byte when vLLM runs FP8 weights through Marlin.
+
+    Below compute capability 8.9 (``is_fp8_marlin_supported`` path) every block-quantized linear
+    gets ``(K / block_k) x N`` 16-bit scales, 2 / block_k of its FP8 weight bytes. A checkpoint
+    without ``weight_block_size`` is taken as 128-wide blocks (its per-channel scales would cost
+    nothing; the larger figure is the safe side). Unknown capability: no change (native FP8)."""
+    if (quant_method or "").lower() != "fp8" or not compute_capability:
+        return Fraction(0)
+    match = re.match(r"\s*(\d+)\.(\d+)", str(compute_capability))
+    if not match or (int(match.group(1)), int(match.group(2))) >= FP8_NATIVE_FROM_SM:
+        return Fraction(0)
+    block_k = FP8_DEFAULT_BLOCK_K
+    if isinstance(weight_block_size, (list, tuple)) and len(weight_block_size) == 2:
+        try:
+            block_k = max(1, int(weight_block_size[1]))
+        except (TypeError, ValueError):
+            block_k = FP8_DEFAULT_BLOCK_K
+    return Fraction(2, block_k)
+
+
+MLA_FORCED_BLOCKS_FROM: Version = (0, 7, 3)     # FlashMLA (Hopper) lands; CUTLASS MLA on Blackwell later
+MLA_FORCED_BLOCKS_UNTIL: Version = (0, 13, 0)   # 0.19 on an H100 logs 16-token MLA blocks (llm-d sweep)
+
+
+def mla_block_size(ver: Version, compute_capability: str | None) -> int | None:
+    """The KV block size vLLM forces for an MLA model when the user sets none, or None (16).
+
+    ``platforms/cuda.py::check_and_update_config``: with the default backend, Hopper runs FlashMLA
+    ("Forcing kv cache block size to 64 for FlashMLA backend", logged by 0.8.3 through the 0.12
+    line) and data-centre Blackwell CUTLASS MLA (128). Other GPUs (Triton MLA) keep 16, and so
+    do later lines, whose H100 logs show 16-token blocks again."""
+    match = re.match(r"\s*(\d+)\.(\d+)", str(compute_capability or ""))
+    if not match or not (MLA_FORCED_BLOCKS_FROM <= ver < MLA_FORCED_BLOCKS_UNTIL):
+        return None
+    major = int(match.group(1))
+    if major == 9:
+        return 64
+    if major == 10:
+        return 128
+    return None
 
 
 def capture_sizes(max_num_seqs: int, num_speculative_tokens: int = 0, limit: int = 512) -> list[int]:

@@ -37,7 +37,10 @@ __all__ = [
     "NeedMoreBytes",
     "file_type_name",
     "parse_header",
+    "parse_sibling",
+    "sibling_table_start",
     "split_name",
+    "table_start",
 ]
 
 MAGIC = b"GGUF"
@@ -327,3 +330,86 @@ def _check_offsets(tensors: Sequence[GgufTensor], alignment: int, file: str) -> 
         if t.offset < cursor:
             raise InputError(file, f"tensor {t.name[:80]!r}: data overlaps the previous tensor")
         cursor = t.offset + t.nbytes
+
+
+def table_start(header: GgufFile) -> int:
+    """Where ``header``'s tensor-info table starts (its key/value section ends)."""
+    table = sum(8 + len(t.name.encode("utf-8")) + 4 + 8 * len(t.dims) + 4 + 8 for t in header.tensors)
+    return header.header_bytes - table
+
+
+def _leading_keys(prefix: bytes, file: str, file_size: int) -> tuple[int, int, int, list[tuple[str, Value, int]]]:
+    """(version, tensor count, key count, [(key, value, end position)]) as far as ``prefix`` goes."""
+    r = _Reader(prefix, file, file_size)
+    if r.take(4) != MAGIC:
+        raise InputError(file, "not a GGUF file (no GGUF magic)")
+    version, n_tensors, n_kv = r.u32(), r.u64(), r.u64()
+    keys: list[tuple[str, Value, int]] = []
+    try:
+        for _ in range(min(n_kv, MAX_KEYS)):
+            key = r.string("key")
+            keys.append((key, _value(r, r.u32(), key, 0), r.pos))
+    except NeedMoreBytes:
+        pass
+    return version, n_tensors, n_kv, keys
+
+
+def parse_sibling(prefix: bytes, table: bytes, *, file: str, file_size: int, reference: GgufFile,
+                  reference_prefix: bytes, table_at: int) -> GgufFile | None:
+    """Another quant of ``reference``'s model from two ranges: the start of the file (``prefix``)
+    and the bytes from ``table_at``, where its tensor-info table starts if it differs from the
+    reference only in the leading key/values both prefixes show (``sibling_table_start``): a repo's
+    quants share their tokenizer, the bulk of the section.
+
+    The guess is checked, not trusted: the tensor table must parse there with the same tensor names
+    and shapes as the reference's, and the data section it implies must end where the file does. The
+    metadata is the file's own as far as ``prefix`` reaches (the hyperparameters come first), the
+    reference's beyond (the tokenizer). None when any check fails: the caller reads the header whole.
+    """
+    try:
+        version, n_tensors, n_kv, keys = _leading_keys(prefix, file, file_size)
+    except InputError:
+        return None
+    if version != reference.version or n_tensors != len(reference.tensors) or n_kv != len(reference.metadata):
+        return None
+    if sibling_table_start(prefix, reference_prefix, reference, file=file, file_size=file_size) != table_at:
+        return None
+    t = _Reader(table, file, file_size - table_at)
+    try:
+        tensors = [_tensor(t, i) for i in range(n_tensors)]
+    except InputError:            # NeedMoreBytes included: the table is not where the guess put it
+        return None
+    if [(x.name, x.dims) for x in tensors] != [(x.name, x.dims) for x in reference.tensors]:
+        return None
+    metadata = {**reference.metadata, **{k: v for k, v, _ in keys}}
+    alignment = metadata.get("general.alignment", DEFAULT_ALIGNMENT)
+    if not isinstance(alignment, int) or isinstance(alignment, bool) or alignment <= 0 \
+            or alignment & (alignment - 1):
+        return None
+    header = table_at + t.pos
+    data_offset = -(-header // alignment) * alignment
+    try:
+        _check_offsets(tensors, alignment, file)
+    except InputError:
+        return None
+    out = GgufFile(file=file, version=reference.version, metadata=MappingProxyType(metadata),
+                   tensors=tuple(tensors), header_bytes=header, data_offset=data_offset)
+    if not out.file_min_size <= file_size < out.file_min_size + alignment:
+        return None
+    return out
+
+
+def sibling_table_start(prefix: bytes, reference_prefix: bytes, reference: GgufFile, *, file: str,
+                        file_size: int) -> int | None:
+    """Where a sibling quant's tensor-info table would start: the reference's, shifted by how much
+    longer the sibling's leading key/values are (same keys in the same order as far as both prefixes
+    show, e.g. a longer ``general.name``); None when the keys differ."""
+    try:
+        _, _, _, mine = _leading_keys(prefix, file, file_size)
+        _, _, _, theirs = _leading_keys(reference_prefix, reference.file, reference.header_bytes)
+    except InputError:
+        return None
+    common = min(len(mine), len(theirs))
+    if common == 0 or [k for k, _, _ in mine[:common]] != [k for k, _, _ in theirs[:common]]:
+        return None
+    return table_start(reference) + mine[common - 1][2] - theirs[common - 1][2]

@@ -49,6 +49,7 @@ class FitsRequest:
     cache_type_k: str | None = None
     cache_type_v: str | None = None
     gguf: bool = False                       # price a repo's GGUF files even when it has safetensors
+    quant: str | None = None                 # --quant: only this quant of a GGUF repo
 
 
 @dataclass(frozen=True, slots=True)
@@ -207,8 +208,11 @@ def _gguf_row(name: str, provider: "Provider", hw: HardwareFacts, request: FitsR
     if not isinstance(client, HubClient):
         client = HubClient(provider.settings)
     repo, revision = split_source(name)
-    listing = gguf_listing(client, repo, revision, gguf_args(request), list(hw.memory_bytes), only=only)
-    stop = None if listing.rows else "unsupported-format: the repository lists no loadable GGUF model file"
+    listing = gguf_listing(client, repo, revision, gguf_args(request), list(hw.memory_bytes), only=only,
+                           quant=request.quant)
+    stop = None if listing.rows else (
+        f"unsupported-format: no GGUF quant {request.quant!r} in the repository" if request.quant
+        else "unsupported-format: the repository lists no loadable GGUF model file")
     return FitsRow(model=label or name, repo=repo, fits=listing.fits, confidence=listing.confidence, shape_source="gguf",
                    tp=1, gguf=listing, stop=stop)
 

@@ -118,15 +118,18 @@ def price_quants(quants: Sequence[tuple["QuantFile", "GgufModel | None", str | N
 
 
 def gguf_listing(client: "HubClient", repo_id: str, revision: str | None, args: LlamaCppArgs,
-                 gpu_bytes: Sequence[int], *, only: Sequence[str] = ()) -> GgufListing:
+                 gpu_bytes: Sequence[int], *, only: Sequence[str] = (), quant: str | None = None) -> GgufListing:
     """Read and price every quant of ``repo_id`` (``only``: just the quants made of these files,
-    when the repo has any; raises the Hub's errors for the repo itself)."""
+    when the repo has any; ``quant``: just the quant of that label, case aside, none if absent;
+    raises the Hub's errors for the repo itself)."""
     from club3090.edges.gguf_remote import list_quants, read_quants
 
     info = client.repo_info(repo_id, revision)
     quants = list_quants(info)
     picked = [q for q in quants if set(q.files) <= set(only)]
     quants = picked or quants
+    if quant is not None:
+        quants = [q for q in quants if q.label.lower() == quant.lower()]
     read, used = read_quants(client, info, quants)
     rows = price_quants([(q.quant, q.model, q.problem) for q in read], args, gpu_bytes)
     return GgufListing(repo=repo_id, commit=info.commit, args=args, rows=tuple(rows), header_bytes_read=used)

@@ -20,6 +20,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="K cache type (f16, q8_0, q4_0, ...; default f16)")
     g.add_argument("--cache-type-v", "-ctv", type=cache_type, metavar="TYPE",
                    help="V cache type (f16, q8_0, q4_0, ...; default f16)")
+    g.add_argument("--quant", metavar="QUANT", help="price only this quant of a GGUF repo (Q4_K_M, ...)")
     g.add_argument("--gguf", action="store_true",
                    help="price the repo's GGUF files with llama.cpp even when it also has safetensors")
 

@@ -51,7 +51,7 @@ def run(args: argparse.Namespace, provider: Any) -> int:
     report = fits(FitsRequest(models=tuple(args.models), gpus=args.gpus, min_context=args.min_context,
                               overrides=shape_overrides(args), **rig_flags(args), ctx_size=args.ctx_size,
                               cache_type_k=args.cache_type_k, cache_type_v=args.cache_type_v,
-                              gguf=args.gguf), provider)
+                              gguf=args.gguf, quant=args.quant), provider)
     code = exit_code(report.outcome)
     single = len(args.models) == 1
     if args.json:
