@@ -30,7 +30,8 @@ K8S_VERSION = "1.30"
 
 
 def validate_core(obj: dict[str, Any]) -> None:
-    kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
+    for version in (K8S_VERSION, kubernetes_validate.latest_version()):   # an older cluster and the newest schemas
+        kubernetes_validate.validate(obj, version, strict=True)
 
 
 def validate_lws(obj: dict[str, Any]) -> None:

@@ -306,3 +306,35 @@ def test_a_failed_start_writes_a_capture_that_names_the_swap(env, monkeypatch, c
     (manifest,) = list(captures.rglob("manifest.json"))
     data = json.loads(manifest.read_text(encoding="utf-8"))
     assert data["swap_of"] == CURATED_PROFILE and data["model_id"] == small
+
+
+def test_a_repo_too_large_names_its_own_gguf_files(env, capsys):
+    from tests.fakehub import safetensors_file
+
+    repo = "club3090-tests/Big-7B-with-GGUF"
+    env["hub"].add_fixture("Qwen--Qwen2.5-7B", repo_id=repo, extra_files={
+        "big-Q4_K_M.gguf": b"GGUF" + b"\0" * 60,
+        "model.safetensors": safetensors_file("model.safetensors", {"model.embed_tokens.weight": ("BF16", [14 * 2**20, 1024])})})
+    cli.main(["pull", repo, "--gpus", "1x3060", "--json"], provider=env["provider"])
+    doc = json.loads(capsys.readouterr().out)
+    (advice,) = [a for a in doc["advisories"] if a["code"] == "variants-fit"]
+    assert advice["data"]["repo_gguf_files"] == ["big-Q4_K_M.gguf"]
+    assert f"`club3090 fits {repo} --gguf`" in advice["text"]
+
+
+def test_disk_short_and_unreadable_facts_refuse_before_anything_is_written(env, capsys):
+    from club3090.edges.provider import LiveProvider
+
+    add(env["hub"], FINETUNE, config())
+    out_dir = env["tmp"] / "o"
+
+    def small_disk(settings: Any) -> LiveProvider:
+        return LiveProvider(settings, free_disk=lambda _p: 10**9, load=lambda: env["catalog"])
+    code = cli.main(["swap", FINETUNE, "--profile-like", CURATED_PROFILE, "--gpus", "1x3090", "--dir", str(out_dir),
+                     "--json"], provider=small_disk)
+    doc = json.loads(capsys.readouterr().out)
+    assert code == 2 and doc["refusal"] == "disk-short" and not out_dir.exists()
+    code = swap(env, "club3090-tests/no-such-repo", "--profile-like", CURATED_PROFILE, "--dir", str(out_dir), "--json")
+    doc = json.loads(capsys.readouterr().out)
+    assert code == 2 and doc["refusal"] == "swap-facts-unavailable" and not out_dir.exists()
+    assert any("repo-not-found" in line for line in doc["lines"]), doc["lines"]

@@ -6,6 +6,9 @@
   catalog's stable vLLM release (:func:`pick_engine`);
 - tensor parallel: the fewest GPUs that fit (sizes the heads divide and the arch row admits);
   pipeline parallel only when no tensor-parallel size fits;
+- a rig of several nodes (``gpus_per_node``): one node first, priced as above; more nodes only
+  when one does not fit, then the vLLM multi-node layout: tensor parallel inside a node (the
+  largest size that divides the node), pipeline parallel across the nodes, the fewest nodes that fit;
 - KV format: the model's own dtype when the target context fits with it, else the most compact
   format the engine serves and the GPUs' SM supports;
 - ``max_model_len``: the model's maximum when it fits, else the largest that fits at the target
@@ -27,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from club3090.fit.kv_formats import canonical_dtype
 from club3090.fit.memory import FitResult, ServeShape, Unpriceable, parse_version, predict, tp_geometry_problem
+from club3090.rig.interconnect import advisories
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from club3090.catalog.model import ArchRow, Catalog, Engine
@@ -103,17 +107,39 @@ class ShapeChoice:
     reason: str
     runner_ups: tuple[tuple[Candidate, str], ...] = ()
     unpriceable: str | None = None           # why no shape could be priced at all
+    gpus_per_node: int | None = None         # a rig of several nodes: GPUs in each (None: one machine)
+    interconnect: str | None = None          # the link between nodes (rig/interconnect.py)
 
     @property
     def fits(self) -> bool:
         return self.chosen is not None
 
+    @property
+    def nodes_used(self) -> int:
+        """Nodes the chosen (else best) shape spans; 1 on one machine."""
+        pick = self.chosen or self.best
+        if pick is None or not self.gpus_per_node:
+            return 1
+        return -(-pick.gpus // self.gpus_per_node)
+
+    @property
+    def advisories(self) -> tuple[str, ...]:
+        """What the shape's layout costs over the link between nodes (none within one node)."""
+        pick = self.chosen or self.best
+        if pick is None or not self.gpus_per_node:
+            return ()
+        return advisories(pick.shape.tp, pick.shape.pp, self.gpus_per_node, self.nodes_used, self.interconnect)
+
     def to_json(self) -> dict[str, Any]:
-        return {"engine": self.engine, "fits": self.fits, "reason": self.reason,
-                "chosen": self.chosen.to_json() if self.chosen else None,
-                "best": self.best.to_json() if self.best else None,
-                "runner_ups": [{**c.to_json(), "why": why} for c, why in self.runner_ups],
-                "unpriceable": self.unpriceable}
+        doc = {"engine": self.engine, "fits": self.fits, "reason": self.reason,
+               "chosen": self.chosen.to_json() if self.chosen else None,
+               "best": self.best.to_json() if self.best else None,
+               "runner_ups": [{**c.to_json(), "why": why} for c, why in self.runner_ups],
+               "unpriceable": self.unpriceable}
+        if self.gpus_per_node:
+            doc.update({"nodes": self.nodes_used, "gpus_per_node": self.gpus_per_node,
+                        "interconnect": self.interconnect, "advisories": list(self.advisories)})
+        return doc
 
 
 def kv_label(kv: str) -> str:
@@ -191,13 +217,88 @@ def choose_shape(spec: "ModelSpec", gpu_memory_bytes: Sequence[int], catalog: "C
                  min_context: int | None = None, device_name: str | None = None,
                  row: "ArchRow | None" = None, engine: "Engine | None" = None,
                  vary_kv: bool = True, solve_length: bool = True,
-                 base: ServeShape | None = None) -> ShapeChoice:
+                 base: ServeShape | None = None, gpus_per_node: int | None = None,
+                 interconnect: str | None = None) -> ShapeChoice:
     """Choose the serving shape for ``spec`` on GPUs of ``gpu_memory_bytes`` (one entry per GPU).
 
     ``vary_kv=False`` / ``solve_length=False`` keep the KV format and context of ``base`` (or
     vLLM's defaults) and choose only the parallel sizes (``kv-calc`` with a shape given).
     ``min_context`` raises the context a shape must reach to count as fitting.
+    ``gpus_per_node``: the GPUs are several nodes of this many, listed node by node; one node is
+    tried first and more nodes only when it does not fit (``interconnect`` names the link, for
+    the advisories).
     """
+    mems = list(gpu_memory_bytes)
+    per_node = gpus_per_node if gpus_per_node and 0 < gpus_per_node < len(mems) else None
+    if per_node is None:
+        return _choose(spec, mems, catalog, sm=sm, weights_bytes=weights_bytes, overrides=overrides,
+                       target_concurrency=target_concurrency, min_context=min_context, device_name=device_name,
+                       row=row, engine=engine, vary_kv=vary_kv, solve_length=solve_length, base=base)
+    kwargs: dict[str, Any] = dict(sm=sm, weights_bytes=weights_bytes, overrides=overrides,
+                                  target_concurrency=target_concurrency, min_context=min_context,
+                                  device_name=device_name, row=row, engine=engine, vary_kv=vary_kv,
+                                  solve_length=solve_length, base=base)
+    pinned = overrides.tensor_parallel_size is not None or overrides.pipeline_parallel_size is not None
+    if pinned:
+        world = (overrides.tensor_parallel_size or 1) * (overrides.pipeline_parallel_size or 1)
+        if world > per_node:                    # a pinned shape past one node launches on Ray
+            kwargs["base"] = replace(base or ServeShape(), distributed_executor_backend="ray")
+        got = _choose(spec, mems, catalog, **kwargs)
+        return replace(got, gpus_per_node=per_node, interconnect=interconnect)
+    nodes = len(mems) // per_node
+    one = _choose(spec, mems[:per_node], catalog, **kwargs)
+    tried: list[ShapeChoice] = [one]
+    for n in range(2, nodes + 1):
+        if tried[-1].fits or tried[-1].unpriceable:
+            break
+        on_ray = {**kwargs, "base": replace(base or ServeShape(), distributed_executor_backend="ray")}
+        tried.append(_choose(spec, mems[:n * per_node], catalog, layouts=_node_layouts(spec, row, per_node, n),
+                             **on_ray))
+    last = tried[-1]
+    if last.fits or len(tried) == 1:
+        reason = last.reason if len(tried) == 1 else _nodes_reason(last, tried[0], per_node)
+        return replace(last, reason=reason, gpus_per_node=per_node, interconnect=interconnect)
+    best = max((c.best for c in tried if c.best is not None),
+               key=lambda c: (c.fit.max_model_len_fit, -c.gpus), default=None)
+    reason = (f"no shape on {nodes} node(s) of {per_node} GPU(s) reaches the context floor "
+              f"(the most is {best.fit.max_model_len_fit:,}, at {best.label()})" if best is not None
+              else last.reason)
+    return replace(last, best=best, reason=reason, gpus_per_node=per_node, interconnect=interconnect)
+
+
+def _node_layouts(spec: "ModelSpec", row: "ArchRow | None", per_node: int, nodes: int) -> list[tuple[int, int]]:
+    """vLLM's multi-node layout on ``nodes`` whole nodes: TP inside a node (sizes that divide the
+    node, largest first), PP across the nodes and over what is left of each node."""
+    layers = spec.arch.num_hidden_layers or 0
+    out = []
+    for tp in sorted((t for t in valid_tp_sizes(spec, row, per_node) if per_node % t == 0), reverse=True):
+        pp = nodes * per_node // tp
+        if pp <= layers:
+            out.append((tp, pp))
+    return out
+
+
+def _nodes_reason(choice: ShapeChoice, one: ShapeChoice, per_node: int) -> str:
+    pick = choice.chosen
+    assert pick is not None
+    nodes = -(-pick.gpus // per_node)
+    most = one.best.fit.max_model_len_fit if one.best is not None else 0
+    why = [f"one node of {per_node} GPU(s) does not fit (the most context there is {most:,})",
+           f"TP {pick.shape.tp} inside each node x PP {pick.shape.pp} across {nodes} nodes "
+           "(vLLM's multi-node layout), the fewest nodes that fit"]
+    rest = choice.reason.split("; ", 1)
+    if len(rest) == 2:
+        why.append(rest[1].replace("pipeline parallel because no tensor-parallel size fits; ", ""))
+    return "; ".join(w for w in why if w)
+
+
+def _choose(spec: "ModelSpec", gpu_memory_bytes: Sequence[int], catalog: "Catalog", *,
+            sm: Decimal | None, weights_bytes: int | None = None,
+            overrides: ShapeOverrides = NO_OVERRIDES, target_concurrency: int = 1,
+            min_context: int | None = None, device_name: str | None = None,
+            row: "ArchRow | None" = None, engine: "Engine | None" = None,
+            vary_kv: bool = True, solve_length: bool = True,
+            base: ServeShape | None = None, layouts: list[tuple[int, int]] | None = None) -> ShapeChoice:
     o = overrides
     engine = engine or pick_engine(catalog, row)
     engine_id = engine.id if engine is not None else DEFAULT_ENGINE
@@ -215,7 +316,8 @@ def choose_shape(spec: "ModelSpec", gpu_memory_bytes: Sequence[int], catalog: "C
         kvs = kv_choices(catalog, engine, sm, model_kv(spec))
     else:
         kvs = [base.kv_cache_dtype if base is not None else "auto"]
-    layouts = _parallel_layouts(spec, row, len(mems), o)
+    if layouts is None:
+        layouts = _parallel_layouts(spec, row, len(mems), o)
     start = base or ServeShape()
     start = replace(start, mem_util=o.gpu_memory_utilization if o.gpu_memory_utilization is not None
                     else start.mem_util,

@@ -21,6 +21,7 @@ from club3090.errors import UsageError
 from club3090.fit.memory import FitResult, GiB, ServeShape, Unpriceable, predict
 from club3090.fit.shape import drafter_terms, profile_shape
 from club3090.model.param_estimate import estimate_weights
+from club3090.rig.interconnect import advisories
 
 if TYPE_CHECKING:
     from club3090.catalog.model import Catalog, Profile
@@ -65,12 +66,17 @@ class Estimate:
     weights_source: str
     profile: str | None
     choice: "ShapeChoice | None" = None      # how TP/PP were chosen, when nobody gave them
+    nodes: int = 1                           # nodes the shape spans (a rig of several nodes)
+    gpus_per_node: int = 0                   # 0: one machine
+    interconnect: str | None = None          # the link between nodes, as given or assumed
 
     def to_json(self) -> dict[str, Any]:
         out = self.result.to_json()
         out.update({"ok": True, "model": self.model, "architecture": self.architecture, "gpus": self.gpus,
                     "tp": self.tp, "pp": self.pp, "profile": self.profile, "weights_source": self.weights_source,
                     "shape": self.choice.to_json() if self.choice is not None else None})
+        if self.gpus_per_node:
+            out.update({"nodes": self.nodes, "gpus_per_node": self.gpus_per_node, "interconnect": self.interconnect})
         return out
 
 
@@ -136,6 +142,10 @@ def estimate(spec: "ModelSpec", shape: ServeShape, gpus: "GpuSet", overrides: Ov
     device = gpus.gpus[0].display_name if gpus.gpus and gpus.gpus[0] is not None else None
     shape = replace(shape, device_name=device,
                     compute_capability=shape.compute_capability or (str(gpus.sm) if gpus.sm is not None else None))
+    per_node = gpus.gpus_per_node if gpus.nodes > 1 else 0
+    nodes = -(-world // per_node) if per_node else 1
+    if nodes > 1 and shape.distributed_executor_backend is None:
+        shape = replace(shape, distributed_executor_backend="ray")     # every multi-node launch runs on Ray
     per_rank = weights_per_rank_bytes(overrides.weights_gib)
     weights_bytes, estimated = spec.weights_bytes, None
     if per_rank is None and weights_bytes is None:
@@ -155,7 +165,11 @@ def estimate(spec: "ModelSpec", shape: ServeShape, gpus: "GpuSet", overrides: Ov
         if isinstance(solved, Unpriceable):
             return NoFit(model=label, error=solved.reason)
         result = solved
+    if nodes > 1:
+        result = replace(result, notes=(*result.notes, *advisories(shape.tp, shape.pp, per_node, nodes,
+                                                                    gpus.interconnect)))
     return Estimate(result=result, model=label, architecture=spec.arch.architecture, gpus=gpus_spec, tp=shape.tp,
                     pp=shape.pp, weights_source="--weights-gib (per rank)" if per_rank is not None
                     else estimated.note if estimated is not None else weights_note(spec, catalog),
-                    profile=profile.key if profile is not None else None)
+                    profile=profile.key if profile is not None else None, nodes=nodes, gpus_per_node=per_node,
+                    interconnect=gpus.interconnect)

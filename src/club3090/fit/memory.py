@@ -73,6 +73,7 @@ __all__ = [
     "kv_page_layout",
     "mamba_groups",
     "parse_version",
+    "pp_layer_counts",
     "predict",
     "resolve_defaults",
     "tp_geometry_problem",
@@ -127,6 +128,8 @@ class ServeShape:
     quantization: str | None = None          # --quantization; None = the config's quant_method
     speculative_method: str | None = None    # "mtp" | "eagle" | "eagle3" | "dflash" | "ngram" | "draft_model"
     mm_encoder_profiling: bool = True        # False: no encoder dummy batch (language-only / images 0)
+    pp_layer_partition: tuple[int, ...] | None = None   # VLLM_PP_LAYER_PARTITION; None = vLLM's even split
+    distributed_executor_backend: str | None = None     # "ray" (multi-node) | "mp"; None = vLLM's choice
     compute_capability: str | None = None    # e.g. "8.6"; FP8 weights run as Marlin W8A16 below 8.9
 
 
@@ -240,7 +243,8 @@ def resolve_defaults(arch: Architecture, shape: ServeShape, gpu_memory_bytes: Se
     spec_method = shape.speculative_method or ("mtp" if num_spec and arch.mtp_layers else None)
     choice = choose_engine(ver, requested=shape.engine, pp=int(shape.pp),
                            kv_cache_dtype=str(shape.kv_cache_dtype or "auto"),
-                           has_state_layers=bool(arch.state_layers), spec_method=spec_method)
+                           has_state_layers=bool(arch.state_layers), spec_method=spec_method,
+                           ray=shape.distributed_executor_backend == "ray")
     util = shape.mem_util if shape.mem_util is not None else (0.92 if ver >= UTIL_092_FROM else 0.90)
     device_gib = min(gpu_memory_bytes) / GiB if gpu_memory_bytes else 0.0
     mns, mnbt = batch_defaults(ver, choice.engine, device_gib=device_gib, device_name=shape.device_name or "",
@@ -298,8 +302,19 @@ def _without_mla(arch: Architecture, ver: tuple[int, int, int], quant: str | Non
 # weights per rank
 
 
-def _pp_layer_counts(num_layers: int, pp: int) -> list[int]:
-    """vLLM's get_pp_indices: even split, the remainder going to the ranks before the last."""
+def pp_layer_counts(num_layers: int, pp: int, partition: Sequence[int] | None = None) -> list[int]:
+    """Decoder layers per pipeline stage, as vLLM's ``get_pp_indices`` (vllm/distributed/utils.py)
+    splits them: ``VLLM_PP_LAYER_PARTITION`` (``partition``) when given, else an even split whose
+    remainder goes one layer each to the stages before the last, nearest the last first (the last
+    stage also holds the final norm and the LM head). Raises ``CannotPrice`` on a partition vLLM
+    refuses (wrong length or sum)."""
+    if partition is not None:
+        parts = [int(p) for p in partition]
+        if len(parts) != pp:
+            raise CannotPrice(f"VLLM_PP_LAYER_PARTITION has {len(parts)} stages for PP {pp}")
+        if sum(parts) != num_layers or any(p < 0 for p in parts):
+            raise CannotPrice(f"VLLM_PP_LAYER_PARTITION sums to {sum(parts)}; the model has {num_layers} layers")
+        return parts
     base = num_layers // pp
     parts = [base] * pp
     for i in range(2, num_layers % pp + 2):
@@ -307,14 +322,33 @@ def _pp_layer_counts(num_layers: int, pp: int) -> list[int]:
     return parts
 
 
+def _layer_params(arch: Architecture) -> list[int] | None:
+    """Relative parameter count of each decoder layer when they differ (a MoE model whose first
+    layers are dense: DeepSeek-V3's three dense layers weigh a twentieth of an expert layer);
+    None when every layer weighs the same."""
+    layers = arch.num_hidden_layers
+    if not arch.is_moe or not 0 < arch.num_dense_layers < layers:
+        return None
+    h = arch.hidden_size
+    attn = h * arch.num_attention_heads * arch.head_dim * 2 + h * arch.num_key_value_heads * arch.head_dim * 2
+    dense = attn + 3 * h * arch.intermediate_size
+    expert = 3 * h * (arch.moe_intermediate_size or arch.intermediate_size)
+    moe = attn + expert * arch.num_experts + 3 * h * (arch.shared_expert_intermediate_size or 0) + h * arch.num_experts
+    return [dense if i < arch.num_dense_layers else moe for i in range(layers)]
+
+
 def _weights_per_rank(arch: Architecture, weights_bytes: int, tp: int, pp: int, stage: int,
-                      layers_here: int, model_bytes: int, repack: Fraction = Fraction(0)) -> int:
+                      first: int, layers_here: int, model_bytes: int, repack: Fraction = Fraction(0)) -> int:
     embed = arch.vocab_size * arch.hidden_size * model_bytes
     head = 0 if arch.tie_word_embeddings else embed
     if embed + head >= weights_bytes:           # tiny or odd checkpoints: just split
         embed = head = 0
     body = weights_bytes - embed - head
-    share = body * layers_here // max(arch.num_hidden_layers, 1)
+    sizes = _layer_params(arch) if pp > 1 else None
+    if sizes is not None:
+        share = body * sum(sizes[first:first + layers_here]) // sum(sizes)
+    else:
+        share = body * layers_here // max(arch.num_hidden_layers, 1)
     total = share + int(share * repack)        # kernel repacking (Marlin FP8 scales) grows the body
     if stage == 0:
         total += embed
@@ -385,7 +419,8 @@ def _predict(arch: Architecture, *, weights_bytes: int, gpu_memory_bytes: Sequen
     if res.engine == "v0":
         why = choose_engine(ver, requested=shape.engine, pp=pp, kv_cache_dtype=str(shape.kv_cache_dtype or "auto"),
                             has_state_layers=bool(arch.state_layers),
-                            spec_method=shape.speculative_method).reason
+                            spec_method=shape.speculative_method,
+                            ray=shape.distributed_executor_backend == "ray").reason
         notes.append(f"vLLM {res.vllm_version} runs the V0 engine" + (f" ({why})" if why else "")
                      + (": chunked prefill on" if res.chunked_prefill else
                         f": no chunked prefill, the profile batch is {res.max_num_batched_tokens} tokens"))
@@ -405,7 +440,7 @@ def _predict(arch: Architecture, *, weights_bytes: int, gpu_memory_bytes: Sequen
     util = Fraction(res.mem_util).limit_denominator(10_000)
 
     # layers per PP stage (MTP layers sit on the last stage when speculative decoding is on)
-    counts = _pp_layer_counts(arch.num_hidden_layers, pp)
+    counts = pp_layer_counts(arch.num_hidden_layers, pp, shape.pp_layer_partition)
     mtp_layers: list[LayerSpec] = []
     method = shape.speculative_method or (drafter_method(drafter) if drafter is not None else None)
     if num_spec > 0 and drafter is not None and method != "mtp":
@@ -449,8 +484,8 @@ def _predict(arch: Architecture, *, weights_bytes: int, gpu_memory_bytes: Sequen
         if weights_bytes_per_rank is not None:
             weights = int(weights_bytes_per_rank)
         else:
-            weights = _weights_per_rank(arch, int(weights_bytes), tp, pp, stage, counts[stage], model_bytes,
-                                        repack)
+            weights = _weights_per_rank(arch, int(weights_bytes), tp, pp, stage, start - counts[stage],
+                                        counts[stage], model_bytes, repack)
         if last and shape.extra_weights_bytes:
             weights += int(shape.extra_weights_bytes) // tp
         non_torch = profiling.non_torch_bytes(tp, pp, nvswitch)

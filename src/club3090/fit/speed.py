@@ -9,7 +9,10 @@ always), the KV cache up to the context and the recurrent state of linear-attent
 each rank its 1/TP share, at the card's bandwidth times :data:`BANDWIDTH_EFFICIENCY`. On top come a
 fixed cost per layer (kernels, norms, sampling) and, at TP > 1, two all-reduces per layer whose
 latency depends on the link (PCIe or NVLink). Pipeline stages run one after the other for one
-request, so PP does not speed decode up. Prefill is compute-bound: 2 FLOPs per active parameter per
+request, so PP does not speed decode up. On a rig of several nodes (``gpus.nodes``) every stage
+boundary that crosses a node pays the inter-node link's latency plus the activation hand-off
+(hidden size x 2 bytes per token) at its line rate, and a TP group that spans nodes pays it on
+every all-reduce (``rig/interconnect.py``; the link is an assumption the result states). Prefill is compute-bound: 2 FLOPs per active parameter per
 prompt token plus the causal attention term, at the card's dense bf16 rate times
 :data:`COMPUTE_EFFICIENCY`.
 
@@ -32,6 +35,8 @@ from club3090.fit.kv_formats import dtype_bytes, kv_format
 from club3090.fit.kv_layout import CannotPrice, _attn_token_bytes, _state_bytes
 from club3090.fit.memory import ServeShape
 from club3090.model.architecture import Architecture
+from club3090.rig.interconnect import DEFAULT_INTERCONNECT, crossings
+from club3090.rig.interconnect import INTERCONNECTS as NODE_LINKS
 
 __all__ = ["BAND", "INTERCONNECTS", "PROMPT_TOKENS", "SpeedEstimate", "active_weight_bytes",
            "default_interconnect", "estimate_speed"]
@@ -187,14 +192,25 @@ def estimate_speed(arch: Architecture, weights_bytes: int, shape: ServeShape, gp
     body, head = active_weight_bytes(arch, int(weights_bytes))
     kv = _kv_read_bytes(arch, shape, context)
     per_rank = (body + head) // tp + kv
+    nodes = int(getattr(gpus, "nodes", 1) or 1)
+    per_node = int(gpus.gpus_per_node) if nodes > 1 else tp * pp
+    node_link = NODE_LINKS[getattr(gpus, "interconnect", None) or DEFAULT_INTERCONNECT] if nodes > 1 else None
+    tp_spans, node_hops = crossings(tp, pp, per_node) if node_link is not None else (False, 0)
     comm = 0.0
     if tp > 1:
         message = arch.hidden_size * 2 * 2 * (tp - 1) / tp
-        comm = layers * 2 * (ALLREDUCE_LATENCY_S[link] + message / LINK_BYTES_PER_S[link])
+        if tp_spans and node_link is not None:
+            comm = layers * 2 * (node_link.latency_s + message / node_link.bytes_per_s)
+        else:
+            comm = layers * 2 * (ALLREDUCE_LATENCY_S[link] + message / LINK_BYTES_PER_S[link])
     # pipeline stages run one after another for one request; each holds 1/pp of the layers
     step = per_rank / bandwidth + layers * LAYER_OVERHEAD_S + moe_layers * MOE_LAYER_OVERHEAD_S + comm
+    hop = 0.0
     if pp > 1:
-        step += (pp - 1) * ALLREDUCE_LATENCY_S[link]
+        step += (pp - 1 - node_hops) * ALLREDUCE_LATENCY_S[link]
+        if node_link is not None and node_hops:
+            hop = node_hops * (node_link.latency_s + arch.hidden_size * 2 / node_link.bytes_per_s)
+            step += hop
     decode = 1.0 / step
 
     _total, active = _body_params(arch)
@@ -217,6 +233,13 @@ def estimate_speed(arch: Architecture, weights_bytes: int, shape: ServeShape, gp
         notes.append(f"TP {tp} over {link}: {layers * 2} all-reduces per token")
     if pp > 1:
         notes.append(f"PP {pp}: stages run in turn for one request (no decode speed-up)")
+    if node_link is not None and (node_hops or tp_spans):
+        assumed = " (assumed: --interconnect not given)" if getattr(gpus, "interconnect_assumed", False) else ""
+        notes.append(f"{nodes} nodes over {node_link.name}{assumed}: "
+                     + (f"{node_hops} stage hand-off(s) across nodes, ~{hop * 1e6:.0f} µs per token"
+                        if node_hops else "")
+                     + ("; " if node_hops and tp_spans else "")
+                     + (f"TP all-reduces cross the network (~{comm * 1e3:.1f} ms per token)" if tp_spans else ""))
     if speculative_speedup is not None and speculative_speedup > 0:
         decode *= speculative_speedup
         notes.append(f"speculative decoding: x{speculative_speedup:.2f} (measured speed-up of the drafter)")

@@ -110,15 +110,16 @@ class EngineChoice:
 
 
 def choose_engine(ver: Version, *, requested: str | None, pp: int, kv_cache_dtype: str,
-                  has_state_layers: bool, spec_method: str | None) -> EngineChoice:
-    """V0 or V1 for this release line and feature set (``_is_v1_supported_oracle``)."""
+                  has_state_layers: bool, spec_method: str | None, ray: bool = False) -> EngineChoice:
+    """V0 or V1 for this release line and feature set (``_is_v1_supported_oracle``); ``ray``: the
+    Ray executor (``--distributed-executor-backend ray``, every multi-node launch)."""
     if ver < V1_DEFAULT_FROM:
         return EngineChoice("v0", None)
     if ver >= V0_REMOVED_FROM:
         return EngineChoice("v1", None)
     if requested in ("v0", "v1"):
         return EngineChoice(requested, "VLLM_USE_V1 set explicitly" if requested == "v0" else None)
-    if pp > 1 and ver < PP_MP_ON_V1_FROM:
+    if pp > 1 and ver < PP_MP_ON_V1_FROM and not ray:
         return EngineChoice("v0", "pipeline parallelism without Ray falls back to V0")
     if kv_cache_dtype.startswith("fp8") and ver < FP8_KV_ON_V1_FROM:
         return EngineChoice("v0", "--kv-cache-dtype fp8 falls back to V0 (FlashAttention 3 only)")

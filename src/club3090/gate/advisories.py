@@ -3,7 +3,8 @@
 - ``variants-fit``: the model is too large for the rig (the fit says wont-fit, or the weights alone
   exceed the GPUs' summed memory) -> the catalog variants of its family that would fit (each priced
   at a curated profile's shape on this rig when one serves it, else by weights alone, labelled), the
-  family's GGUF files, or, with no curated family, the size a 4-bit quantization would have.
+  family's GGUF files, the repo's own GGUF files, or, with no curated family, the size a 4-bit
+  quantization would have.
 - ``swap-serves-it``: a non-curated repo whose architecture and geometry are a curated model's (a
   fine-tune) -> the ``club3090 swap`` command that serves it on the curated, measured service.
 """
@@ -92,6 +93,14 @@ def variants_advice(spec: "ModelSpec", catalog: "Catalog", memory: Sequence[int]
     """``variants-fit``: what would fit instead (call it when :func:`too_large` holds)."""
     found = variants_that_fit(spec, catalog, memory, device_name)
     rig = f"{len(memory)} GPU(s) with {sum(memory) / GIB:.0f} GiB"
+    own_gguf = tuple(spec.gguf_files)
+    if own_gguf and not found:   # the repo's own quant files: llama.cpp can offload what does not fit
+        n = len(own_gguf)
+        return Notice(NoticeCode.VARIANTS_FIT,
+                      f"too large for {rig}; this repo also holds {n} GGUF file{'s' if n != 1 else ''} for "
+                      f"llama.cpp ({', '.join(own_gguf[:3])}{', ...' if n > 3 else ''}): "
+                      f"`club3090 fits {spec.ref} --gguf` prices each quant",
+                      {"variants": (), "repo_gguf_files": own_gguf})
     if found:
         parts = []
         for v in found[:4]:
@@ -104,7 +113,7 @@ def variants_advice(spec: "ModelSpec", catalog: "Catalog", memory: Sequence[int]
                 what += "; weights alone fit)"
             parts.append(what)
         return Notice(NoticeCode.VARIANTS_FIT, f"too large for {rig}; these variants would fit: " + "; ".join(parts),
-                      {"variants": tuple(found)})
+                      {"variants": tuple(found), "repo_gguf_files": own_gguf})
     estimate = _int4_estimate(spec)
     if estimate is not None and estimate <= WEIGHTS_ONLY_SHARE * sum(memory):
         return Notice(NoticeCode.VARIANTS_FIT,

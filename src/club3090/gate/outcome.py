@@ -119,6 +119,7 @@ class NoticeCode(str, Enum):
     # gate (club3090.pipeline.pull)
     DRY_RUN_IGNORES_OUT = "dry-run-ignores-out"
     AUTO_SHAPE = "auto-shape"                                  # data: source, reason, runner_ups
+    MULTI_NODE_SHAPE = "multi-node-shape"                      # data: nodes, gpus_per_node, tp, pp, interconnect
     TRC_NOT_NEEDED = "trust-remote-code-not-needed"            # data: evidence
     PROFILE_NOT_LAUNCHABLE = "profile-not-launchable"          # data: profile, status
     PATH_A_IGNORES_EXPERIMENTAL_ARCH = "path-a-ignores-experimental-arch"

@@ -56,13 +56,15 @@ def weights_of(spec: "ModelSpec", catalog: "Catalog") -> int | None:
 def derive_choice(spec: "ModelSpec", hw: "HardwareFacts", catalog: "Catalog", *,
                   overrides: ShapeOverrides = NO_OVERRIDES, target_concurrency: int = 1,
                   min_context: int | None = None) -> ShapeChoice:
-    """The derived shape for ``spec`` on the rig ``hw`` (all its GPUs are candidates)."""
+    """The derived shape for ``spec`` on the rig ``hw`` (all its GPUs are candidates; on a rig of
+    several nodes one node first, more only when one does not fit)."""
     row = find_arch_row(catalog, curated_model=spec.curated.model_id if spec.curated else None,
                         architecture=spec.arch.architecture)
     return choose_shape(spec, hw.memory_bytes, catalog, sm=hw.sm, weights_bytes=weights_of(spec, catalog),
                         overrides=overrides, target_concurrency=target_concurrency, min_context=min_context,
                         device_name=hw.names[0] if hw.names else None, row=row,
-                        engine=pick_engine(catalog, row))
+                        engine=pick_engine(catalog, row),
+                        gpus_per_node=hw.gpus_per_node if hw.nodes > 1 else None, interconnect=hw.interconnect)
 
 
 def auto_profile(choice: ShapeChoice, candidate: Candidate, spec: "ModelSpec", catalog: "Catalog",

@@ -67,6 +67,7 @@ class FitsRow:
     kv_cache_dtype: str | None = None
     stop: str | None = None                  # why it could not be answered (a stop's token and text)
     speed: SpeedEstimate | None = None       # decode / TTFT estimate (None: no bandwidth known)
+    gpus_per_node: int = 0                   # a rig of several nodes: GPUs in each (0: one machine)
     advisories: tuple[Notice, ...] = ()      # stratum-5 advice (gate.advisories): variants that fit, swap
     facts: "ModelSpec | None" = field(default=None, compare=False, repr=False)
     shape: "ServeShape | None" = field(default=None, compare=False, repr=False)
@@ -99,7 +100,8 @@ class FitsRow:
                 "speed": self.speed.to_json() if self.speed is not None else None,
                 "gguf": self.gguf.to_json() if self.gguf is not None else None,
                 "gguf_files": list(self.gguf_files),
-                "advisories": [n.to_json() for n in self.advisories]}
+                "advisories": [n.to_json() for n in self.advisories],
+                "worst_rank": worst_rank(fit, self.tp, self.gpus_per_node) if fit else None}
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,6 +118,20 @@ class FitsReport:
         if self.stop is not None or not any(r.fits for r in self.rows):
             return Outcome.REFUSED
         return Outcome.OK
+
+
+def worst_rank(fit: FitResult, tp: int, gpus_per_node: int = 0) -> dict[str, Any]:
+    """The rank that limits the KV pool (vLLM takes the fewest blocks over all workers): where it
+    sits and how its memory splits. The context and concurrency of the whole server are its."""
+    r = fit.per_gpu
+    stage = r.rank // max(tp, 1)
+    stages = len(fit.ranks) // max(tp, 1)
+    doc: dict[str, Any] = {"rank": r.rank, "stage": stage, "stages": stages, "layers": r.num_layers,
+                           "embeddings": stage == 0, "lm_head": stage == stages - 1,
+                           "gpu_memory_bytes": r.gpu_memory_bytes, **r.to_json(), "num_blocks": r.num_blocks}
+    if gpus_per_node:
+        doc["node"] = r.rank // gpus_per_node
+    return doc
 
 
 def rank_key(row: FitsRow) -> tuple[int, int, int, float]:
@@ -145,6 +161,8 @@ def fits(request: FitsRequest, provider: "Provider") -> FitsReport:
     rows = [with_advice(with_speed(with_local(row_for(name, provider, catalog, hw, request), catalog, hw, local,
                                               request.min_context), catalog, cards), catalog, hw)
             for name in names]
+    if hw.nodes > 1:
+        rows = [replace(r, gpus_per_node=hw.gpus_per_node) for r in rows]
     if len(names) > 1:
         rows.sort(key=rank_key)
     return FitsReport(hardware=hw, rows=tuple(rows), gpus_spec=request.gpus)
@@ -167,9 +185,13 @@ def row_for(name: str, provider: "Provider", catalog: "Catalog", hw: HardwareFac
         return FitsRow(model=name, repo=None, fits=False,
                        stop=f"{facts.token}: {facts.detail.get('message', '')}".rstrip(": "))
     repo = repo_of(facts, catalog)
-    key = curated_default(catalog, facts, hw.count) if request.overrides == ShapeOverrides() else None
+    # a curated profile is one machine's: on a rig of several nodes it is offered for one node
+    per_node = hw.gpus_per_node if hw.nodes > 1 else hw.count
+    key = curated_default(catalog, facts, per_node) if request.overrides == ShapeOverrides() else None
     if key is not None:
-        return _curated_row(name, repo, facts, catalog, hw, key, request.min_context)
+        curated = _curated_row(name, repo, facts, catalog, hw, key, request.min_context)
+        if curated.fits or hw.nodes == 1:
+            return curated
     choice = derive_choice(facts, hw, catalog, overrides=request.overrides, min_context=request.min_context)
     pick = choice.chosen or choice.best
     if pick is None:

@@ -57,7 +57,7 @@ def price(request: PriceRequest, provider: "Provider") -> Estimate | NoFit | Sto
     auto = shape_profile is None and gpus is not None and o.tp is None and o.pp is None
     if auto and gpus is not None and facts.curated is not None and o == Overrides(solve_max_ctx=o.solve_max_ctx,
                                                              weights_gib=o.weights_gib):
-        key = curated_default(catalog, facts, gpus.count)
+        key = curated_default(catalog, facts, gpus.gpus_per_node if gpus.nodes > 1 else gpus.count)
         shape_profile = catalog.profiles[key] if key is not None else None
         auto = shape_profile is None
     shape = serving_shape(facts, shape_profile, o, catalog)
@@ -65,6 +65,8 @@ def price(request: PriceRequest, provider: "Provider") -> Estimate | NoFit | Sto
     if auto and gpus is not None and gpus.count > 1 and (facts.weights_bytes is not None or o.weights_gib):
         choice = choose_shape(facts, gpus.memory_bytes, catalog, sm=gpus.sm, vary_kv=False, solve_length=False,
                               base=shape, weights_bytes=weights_of(facts, catalog),
+                              gpus_per_node=gpus.gpus_per_node if gpus.nodes > 1 else None,
+                              interconnect=gpus.interconnect,
                               row=find_arch_row(catalog, curated_model=facts.curated.model_id if facts.curated
                                                 else None, architecture=facts.arch.architecture))
         pick = choice.chosen or choice.best

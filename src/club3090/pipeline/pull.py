@@ -27,6 +27,7 @@ if TYPE_CHECKING:  # pragma: no cover - typing only
     from club3090.gate.engine_support import EngineFinding
     from club3090.pipeline.emit_derived import EReport, EStages
     from club3090.pipeline.provider import Provider
+    from club3090.rig.gpus import GpuSet
     from club3090.rig.hardware import HardwareFacts
 
 # Our wording of the upstream design's boot-fit caveat.
@@ -178,7 +179,10 @@ def evaluate(request: PullRequest, provider: "Provider", *, stages: "EStages | N
     verdict = decide(request, facts, catalog, gpus, provider, compose=compose or _curated_compose(provider),
                      e_enabled=stages is not None)
     catalog = verdict.gate.catalog or catalog         # with the derived ``auto`` profile, if any
-    emission = emit(verdict, catalog, provider, stages, captures_root)
+    across = multi_node_notice(verdict, gpus)
+    # pull writes and boots one machine's compose: a shape spanning nodes is priced, then launched by `up`
+    emission = Emission(notices=(across,)) if across is not None else emit(verdict, catalog, provider, stages,
+                                                                               captures_root)
     bundle = record(verdict, emission, provider, captures_root)
     return replace(assemble(verdict, emission, bundle), advisories=advisories(verdict, catalog))
 
@@ -195,6 +199,23 @@ def advisories(verdict: Verdict, catalog: "Catalog") -> tuple[Notice, ...]:
     return advise(at.spec, catalog, fit=at.fit, memory=memory,
                   device_name=hw.names[0] if hw is not None and hw.names else None,
                   gpu_count=hw.count if hw is not None and hw.count else None)
+
+
+def multi_node_notice(verdict: Verdict, gpus: "GpuSet | None") -> Notice | None:
+    """When the decided shape spans several nodes: what pull did (priced only) and the next step."""
+    profile = verdict.gate.profile
+    if gpus is None or gpus.nodes <= 1 or profile is None:
+        return None
+    world = int(profile.tp) * int(profile.pp)
+    nodes = -(-world // gpus.gpus_per_node)
+    if nodes <= 1:
+        return None
+    return Notice(NoticeCode.MULTI_NODE_SHAPE,
+                  f"TP {profile.tp} x PP {profile.pp} spans {nodes} nodes of {gpus.gpus_per_node} GPU(s) "
+                  f"({gpus.interconnect}): pull priced it and wrote, downloaded and started nothing (its compose "
+                  "is one machine's); launch it with `club3090 up ... --launcher ray` or `--launcher k8s`",
+                  {"nodes": nodes, "gpus_per_node": gpus.gpus_per_node, "tp": int(profile.tp),
+                   "pp": int(profile.pp), "interconnect": gpus.interconnect})
 
 
 def _curated_compose(provider: "Provider") -> ComposeStep:

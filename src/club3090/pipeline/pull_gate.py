@@ -195,7 +195,9 @@ def with_auto_shape(at: Gate, catalog: "Catalog", gpu_set: "GpuSet | None", prov
     hw = resolve_hardware(tp=max(count, 1), hardware_sm=request.hardware_sm, gpu_set=gpu_set, detected=detected)
     if hw.sm is None or not hw.memory_bytes:
         return hardware_stop(hw)
-    key = curated_default(catalog, spec, hw.count) if request.shape_overrides == ShapeOverrides() else None
+    # a curated profile is one machine's: on a rig of several nodes it is the default for one node
+    per_node = hw.gpus_per_node if hw.nodes > 1 else hw.count
+    key = curated_default(catalog, spec, per_node) if request.shape_overrides == ShapeOverrides() else None
     if key is not None:
         at = replace(at, request=replace(request, profile_like=key), shape_source="curated-default")
         return at.noting(Notice(NoticeCode.AUTO_SHAPE,

@@ -76,6 +76,7 @@ class GpuSet:
     spec: str = ""
     nodes: int = 1                         # machines; the GPUs are listed node by node
     interconnect: str | None = None        # the link between nodes (rig/interconnect.py); None: one node
+    interconnect_assumed: bool = False     # True: --interconnect not given, the default is priced
 
     @property
     def gpus_per_node(self) -> int:
@@ -132,11 +133,12 @@ class GpuSet:
         sm = None if any(s is None for s in sms) else min(sms)  # type: ignore[type-var]
         same = gpus[0] if gpus and gpus[0] is not None and all(g == gpus[0] for g in gpus) else None
         if self.nodes > 1 and n > self.gpus_per_node and n % self.gpus_per_node == 0:
-            nodes, link = n // self.gpus_per_node, self.interconnect
+            nodes, link, assumed = n // self.gpus_per_node, self.interconnect, self.interconnect_assumed
         else:
-            nodes, link = 1, None
+            nodes, link, assumed = 1, None, False
         return GpuSet(count=n, memory_bytes=self.memory_bytes[:n], names=self.names[:n], sm=sm,
-                      gpu=same, gpus=gpus, spec=self.spec, nodes=nodes, interconnect=link)
+                      gpu=same, gpus=gpus, spec=self.spec, nodes=nodes, interconnect=link,
+                      interconnect_assumed=assumed)
 
     def to_json(self) -> dict[str, Any]:
         doc: dict[str, Any] = {"count": self.count, "memory_bytes": list(self.memory_bytes),
@@ -221,7 +223,7 @@ def parse_gpus(spec: str, catalog: Catalog, *, nodes: int | None = None,
         raise UsageError(f"--gpus {spec!r}: {count} nodes x {node.count} GPUs is over {MAX_GPUS} GPUs")
     return GpuSet(count=node.count * count, memory_bytes=node.memory_bytes * count, names=node.names * count,
                   sm=node.sm, gpu=node.gpu, gpus=node.gpus * count, spec=spec.strip(), nodes=count,
-                  interconnect=interconnect or DEFAULT_INTERCONNECT)
+                  interconnect=interconnect or DEFAULT_INTERCONNECT, interconnect_assumed=interconnect is None)
 
 
 def _parse_node(spec: str, catalog: Catalog, whole: str) -> GpuSet:

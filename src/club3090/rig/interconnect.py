@@ -27,8 +27,8 @@ class Interconnect:
 
 INTERCONNECTS: dict[str, Interconnect] = {
     "ethernet-10g": Interconnect("ethernet-10g", 10e9 / 8, 50e-6, "TCP sockets"),
-    "ethernet-100g": Interconnect("ethernet-100g", 100e9 / 8, 25e-6, "TCP sockets (RoCE if configured)"),
-    "infiniband": Interconnect("infiniband", 200e9 / 8, 5e-6, "InfiniBand verbs (HDR 200 Gb/s)"),
+    "ethernet-100g": Interconnect("ethernet-100g", 100e9 / 8, 30e-6, "TCP sockets (RoCE if configured)"),
+    "infiniband": Interconnect("infiniband", 200e9 / 8, 10e-6, "InfiniBand verbs (HDR 200 Gb/s)"),
 }
 # the home rig this project started from: two boxes on a 10 GbE switch (the slowest stated link)
 DEFAULT_INTERCONNECT = "ethernet-10g"

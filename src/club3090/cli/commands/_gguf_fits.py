@@ -44,10 +44,12 @@ def quant_text(row: Any) -> str:
         top = " (the model's maximum)" if m.ctx_train and fit.context >= m.ctx_train else ""
         return f"fully on GPU: {k(fit.context)} context{top}"
     if fit.offloaded:
-        moe = f", experts of {fit.n_cpu_moe} layers on the CPU (--n-cpu-moe {fit.n_cpu_moe})" if fit.n_cpu_moe else ""
+        host = f"{fit.host_weights_bytes / GiB:.1f} GiB of weights in host RAM"
+        if fit.n_cpu_moe and fit.n_gpu_layers >= layers:
+            return (f"offload: --n-cpu-moe {fit.n_cpu_moe} (the experts of {fit.n_cpu_moe} of {m.n_layer} layers "
+                    f"on the CPU, {host}): {k(fit.context)} context")
         on_cpu = layers - fit.n_gpu_layers
-        return (f"offload: -ngl {fit.n_gpu_layers} of {layers} layers ({on_cpu} on the CPU{moe}, "
-                f"{fit.host_weights_bytes / GiB:.1f} GiB of weights in host RAM): {k(fit.context)} context")
+        return f"offload: -ngl {fit.n_gpu_layers} of {layers} layers ({on_cpu} on the CPU, {host}): {k(fit.context)} context"
     most = fit.full_gpu_context
     return ("does not fit, even with layers on the CPU" +
             (f" (fully on GPU at most {k(most)} context)" if most else ""))

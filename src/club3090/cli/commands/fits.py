@@ -55,25 +55,25 @@ def run(args: argparse.Namespace, provider: Any) -> int:
     code = exit_code(report.outcome)
     single = len(args.models) == 1
     if args.json:
-        print(safe(json.dumps(to_json(report, code, single, args.gpus, interconnect=args.interconnect),
+        print(safe(json.dumps(to_json(report, code, single, rig_args(args), interconnect=args.interconnect),
                               ensure_ascii=False, indent=1),
                    multiline=True))
         return code
     if report.stop is not None:
         print(safe(f"Cannot tell which GPUs to price: {report.stop.detail.get('message', '')}"))
         return code
-    rig = rig_text(report)
+    rig = rig_text(report, interconnect_given=args.interconnect is not None)
     if single:
         row = report.rows[0]
         print(safe(sentence(row, rig)))
-        for line in detail_lines(row, rig, args.gpus, verbose=True):
+        for line in detail_lines(row, rig, rig_args(args), verbose=True):
             print(safe(line))
         return code
     print(safe(f"On {rig}: {sum(r.fits for r in report.rows)} of {len(report.rows)} models fit "
                "(estimates from the memory model, not measurements)"))
     for i, row in enumerate(report.rows, 1):
         print(safe(f"{i:>2}. {sentence(row, rig, short=True)}"))
-        for line in detail_lines(row, rig, args.gpus, verbose=args.verbose):
+        for line in detail_lines(row, rig, rig_args(args), verbose=args.verbose):
             print(safe(f"    {line}"))
     return code
 
@@ -84,14 +84,29 @@ def k(n: int) -> str:
     return f"{n // 1024}K" if n >= 1024 and n % 1024 == 0 else f"{n:,}"
 
 
-def rig_text(report: Any) -> str:
+def rig_args(args: argparse.Namespace) -> str:
+    """The rig flags as given, for the serve command (a spec with parentheses is quoted)."""
+    import shlex
+
+    out = f" --gpus {shlex.quote(args.gpus)}" if args.gpus else ""
+    if args.nodes is not None:
+        out += f" --nodes {args.nodes}"
+    return out + (f" --interconnect {args.interconnect}" if args.interconnect else "")
+
+
+def rig_text(report: Any, *, interconnect_given: bool = True) -> str:
     from club3090.catalog import load_catalog
 
     hw = report.hardware
     gpus = load_catalog().gpus
+    per_node = hw.gpus_per_node if hw.nodes > 1 else len(hw.names)
     shown = [(gpus[n].display_name if n in gpus else n).removeprefix("NVIDIA ").removeprefix("GeForce ")
-             for n in hw.names] or ["GPU"]
-    return f"{len(shown)}x {shown[0]}" if len(set(shown)) == 1 else ", ".join(shown)
+             for n in hw.names[:per_node]] or ["GPU"]
+    one = f"{len(shown)}x {shown[0]}" if len(set(shown)) == 1 else ", ".join(shown)
+    if hw.nodes <= 1:
+        return one
+    assumed = " assumed" if not interconnect_given else ""
+    return f"{hw.nodes} nodes of {one}, {hw.interconnect}{assumed}"
 
 
 def shape_text(row: Any) -> str:
@@ -128,6 +143,10 @@ def detail_lines(row: Any, rig: str, gpus: str | None, *, verbose: bool) -> list
     lines = [f"note: {note}"] if note else []
     if row.fits and row.repo:
         lines.append(f"serve: {serve_command(row, gpus)}")
+    if row.fit is not None and (row.pp > 1 or row.gpus_per_node):
+        lines.append(f"per GPU: {rank_text(row)}")
+    if row.choice is not None:
+        lines.extend(f"note: {text}" for text in row.choice.advisories)
     if verbose and row.choice is not None:
         lines.append(f"why: {row.choice.reason}")
         lines.extend(f"runner-up: {c.label()} ({why})" for c, why in row.choice.runner_ups)
@@ -138,10 +157,31 @@ def detail_lines(row: Any, rig: str, gpus: str | None, *, verbose: bool) -> list
     return lines
 
 
+def rank_text(row: Any) -> str:
+    """The rank that sets the pool: where it sits, its memory split and the context it holds."""
+    from club3090.pipeline.fits import worst_rank
+
+    w = worst_rank(row.fit, row.tp, row.gpus_per_node)
+    gib = 2 ** 30
+    where = [f"node {w['node'] + 1}"] if "node" in w else []
+    where.append(f"stage {w['stage'] + 1} of {w['stages']}: {w['layers']} layers"
+                 + (" + embeddings" if w["embeddings"] else "") + (" + LM head" if w["lm_head"] else ""))
+    n = int(row.fit.max_concurrency)
+    return (f"worst rank {w['rank']} ({', '.join(where)}): {w['gpu_memory_bytes'] / gib:.1f} GiB, budget "
+            f"{w['budget_bytes'] / gib:.1f} GiB = weights {w['weights_bytes'] / gib:.1f} + activation "
+            f"{w['activation_bytes'] / gib:.1f} + non-torch {w['non_torch_bytes'] / gib:.1f} + CUDA graphs "
+            f"{w['cudagraph_bytes'] / gib:.1f} + KV pool {w['kv_pool_bytes'] / gib:.1f} GiB; "
+            f"{k(row.fit.max_model_len)} context, {n} full-length request{'s' if n != 1 else ''} (the pool is the "
+            "smallest over all ranks)")
+
+
 def serve_command(row: Any, gpus: str | None) -> str:
-    """The one command that serves this row's shape (``up`` takes the curated profile by name)."""
+    """The one command that serves this row's shape (``up`` takes the curated profile by name;
+    ``gpus``: the rig flags as given). A shape spanning several nodes launches on Ray."""
     profile = f" --profile-like {row.profile}" if row.profile else ""
-    return f"club3090 up {row.repo}{profile}" + (f" --gpus {gpus}" if gpus else "") + " --dir run/"
+    rig = gpus if gpus is None or gpus.startswith(" ") else f" --gpus {gpus}"
+    launcher = " --launcher ray" if row.choice is not None and row.choice.nodes_used > 1 else ""
+    return f"club3090 up {row.repo}{profile}" + (rig or "") + launcher + " --dir run/"
 
 
 def to_json(report: Any, code: int, single: bool, gpus: str | None, *,
