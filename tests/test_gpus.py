@@ -240,3 +240,11 @@ def test_subset_keeps_whole_nodes(cat):
     g = parse_gpus("2x(8xH100)", cat, interconnect="infiniband")
     assert (g.subset(16).nodes, g.subset(16).interconnect) == (2, "infiniband")
     assert (g.subset(8).nodes, g.subset(8).interconnect) == (1, None)
+
+
+@pytest.mark.parametrize("spec, node", [("2x(8xH100)", "8xH100"), (" 2 x ( 1x3090,1x24GiB ) ", "1x3090,1x24GiB"),
+                                        ("2x3090", "2x3090")])
+def test_node_spec(spec, node):
+    from club3090.rig.gpus import node_spec
+
+    assert node_spec(spec) == node

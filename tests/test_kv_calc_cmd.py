@@ -175,6 +175,9 @@ BAD_FLAGS = [
     ("--kv-cache-dtype", "zzz"), ("--kv-cache-dtype", ""),
     ("--vllm-version", "banana"), ("--vllm-version", ""), ("--vllm-version", "latest"),
     ("--dtype", "int3"), ("--dtype", "bfloat"), ("--dtype", ""),
+    ("--speculative-config", '{"method": "eagle3"}'), ("--speculative-config", "[1, 2]"),
+    ("--speculative-config", '{"num_speculative_tokens": 0}'), ("--speculative-config", "not json"),
+    ("--speculative-config", '{"num_speculative_tokens": 2, "method": "medusa-x"}'),
 ]
 
 
@@ -290,3 +293,36 @@ def test_max_model_len_auto_reports_the_length_vllm_would_choose(capsys):
     assert over["raw_verdict"] == "wont-fit"
     # before 0.12 vLLM has no auto: a usage problem, not a price
     assert main(["kv-calc", config, *common[:4], "--vllm-version", "0.11.0", "--max-model-len", "auto"]) != 0
+
+
+def _drafter_folder(tmp_path: Path, architecture: str, layers: int) -> Path:
+    folder = tmp_path / f"drafter-{layers}"
+    folder.mkdir()
+    config = json.loads((HUB / "Qwen--Qwen2.5-7B" / "config.json").read_text())
+    config.update({"architectures": [architecture], "num_hidden_layers": layers})
+    (folder / "config.json").write_text(json.dumps(config))
+    write_safetensors(folder / "model.safetensors", {"w": ("BF16", [1024, 1024], 1024 * 1024 * 2)})
+    return folder
+
+
+def test_speculative_config_prices_the_drafters_kv_and_weights(tmp_path, capsys):
+    """vLLM's --speculative-config: an EAGLE3 / DFlash drafter's layers join the KV groups with their
+    own geometry and its weights count (split by TP); ``mtp`` without a model is the built-in head."""
+    config = str(HUB / "Qwen--Qwen2.5-7B" / "config.json")   # 28 layers, 4 KV heads x 128
+    common = ("--weights-gib", "14.25", "--gpus", "1x80GiB", "--max-model-len", "32768", "--vllm-version", "0.22.0")
+    _, plain = run_json(capsys, config, *common, "--num-speculative-tokens", "3")
+    eagle = _drafter_folder(tmp_path, "LlamaForCausalLMEagle3", 1)
+    code, out = run_json(capsys, config, *common, "--speculative-config",
+                         json.dumps({"method": "eagle3", "model": str(eagle), "num_speculative_tokens": 3}))
+    assert code == 0
+    per_layer = 4 * 128 * 2 * 2                                # KV heads x head size x (K, V) x bf16
+    assert out["kv_bytes_per_token"] - plain["kv_bytes_per_token"] == per_layer
+    assert out["per_gpu"]["weights_bytes"] - plain["per_gpu"]["weights_bytes"] == 1024 * 1024 * 2
+    assert any("1 eagle3 drafter layer(s)" in n for n in out["notes"])
+    dflash = _drafter_folder(tmp_path, "DFlashDraftModel", 5)  # method from the architecture name
+    _, out5 = run_json(capsys, config, *common, "--speculative-config",
+                       json.dumps({"model": str(dflash), "num_speculative_tokens": 7}))
+    assert out5["kv_bytes_per_token"] - plain["kv_bytes_per_token"] == 5 * per_layer
+    assert any("5 dflash drafter layer(s)" in n for n in out5["notes"])
+    _, mtp = run_json(capsys, config, *common, "--speculative-config", '{"method": "mtp", "num_speculative_tokens": 3}')
+    assert mtp["kv_bytes_per_token"] == plain["kv_bytes_per_token"]

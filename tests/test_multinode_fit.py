@@ -152,7 +152,10 @@ def test_one_node_first(hub, capsys):
     row = doc["models"][0]
     assert code == 0 and row["tensor_parallel_size"] * row["pipeline_parallel_size"] <= 2
     assert row["shape"]["nodes"] == 1 and row["shape"]["advisories"] == []
-    assert "--launcher" not in row["serve"] and "--gpus '2x(2x3090)'" in row["serve"]
+    assert row["serve"] == "club3090 up microsoft/phi-4 --gpus 2x3090 --dir run/"     # one machine's command
+    main(["fits", "microsoft/phi-4", "--nodes", "2", "--gpus", "2x3090", "--interconnect", "infiniband"])
+    out = capsys.readouterr().out
+    assert "serve: club3090 up microsoft/phi-4 --gpus 2x3090 --dir run/" in out and "per GPU:" not in out
 
 
 def test_kv_calc_across_nodes_states_the_link(hub, capsys):

@@ -26,6 +26,7 @@ from club3090.rig.interconnect import advisories
 if TYPE_CHECKING:
     from club3090.catalog.model import Catalog, Profile
     from club3090.fit.auto_shape import ShapeChoice
+    from club3090.model.architecture import Architecture
     from club3090.model.spec import ModelSpec
     from club3090.rig.gpus import GpuSet
 
@@ -50,6 +51,7 @@ class Overrides:
     dtype: str | None = None
     vllm_version: str | None = None
     num_speculative_tokens: int | None = None
+    speculative_method: str | None = None   # --speculative-config's method
     enforce_eager: bool = False
     weights_gib: float | None = None        # weights per GPU rank, as vLLM's "Model loading took X GiB"
     solve_max_ctx: bool = False             # answer for the largest context that fits
@@ -114,7 +116,7 @@ def serving_shape(spec: "ModelSpec", profile: "Profile | None", overrides: Overr
         kv_cache_dtype=o.kv_cache_dtype, enforce_eager=True if o.enforce_eager else None,
         vllm_version=o.vllm_version, dtype=o.dtype,
         num_speculative_tokens=o.num_speculative_tokens if o.num_speculative_tokens is not None else num_spec,
-        extra_weights_bytes=extra)
+        speculative_method=o.speculative_method, extra_weights_bytes=extra)
 
 
 def default_gpus(shape: ServeShape, profile: "Profile | None") -> str:
@@ -133,9 +135,10 @@ def weights_note(spec: "ModelSpec", catalog: "Catalog | None") -> str:
 
 
 def estimate(spec: "ModelSpec", shape: ServeShape, gpus: "GpuSet", overrides: Overrides, *, label: str,
-             gpus_spec: str, profile: "Profile | None" = None, catalog: "Catalog | None" = None) -> Estimate | NoFit:
+             gpus_spec: str, profile: "Profile | None" = None, catalog: "Catalog | None" = None,
+             drafter: "Architecture | None" = None) -> Estimate | NoFit:
     """The fit of ``spec`` on ``gpus`` at ``shape`` (and, with ``solve_max_ctx``, at the largest
-    context that fits)."""
+    context that fits); ``drafter``: a separate draft model's config (its KV layers join the groups)."""
     world = shape.tp * shape.pp
     if gpus.count < world:
         raise UsageError(f"TP {world} needs {world} GPUs; --gpus gives {gpus.count}")
@@ -156,7 +159,7 @@ def estimate(spec: "ModelSpec", shape: ServeShape, gpus: "GpuSet", overrides: Ov
         weights_bytes = estimated.bytes
     kwargs: dict[str, Any] = dict(weights_bytes=int(weights_bytes or 0),
                                   gpu_memory_bytes=list(gpus.memory_bytes[:world]),
-                                  weights_bytes_per_rank=per_rank, confidence=spec.confidence)
+                                  weights_bytes_per_rank=per_rank, confidence=spec.confidence, drafter=drafter)
     result = predict(spec.arch, shape=shape, **kwargs)
     if isinstance(result, Unpriceable):
         return NoFit(model=label, error=result.reason)

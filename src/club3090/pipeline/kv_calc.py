@@ -12,11 +12,13 @@ from club3090.fit.auto_shape import choose_shape
 from club3090.fit.estimate import Estimate, NoFit, Overrides, default_gpus, estimate, serving_shape
 from club3090.gate.engine_support import find_arch_row
 from club3090.gate.outcome import Outcome, Stop
+from club3090.model.param_estimate import estimate_weights
 from club3090.pipeline.auto_profile import curated_default, weights_of
 from club3090.pipeline.stages import calibrated, gpu_set
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from club3090.catalog.model import Catalog
+    from club3090.model.architecture import Architecture
     from club3090.pipeline.provider import Provider
 
 
@@ -30,6 +32,7 @@ class PriceRequest:
     overrides: Overrides = field(default_factory=Overrides)
     nodes: int | None = None                 # --nodes: --gpus is one node of that many
     interconnect: str | None = None          # --interconnect: the link between nodes
+    drafter: str | None = None               # --speculative-config's model: the draft checkpoint
 
 
 def price(request: PriceRequest, provider: "Provider") -> Estimate | NoFit | Stop:
@@ -75,8 +78,12 @@ def price(request: PriceRequest, provider: "Provider") -> Estimate | NoFit | Sto
     spec = request.gpus if request.gpus is not None else default_gpus(shape, shape_profile)
     gpus = gpus if gpus is not None else gpu_set(spec, catalog)
     assert gpus is not None
+    drafter = None
+    if request.drafter:
+        drafter, draft_bytes = _drafter(request.drafter, provider, catalog)
+        shape = replace(shape, extra_weights_bytes=draft_bytes)
     result = estimate(facts, shape, gpus, request.overrides, label=name, gpus_spec=spec, profile=shape_profile,
-                      catalog=catalog)
+                      catalog=catalog, drafter=drafter)
     if isinstance(result, Estimate) and choice is not None:
         result = replace(result, choice=choice)
     if isinstance(result, Estimate):
@@ -88,6 +95,19 @@ def price(request: PriceRequest, provider: "Provider") -> Estimate | NoFit | Sto
         if here is not None:
             result = replace(result, result=here[0])
     return result
+
+
+def _drafter(name: str, provider: "Provider", catalog: "Catalog") -> tuple["Architecture", int]:
+    """The draft checkpoint named in ``--speculative-config``: its config and weight bytes (from its
+    safetensors headers, else a parameter-count estimate), through the same resolver as MODEL."""
+    facts = provider.resolve(name, catalog, weights_optional=True)
+    if isinstance(facts, Stop):
+        raise UsageError(f"--speculative-config model {name!r}: {facts.token}; give the drafter's folder, "
+                         "config.json or org/name")
+    weights = facts.weights_bytes
+    if weights is None:
+        weights = estimate_weights(facts.arch).bytes
+    return facts.arch, int(weights)
 
 
 def did_you_mean(name: str, catalog: "Catalog") -> str:

@@ -187,6 +187,12 @@ def _count(text: str, spec: str) -> int:
     return count
 
 
+def node_spec(spec: str) -> str:
+    """One node's part of a ``--gpus`` value: ``2x(8xH100)`` -> ``8xH100``; any other spec as given."""
+    grouped = _NODES_RE.match(spec)
+    return grouped.group(2).strip() if grouped else spec.strip()
+
+
 def parse_gpus(spec: str, catalog: Catalog, *, nodes: int | None = None,
                interconnect: str | None = None) -> GpuSet:
     """Parse a ``--gpus`` value; unknown names raise ``UsageError`` naming the closest cards.

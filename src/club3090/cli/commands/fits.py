@@ -143,7 +143,7 @@ def detail_lines(row: Any, rig: str, gpus: str | None, *, verbose: bool) -> list
     lines = [f"note: {note}"] if note else []
     if row.fits and row.repo:
         lines.append(f"serve: {serve_command(row, gpus)}")
-    if row.fit is not None and (row.pp > 1 or row.gpus_per_node):
+    if row.fit is not None and (row.pp > 1 or (row.gpus_per_node and row.tp * row.pp > row.gpus_per_node)):
         lines.append(f"per GPU: {rank_text(row)}")
     if row.choice is not None:
         lines.extend(f"note: {text}" for text in row.choice.advisories)
@@ -178,9 +178,17 @@ def rank_text(row: Any) -> str:
 def serve_command(row: Any, gpus: str | None) -> str:
     """The one command that serves this row's shape (``up`` takes the curated profile by name;
     ``gpus``: the rig flags as given). A shape spanning several nodes launches on Ray."""
+    import shlex
+
+    from club3090.rig.gpus import node_spec
+
     profile = f" --profile-like {row.profile}" if row.profile else ""
     rig = gpus if gpus is None or gpus.startswith(" ") else f" --gpus {gpus}"
-    launcher = " --launcher ray" if row.choice is not None and row.choice.nodes_used > 1 else ""
+    across = row.gpus_per_node and row.tp * row.pp > row.gpus_per_node
+    if row.gpus_per_node and not across and rig:      # fits one machine: served on one, as one box
+        words = shlex.split(rig)
+        rig = f" --gpus {shlex.quote(node_spec(words[words.index('--gpus') + 1]))}" if "--gpus" in words else ""
+    launcher = " --launcher ray" if across else ""
     return f"club3090 up {row.repo}{profile}" + (rig or "") + launcher + " --dir run/"
 
 

@@ -66,6 +66,33 @@ def max_model_len(text: str) -> int:
     return int(positive_int(text))
 
 
+SPECULATIVE_METHODS = ("mtp", "eagle", "eagle3", "dflash", "draft_model", "ngram", "suffix", "mtp_assistant")
+MAX_SPECULATIVE_CONFIG_CHARS = 4096
+
+
+def speculative_config(text: str) -> dict[str, Any]:
+    """vLLM's ``--speculative-config`` JSON: ``num_speculative_tokens`` (>= 1), optional ``method``
+    and ``model`` (a local folder, config.json or Hub id of the drafter)."""
+    if len(text) > MAX_SPECULATIVE_CONFIG_CHARS:
+        raise argparse.ArgumentTypeError("--speculative-config is too long")
+    try:
+        value = json.loads(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError("--speculative-config must be a JSON object") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError("--speculative-config must be a JSON object")
+    n = value.get("num_speculative_tokens")
+    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+        raise argparse.ArgumentTypeError("--speculative-config needs num_speculative_tokens >= 1")
+    method = value.get("method")
+    if method is not None and (not isinstance(method, str) or method.lower() not in SPECULATIVE_METHODS):
+        raise argparse.ArgumentTypeError(f"--speculative-config method must be one of {', '.join(SPECULATIVE_METHODS)}")
+    model = value.get("model")
+    if model is not None and (not isinstance(model, str) or not model.strip()):
+        raise argparse.ArgumentTypeError("--speculative-config model must be a folder, config.json or org/name")
+    return {"num_speculative_tokens": n, "method": method.lower() if method else None, "model": model}
+
+
 def vllm_version(text: str) -> str:
     from club3090.fit.memory import VERSION_RE
 
@@ -93,6 +120,9 @@ def add_parser(sub: Any) -> None:
                    help="vLLM version whose defaults and logs to follow (default: the "
                         "profile's engine pin, else the newest known)")
     p.add_argument("--num-speculative-tokens", type=non_negative_int, help="speculative tokens (MTP/draft)")
+    p.add_argument("--speculative-config", type=speculative_config, metavar="JSON",
+                   help='vLLM\'s speculative config: {"method": ..., "model": DRAFTER, "num_speculative_tokens": N}; '
+                        "the drafter's weights and KV layers are priced")
     p.add_argument("--enforce-eager", action="store_true", help="no CUDA graphs")
     p.add_argument("--solve-max-ctx", action="store_true", help="answer for the largest context that fits")
     p.add_argument("--calibration", action="store_true", help="score the curated profiles against the anchors")
@@ -264,13 +294,16 @@ def request_of(args: argparse.Namespace) -> Any:
     from club3090.pipeline.kv_calc import PriceRequest
 
     auto_len = args.max_model_len == "auto"       # vLLM's -1: the largest that fits
+    spec = getattr(args, "speculative_config", None)
     return PriceRequest(model=args.model, profile=args.profile, gpus=args.gpus, **rig_flags(args), overrides=Overrides(
         tp=args.tp, pp=args.pp, mem_util=args.mem_util, max_model_len=-1 if auto_len else args.max_model_len,
         max_num_seqs=args.max_num_seqs, max_num_batched_tokens=args.max_num_batched_tokens,
         block_size=args.block_size, kv_cache_dtype=args.kv_cache_dtype, dtype=args.dtype,
-        vllm_version=args.vllm_version, num_speculative_tokens=args.num_speculative_tokens,
+        vllm_version=args.vllm_version,
+        num_speculative_tokens=spec["num_speculative_tokens"] if spec else args.num_speculative_tokens,
+        speculative_method=spec["method"] if spec else None,
         enforce_eager=args.enforce_eager, weights_gib=args.weights_gib,
-        solve_max_ctx=args.solve_max_ctx))
+        solve_max_ctx=args.solve_max_ctx), drafter=spec["model"] if spec else None)
 
 
 def _no_html_for_llamacpp(html: Path | None) -> None:
