@@ -15,6 +15,7 @@ import yaml
 from club3090.catalog import load_catalog, loader
 from club3090.compose.generate import PARAM_SLOTS
 from club3090.errors import CatalogError
+from tests.fixtures_path import fixture_path
 
 SEED_VLLM_PROFILES = (
     "vllm/default", "vllm/long-text", "vllm/long-text-no-mtp", "vllm/long-vision",
@@ -32,6 +33,12 @@ MIB = 2 ** 20
 @pytest.fixture(scope="module")
 def cat():
     return load_catalog()
+
+
+@pytest.fixture(scope="module")
+def seed():
+    """The seed-era catalog (tests/fixtures/catalog_seed): facts the seed documents state."""
+    return load_catalog(fixture_path("catalog_seed"))
 
 
 def data_dir() -> Path:
@@ -53,7 +60,11 @@ def test_every_data_file_has_schema_version():
     assert sorted(p.name for p in data_dir().glob("*.yaml")) == sorted(loader.FILES)
 
 
-def test_seed_profiles_present_with_fields(cat):
+@pytest.mark.parametrize("which", ["seed", "cat"])
+def test_seed_profiles_present_with_fields(which, request):
+    """The 27 seed vLLM profiles: in the seed-era catalog as the seed shipped them, and still present
+    (archived ones marked) in the synced catalog."""
+    cat = request.getfixturevalue(which)
     assert len(SEED_VLLM_PROFILES) == 27
     for key in (*SEED_VLLM_PROFILES, "llamacpp/default"):
         p = cat.profiles[key]
@@ -77,7 +88,9 @@ def test_seed_profiles_present_with_fields(cat):
         for flag, _field in PARAM_SLOTS:
             if flag != "--kv-cache-dtype":     # bf16 composes omit it
                 assert flag in args, (key, flag)
-        assert ("--speculative-config" in args) is (p.drafter is not None), key
+        if which == "seed":
+            # newer composes build --speculative-config in the entrypoint (SPEC_N), not the command
+            assert ("--speculative-config" in args) is (p.drafter is not None), key
         assert rt.service["ports"], key
     llama = cat.profiles["llamacpp/default"]
     assert cat.engines[llama.engine].type == "llama.cpp" and llama.runtime is None
@@ -95,11 +108,16 @@ def test_genesis_rule_recomputed_from_service(cat):
     assert not cat.profiles["vllm/minimal"].runtime.genesis_equipped
 
 
-def test_emittability(cat):
-    assert cat.emittable("vllm/minimal") == (True, None)
-    assert cat.emittable("vllm/dual-turbo") == (False, "genesis-equipped")
-    assert cat.emittable("llamacpp/default") == (False, "engine-not-vllm")
-    assert cat.emittable("vllm/qwen-27b-dual-fast") == (False, "no-runtime-capture")
+def test_emittability(seed, cat):
+    assert seed.emittable("vllm/minimal") == (True, None)
+    assert seed.emittable("vllm/dual-turbo") == (False, "genesis-equipped")
+    assert seed.emittable("llamacpp/default") == (False, "engine-not-vllm")
+    assert seed.emittable("vllm/qwen-27b-dual-fast") == (False, "no-runtime-capture")
+    # synced: every vLLM entry of upstream's registry has its shipped compose captured
+    assert cat.emittable("vllm/qwen-27b-dual-fast") == (True, None)
+    for key, p in cat.profiles.items():
+        if cat.engines[p.engine].type == "vllm" and not p.archived:
+            assert p.runtime is not None, key
 
 
 def test_cross_references_resolve(cat):
@@ -178,9 +196,12 @@ def test_arch_lookup(cat):
     assert nightly is not None and nightly.loads is False
 
 
-def test_engines_and_kv_formats(cat):
-    stable = cat.engines["vllm-stable"]
+def test_engines_and_kv_formats(seed, cat):
+    stable = seed.engines["vllm-stable"]
     assert stable.pin == "vllm-stable@v0.22.0" and stable.vllm_version == "0.22.0"
+    synced = cat.engines["vllm-stable"]
+    assert synced.pin == "vllm-stable@v" + str(synced.vllm_version) and synced.image.endswith(":v0.27.1")
+    assert cat.engines["vllm-nightly-clean"].withdrawn and not synced.withdrawn
     assert stable.min_sm == Decimal("7.5") and stable.vendored_overlays == ()
     assert cat.engines["vllm-nightly-clean"].vllm_version is None
     assert cat.engines["vllm-pip-baseline"].vllm_version == "0.20.2"
@@ -199,11 +220,14 @@ def test_engines_and_kv_formats(cat):
         assert name in kv
 
 
-def test_gemma_fp8_profile_requires_sm90(cat):
-    p = cat.profiles["vllm/gemma-mtp-tp1"]
+def test_gemma_fp8_profile_requires_sm90(seed, cat):
+    p = seed.profiles["vllm/gemma-mtp-tp1"]
     assert p.kv_format == "fp8_e4m3" and p.required_sm == Decimal("9.0")
-    assert cat.need_sm("vllm/gemma-mtp-tp1") == Decimal("9.0")
-    assert cat.need_sm("vllm/minimal") == Decimal("7.5")
+    assert seed.need_sm("vllm/gemma-mtp-tp1") == Decimal("9.0")
+    assert seed.need_sm("vllm/minimal") == Decimal("7.5")
+    # synced: vllm/minimal moved to fp8_e4m3 KV, whose floor (8.6) now sets the profile's SM
+    assert cat.profiles["vllm/minimal"].kv_format == "fp8_e4m3"
+    assert cat.need_sm("vllm/minimal") == cat.kv_formats["fp8_e4m3"].min_sm == Decimal("8.6")
 
 
 def test_gpu_table(cat):
@@ -217,7 +241,9 @@ def test_gpu_table(cat):
     assert cat.gpu("rtx-3099") is None
 
 
-def test_patches_and_anchors(cat):
+def test_patches_and_anchors(seed, cat):
+    assert cat.patches["qwen-vllm-marlin-pad"].deprecated_on == "2026-07-02"    # upstream retired it
+    cat = seed
     marlin = cat.patches["qwen-vllm-marlin-pad"]
     assert marlin.foundational and marlin.on_fail == "hard-refuse"
     assert marlin.load_bearing_composes == ("vllm/dual",)
@@ -502,12 +528,19 @@ def test_models_resolve_to_arch_rows_or_fail_closed(cat):
     from club3090.gate.engine_support import find_arch_row
 
     missing = {mid for mid in cat.models if cat.arch_row_for_model(mid) is None}
-    assert missing == {"diffusiongemma-26b-a4b", "qwen3.6-40b-deckard"}
+    # the models upstream serves with llama.cpp only: no vLLM profile to replay
+    assert missing <= {mid for mid in cat.models
+                       if all(cat.engines[p.engine].type != "vllm" for p in cat.profiles.values()
+                              if p.model == mid)}
+    assert "qwen3.6-40b-deckard" in missing
     for key, p in cat.profiles.items():
         if p.model in missing:
             assert not cat.emittable(key)[0], key
-    assert find_arch_row(cat, curated_model="diffusiongemma-26b-a4b",
-                               architecture=cat.models["diffusiongemma-26b-a4b"].architecture) is None
+    # an architecture a synced model brings without an upstream row gets one that fails closed
+    row = cat.arch_row_for_model("diffusiongemma-26b-a4b")
+    assert row is not None and row.trust_remote_code == "unverified" and row.status == "unverified"
+    assert find_arch_row(cat, curated_model="qwen3.6-40b-deckard",
+                         architecture=cat.models["qwen3.6-40b-deckard"].architecture) is None
 
 
 def test_replayable_profile_without_arch_row_is_a_problem(tmp_path):

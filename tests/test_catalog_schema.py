@@ -15,6 +15,7 @@ import yaml
 from club3090.catalog import load_catalog, schema, schema_doc
 from club3090.catalog import model as m
 from club3090.errors import CatalogError
+from tests.fixtures_path import fixture_path
 
 ROOT = Path(__file__).resolve().parents[1]
 SRC = ROOT / "src" / "club3090"
@@ -176,14 +177,17 @@ def test_model_geometry_is_read_from_its_config(tmp_path):
 
 def test_engine_pin_and_release_are_read_from_the_image():
     cat = load_catalog()
-    assert (cat.engines["vllm-stable"].pin, cat.engines["vllm-stable"].vllm_version) == \
-        ("vllm-stable@v0.22.0", "0.22.0")
+    stable = cat.engines["vllm-stable"]
+    tag = stable.image.rsplit(":", 1)[1]
+    assert (stable.pin, stable.vllm_version) == (f"vllm-stable@{tag}", tag[1:])
     assert cat.engines["vllm-nightly-clean"].pin == \
         "vllm-nightly-clean@bf610c2f56764e1b30bc6065f4ceace3d6e59036"
     assert cat.engines["vllm-nightly-clean"].vllm_version is None
     assert (cat.engines["vllm-pip-baseline"].pin, cat.engines["vllm-pip-baseline"].vllm_version) == \
         ("vllm-pip-baseline@0.20.2", "0.20.2")
-    assert cat.engines["vllm-diffusion-gemma"].pin.startswith("vllm-diffusion-gemma@sha256:")
+    seed = load_catalog(fixture_path("catalog_seed"))
+    assert seed.engines["vllm-diffusion-gemma"].pin.startswith("vllm-diffusion-gemma@sha256:")
+    assert seed.engines["vllm-stable"].pin == "vllm-stable@v0.22.0"
     assert cat.engines["llama-cpp-local"].vllm_version is None
     assert schema.engine_pin_tag("docker_image", "registry:5000/vllm") == "latest"
     assert schema.engine_release("vllm", "docker_image", "vllm/vllm-openai:v0.27.1") == "0.27.1"

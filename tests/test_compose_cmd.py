@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 import yaml
 
-from club3090.cli import main
+from club3090.cli import main as cli_main
 from club3090.compose.generate import REFUSAL_TOKENS
 from club3090.compose.launch import interpolate_tree
 from club3090.edges.provider import LiveProvider
@@ -16,8 +17,16 @@ from tests.test_compose import (
     EMITTING,
     GENESIS,
     SEED_PROFILES,
+    seed_catalog,
     validate_compose,
 )
+
+
+def main(argv, provider=None):
+    """The CLI on the seed-era catalog (tests/fixtures/catalog_seed) its expectations were written for."""
+    if provider is None:
+        return cli_main(argv, provider=lambda settings: LiveProvider(settings, load=seed_catalog))
+    return cli_main(argv, provider=lambda settings: replace(provider(settings), load=seed_catalog))
 
 
 @pytest.mark.parametrize("key", SEED_PROFILES)

@@ -27,13 +27,17 @@ def test_json_lists_every_profile_with_fields(capsys):
         assert key in rows
         for field in FIELDS:
             assert field in rows[key], (key, field)
-    assert len(rows) == 67
+    from club3090.catalog import load_catalog
+
+    cat = load_catalog()
+    assert set(rows) == set(cat.profiles) and doc["upstream_commit"] == cat.upstream_commit
     assert rows["vllm/minimal"]["emittable"] is True
     assert rows["vllm/dual-turbo"]["emittable"] is False
     assert rows["vllm/dual-turbo"]["not_emittable_reason"] == "genesis-equipped"
     assert rows["llamacpp/default"]["not_emittable_reason"] == "engine-not-vllm"
-    assert rows["vllm/qwen-27b-dual-fast"]["not_emittable_reason"] == "no-runtime-capture"
     assert "rig" not in rows["vllm/minimal"]
+    # every renamed slug resolves to a listed profile
+    assert doc["aliases"] and all(new in rows and old in rows[new]["aliases"] for old, new in doc["aliases"].items())
 
 
 def test_json_with_gpus_checks_count_and_sm(capsys):
@@ -73,7 +77,9 @@ def test_human_table(capsys):
     out = capsys.readouterr().out
     assert "vllm/minimal" in out and "llamacpp/default" in out
     assert all(row["key"] in out for row in doc["profiles"])       # one row per profile --json lists
-    assert str(len(doc["profiles"])) in out.split() and len(doc["profiles"]) == 67
+    assert str(len(doc["profiles"])) in out.split()
+    summary = doc["emittability"]
+    assert f"{summary['emittable']} of {summary['vllm_profiles']} vLLM profiles emittable" in out
 
 
 def test_reason_wording_has_one_table(capsys):
@@ -115,7 +121,30 @@ def test_emittable_means_compose_writes_it(capsys):
         capsys.readouterr()
         assert (code == 0) == row["emittable"], (row["key"], code, row["not_emittable_reason"])
         emittable += row["emittable"]
-    assert 0 < emittable < 17                   # 17 were counted before compose's own refusals
+    summary = doc["emittability"]
+    assert 0 < emittable == summary["emittable"]
+    vllm = [r for r in doc["profiles"] if r["engine_type"] == "vllm"]
+    assert summary["vllm_profiles"] == len(vllm)
+    assert set(summary["refused"]) == {r["key"] for r in vllm if not r["emittable"]}
+    assert sum(summary["refusals_by_reason"].values()) == len(summary["refused"])
+    assert all(r["reason"] for r in summary["refused"].values())
+
+
+def test_profiles_on_withdrawn_engines_name_their_replacement(capsys):
+    """A profile whose engine image upstream withdrew says which current profile replaces it, in the
+    listing and in compose's refusal."""
+    _, doc = _json(capsys)
+    rows = {r["key"]: r for r in doc["profiles"]}
+    withdrawn = [r for r in rows.values() if r["engine_withdrawn"] and r["engine_type"] == "vllm"]
+    assert withdrawn
+    for row in withdrawn:
+        assert not row["emittable"] and row["replaced_by"] in rows, row["key"]
+        succ = rows[row["replaced_by"]]
+        assert not succ["engine_withdrawn"] and not succ["archived"] and succ["model"] == row["model"]
+        refused = doc["emittability"]["refused"][row["key"]]
+        assert refused["replaced_by"] == row["replaced_by"]
+        if str(row["not_emittable_reason"]).endswith("pin-mismatch"):
+            assert f"use {row['replaced_by']}" in row["not_emittable_text"]
 
 
 def _rows(gpus: str | None):
@@ -136,12 +165,16 @@ def test_narrow_terminal_keeps_whole_keys(gpus, width):
     cat, rig, rows = _rows(gpus)
     text = render(rows, cat.version, rig, width)
     lines = text.splitlines()
-    assert all(len(line) <= width for line in lines), max(lines, key=len)
+    # only a key longer than the terminal may overflow it: keys are never cut
+    longest = max(len(r["key"]) for r in rows)
+    assert all(len(line) <= max(width, longest) for line in lines), max(lines, key=len)
+    assert all(len(line) <= width for line in lines if line.split("  ", 1)[0] not in
+               {r["key"] for r in rows if len(r["key"]) > width}), max(lines, key=len)
     starts = {line.split("  ", 1)[0] for line in lines}
     for row in rows:
         assert row["key"] in starts, row["key"]                 # the key column, whole, never cut
     assert all(line == line.rstrip() for line in lines)
-    if width == 80:
+    if width == 80 and lines[1].startswith("profile "):       # the table form (not one block per key)
         assert "hidden at" in text                              # says what it left out
 
 
@@ -154,3 +187,15 @@ def test_piped_output_has_every_column_and_no_padding(capsys):
     assert header == ["profile", "model", "variant", "engine", "kv", "tp", "max_model_len", "mem", "status",
                       "emit", "rig"]
     assert "hidden at" not in out
+
+
+def test_an_old_slug_resolves_in_compose_and_pull(capsys):
+    """Renamed upstream slugs stay usable: compose and pull treat the alias as the profile it names."""
+    _, doc = _json(capsys)
+    old, new = next(iter(doc["aliases"].items()))
+    code_old = main(["compose", "--profile", old, "--json"])
+    via_old = json.loads(capsys.readouterr().out)
+    code_new = main(["compose", "--profile", new, "--json"])
+    via_new = json.loads(capsys.readouterr().out)
+    assert code_old == code_new and via_old["profile"] == via_new["profile"] == new
+    assert main(["compose", "--profile", "vllm/no-such-slug", "--json"]) == 64

@@ -47,7 +47,11 @@ def test_readme_main_job_works_offline_on_a_fresh_machine(tmp_path, monkeypatch,
     assert out.startswith("Fits on 1x RTX 3090 (vllm/minimal, TP 1): ")
     assert "[pull] OK path=" not in out and "caveat:" in out      # gate tokens only with --verbose
     text = (tmp_path / "compose.yml").read_text(encoding="utf-8")
-    assert "services:" in text and "vllm-stable@v0.22.0" in text and "--trust-remote-code" not in text
+    from club3090.catalog import load_catalog
+
+    cat = load_catalog()
+    pin = cat.engines[cat.profiles["vllm/minimal"].engine].pin
+    assert "services:" in text and pin in text and "--trust-remote-code" not in text
     # re-running refuses to clobber without --force
     assert main(README_ARGS) == 64
     assert main([*README_ARGS, "--force"]) == 0

@@ -4,6 +4,10 @@ The same table drives both: ``evaluate`` and ``club3090.cli.main(["pull", ..., "
 black-box, each with the same Provider (free disk space, no GPU detection, a failing drift guard
 for ``refuse``; the CLI's Provider runs no [E], which tests/test_pull_e.py covers). Derived repos
 come from the loopback fake Hub.
+
+The cases run against a frozen copy of the seed-era catalog (``tests/fixtures/catalog_seed``, read by
+the same loader), so syncing the shipped catalog with newer upstream data never moves them
+(docs/DESIGN.md §16).
 """
 
 from __future__ import annotations
@@ -24,12 +28,25 @@ from club3090.cli.commands.pull import request_of
 from club3090.pipeline.pull import evaluate
 from club3090.settings import Settings
 from tests.fakehub import FIXTURES, FakeHub, safetensors_file
+from tests.fixtures_path import fixture_path
 from tests.providers import offline_rig
 
 GIB = 2**30
 CASES = yaml.safe_load((Path(__file__).parent / "cases" / "pull_golden.yaml").read_text(encoding="utf-8"))["cases"]
 RUNS = [pytest.param(case, i, id=f"{case['id']}-{i}") for case in CASES for i in range(len(case["runs"]))]
 DEFAULT_FREE_GIB = 100_000
+SEED_CATALOG = fixture_path("catalog_seed")
+
+
+def seed_catalog() -> Catalog:
+    """The seed-era catalog the golden cases were written against (loaded once per process)."""
+    global _SEED
+    if _SEED is None:
+        _SEED = load_catalog(SEED_CATALOG)
+    return _SEED
+
+
+_SEED: Catalog | None = None
 
 
 def test_table_covers_every_golden_case() -> None:
@@ -93,10 +110,11 @@ def _drifting(catalog: Catalog) -> Catalog:
 def _provider(run: dict[str, Any], settings: Settings):
     """No GPUs, the run's free space, no [E]; ``refuse: foundational-drift`` fails every drift guard."""
     free = run.get("free_gib", DEFAULT_FREE_GIB) * GIB
-    pieces: dict[str, Any] = {"derived": lambda **_: None}
+    seed = seed_catalog()
+    pieces: dict[str, Any] = {"derived": lambda **_: None, "load": lambda: seed}
     if run.get("refuse"):
         assert run["refuse"] == "foundational-drift", "only a drift-guard failure can be injected"
-        drifting = _drifting(load_catalog())
+        drifting = _drifting(seed)
         pieces.update(guard=lambda _patch, _profile: False, load=lambda: drifting)
     return offline_rig(settings, free=free, **pieces)
 

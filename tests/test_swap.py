@@ -178,7 +178,8 @@ def test_a_profile_compose_cannot_replay_is_refused(env, capsys):
     from club3090.catalog import load_catalog
 
     catalog = load_catalog()
-    key = next(k for k, p in catalog.profiles.items() if p.model == "qwen3.6-27b" and not catalog.emittable(k)[0])
+    key = next(k for k, p in catalog.profiles.items() if p.model == "qwen3.6-27b" and not catalog.emittable(k)[0]
+               and catalog.engines[p.engine].type == "vllm")
     add(env["hub"], FINETUNE, config())
     code = swap(env, FINETUNE, "--profile-like", key, "--dir", str(env["tmp"] / "o"), "--emit-only")
     out = capsys.readouterr().out

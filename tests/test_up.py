@@ -25,6 +25,7 @@ from club3090.catalog.model import UpstreamFile
 from club3090.edges import launchers
 from club3090.edges.provider import LiveProvider
 from tests.fakehub import FakeHub
+from tests.fixtures_path import fixture_path
 from tests.llama_server import free_port, write_model
 
 CURATED = "Lorbus/Qwen3.6-27B-int4-AutoRound"
@@ -122,7 +123,7 @@ def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fake_hub: FakeHub, upst
     fake_hub.add_fixture("Qwen--Qwen2.5-0.5B", repo_id=CURATED, tensors=TENSORS, shards=2)
     fake_hub.add_fixture("Qwen--Qwen2.5-0.5B", repo_id=DERIVED, tensors=TENSORS, shards=1)
     upstream.files[f"/{COMMIT}/{TEMPLATE_PATH}"] = TEMPLATE
-    base = load_catalog()
+    base = load_catalog(fixture_path("catalog_seed"))    # the seed-era vllm/minimal: one mounted payload
     pinned = dict(base.upstream_files)
     pinned[TEMPLATE_PATH] = UpstreamFile(TEMPLATE_PATH, COMMIT, len(TEMPLATE), hashlib.sha256(TEMPLATE).hexdigest(),
                                          False)

@@ -212,9 +212,15 @@ def test_spec_acceptance_fails_without_counters(fake_openai, capsys):
 
 def test_patches_applied_from_the_launch_log(fake_openai, tmp_path, capsys):
     fake_openai.mode["metrics"] = METRICS.format(drafts=10, accepted=20)
+    from club3090.catalog import load_catalog
+
     log = tmp_path / "launch.log"
-    applied = ["[patch] qwen-vllm-marlin-pad applied", "INFO patch qwen-vllm-pr35936-required-fallback: ok",
-               "installed chat_template.jinja (qwen-froggeric-chat-template)"]
+    needed = sorted(pid for pid, p in load_catalog().patches.items()
+                    if "vllm/dual" in p.load_bearing_composes and not p.deprecated)
+    missing = "qwen-qwen3coder-tool-parser-deferred-commit"
+    assert missing in needed and len(needed) > 1
+    forms = ("[patch] {} applied", "INFO patch {}: ok", "installed chat_template.jinja ({})")
+    applied = [forms[i % len(forms)].format(pid) for i, pid in enumerate(p for p in needed if p != missing)]
     log.write_text("\n".join([*applied, "ERROR qwen-qwen3coder-tool-parser-deferred-commit failed to apply"]))
     code, checks, _ = _full(fake_openai, capsys, "--profile", "vllm/dual", "--log", str(log))
     assert code == 1 and checks["patches-applied"]["status"] == "fail"

@@ -2,17 +2,20 @@
 """Compare upstream club-3090's data with the catalog and propose a reviewable change.
 
     python tools/sync_upstream.py --from <club-3090 checkout or snapshot> \
-        [--catalog src/club3090/catalog/data] [--diff FILE] [--json]
+        [--catalog src/club3090/catalog/data] [--diff FILE] [--write] [--json]
 
-Reads upstream's registry and its engine, drafter, model, hardware and patch files, maps the
-fields the catalog shares with upstream into the catalog's schema, and reports what differs:
-added, removed and changed entries, engine pin changes and profile status changes. With
-``--diff FILE`` it writes a unified diff of the catalog YAML (apply it with ``git apply`` after
-review); it never writes the catalog itself. The diff updates shared fields of existing entries
-and adds upstream engines, drafters and profiles whose references all resolve; entries upstream
-removed are reported, never deleted. A value a file's ``corrections:`` names is kept and reported
-as protected. An upstream file with a key this tool does not know is refused (exit 2), naming the
-file and key, rather than guessed at.
+Reads upstream's registry (entries and its defaults, engine preference and recommended models),
+its engine, drafter, model, hardware, patch and architecture files, the shipped compose of every
+entry and the patch-file index, maps them into the catalog's schema (``tools/upstream_catalog.py``)
+and reports what differs: added entries, entries only the catalog has (kept; profiles are marked
+``archived``), renamed slugs, changed fields, engine pin changes and profile status changes.
+``--diff FILE`` writes a unified diff of the catalog YAML (apply it with ``git apply`` after
+review); ``--write`` applies the proposed change to the catalog folder. A value a file's
+``corrections:`` names is kept and reported as protected. An upstream file with a key this tool
+does not know is refused (exit 2), naming the file and key, rather than guessed at.
+
+Runs from a plain clone: it puts the checkout's own ``src`` first on the path, so the schema it
+reads is the one of the catalog it compares (an installed ``club3090`` is not needed).
 
 Exit codes: 0 no change, 1 changes found, 2 refused (unreadable or unknown upstream schema),
 64 usage.
@@ -26,244 +29,268 @@ import json
 import os
 import sys
 import tempfile
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from club3090.catalog.schema import engine_pin_tag, engine_release
-
 ROOT = Path(__file__).resolve().parents[1]
-_SAFE = getattr(yaml, "CSafeLoader", yaml.SafeLoader)       # both are the safe loader
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+if (ROOT / "src" / "club3090").is_dir():
+    # the checkout's own schema, installed or not (a plain clone runs as is)
+    sys.path.insert(0, str(ROOT / "src"))
+
+import upstream_catalog as uc  # noqa: E402
+from upstream_catalog import REFERENCE_GPU, Refused  # noqa: E402
+
+from club3090.catalog.schema import engine_pin_tag, engine_release  # noqa: E402
+
+__all__ = ["DEFAULT_CATALOG", "EXIT_CHANGED", "EXIT_REFUSED", "EXIT_SAME", "EXIT_USAGE", "Refused",
+           "Report", "Sync", "main", "run"]
+
+_SAFE = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 DEFAULT_CATALOG = ROOT / "src" / "club3090" / "catalog" / "data"
-GB = 10 ** 9
-REFERENCE_GPU = "rtx-3090"
 EXIT_SAME, EXIT_CHANGED, EXIT_REFUSED, EXIT_USAGE = 0, 1, 2, 64
-
-# Every key upstream's files may carry (both reference snapshots), per kind. Anything else is a
-# schema this tool does not understand.
-KNOWN_KEYS: Mapping[str, frozenset[str]] = {
-    "registry": frozenset({
-        "act8_capable", "act_format", "category", "chat_template", "compose_path", "default_arch_allow",
-        "default_port", "drafter", "engine", "fallback_sm", "gateway", "gpu_assignment_mode",
-        "host_ram_gb", "kv_format", "kvcalc_key", "max_ctx", "max_num_seqs", "mem_util", "model",
-        "moe_cache", "offload", "pp", "recommended_engine_features", "required_engine_features",
-        "required_sm", "requires_homogeneous_arch", "requires_nvlink", "sampler_profiles",
-        "serve_aliases", "status", "status_note", "tp", "weights_companions", "weights_variant",
-        "workload"}),
-    "engines": frozenset({
-        "display_name", "feature_provenance", "features", "genesis_pin", "id", "install", "min_sm",
-        "notes", "required_genesis", "required_overlays", "schema_version", "stability",
-        "supported_drafters", "supported_kv_formats", "supported_model_families",
-        "supported_weight_formats", "type", "vendored_overlays"}),
-    "drafters": frozenset({
-        "display_name", "download", "engine_compat", "id", "local_model_path", "model_compat",
-        "n_default", "n_max", "requires_engine_min", "schema_version", "spec_method",
-        "speculative_config_template", "status", "vram_footprint_gb"}),
-    "hardware": frozenset({
-        "arch", "cudagraph", "display_name", "driver_pin_recommended", "id", "kv_format_default",
-        "mem_util_safe", "notes", "nvlink_capable", "power_cap_w_max", "power_cap_w_optimal",
-        "power_cap_w_prefill", "schema_version", "sm", "supported_kv_formats", "vram_gb"}),
-    "models": frozenset({
-        "active_params_b", "attention_k_eq_v", "attn_full_layers", "attn_output_gate",
-        "attn_swa_layers", "canvas_tokens", "compatible_drafters", "decode_granularity",
-        "default_weight_variant", "description", "display_name", "family", "global_head_dim",
-        "head_dim_attn", "head_dim_sliding", "hidden_size", "id", "intermediate_size",
-        "kv_calc_supported", "linear_conv_kernel_dim", "linear_k_head_dim", "linear_num_k_heads",
-        "linear_num_v_heads", "linear_v_head_dim", "max_ctx_supported", "moe_intermediate_size",
-        "moe_layers", "mtp_num_hidden_layers", "num_attn_heads", "num_attn_layers", "num_experts",
-        "num_experts_per_tok", "num_full_attn_layers", "num_gdn_layers", "num_global_kv_heads",
-        "num_hidden_layers", "num_kv_heads", "num_shared_experts", "num_sliding_attn_layers",
-        "offload_residency", "requires_genesis", "schema_version", "setup",
-        "shared_expert_intermediate_size", "sliding_window", "swa_window", "valid_tp",
-        "vision_capable", "vram_sizing", "weights"}),
-    "patches": frozenset({
-        "capability", "delivery", "delivery_gaps", "delivery_mechanism", "delivery_spec",
-        "deprecated_on", "deprecation_reason", "drift_guard", "files", "foundational", "genesis_env",
-        "id", "load_bearing_when", "model", "status", "upstream"}),
-}
-SUPPORTED_UPSTREAM_SCHEMA = (1,)
-
-# The catalog fields each section shares with upstream (the rest is ours: captures, evidence).
-SHARED: Mapping[str, tuple[str, ...]] = {
-    "profiles": ("model", "weights_variant", "workload", "engine", "drafter", "kv_format", "tp", "pp",
-                 "max_model_len", "max_num_seqs", "mem_util", "port", "status", "required_sm", "fallback_sm",
-                 "requires_nvlink", "required_engine_features", "compose_path"),
-    "engines": ("display_name", "type", "install_method", "image", "pin", "vllm_version", "min_sm",
-                "supported_kv_formats", "supported_weight_formats", "required_genesis"),
-    "drafters": ("display_name", "method", "n_default", "n_max", "vram_footprint_bytes",
-                 "speculative_config_template", "local_model_path", "model_compat", "status"),
-    "models": ("display_name", "default_weight_variant", "weights"),
-    "patches": ("models", "load_bearing_composes", "on_fail", "capability", "foundational",
-                "deprecated_on"),
-}
-# Compared and reported, but never written: the loader reads them from other fields.
-DERIVED: Mapping[str, tuple[str, ...]] = {"engines": ("pin", "vllm_version")}
 FILE_OF = {"profiles": "profiles.yaml", "engines": "engines.yaml", "drafters": "drafters.yaml",
-           "models": "models.yaml", "patches": "patches.yaml", "gpus": "gpus.yaml"}
-SECTIONS = ("engines", "drafters", "models", "patches", "profiles", "gpus")
+           "models": "models.yaml", "patches": "patches.yaml", "gpus": "gpus.yaml",
+           "arches": "arches.yaml", "upstream_files": "upstream_files.yaml", "upstream": "upstream.yaml"}
+SECTIONS = ("engines", "drafters", "models", "patches", "profiles", "gpus", "arches", "upstream_files",
+            "upstream")
+# sections whose upstream-only records the tool adds (the rest need hand curation: a GPU card
+# needs bandwidth and throughput figures upstream does not record)
+ADDABLE = ("engines", "drafters", "models", "patches", "profiles", "arches", "upstream_files")
+# the value a field has when the catalog record leaves it out (the schema's default)
+ABSENT: dict[str, dict[str, Any]] = {
+    "profiles": {**uc.DEFAULTS_NEW_PROFILE_FIELDS, "pp": 1, "required_sm": None, "fallback_sm": None,
+                 "requires_nvlink": False, "required_engine_features": [], "archived": False,
+                 "replaced_by": None, "aliases": [], "runtime": None},
+    "engines": {"stability": "stable"},
+    "drafters": {"requires_engine_min": None, "local_model_path": None, "status": "experimental"},
+    "models": {"description": "", "family": None, "serving_defaults": {}, "engine_defaults": {},
+               "vram_sizing": {}, "offload_residency": {}},
+    "patches": {"deprecated_on": None, "files": []},
+    "gpus": dict(uc.DEFAULTS_NEW_GPU_FIELDS),
+    "variants": {"engine": None, "files": [], "revision": None},
+}
+STATUS_RANK = ("production", "caveats", "experimental", "incubating", "preview", "upstream-gated")
+# Slugs upstream renamed, from its history (the calibration records and the registry's rename
+# commits): the old slug resolves to the new one.
+RENAMED: dict[str, str] = {
+    "vllm/gemma-int8": "vllm/gemma-int8-mtp",
+    "vllm/gemma-mtp": "vllm/gemma-bf16-mtp",
+    "vllm/gemma-int8-262k": "vllm/gemma-int8-mtp",
+    "vllm/qwen-a3b-preview": "vllm/qwen-35b-a3b-dual",
+    "llamacpp/qwen38-27b-single-iq4nl": "llamacpp/qwen38-27b-single-iq4xs",
+}
 
 
-class Refused(Exception):
-    """The upstream data cannot be read as this tool understands it."""
+# --------------------------------------------------------------------------- the two views
 
-    def __init__(self, file: str, key: str, message: str) -> None:
-        super().__init__(f"{file}: {key}: {message}")
-
-
-# --------------------------------------------------------------------------- upstream -> our schema
-
-def sm(value: Any) -> str | None:
-    return None if value is None else f"{float(value):.1f}"
-
-
-def gb_to_bytes(value: Any) -> int | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    return round(value * GB)
+def _norm(section: str, key: str, value: Any) -> Any:
+    if key in ("min_sm", "required_sm", "fallback_sm") and value is not None:
+        return uc.sm(value)
+    if key == "default_arch_allow":
+        return [uc.sm(v) for v in value or []]
+    if section == "upstream_files" and key == "commit":
+        return str(value)
+    return json.loads(json.dumps(value, default=str))
 
 
-def map_profile(e: Mapping[str, Any]) -> dict[str, Any]:
-    return {
-        "model": e["model"], "weights_variant": e["weights_variant"], "workload": e["workload"],
-        "engine": e["engine"], "drafter": e.get("drafter"), "kv_format": e["kv_format"],
-        "tp": e["tp"], "pp": e.get("pp", 1), "max_model_len": e["max_ctx"],
-        "max_num_seqs": e["max_num_seqs"], "mem_util": e.get("mem_util"), "port": e["default_port"],
-        "status": e["status"], "required_sm": sm(e.get("required_sm")),
-        "fallback_sm": sm(e.get("fallback_sm")), "requires_nvlink": bool(e.get("requires_nvlink")),
-        "required_engine_features": list(e.get("required_engine_features") or []),
-        "compose_path": e["compose_path"],
-    }
-
-
-def map_engine(e: Mapping[str, Any]) -> dict[str, Any]:
-    method, spec = e["install"]["method"], e["install"]["spec"]
-    return {
-        "display_name": e["display_name"], "type": e["type"], "install_method": method, "image": spec,
-        "pin": f"{e['id']}@{engine_pin_tag(method, spec)}",
-        "vllm_version": engine_release(e["type"], method, spec),
-        "min_sm": sm(e["min_sm"]), "supported_kv_formats": list(e.get("supported_kv_formats") or []),
-        "supported_weight_formats": list(e.get("supported_weight_formats") or []),
-        "required_genesis": bool(e.get("required_genesis")),
-        "vendored_overlays": [{"id": o["id"], "pr_url": o.get("pr_url")}
-                              for o in e.get("vendored_overlays") or []],
-    }
-
-
-def map_drafter(d: Mapping[str, Any]) -> dict[str, Any]:
-    return {
-        "display_name": d["display_name"], "method": d["spec_method"], "n_default": d["n_default"],
-        "n_max": d["n_max"], "vram_footprint_bytes": gb_to_bytes(d.get("vram_footprint_gb")),
-        "speculative_config_template": d.get("speculative_config_template"),
-        "local_model_path": d.get("local_model_path"), "model_compat": list(d.get("model_compat") or []),
-        "status": d.get("status", "experimental"),
-    }
-
-
-def map_model(mo: Mapping[str, Any]) -> dict[str, Any]:
-    return {"display_name": mo["display_name"], "default_weight_variant": mo["default_weight_variant"],
-            "weights": sorted(mo.get("weights") or {})}
-
-
-def map_patch(p: Mapping[str, Any]) -> dict[str, Any]:
-    guard = p.get("drift_guard") or {}
-    return {
-        "models": list(p.get("model") or []),
-        "load_bearing_composes": sorted({c for lb in p.get("load_bearing_when") or []
-                                         for c in lb.get("composes") or []}),
-        "on_fail": guard.get("on_fail") or "capability-degraded", "capability": p.get("capability"),
-        "foundational": bool(p.get("foundational")),
-        "deprecated_on": str(p["deprecated_on"]) if p.get("deprecated_on") else None,
-    }
-
-
-# --------------------------------------------------------------------------- reading upstream
-
-def _load(path: Path, label: str) -> Any:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise Refused(label, "<file>", f"cannot read: {exc.strerror or exc}") from None
-    try:
-        return json.loads(text) if path.suffix == ".json" else yaml.load(text, Loader=_SAFE)
-    except (ValueError, yaml.YAMLError) as exc:
-        raise Refused(label, "<file>", f"not valid {path.suffix[1:].upper()}: {exc}") from None
-
-
-def _check_keys(kind: str, label: str, record: Any, where: str) -> None:
-    if not isinstance(record, dict):
-        raise Refused(label, where, "expected a mapping")
-    for key in record:
-        if key not in KNOWN_KEYS[kind]:
-            raise Refused(label, f"{where}.{key}" if where else str(key),
-                          "unknown upstream key; extend tools/sync_upstream.py before syncing")
-    version = record.get("schema_version", 1)
-    if version not in SUPPORTED_UPSTREAM_SCHEMA:
-        raise Refused(label, f"{where}.schema_version" if where else "schema_version",
-                      f"unsupported upstream schema version {version!r}")
-
-
-def _profiles_dir(root: Path) -> Path:
-    for candidate in (root / "profiles", root / "scripts" / "lib" / "profiles"):
-        if candidate.is_dir():
-            return candidate
-    raise Refused(str(root), "<folder>", "no profiles/ or scripts/lib/profiles/ folder: not a club-3090 "
-                                         "checkout or snapshot")
-
-
-def _registry(root: Path, profiles: Path) -> tuple[str, dict[str, Any]]:
-    for path in (root / "registry_expanded.json", root / "registry.json", root / "registry.yaml",
-                 profiles / "registry.yaml"):
-        if path.is_file():
-            label = str(path.relative_to(root))
-            doc = _load(path, label)
-            entries = doc.get("entries", doc) if isinstance(doc, dict) else None
-            if isinstance(doc, dict) and "entries" in doc and doc.get("schema") not in SUPPORTED_UPSTREAM_SCHEMA:
-                raise Refused(label, "schema", f"unsupported upstream schema version {doc.get('schema')!r}")
-            if not isinstance(entries, dict):
-                raise Refused(label, "entries", "expected a mapping of slug to entry")
-            return label, entries
-    raise Refused(str(root), "<folder>", "no registry_expanded.json, registry.json or registry.yaml")
-
-
-def read_upstream(root: Path) -> dict[str, dict[str, Any]]:
-    """Upstream's data mapped into the catalog's shared fields, per section."""
-    profiles_dir = _profiles_dir(root)
-    out: dict[str, dict[str, Any]] = {s: {} for s in SECTIONS}
-    label, entries = _registry(root, profiles_dir)
-    for slug, entry in entries.items():
-        _check_keys("registry", label, entry, f"entries[{slug!r}]")
-        try:
-            out["profiles"][slug] = map_profile(entry)
-        except KeyError as exc:
-            raise Refused(label, f"entries[{slug!r}].{exc.args[0]}", "missing required key") from None
-    folders = (("engines", "engines", map_engine), ("drafters", "drafters", map_drafter),
-               ("models", "models", map_model), ("hardware", "gpus", None))
-    for folder, section, mapper in folders:
-        for path in sorted((profiles_dir / folder).glob("*.yml")):
-            label = str(path.relative_to(root))
-            doc = _load(path, label)
-            _check_keys(folder, label, doc, "")
-            rid = doc.get("id")
-            if not isinstance(rid, str):
-                raise Refused(label, "id", "missing required key")
-            try:
-                out[section][rid] = mapper(doc) if mapper else {}
-            except (KeyError, TypeError) as exc:
-                raise Refused(label, str(exc.args[0]) if exc.args else "<record>",
-                              "missing or malformed required key") from None
-    patches = profiles_dir / "patches.yml"
-    if patches.is_file():
-        label = str(patches.relative_to(root))
-        doc = _load(patches, label)
-        if not isinstance(doc, dict) or not isinstance(doc.get("patches"), list):
-            raise Refused(label, "patches", "expected a list of patches")
-        for i, p in enumerate(doc["patches"]):
-            _check_keys("patches", label, p, f"patches[{i}]")
-            out["patches"][p["id"]] = map_patch(p)
+def _flat(section: str, record: dict[str, Any]) -> dict[str, Any]:
+    """A record as comparable fields: a model's variants become ``weights['id'].field``."""
+    out = {}
+    for k, v in record.items():
+        if section == "models" and k == "weights":
+            for vid, var in (v or {}).items():
+                for vk, vv in var.items():
+                    if vk != "note":
+                        out[f"weights[{vid!r}].{vk}"] = _norm("variants", vk, vv)
+        else:
+            out[k] = _norm(section, k, v)
     return out
+
+
+def _ours(section: str, record: dict[str, Any], keys: list[str]) -> dict[str, Any]:
+    flat = _flat(section, record)
+    absent = ABSENT.get(section, {})
+    out = {}
+    for k in keys:
+        if k in flat:
+            out[k] = flat[k]
+        elif k.startswith("weights["):
+            base = k.rsplit(".", 1)[1]
+            prefix = k.rsplit(".", 1)[0]
+            has_variant = any(f.startswith(prefix + ".") for f in flat)
+            out[k] = _norm("variants", base, ABSENT["variants"].get(base)) if has_variant else None
+        else:
+            out[k] = _norm(section, k, absent.get(k))
+    return out
+
+
+def _family(engine_type: str | None) -> str:
+    return "vllm" if engine_type == "vllm" else "llamacpp"
+
+
+def _topology(tp: int) -> str:
+    return "single" if tp == 1 else "dual" if tp == 2 else "multi"
+
+
+def _successor(key: str, p: dict[str, Any], profiles: dict[str, Any], engines: dict[str, Any],
+               defaults: dict[str, Any]) -> str | None:
+    """The current profile that replaces a withdrawn one: upstream's default for the model, engine
+    family and GPU count, else the best-status live profile of the same model, family and TP."""
+    def live(k: str) -> bool:
+        q = profiles.get(k)
+        return (q is not None and k != key and not q.get("archived") and q["status"] != "deprecated"
+                and engines.get(q["engine"], {}).get("stability") != "deprecated")
+    fam = _family(engines.get(p["engine"], {}).get("type"))
+    pick = ((defaults.get(p["model"]) or {}).get(fam) or {}).get(_topology(p["tp"]))
+    if pick and live(pick) and profiles[pick]["model"] == p["model"]:
+        return str(pick)
+    same = [k for k, q in profiles.items() if live(k) and q["model"] == p["model"] and q["tp"] == p["tp"]
+            and _family(engines.get(q["engine"], {}).get("type")) == fam]
+    same.sort(key=lambda k: (STATUS_RANK.index(profiles[k]["status"]) if profiles[k]["status"] in STATUS_RANK
+                             else len(STATUS_RANK), k))
+    return same[0] if same else None
+
+
+SHIPPED_STATUSES = ("production", "caveats", "experimental")
+
+
+def _shipped_pins(up: uc.Upstream, ours: dict[str, Any], view: dict[str, Any],
+                  engines: dict[str, Any]) -> dict[str, list[str]]:
+    """Architecture row -> the engine pins upstream ships a production, caveats or experimental
+    vLLM profile of it on (what upstream launches; ``incubating`` and ``preview`` are not counted)."""
+    rows = ours["arches"]
+    aliases = {a: arch for arch, row in rows.items() for a in row.get("config_architectures") or []}
+    out: dict[str, list[str]] = {}
+    for p in up.sections["profiles"].values():
+        engine = engines.get(p["engine"]) or {}
+        if engine.get("type") != "vllm" or p["status"] not in SHIPPED_STATUSES \
+                or engine.get("stability") == "deprecated":
+            continue
+        arch = next((a for a, row in rows.items() if p["model"] in (row.get("model_slugs") or [])), None)
+        if arch is None:
+            model = view["models"].get(p["model"]) or {}
+            cfg = model.get("hf_config") or (ours["models"].get(p["model"]) or {}).get("hf_config") or {}
+            name = (cfg.get("architectures") or [""])[0]
+            arch = name if name in rows else aliases.get(name)
+        if arch is None:
+            continue
+        pin = f"{p['engine']}@{engine_pin_tag(engine['install_method'], engine['image'])}"
+        if pin not in out.setdefault(arch, []):
+            out[arch].append(pin)
+    return out
+
+
+def upstream_view(up: uc.Upstream, docs: dict[str, Any]) -> dict[str, dict[str, dict[str, Any]]]:
+    """Per section, the upstream-owned fields of every record upstream has (a model's
+    ``hf_config`` only for models new to the catalog: a curated model keeps its real config)."""
+    view: dict[str, dict[str, dict[str, Any]]] = {s: {} for s in SECTIONS}
+    ours = {s: docs[FILE_OF[s]][s] for s in SECTIONS}
+    for section in ("engines", "drafters", "patches"):
+        view[section] = {rid: dict(r) for rid, r in up.sections[section].items()}
+    engines = {**{k: dict(v) for k, v in ours["engines"].items()}, **view["engines"]}
+    served_ctx: dict[str, int] = {}
+    for p in up.sections["profiles"].values():
+        served_ctx[p["model"]] = max(served_ctx.get(p["model"], 0), p["max_model_len"])
+    for mid, rec in up.sections["models"].items():
+        rec = dict(rec)
+        if mid not in ours["models"]:
+            cfg = uc.construct_hf_config(up.raw_models[mid])
+            if "max_position_embeddings" not in cfg and mid in served_ctx:
+                # the GGUF-only families record no context: the longest their profiles serve
+                cfg["max_position_embeddings"] = served_ctx[mid]
+            rec["hf_config"] = cfg
+            rec["hf_config_source"] = (f"constructed by tools/sync_upstream.py from upstream's architecture "
+                                       f"facts (family {up.raw_models[mid].get('family')})")
+        view["models"][mid] = rec
+    for gid, rec in up.sections["gpus"].items():
+        view["gpus"][gid] = dict(rec)
+    # profiles: registry fields, the capture of the shipped compose, aliases, archive marks
+    profiles = {k: dict(v) for k, v in ours["profiles"].items()}
+    for key, rec in up.sections["profiles"].items():
+        rec = dict(rec)
+        rec["archived"] = False
+        text = up.composes.get(rec["compose_path"])
+        if engines.get(rec["engine"], {}).get("type") == "vllm":
+            if text is not None:
+                rec["runtime"] = uc.capture_runtime(key, rec["kv_format"], text, rec["compose_path"])
+        else:
+            rec["runtime"] = None
+        rec["aliases"] = sorted(old for old, new in RENAMED.items() if new == key)
+        view["profiles"][key] = rec
+        profiles[key] = {**profiles.get(key, {}), **rec}
+    for key in ours["profiles"]:
+        if key not in up.sections["profiles"]:
+            view["profiles"][key] = {"archived": True}
+    defaults = up.registry_meta.get("defaults") or {}
+    for key, rec in view["profiles"].items():
+        p = profiles[key]
+        withdrawn = (p.get("archived") or rec.get("archived") or p["status"] == "deprecated"
+                     or engines.get(p["engine"], {}).get("stability") == "deprecated")
+        rec["replaced_by"] = _successor(key, {**p, **rec}, profiles, engines, defaults) if withdrawn else None
+    # architecture rows: upstream's tested pins, plus the pin of every engine upstream ships a live
+    # profile of the architecture on (its arch file lags its registry: Gemma 4 moved to vllm-stable
+    # in the registry only); a row for a new model's unknown architecture
+    shipped = _shipped_pins(up, ours, view, engines)
+    for arch, row in ours["arches"].items():
+        pins = [dict(pin) for pin in row.get("engine_pins") or []]
+        have = {pin["pin"] for pin in pins}
+        extra = [pin for pin in up.arch_pins.get(arch, []) if pin["pin"] not in have
+                 and pin["pin"].split("@", 1)[0] in engines]
+        have |= {pin["pin"] for pin in extra}
+        extra += [{"pin": pin, "loads": True} for pin in shipped.get(arch, []) if pin not in have]
+        have |= {pin["pin"] for pin in extra}
+        # an architecture that loads on an overlay-free engine (stock vLLM, built-in classes) loads on
+        # its current release too, unless upstream's row says otherwise
+        for pin in list(pins):
+            eid = pin["pin"].split("@", 1)[0]
+            engine = engines.get(eid) or {}
+            if not pin.get("loads") or engine.get("vendored_overlays") or engine.get("required_genesis") \
+                    or engine.get("stability") == "deprecated" or "image" not in engine:
+                continue
+            current = f"{eid}@{engine_pin_tag(engine['install_method'], engine['image'])}"
+            if current not in have:
+                extra.append({"pin": current, "loads": True})
+                have.add(current)
+        if up.arch_pins:
+            view["arches"][arch] = {"engine_pins": pins + extra}
+    aliases = {a for row in ours["arches"].values() for a in row.get("config_architectures") or []}
+    slugged = {slug for row in ours["arches"].values() for slug in row.get("model_slugs") or []}
+    for mid, rec in view["models"].items():
+        cfg = rec.get("hf_config") or (ours["models"].get(mid) or {}).get("hf_config") or {}
+        arch = (cfg.get("architectures") or [""])[0]
+        if not arch or arch in ours["arches"] or arch in aliases or mid in slugged:
+            continue
+        keys = [k for k, p in up.sections["profiles"].items() if p["model"] == mid
+                and engines.get(p["engine"], {}).get("type") == "vllm"]
+        if not keys:
+            continue                      # served by llama.cpp only: no vLLM gate needs a row
+        pins = sorted({f"{p['engine']}@{engine_pin_tag(engines[p['engine']]['install_method'], engines[p['engine']]['image'])}"
+                       for k, p in up.sections["profiles"].items() if k in keys})
+        tps = sorted({up.sections["profiles"][k]["tp"] for k in keys})
+        view["arches"][arch] = {
+            "engine_pins": [{"pin": pin, "loads": True} for pin in pins],
+            "required_patches": [], "tp_divisors": tps, "trust_remote_code": "unverified",
+            "trust_remote_code_evidence": None, "kernel_constraints": [],
+            "confidence": "estimated-lower-bound", "status": "unverified", "config_architectures": [],
+            "model_slugs": [mid],
+        }
+    if up.commit is not None:
+        for path, rec in up.files.items():
+            view["upstream_files"][path] = {"commit": up.commit, **rec}
+    meta = up.registry_meta
+    record: dict[str, Any] = {"repo": uc.UPSTREAM_REPO}
+    if up.commit is not None:
+        record["commit"] = up.commit
+    if meta.get("engine_preference") is not None:
+        record["engine_preference"] = {k: list(v) for k, v in meta["engine_preference"].items()}
+    if meta.get("recommended_default_models") is not None:
+        record["recommended_default_models"] = list(meta["recommended_default_models"])
+    view["upstream"][uc.UPSTREAM_NAME] = record
+    return view
 
 
 # --------------------------------------------------------------------------- comparing
@@ -275,6 +302,8 @@ class Report:
     changed: list[tuple[str, str, str, Any, Any]] = field(default_factory=list)   # section, id, field, ours, theirs
     protected: list[tuple[str, str, str, Any, Any]] = field(default_factory=list)
     pending: list[tuple[str, str, str]] = field(default_factory=list)              # section, id, why not in the diff
+    renamed: dict[str, str] = field(default_factory=dict)                          # old slug -> new
+    commit: str | None = None
 
     @property
     def empty(self) -> bool:
@@ -284,139 +313,149 @@ class Report:
     def to_json(self) -> dict[str, Any]:
         def rows(items: list[tuple[str, str, str, Any, Any]]) -> list[dict[str, Any]]:
             return [{"section": s, "id": i, "field": f, "catalog": o, "upstream": t} for s, i, f, o, t in items]
-        return {"changed": not self.empty, "added": self.added, "removed": self.removed,
-                "changes": rows(self.changed), "protected": rows(self.protected),
+        return {"changed": not self.empty, "upstream_commit": self.commit, "added": self.added,
+                "removed": self.removed, "renamed": self.renamed, "changes": rows(self.changed),
+                "protected": rows(self.protected),
                 "pending": [{"section": s, "id": i, "why": w} for s, i, w in self.pending]}
 
 
 def read_catalog(data: Path) -> tuple[dict[str, Any], dict[str, str]]:
     docs, texts = {}, {}
-    for section in SECTIONS:
-        name = FILE_OF[section]
+    for name in sorted(set(FILE_OF.values()) | {"kv_formats.yaml"}):
         texts[name] = (data / name).read_text(encoding="utf-8")
         docs[name] = yaml.load(texts[name], Loader=_SAFE)
     return docs, texts
 
 
-def _protected_paths(doc: Mapping[str, Any]) -> set[str]:
+def _protected_paths(doc: dict[str, Any]) -> set[str]:
     return {p for c in doc.get("corrections") or [] for p in c.get("paths") or []}
 
 
-def _ours(section: str, rid: str, record: Mapping[str, Any]) -> dict[str, Any]:
-    out = {k: record.get(k) for k in SHARED.get(section, ())}
-    if section == "engines":
-        method, image = record.get("install_method", ""), record.get("image", "")
-        out["pin"] = f"{rid}@{engine_pin_tag(method, image)}"
-        out["vllm_version"] = engine_release(record.get("type", ""), method, image)
-    if section == "models":
-        out["weights"] = sorted(record.get("weights") or {})
-    for k, v in out.items():
-        if k in ("min_sm", "required_sm", "fallback_sm") and v is not None:
-            out[k] = sm(v)
-    if section == "patches":
-        out["load_bearing_composes"] = sorted(out["load_bearing_composes"] or [])
-    return out
-
-
-def compare(upstream: Mapping[str, Mapping[str, Any]], docs: Mapping[str, Any]) -> Report:
+def compare(view: dict[str, dict[str, dict[str, Any]]], docs: dict[str, Any]) -> Report:
     report = Report()
     for section in SECTIONS:
         doc = docs[FILE_OF[section]]
         ours = doc[section]
         protected = _protected_paths(doc)
-        theirs = upstream[section]
+        theirs = view[section]
         report.added[section] = sorted(set(theirs) - set(ours))
-        report.removed[section] = sorted(set(ours) - set(theirs))
+        upstream_ids = set(theirs) if section != "profiles" else {k for k, v in theirs.items() if v != {
+            "archived": True, "replaced_by": v.get("replaced_by")}}
+        report.removed[section] = (sorted(set(ours) - upstream_ids)
+                                   if theirs or section not in ("arches", "upstream_files") else [])
         for rid in sorted(set(theirs) & set(ours)):
-            mine = _ours(section, rid, ours[rid])
-            for key in SHARED.get(section, ()):
-                upstream_value = theirs[rid][key]
-                if key == "weights":          # the catalog may curate more variants than upstream
-                    upstream_value = sorted(set(upstream_value) - set(mine[key]))
-                    if not upstream_value:
-                        continue
-                    mine[key] = []
-                elif mine[key] == upstream_value:
+            flat = _flat(section, theirs[rid])
+            mine = _ours(section, ours[rid], list(flat))
+            for key, value in flat.items():
+                if mine[key] == value:
                     continue
-                row = (section, rid, key, mine[key], upstream_value)
+                row = (section, rid, key, mine[key], value)
                 path = f"{section}[{rid!r}].{key}"
                 (report.protected if path in protected else report.changed).append(row)
+    report.renamed = {old: new for old, new in RENAMED.items() if new in view["profiles"]}
     return report
 
 
 # --------------------------------------------------------------------------- the proposed change
 
-def _unknown_refs(section: str, record: Mapping[str, Any], new: Mapping[str, Any],
-                  kv_formats: set[str]) -> list[str]:
-    """Ids ``record`` names that the (proposed) catalog lacks; such a change waits for curation."""
+def _new_record(section: str, rid: str, rec: dict[str, Any], up: uc.Upstream) -> dict[str, Any]:
+    """A whole catalog record for an entry new to the catalog."""
+    out = dict(rec)
+    if section == "profiles":
+        out.setdefault("runtime", None)
+        out = {**out, "status_note": None, "reference_gpu": REFERENCE_GPU}
+    elif section == "patches":
+        out.update(uc.patch_wiring(up.raw_patches[rid]))
+    return out
+
+
+def _compact(section: str, record: dict[str, Any]) -> dict[str, Any]:
+    """Leave out the newer optional fields at their default, so older records stay as they were."""
+    optional = {"profiles": {*uc.DEFAULTS_NEW_PROFILE_FIELDS, "archived", "replaced_by", "aliases"},
+                "models": {"family", "engine_defaults", "vram_sizing", "offload_residency"},
+                "engines": {"stability"}, "drafters": {"requires_engine_min"}, "patches": {"files"},
+                "gpus": set(uc.DEFAULTS_NEW_GPU_FIELDS)}.get(section, set())
+    absent = ABSENT.get(section, {})
+    return {k: v for k, v in record.items()
+            if not (k in optional and _norm(section, k, v) == _norm(section, k, absent.get(k)))}
+
+
+def _set(record: dict[str, Any], key: str, value: Any) -> None:
+    if key.startswith("weights["):
+        vid = key[len("weights['"):key.index("']")]
+        record.setdefault("weights", {}).setdefault(vid, {})[key.rsplit(".", 1)[1]] = value
+    else:
+        record[key] = value
+
+
+def _unknown_refs(section: str, record: dict[str, Any], new: dict[str, Any], kv_formats: set[str]) -> list[str]:
+    """Ids ``record`` names that the proposed catalog lacks; such a change waits for curation."""
     models = new["models.yaml"]["models"]
     engines = new["engines.yaml"]["engines"]
-    refs: list[tuple[str, Any, Any]] = []          # (what, id, known ids)
+    refs: list[tuple[str, Any, Any]] = []
     if section == "engines":
-        refs += [("KV format", k, kv_formats) for k in record["supported_kv_formats"]]
+        refs += [("KV format", k, kv_formats) for k in record.get("supported_kv_formats") or []]
     elif section == "drafters":
-        refs += [("model", m, models) for m in record["model_compat"]]
+        refs += [("model", m, models) for m in record.get("model_compat") or []]
     elif section == "patches":
-        refs += [("model", m, models) for m in record["models"]]
-        refs += [("profile", k, new["profiles.yaml"]["profiles"]) for k in record["load_bearing_composes"]]
-    elif section == "profiles":
+        refs += [("model", m, models) for m in record.get("models") or []]
+        refs += [("profile", k, new["profiles.yaml"]["profiles"]) for k in record.get("load_bearing_composes") or []]
+    elif section == "profiles" and "model" in record:
         model = models.get(record["model"]) or {}
         refs += [("model", record["model"], models), ("engine", record["engine"], engines),
                  ("KV format", record["kv_format"], kv_formats),
                  (f"weight variant of {record['model']}", record["weights_variant"], model.get("weights") or {})]
-        if record["drafter"] is not None:
+        if record.get("drafter") is not None:
             refs.append(("drafter", record["drafter"], new["drafters.yaml"]["drafters"]))
-    missing = [f"{what} {rid}" for what, rid, known in refs if rid not in known]
-    if section == "profiles" and not missing and record["mem_util"] is None \
-            and engines[record["engine"]].get("type") == "vllm":
-        missing.append("mem_util (a vLLM profile needs one)")
-    return missing
+    return [f"{what} {rid}" for what, rid, known in refs if rid not in known]
 
 
-def propose(upstream: Mapping[str, Mapping[str, Any]], docs: Mapping[str, Any], report: Report,
-            kv_formats: set[str]) -> dict[str, Any]:
+def propose(view: dict[str, dict[str, dict[str, Any]]], docs: dict[str, Any], report: Report,
+            up: uc.Upstream, kv_formats: set[str]) -> dict[str, Any]:
     """The catalog documents with the report's changes applied where every id they name resolves
     (a deep copy; ``docs`` untouched). The rest goes to ``report.pending`` with the reason."""
-    new: dict[str, Any] = json.loads(json.dumps(docs))
-
-    def take(section: str, rid: str, record: dict[str, Any], what: str) -> bool:
-        missing = _unknown_refs(section, record, new, kv_formats)
-        if missing:
-            report.pending.append((section, rid, f"{what}: not in the catalog: {', '.join(missing)}"))
-            return False
-        derived = DERIVED.get(section, ())
-        new[FILE_OF[section]][section][rid] = {k: v for k, v in record.items() if k not in derived}
-        return True
-
-    for section in ("engines", "drafters"):
+    new: dict[str, Any] = json.loads(json.dumps(docs, default=str))
+    for section in ADDABLE:
         for rid in report.added[section]:
-            take(section, rid, dict(upstream[section][rid]), "added upstream")
-    for rid in report.added["profiles"]:
-        p = {**upstream["profiles"][rid], "status_note": None, "reference_gpu": REFERENCE_GPU, "runtime": None}
-        take("profiles", rid, p, "added upstream")
+            new[FILE_OF[section]][section][rid] = _new_record(section, rid, view[section][rid], up)
     for section, rid, key, _ours_value, theirs in report.changed:
-        if key in DERIVED.get(section, ()):
-            continue                            # follows from the fields it is read from
-        if section == "models":
-            detail = (f"variants {', '.join(theirs)} added upstream" if key == "weights"
-                      else f"{key} differs")
-            report.pending.append((section, rid, f"{detail}; models are curated by hand"))
-            continue
-        record = {**new[FILE_OF[section]][section][rid], key: theirs}
-        take(section, rid, record, f"{key} changed")
-    for section in ("models", "patches", "gpus"):
+        _set(new[FILE_OF[section]][section][rid], key, theirs)
+    for section in ("gpus", "upstream"):
         for rid in report.added[section]:
-            report.pending.append((section, rid, "added upstream; curate by hand"))
+            if section == "upstream":
+                new[FILE_OF[section]][section][rid] = view[section][rid]
+            else:
+                report.pending.append((section, rid, "added upstream; curate by hand (bandwidth, throughput)"))
+    # entries whose references do not resolve wait for curation, whole
+    for section in ("engines", "drafters", "patches", "profiles"):
+        body = new[FILE_OF[section]][section]
+        for rid in sorted(body):
+            missing = _unknown_refs(section, body[rid], new, kv_formats)
+            if missing and (rid in report.added[section] or any(r[:2] == (section, rid) for r in report.changed)):
+                report.pending.append((section, rid, f"not in the catalog: {', '.join(missing)}"))
+                if rid in report.added[section]:
+                    del body[rid]
+                else:
+                    body[rid] = json.loads(json.dumps(docs[FILE_OF[section]][section][rid], default=str))
+    for section in SECTIONS:
+        body = new[FILE_OF[section]][section]
+        was = list(docs[FILE_OF[section]][section])
+        # a sorted section stays sorted; a curated order (GPU cards) is kept, new records last
+        order = sorted(body) if was == sorted(was) else was + [rid for rid in body if rid not in was]
+        new[FILE_OF[section]][section] = {rid: _compact(section, body[rid]) for rid in order if rid in body}
     return new
 
 
 def _dump(text: str, doc: Any) -> str:
     header = "".join(line for line in text.splitlines(keepends=True) if line.startswith("#"))
-    return header + yaml.safe_dump(doc, sort_keys=False, allow_unicode=True, width=100,
-                                   default_flow_style=False)
+    lead = []
+    for line in header.splitlines(keepends=True):
+        lead.append(line)
+    return "".join(lead) + yaml.safe_dump(doc, sort_keys=False, allow_unicode=True, width=100,
+                                          default_flow_style=False)
 
 
-def unified_diff(before: Mapping[str, str], after: Mapping[str, str]) -> str:
+def unified_diff(before: dict[str, str], after: dict[str, str]) -> str:
     out: list[str] = []
     for name in sorted(before):
         path = f"src/club3090/catalog/data/{name}"
@@ -426,27 +465,32 @@ def unified_diff(before: Mapping[str, str], after: Mapping[str, str]) -> str:
 
 
 def summary(report: Report) -> str:
-    lines = []
+    lines = [f"upstream commit: {report.commit or 'unknown (the catalog keeps its own)'}"]
     for section in SECTIONS:
         added, removed = report.added[section], report.removed[section]
         changes = [r for r in report.changed if r[0] == section]
         lines.append(f"{section}: {len(added)} added, {len(removed)} only in the catalog (kept), "
                      f"{len(changes)} field changes")
-        for rid in added:
-            lines.append(f"  + {rid}")
-        for rid in removed:
-            lines.append(f"  = {rid} (not upstream; kept)")
-    pins = [r for r in report.changed if r[0] == "engines" and r[2] == "pin"]
+        lines += [f"  + {rid}" for rid in added]
+        lines += [f"  = {rid} (not upstream; kept)" for rid in removed]
+    lines.append(f"renamed slugs (aliases): {len(report.renamed)}")
+    lines += [f"  {old} -> {new}" for old, new in sorted(report.renamed.items())]
+    pins = [r for r in report.changed if r[0] == "engines" and r[2] == "image"]
     statuses = [r for r in report.changed if r[0] == "profiles" and r[2] == "status"]
     lines.append(f"pin changes: {len(pins)}")
-    lines += [f"  {rid}: {ours} -> {theirs}" for _s, rid, _f, ours, theirs in pins]
+    lines += [f"  {rid}: {engine_pin_tag('docker_image', str(o)) if o else o} -> "
+              f"{engine_pin_tag('docker_image', str(t))}" for _s, rid, _f, o, t in pins]
     lines.append(f"status changes: {len(statuses)}")
     lines += [f"  {rid}: {ours} -> {theirs}" for _s, rid, _f, ours, theirs in statuses]
     other = [r for r in report.changed if r not in pins and r not in statuses]
     lines.append(f"other field changes: {len(other)}")
-    lines += [f"  {s}[{rid}].{f}: {json.dumps(o)} -> {json.dumps(t)}" for s, rid, f, o, t in other]
+    for s, rid, f, o, t in other:
+        if f in ("runtime", "hf_config", "vram_sizing", "offload_residency", "sampler_profiles"):
+            lines.append(f"  {s}[{rid}].{f}: changed (see the diff)")
+        else:
+            lines.append(f"  {s}[{rid}].{f}: {json.dumps(o)} -> {json.dumps(t)}")
     lines.append(f"kept by corrections: {len(report.protected)}")
-    lines += [f"  {s}[{rid}].{f}: catalog {json.dumps(o)}, upstream {json.dumps(t)}"
+    lines += [f"  {s}[{rid}].{f}: catalog {json.dumps(o)[:80]}, upstream {json.dumps(t)[:80]}"
               for s, rid, f, o, t in report.protected]
     lines.append(f"not in the diff (curate by hand): {len(report.pending)}")
     lines += [f"  {s}[{rid}]: {why}" for s, rid, why in report.pending]
@@ -473,14 +517,23 @@ class Sync:
 
 def run(source: Path, catalog: Path) -> Sync:
     """Compare ``catalog`` (a data folder) with the upstream data at ``source``; writes nothing."""
-    upstream = read_upstream(source)
+    up = uc.read_upstream(source)
     docs, texts = read_catalog(catalog)
-    kv = set(yaml.load((catalog / "kv_formats.yaml").read_text(encoding="utf-8"), Loader=_SAFE)["kv_formats"])
-    report = compare(upstream, docs)
-    new = propose(upstream, docs, report, kv)
-    after = {name: _dump(texts[name], new[name]) if new[name] != docs[name] else texts[name]
-             for name in texts}
+    kv = set(docs["kv_formats.yaml"]["kv_formats"])
+    view = upstream_view(up, docs)
+    report = compare(view, docs)
+    report.commit = up.commit
+    new = propose(view, docs, report, up, kv)
+    after = {}
+    for name in texts:
+        same = json.loads(json.dumps(docs[name], default=str)) == new.get(name, docs[name])
+        after[name] = texts[name] if same or name not in new else _dump(texts[name], new[name])
     return Sync(report, texts, after)
+
+
+def _engine_release_check() -> None:
+    # the tool reads pins the way the loader does; a renamed helper must fail here, loudly
+    assert engine_release("vllm", "docker_image", "vllm/vllm-openai:v0.1.0") == "0.1.0"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -489,11 +542,13 @@ def main(argv: list[str] | None = None) -> int:
                     help="club-3090 checkout or reference snapshot folder")
     ap.add_argument("--catalog", type=Path, default=DEFAULT_CATALOG, help="catalog data folder")
     ap.add_argument("--diff", type=Path, help="write the proposed change as a unified diff here")
+    ap.add_argument("--write", action="store_true", help="apply the proposed change to the catalog folder")
     ap.add_argument("--json", action="store_true", help="print the report as JSON")
     try:
         args = ap.parse_args(argv)
     except SystemExit as exc:
         return EXIT_USAGE if exc.code else EXIT_SAME
+    _engine_release_check()
     try:
         sync = run(args.source, args.catalog)
     except Refused as exc:
@@ -502,6 +557,10 @@ def main(argv: list[str] | None = None) -> int:
     report = sync.report
     if args.diff is not None:
         _atomic_write(args.diff, sync.diff)
+    if args.write:
+        for name, text in sync.after.items():
+            if text != sync.before[name]:
+                _atomic_write(args.catalog / name, text)
     if args.json:
         print(json.dumps(report.to_json(), indent=2, sort_keys=True, default=str))
     else:

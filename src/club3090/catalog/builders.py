@@ -34,6 +34,7 @@ from .schema import (
     PROFILE_SPEC,
     RUNTIME_SPEC,
     UPSTREAM_FILE_SPEC,
+    UPSTREAM_SPEC,
     VARIANT_SPEC,
     describe,
     engine_pin_tag,
@@ -57,6 +58,7 @@ def _build_plain(section: str, spec: Any, cls: type) -> Callable[[Collector, dic
 _build_gpus = _build_plain("gpus", GPU_SPEC, m.Gpu)
 _build_kv = _build_plain("kv_formats", KV_SPEC, m.KvFormat)
 _build_upstream_files = _build_plain("upstream_files", UPSTREAM_FILE_SPEC, m.UpstreamFile)
+_build_upstream = _build_plain("upstream", UPSTREAM_SPEC, m.Upstream)
 
 
 def _build_engines(c: Collector, body: dict[str, Any]) -> dict[str, m.Engine]:
@@ -129,6 +131,8 @@ def _build_models(c: Collector, body: dict[str, Any]) -> dict[str, m.Model]:
             ok = False
         derived = _config_facts(c, rec["hf_config"], f"{path}.hf_config")
         rec["serving_defaults"] = MappingProxyType(dict(rec.get("serving_defaults") or {}))
+        rec["engine_defaults"] = MappingProxyType({fam: MappingProxyType(dict(rows)) for fam, rows in
+                                                   (rec.get("engine_defaults") or {}).items()})
         if ok and derived is not None:
             out[mid] = m.Model(id=mid, weights=MappingProxyType(weights), **derived, **rec)
     return out
@@ -276,4 +280,5 @@ BUILDERS: dict[str, tuple[str, Callable[[Collector, Any], Any]]] = {
     "patches.yaml": ("patches", _build_patches), "profiles.yaml": ("profiles", _build_profiles),
     "anchors.yaml": ("anchors", _build_anchors),
     "upstream_files.yaml": ("upstream_files", _build_upstream_files),
+    "upstream.yaml": ("upstream", _build_upstream),
 }

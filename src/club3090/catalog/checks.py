@@ -114,6 +114,13 @@ t_sha256 = _hex(64)
 t_commit = _hex(40)
 
 
+@_labelled("hex commit SHA (7-40 digits)")
+def t_commit_prefix(value: Any) -> str:
+    if not isinstance(value, str) or not 7 <= len(value) <= 40 or any(c not in "0123456789abcdef" for c in value):
+        raise Bad(f"expected a lowercase hex commit SHA of 7 to 40 digits, got {describe(value)}")
+    return value
+
+
 @_labelled("number in (0, 1]")
 def t_fraction(value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:

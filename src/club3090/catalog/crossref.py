@@ -81,6 +81,32 @@ def _check_model_arches(c: Collector, cat: dict[str, Any], aliases: Mapping[str,
                         f"alias), but {', '.join(sorted(replayable))} can be replayed", file="models.yaml")
 
 
+def _check_successors(c: Collector, raw: dict[str, Any], cat: dict[str, Any]) -> None:
+    """``replaced_by`` names a live profile; an alias names no profile and only one."""
+    owners: dict[str, str] = {}
+    for key, p in cat["profiles"].items():
+        base = f"profiles[{key!r}]"
+        if p.replaced_by is not None:
+            _ref(c, "profiles.yaml", f"{base}.replaced_by", p.replaced_by, raw["profiles.yaml"], "profile")
+            succ = cat["profiles"].get(p.replaced_by)
+            if succ is not None and (succ.archived or p.replaced_by == key):
+                c.add(f"{base}.replaced_by", f"{p.replaced_by!r} is not a current profile", file="profiles.yaml")
+        for alias in p.aliases:
+            if alias in raw["profiles.yaml"] or alias in owners:
+                c.add(f"{base}.aliases", f"alias {alias!r} is also "
+                      f"{'a profile' if alias in raw['profiles.yaml'] else 'an alias of ' + owners[alias]}",
+                      file="profiles.yaml")
+            owners[alias] = key
+    for name, up in cat["upstream"].items():
+        for i, mid in enumerate(up.recommended_default_models):
+            _ref(c, "upstream.yaml", f"upstream[{name!r}].recommended_default_models[{i}]", mid,
+                 cat["models"], "model")
+    for gid, g in cat["gpus"].items():
+        for intent, kv in g.kv_format_default.items():
+            _ref(c, "gpus.yaml", f"gpus[{gid!r}].kv_format_default[{intent!r}]", kv, cat["kv_formats"],
+                 "KV format")
+
+
 def cross_check(c: Collector, raw: dict[str, Any], cat: dict[str, Any]) -> None:
     models_raw = raw["models.yaml"]
     engines_raw = raw["engines.yaml"]
@@ -153,6 +179,7 @@ def cross_check(c: Collector, raw: dict[str, Any], cat: dict[str, Any]) -> None:
                   file=f)
         if engine is not None and engine.type == "vllm" and p.mem_util is None:
             c.add(f"{base}.mem_util", "a vllm profile needs mem_util", file=f)
+    _check_successors(c, raw, cat)
     for i, a in enumerate(cat["anchors"]):
         _check_anchor(c, raw, cat, i, a)
     names: dict[str, str] = {}

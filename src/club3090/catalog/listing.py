@@ -74,8 +74,37 @@ def profile_rows(catalog: Catalog, gpus: Any = None) -> list[dict[str, Any]]:
             "emittable": emittable,
             "not_emittable_reason": reason,
             "not_emittable_text": NOT_EMITTABLE_TEXT[reason][0] if reason else None,
+            "archived": p.archived,
+            "engine_withdrawn": engine.withdrawn,
+            "replaced_by": p.replaced_by,
+            "aliases": list(p.aliases),
+            "upstream": {   # how upstream serves it (registry fields the fit does not price)
+                "act_format": p.act_format, "act8_capable": p.act8_capable, "offload": p.offload,
+                "moe_cache": p.moe_cache, "host_ram_gb": p.host_ram_gb, "chat_template": p.chat_template,
+                "requires_homogeneous_arch": p.requires_homogeneous_arch,
+                "weights_companions": list(p.weights_companions), "gateway": p.gateway,
+                "serve_aliases": list(p.serve_aliases), "sampler_profiles": dict(p.sampler_profiles),
+                "default_arch_allow": [str(s) for s in p.default_arch_allow], "category": p.category,
+                "gpu_assignment_mode": p.gpu_assignment_mode,
+                "recommended_engine_features": list(p.recommended_engine_features),
+            },
         }
         if gpus is not None:
             row["rig"] = rig_check(catalog, key, gpus)
         rows.append(row)
     return rows
+
+
+def emittability(catalog: Catalog, rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """How many vLLM profiles ``club3090 compose`` replays, and why each other one is refused
+    (``rows`` as ``profile_rows`` gives them, with the compose verdict applied)."""
+    vllm = [r for r in rows if r["engine_type"] == "vllm"]
+    refused = {r["key"]: {"reason": r["not_emittable_reason"], "text": r["not_emittable_text"],
+                          "replaced_by": r["replaced_by"]} for r in vllm if not r["emittable"]}
+    counts: dict[str, int] = {}
+    for r in refused.values():
+        token = str(r["reason"])
+        counts[token] = counts.get(token, 0) + 1
+    return {"vllm_profiles": len(vllm), "emittable": len(vllm) - len(refused),
+            "refusals_by_reason": dict(sorted(counts.items())), "refused": refused,
+            "upstream_commit": catalog.upstream_commit}

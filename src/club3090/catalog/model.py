@@ -17,6 +17,7 @@ from club3090.model.spec import CONFIDENCES
 
 # Closed value sets, shared by the loader (validation) and readers (documentation).
 ENGINE_TYPES = ("vllm", "llama.cpp")
+ENGINE_STABILITY = ("stable", "experimental", "deprecated")   # "deprecated": upstream withdrew it
 WEIGHT_KINDS = ("main", "draft", "gguf", "mmproj")
 GPU_COUNT_CLASSES = ("single", "dual", "multi")   # Model.serving_defaults keys
 WORKLOADS = ("fast-chat", "long-ctx-single", "vision-coding", "multi-stream-tenant", "tool-heavy")
@@ -70,6 +71,10 @@ class Model:
     description: str = ""
     hf_config_source: str = ""         # where hf_config came from (fixture repo or constructed)
     serving_defaults: Mapping[str, str] = field(default_factory=dict)  # single|dual|multi -> profile key
+    family: str | None = None          # upstream's architecture family tag
+    engine_defaults: Mapping[str, Mapping[str, str]] = field(default_factory=dict)  # family -> class -> key
+    vram_sizing: Mapping[str, Any] = field(default_factory=dict)
+    offload_residency: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +98,11 @@ class Engine:
     supported_weight_formats: tuple[str, ...]
     vendored_overlays: tuple[VendoredOverlay, ...]
     required_genesis: bool
+    stability: str = "stable"          # "deprecated": upstream withdrew the engine (image gone)
+
+    @property
+    def withdrawn(self) -> bool:
+        return self.stability == "deprecated"
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,6 +117,7 @@ class Drafter:
     display_name: str = ""
     status: str = "experimental"
     local_model_path: str | None = None
+    requires_engine_min: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,6 +134,13 @@ class Gpu:
     memory_bandwidth_gb_s: Decimal | None = None   # peak, vendor specification
     bf16_tflops: Decimal | None = None             # dense, fp32 accumulate
     usable_memory_fraction: float | None = None   # unified memory: share the GPU may allocate
+    mem_util_safe: float | None = None
+    kv_format_default: Mapping[str, str] = field(default_factory=dict)
+    power_cap_w_max: int | None = None
+    power_cap_w_optimal: int | None = None
+    power_cap_w_prefill: int | None = None
+    driver_min: str | None = None
+    cudagraph: str | None = None
 
     @property
     def usable_memory_bytes(self) -> int:
@@ -166,6 +184,24 @@ class Profile:
     reference_gpu: str                 # Gpu id the profile was validated on
     runtime: ProfileRuntime | None
     status_note: str | None = None
+    archived: bool = False             # not in upstream's registry at the synced commit
+    replaced_by: str | None = None     # the current profile replacing a withdrawn one
+    aliases: tuple[str, ...] = ()      # old slugs upstream renamed to this one
+    act_format: str = "16bit"
+    act8_capable: bool = False
+    offload: str | None = None
+    moe_cache: bool = False
+    host_ram_gb: int | None = None
+    chat_template: str = "native"
+    requires_homogeneous_arch: bool = False
+    weights_companions: tuple[str, ...] = ()
+    gateway: bool = False
+    serve_aliases: tuple[str, ...] = ()
+    sampler_profiles: Mapping[str, Any] = field(default_factory=dict)
+    default_arch_allow: tuple[Decimal, ...] = ()
+    category: str | None = None
+    gpu_assignment_mode: str = "contiguous"
+    recommended_engine_features: tuple[str, ...] = ()
 
     @property
     def launchable(self) -> bool:
@@ -226,6 +262,7 @@ class Patch:
     foundational: bool
     capability: str | None
     deprecated_on: str | None = None
+    files: tuple[str, ...] = ()                # upstream repository paths the patch ships
 
     @property
     def deprecated(self) -> bool:
@@ -303,6 +340,15 @@ class UpstreamFile:
 
 
 @dataclass(frozen=True, slots=True)
+class Upstream:
+    id: str                            # the upstream project's name ("club-3090")
+    repo: str                          # owner/name on GitHub
+    commit: str | None = None          # the commit the catalog was synced from
+    engine_preference: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    recommended_default_models: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class Catalog:
     version: str
     schema_version: int
@@ -317,9 +363,31 @@ class Catalog:
     anchors: tuple[Anchor, ...]
     corrections: tuple[Correction, ...] = ()
     upstream_files: Mapping[str, UpstreamFile] = field(default_factory=dict)
+    upstream: Mapping[str, Upstream] = field(default_factory=dict)
     _repo_index: Mapping[str, tuple[str, str]] = field(default_factory=dict, repr=False, compare=False)
     _gpu_index: Mapping[str, str] = field(default_factory=dict, repr=False, compare=False)
     _arch_alias: Mapping[str, str] = field(default_factory=dict, repr=False, compare=False)
+
+    @property
+    def upstream_commit(self) -> str | None:
+        """The upstream club-3090 commit the catalog data was synced from (None: not recorded)."""
+        up = self.upstream.get("club-3090")
+        return up.commit if up is not None else None
+
+    @property
+    def provenance(self) -> str:
+        """``<version>`` or ``<version> (club-3090@<commit12>)``: what headers and --version print."""
+        commit = self.upstream_commit
+        return f"{self.version} (club-3090@{commit[:12]})" if commit else self.version
+
+    def profile_key(self, name: str) -> str | None:
+        """The profile ``name`` names: itself, or the profile an old (renamed) slug aliases."""
+        if name in self.profiles:
+            return name
+        for key, p in self.profiles.items():
+            if name in p.aliases:
+                return key
+        return None
 
     def find_variant(self, repo_id: str) -> tuple[Model, WeightVariant] | None:
         """The curated (model, variant) whose hf_repos lists ``repo_id`` (case-insensitive, @rev ignored)."""

@@ -35,6 +35,7 @@ from .checks import (
     t_any,
     t_bool,
     t_commit,
+    t_commit_prefix,
     t_decimal,
     t_fraction,
     t_id,
@@ -55,9 +56,9 @@ __all__ = [
     "DRAFTER_SPEC", "ENGINE_NESTED", "ENGINE_SPEC", "FILES", "FILE_SCHEMAS", "GAP_SPEC", "GPU_SPEC",
     "KV_SPEC", "MODEL_NESTED", "MODEL_SPEC", "OVERLAY_SPEC", "PATCH_NESTED", "PATCH_SPEC",
     "PIN_SPEC", "PROFILE_NESTED", "PROFILE_SPEC", "RETIRED_KEYS", "RUNTIME_SPEC", "SCHEMA_BY_FILE",
-    "SUPPORTED_SCHEMA_VERSIONS", "UPSTREAM_FILE_SPEC", "VARIANT_SPEC", "Bad", "Check", "Field",
+    "SUPPORTED_SCHEMA_VERSIONS", "UPSTREAM_FILE_SPEC", "UPSTREAM_SPEC", "VARIANT_SPEC", "Bad", "Check", "Field",
     "Nested", "Spec", "describe", "engine_pin_tag", "engine_release", "enum", "evidence", "label",
-    "list_of", "map_of", "nullable", "opt", "req", "t_any", "t_bool", "t_commit", "t_decimal",
+    "list_of", "map_of", "nullable", "opt", "req", "t_any", "t_bool", "t_commit", "t_commit_prefix", "t_decimal",
     "t_fraction", "t_id", "t_int", "t_mapping", "t_nonneg_int", "t_pos_int", "t_sha256", "t_sm",
     "t_str", "t_text", "t_version",
 ]
@@ -111,6 +112,19 @@ GPU_SPEC: Spec = {
                                   "MI300A): the fraction of `memory_bytes` the GPU may allocate (Apple's "
                                   "default wired-memory limit, the OS and CPU share); `--gpus NAME` prices "
                                   "`memory_bytes` times it. Null for discrete cards.", None),
+    "mem_util_safe": evidence(nullable(t_fraction), "Highest `--gpu-memory-utilization` upstream runs this card "
+                         "at without desktop or driver reservations failing it (null: not recorded).", None),
+    "kv_format_default": evidence(map_of(t_id), "Upstream's preferred KV format (id in kv_formats.yaml) on this "
+                             "card by intent: `long_context`, `multi_stream`, `balanced`.", {}),
+    "power_cap_w_max": evidence(nullable(t_pos_int), "Board power limit in watts (the card's maximum).", None),
+    "power_cap_w_optimal": evidence(nullable(t_pos_int), "Power cap in watts upstream measured as the best "
+                               "tokens per watt for decode.", None),
+    "power_cap_w_prefill": evidence(nullable(t_pos_int), "Power cap in watts upstream recommends for "
+                               "prefill-heavy work.", None),
+    "driver_min": evidence(nullable(t_str), "Lowest NVIDIA driver release upstream's images need on this card "
+                      "(`580.0`); null: not recorded.", None),
+    "cudagraph": evidence(nullable(t_str), "CUDA-graph mode upstream serves the card with (`full`, "
+                     "`piecewise`); null: not recorded.", None),
 }
 KV_SPEC: Spec = {
     "min_sm": req(nullable(t_sm), "Lowest compute capability the format runs on (null: no floor)."),
@@ -144,6 +158,8 @@ ENGINE_SPEC: Spec = {
                                     "`fp8`, ...) the engine loads; checked by the engine-support gate."),
     "required_genesis": req(t_bool, "The engine only runs with the Genesis patch set; derived composes "
                             "refuse it."),
+    "stability": opt(enum(*m.ENGINE_STABILITY), "Upstream's maturity mark. `deprecated` means upstream "
+                     "withdrew the engine (its image is gone): its profiles name a `replaced_by`.", "stable"),
 }
 ENGINE_NESTED: Mapping[str, Nested] = {
     "vendored_overlays": Nested(OVERLAY_SPEC, "list", False, "Unmerged vLLM pull requests the engine "
@@ -166,6 +182,8 @@ DRAFTER_SPEC: Spec = {
                         "the one owner of model-drafter compatibility."),
     "status": opt(t_str, "Maturity as upstream records it (`production`, `experimental`, ...); shown "
                   "in listings.", "experimental"),
+    "requires_engine_min": evidence(nullable(t_str), "Oldest engine build (image tag) that serves the drafter; "
+                               "null: any.", None),
 }
 VARIANT_SPEC: Spec = {
     "hf_repos": req(list_of(t_str, unique=True), "Hub repos holding these weights; the first is "
@@ -198,6 +216,15 @@ MODEL_SPEC: Spec = {
                             "`--profile-like` is given; upstream's registry `defaults` for vLLM. A "
                             "GPU count with no entry gets a shape derived from the model and the rig.",
                             {}),
+    "family": evidence(nullable(t_str), "Upstream's architecture family tag (`qwen3-next-hybrid`, "
+                  "`gemma4-swa-moe`, ...); engines list the families they load.", None),
+    "engine_defaults": evidence(map_of(map_of(t_id)), "Upstream's registry `defaults` for this model: engine "
+                           "family (`vllm`, `llamacpp`) to GPU-count class to profile; "
+                           "`serving_defaults` is its vLLM row.", {}),
+    "vram_sizing": evidence(t_mapping, "Upstream's per-tier memory notes for the model (weights per card, "
+                       "offload budgets), kept as recorded for llama.cpp offload planning.", {}),
+    "offload_residency": evidence(t_mapping, "Upstream's record of which tensors stay on the GPU when "
+                             "experts are offloaded to host memory (llama.cpp `--n-cpu-moe`).", {}),
 }
 MODEL_NESTED: Mapping[str, Nested] = {
     "weights": Nested(VARIANT_SPEC, "mapping", True, "Weight variants by id (at least one)."),
@@ -249,6 +276,8 @@ PATCH_SPEC: Spec = {
     "foundational": req(t_bool, "A failed drift guard refuses the compose whatever `on_fail` says."),
     "deprecated_on": opt(nullable(t_str), "Date the patch was retired (null: live); a deprecated "
                          "patch is never wired."),
+    "files": evidence(list_of(t_str, unique=True), "Upstream repository paths the patch ships (files or "
+                 "folders); the files' digests are in upstream_files.yaml.", ()),
 }
 PATCH_NESTED: Mapping[str, Nested] = {
     "delivery_gaps": Nested(GAP_SPEC, "list", True, "Profiles where the patch is load-bearing but "
@@ -280,6 +309,41 @@ PROFILE_SPEC: Spec = {
     "compose_path": req(t_str, "Path of the shipped compose in the club-3090 checkout."),
     "reference_gpu": req(t_id, "GPU (id in gpus.yaml) the profile was validated on; prices a rig "
                          "given by count only."),
+    "archived": opt(t_bool, "Not in upstream's registry at the synced commit (upstream archived or "
+                    "deregistered it); kept with the values it had, and `replaced_by` names its "
+                    "successor. Written by `tools/sync_upstream.py`.", False),
+    "replaced_by": opt(nullable(t_id), "For an archived or deprecated profile, or one whose engine "
+                       "upstream withdrew: the current profile (id in profiles.yaml) that replaces it, "
+                       "upstream's default for the model, engine family and GPU count, else the "
+                       "best-status live profile of the same model, engine family and TP. Written by "
+                       "`tools/sync_upstream.py`.", None),
+    "aliases": opt(list_of(t_id, unique=True), "Old slugs upstream renamed to this profile; "
+                   "`--profile-like OLD` and `profiles` resolve them here.", ()),
+    "act_format": opt(enum("16bit", "int8"), "Activation format the shipped compose runs with "
+                      "(`int8`: W4A8 on int4 weights).", "16bit"),
+    "act8_capable": opt(t_bool, "The weights can serve with int8 activations (W4A8).", False),
+    "offload": opt(nullable(t_str), "Host-memory offload mode (`n-cpu-moe`: MoE experts on the CPU); "
+                   "null: everything on the GPUs.", None),
+    "moe_cache": opt(t_bool, "The engine caches hot MoE experts on the GPU while the rest live in host "
+                     "memory.", False),
+    "host_ram_gb": opt(nullable(t_pos_int), "Host memory in GB the offloaded profile needs.", None),
+    "chat_template": opt(t_str, "Chat template the compose serves with (`native`: the checkpoint's own; "
+                         "else a vendored one such as `froggeric` or `gemma-canonical`).", "native"),
+    "requires_homogeneous_arch": opt(t_bool, "Every GPU must be of one generation.", False),
+    "weights_companions": opt(list_of(t_id, unique=True), "Other weight variants (ids of the model's "
+                              "variants, or drafters) downloaded with the main weights.", ()),
+    "gateway": opt(t_bool, "Upstream serves the profile behind its API gateway (extra served names).",
+                   False),
+    "serve_aliases": opt(list_of(t_str, unique=True), "Extra `--served-model-name` values.", ()),
+    "sampler_profiles": opt(t_mapping, "Recommended sampling settings by mode (`instruct`, "
+                            "`thinking`): temperature, top_p, top_k, min_p, penalties.", {}),
+    "default_arch_allow": opt(list_of(t_sm), "Compute capabilities the profile is offered on by "
+                              "default (empty: any that passes the SM gate).", ()),
+    "category": opt(nullable(t_str), "Upstream's listing category (`frontier`, `uncensored`).", None),
+    "gpu_assignment_mode": opt(t_str, "How GPUs are assigned to the service (`contiguous`).",
+                               "contiguous"),
+    "recommended_engine_features": opt(list_of(t_str, unique=True), "Engine overlay features that help "
+                                       "but are not required.", ()),
 }
 RUNTIME_SPEC: Spec = {
     "genesis_equipped": req(t_bool, "The shipped compose needs the Genesis patch set; such profiles "
@@ -329,6 +393,16 @@ UPSTREAM_FILE_SPEC: Spec = {
     "sha256": req(t_sha256, "SHA-256 of the file's bytes; a fetched file with another digest is refused "
                   "(exit 65) and nothing starts."),
     "executable": req(t_bool, "Whether the file is written executable into the bundle (scripts)."),
+}
+UPSTREAM_SPEC: Spec = {
+    "repo": req(t_str, "The upstream GitHub repository (`owner/name`)."),
+    "commit": opt(nullable(t_commit_prefix), "The upstream commit the catalog was synced from (a full "
+                  "SHA; an abbreviated one for an older snapshot); `club3090 --version` and every "
+                  "emitted file's header show it.", None),
+    "engine_preference": evidence(map_of(list_of(t_str)), "Upstream's engine-family order per GPU-count "
+                             "class (`single`, `dual`, `multi`): which family it offers first.", {}),
+    "recommended_default_models": evidence(list_of(t_id, unique=True), "Models (ids in models.yaml) "
+                                      "upstream recommends first.", ()),
 }
 # what an anchor without a profile must record itself (nothing to fall back to)
 ANCHOR_SELF_DESCRIBING = ("model", "ctx", "mem_util", "kv_format", "max_num_seqs", "drafter", "engine")
@@ -392,6 +466,10 @@ FILE_SCHEMAS: tuple[FileSchema, ...] = (
     FileSchema("anchors.yaml", "anchors", "list", ANCHOR_SPEC,
                "Measured vLLM start-ups with the inputs each run used; `kv-calc --calibration` "
                "scores the estimator against them."),
+    FileSchema("upstream.yaml", "upstream", "mapping", UPSTREAM_SPEC,
+               "The upstream project the catalog is synced from, by name (`club-3090`): its repository, "
+               "the commit (the catalog's provenance) and the registry sections that are not per entry. "
+               "Written by `tools/sync_upstream.py`."),
     FileSchema("upstream_files.yaml", "upstream_files", "mapping", UPSTREAM_FILE_SPEC,
                "Files of the upstream club-3090 project that curated composes mount (chat templates, "
                "patch overlays, sidecar scripts), by their path there: `club3090 up` fetches each at its "

@@ -59,13 +59,20 @@ Sizes are integer bytes; compute capabilities are strings such as `'8.6'`.
 
 ## Syncing with upstream club-3090
 
-`python tools/sync_upstream.py --from <club-3090 checkout or snapshot> [--diff FILE] [--json]`
-compares upstream's registry, engines, drafters, models, hardware and patches with the fields the
-catalog shares with them and prints what changed (added and removed entries, pin and status
-changes, other field changes, values kept by `corrections`, and what needs curating by hand).
-`--diff FILE` writes the proposed change as a unified diff for review (`git apply FILE`); the tool
-never writes the catalog, and refuses (exit 2) an upstream file with a key it does not know,
-naming the file and key. Exit codes: 0 no change, 1 changes found, 2 refused, 64 usage.
+`python tools/sync_upstream.py --from <club-3090 checkout or snapshot> [--diff FILE] [--write] [--json]`
+reads upstream's registry (entries, `defaults`, `engine_preference`, `recommended_default_models`),
+its engine, drafter, model, hardware, patch and architecture files, the shipped compose of every
+entry and the patch-file index, maps them into this schema and prints what changed: added entries,
+entries only the catalog has (kept; a profile upstream dropped is marked `archived` and names its
+`replaced_by`), renamed slugs (kept as `aliases`), pin and status changes, other field changes,
+values kept by `corrections`, and what needs curating by hand. Upstream owns the fields it records
+(a profile's serving shape and its `runtime` capture, a model's variants, an engine's image, ...);
+the catalog owns `hf_config` of a curated model, `status_note`, `reference_gpu`, KV formats,
+anchors and corrections. `--diff FILE` writes the proposed change as a unified diff for review
+(`git apply FILE`); `--write` applies it to the catalog folder. An upstream file with a key the tool
+does not know is refused (exit 2), naming the file and key. Exit codes: 0 no change, 1 changes
+found, 2 refused, 64 usage. The upstream commit the catalog was synced from is
+`upstream.yaml`'s `commit`; `club3090 --version` and every emitted file's header show it.
 """
 
 

@@ -105,11 +105,29 @@ class Parser(argparse.ArgumentParser):
         raise UsageExit(f"{self.prog}: error: {message}")
 
 
+class _VersionAction(argparse.Action):
+    """``--version``: the package and the catalog it ships, with the upstream commit the catalog
+    was synced from (the catalog is read only when asked)."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str = argparse.SUPPRESS, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS,
+                         help="show the version, the catalog version and its upstream commit, and exit")
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        from club3090.catalog import load_catalog
+        catalog = load_catalog()
+        commit = catalog.upstream_commit or "unknown"
+        sys.stdout.write(f"club3090 {__version__}\ncatalog {catalog.version} (schema "
+                         f"{catalog.schema_version}), synced from club-3090 {commit}\n")
+        parser.exit()
+
+
 def build_parser() -> Parser:
     parser = Parser(prog="club3090",
                     description="Will this Hugging Face model run on my GPUs under vLLM? "
                                 "Header-only fit prediction, an honest gate, a ready compose file.")
-    parser.add_argument("--version", action="version", version=f"club3090 {__version__}")
+    parser.add_argument("--version", action=_VersionAction)
     parser.add_argument("--debug", action="store_true", help="print tracebacks for internal errors")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
     for _name, module in COMMANDS:

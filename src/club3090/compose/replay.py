@@ -72,6 +72,7 @@ def generate(profile_key: str, catalog: "Catalog", *, guard_runner: GuardRunner 
     drift without ``accept_degraded`` returns ``degraded-drift`` (exit 3) and no text.
     """
     guard = guard_runner or guard_pass
+    profile_key = catalog.profile_key(profile_key) or profile_key      # an old (renamed) slug
     profile = catalog.profiles.get(profile_key)
     if profile is None:
         return refuse(profile_key, OTHER, f"unknown profile {profile_key!r}")
@@ -102,6 +103,8 @@ def generate(profile_key: str, catalog: "Catalog", *, guard_runner: GuardRunner 
         reason = (pin.reason if pin is not None and pin.reason else
                   f"{engine.pin} is marked loads:false for {row.arch}" if pin is not None else
                   f"{engine.pin} is not a validated pin for {row.arch}")
+        if engine.withdrawn and profile.replaced_by:
+            reason += f"; upstream withdrew the {engine.id} image: use {profile.replaced_by}"
         return refuse(profile_key, PIN_MISMATCH, reason)
 
     # 4 shape

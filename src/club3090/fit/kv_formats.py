@@ -83,6 +83,8 @@ KV_FORMATS: dict[str, KvFormat] = {
         KvFormat("q5_0", _f(22, 32), _f(22, 32), engine="llama.cpp"),
         KvFormat("q5_1", _f(24, 32), _f(24, 32), engine="llama.cpp"),
         KvFormat("iq4_nl", _f(18, 32), _f(18, 32), engine="llama.cpp"),
+        # beellama.cpp's KVarN 4-bit compression: priced with q4_0's blocks until measured
+        KvFormat("kvarn4", _f(18, 32), _f(18, 32), engine="llama.cpp"),
         # K 8-bit, V 4-bit: 0.75 B/element on average (docs/DESIGN.md §17, club-3090's estimator),
         # the same slots as turboquant_k8v4; served by vLLM nightlies and llama.cpp
         KvFormat("k8v4", _ONE, _f(1, 2), engine="both"),

@@ -62,8 +62,9 @@ CONFIDENCE = "estimated"
 KV_CACHE_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")
 SPLIT_MODES = ("layer", "row", "none")
 # catalog KV formats that name a K/V pair rather than one llama.cpp type
+# kvarn4 (beellama.cpp's KVarN 4-bit compression) is priced with q4_0's blocks until measured
 KV_FORMAT_PAIRS = {"k8v4": ("q8_0", "q4_0"), "auto": ("f16", "f16"), "fp16": ("f16", "f16"),
-                   "bf16": ("bf16", "bf16"), "fp32": ("f32", "f32")}
+                   "bf16": ("bf16", "bf16"), "fp32": ("f32", "f32"), "kvarn4": ("q4_0", "q4_0")}
 
 
 def _pad(n: int, to: int) -> int:

@@ -272,7 +272,8 @@ def _native(launch: Launch, directory: Path, snapshot: Path, port: int
             if value and value not in ("all", "none", "void"):
                 env.append(("CUDA_VISIBLE_DEVICES", value))
             continue
-        value = to_host(value)
+        # a path list (PYTHONPATH=/etc/x:) maps element by element
+        value = ":".join(to_host(part) for part in value.split(":")) if value.startswith("/") else to_host(value)
         if value.startswith(_CONTAINER_ROOTS):
             container_only.append(f"{name}={value} (a path inside the image)")
             continue

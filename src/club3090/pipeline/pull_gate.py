@@ -113,6 +113,10 @@ class Verdict:
 def decide(request: "PullRequest", facts: "ModelSpec | Stop", catalog: "Catalog", gpu_set: "GpuSet | None",
            provider: "Provider", *, compose: ComposeStep, e_enabled: bool) -> Verdict:
     """The gate, stratum by stratum: each line is one entry of the gate's table of contents."""
+    if request.profile_like is not None:                                    # an old (renamed) slug
+        resolved = catalog.profile_key(request.profile_like)
+        if resolved is not None and resolved != request.profile_like:
+            request = replace(request, profile_like=resolved)
     at = Gate(request=request, slug=request.source)
     if isinstance(facts, Stop):                                            # 1 model facts
         return stopped(at, facts)

@@ -249,6 +249,8 @@ def up(req: UpRequest, provider: "Provider", seams: UpSeams) -> UpResult:
 
     check_request(req)
     catalog = provider.catalog()
+    if req.profile_like is not None and catalog.profile_key(req.profile_like) is not None:
+        req = replace(req, profile_like=catalog.profile_key(req.profile_like))   # an old (renamed) slug
     if req.profile_like is not None and req.profile_like not in catalog.profiles:
         raise UsageError(f"unknown --profile-like {req.profile_like!r}; `club3090 profiles` lists them")
     if req.llamacpp:

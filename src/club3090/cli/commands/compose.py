@@ -69,8 +69,9 @@ def run(args: argparse.Namespace, provider: "Provider") -> int:
         return _list_candidates(catalog, given, as_json=args.json, guard=provider.drift_guard)
     if given:
         raise UsageError("--profile and the tuple form (--model/--engine/--kv/--tp) are exclusive")
-    if args.profile not in catalog.profiles:
+    if catalog.profile_key(args.profile) is None:
         raise UsageError(f"unknown profile {args.profile!r} (see `club3090 profiles`)")
+    args.profile = catalog.profile_key(args.profile)                  # an old (renamed) slug
     from club3090.compose.llamacpp import is_llamacpp
 
     if args.format == "llama-server" and not is_llamacpp(catalog, args.profile):

@@ -32,7 +32,7 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace, provider: Any) -> int:
-    from club3090.catalog.listing import profile_rows
+    from club3090.catalog.listing import emittability, profile_rows
     from club3090.pipeline.stages import gpu_set
 
     catalog = provider.catalog()
@@ -40,8 +40,11 @@ def run(args: argparse.Namespace, provider: Any) -> int:
     rows = profile_rows(catalog, gpus)
     _apply_compose_verdict(rows, catalog, provider)
     if args.json:
+        aliases = {a: p.key for p in catalog.profiles.values() for a in p.aliases}
         doc = {"catalog": catalog.version, "schema_version": catalog.schema_version,
-               "gpus": gpus.to_json() if gpus is not None else None, "profiles": rows}
+               "upstream_commit": catalog.upstream_commit,
+               "gpus": gpus.to_json() if gpus is not None else None, "profiles": rows,
+               "aliases": dict(sorted(aliases.items())), "emittability": emittability(catalog, rows)}
         sys.stdout.write(json.dumps(doc, indent=2, ensure_ascii=False) + "\n")
         return exit_code(Outcome.OK)
     width = shutil.get_terminal_size((80, 24)).columns if sys.stdout.isatty() else None
@@ -61,6 +64,7 @@ def _apply_compose_verdict(rows: list[dict[str, Any]], catalog: Any, provider: A
         if not outcome.ok:
             row.update(emittable=False, not_emittable_reason=outcome.token,
                        not_emittable_text=f"compose refuses: {outcome.detail or outcome.token}")
+
 
 
 def _emit_cell(row: dict[str, Any]) -> str:
@@ -124,7 +128,9 @@ def render(rows: list[dict[str, Any]], version: str, gpus: Any, width: int | Non
                 del c[i]
     title = f"club3090 profiles (catalog {version})" + (f" on {safe(gpus.spec)}" if gpus is not None else "")
     emittable = sum(1 for r in rows if r["emittable"])
-    summary = f"{len(rows)} profiles, {emittable} emittable by `club3090 compose`."
+    vllm = sum(1 for r in rows if r["engine_type"] == "vllm")
+    summary = (f"{len(rows)} profiles, {emittable} of {vllm} vLLM profiles emittable by `club3090 compose` "
+               f"(`--json` gives each refusal's reason).")
     if width is not None and sum(widths[:-1]) + GAP * (len(widths) - 1) + WRAP_MIN // 2 > width:
         # too narrow for any table: one block per profile, the key on its own line
         out = textwrap.wrap(title, width)
@@ -158,7 +164,7 @@ def render(rows: list[dict[str, Any]], version: str, gpus: Any, width: int | Non
     out = [title, *line([h for h, _fn, _r in columns])]
     for c in cells:
         out.extend(line(c))
-    out.append(summary)
+    out.extend(textwrap.wrap(summary, width) if width is not None else [summary])
     if hidden:
         note = f"(hidden at {width} columns: {', '.join(hidden)}; --json or a wider terminal shows them)"
         out.extend(textwrap.wrap(note, width or len(note)))
