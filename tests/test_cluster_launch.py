@@ -191,6 +191,41 @@ def test_up_k8s_writes_manifests_that_validate(up_env, capsys):
     assert "RUNBOOK.md" in capsys.readouterr().err
 
 
+def test_cluster_files_do_not_need_local_disk_for_the_weights(up_env, capsys):
+    from club3090.edges.provider import LiveProvider
+
+    def small_disk(settings: Any) -> LiveProvider:
+        return LiveProvider(settings, free_disk=lambda _p: 0, load=lambda: up_env["catalog"])
+    common = [DERIVED, "--gpus", "1x3090", "--nodes", "2", "--profile-like", "vllm/minimal", "--yes"]
+    out_dir = up_env["tmp"] / "k8s-small-disk"
+    code = cli.main(["up", *common, "--launcher", "k8s", "--dir", str(out_dir)], provider=small_disk)
+    cap = capsys.readouterr()
+    assert code == 0, cap.out + cap.err
+    assert (out_dir / "k8s" / "leaderworkerset.yaml").is_file()
+    # the same short disk still stops a launch that downloads here
+    one = up_env["tmp"] / "one-node"
+    code = cli.main(["up", DERIVED, "--gpus", "1x3090", "--profile-like", "vllm/minimal", "--yes", "--no-start",
+                     "--dir", str(one)], provider=small_disk)
+    assert code == 2 and "Not enough free disk space" in capsys.readouterr().out and not one.exists()
+
+
+def test_up_k8s_on_the_automatic_shape_across_nodes(up_env, capsys):
+    # no --profile-like: the gate's automatic shape (TP 8 inside a node x PP 2 across two) priced per
+    # rank on the rig's 16 GPUs, and the weights (600+ GiB) never counted against this machine's disk
+    from tests.fakehub import add_deepseek_v3_layout
+
+    add_deepseek_v3_layout(up_env["hub"])
+    out_dir = up_env["tmp"] / "dsv3"
+    code = up(up_env, "deepseek-ai/DeepSeek-V3", "--gpus", "2x(8xH100)", "--launcher", "k8s", "--yes",
+              "--trust-remote-code", "--dir", str(out_dir))
+    cap = capsys.readouterr()
+    assert code == 0, cap.out + cap.err
+    assert "(TP 8 x PP 2)" in cap.out and "2-node launch (k8s): TP 8 × PP 2" in cap.out
+    validate_manifest((out_dir / "k8s" / "leaderworkerset.yaml").read_text(encoding="utf-8"))
+    head = yaml.safe_load((out_dir / "k8s/configmap.yaml").read_text(encoding="utf-8"))["data"]["head.sh"]
+    assert "--tensor-parallel-size 8" in head and "--pipeline-parallel-size 2" in head
+
+
 def test_up_ray_files_bring_up_a_loopback_cluster(up_env, capsys, tmp_path):
     out_dir = up_env["tmp"] / "ray"
     ray_port, serve_port = free_port(), free_port()

@@ -136,7 +136,9 @@ def test_deepseek_v3_on_two_h100_nodes_is_tp8_pp2(hub, capsys):
     assert 0 < worst["kv_pool_bytes"] < worst["budget_bytes"] <= worst["gpu_memory_bytes"]
     assert row["max_model_len"] > 0 and row["max_concurrency"] >= 1
     assert "PP 2 crosses 1 node boundary over ethernet-10g" in row["shape"]["advisories"][0]
-    assert row["serve"] == "club3090 up deepseek-ai/DeepSeek-V3 --gpus '2x(8xH100)' --launcher ray --dir run/"
+    # the layout's config declares auto_map (as DeepSeek-V3's does): `up` needs the ack, so the hint has it
+    assert row["serve"] == ("club3090 up deepseek-ai/DeepSeek-V3 --gpus '2x(8xH100)' --launcher ray "
+                            "--trust-remote-code --dir run/")
     assert any("2 nodes over ethernet-10g (assumed" in a for a in row["speed"]["assumptions"])
     assert main(["fits", "deepseek-ai/DeepSeek-V3", "--nodes", "2", "--gpus", "8xH100",
                  "--interconnect", "infiniband"]) == 0

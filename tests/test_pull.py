@@ -106,6 +106,23 @@ class TestEarliestStratumWins:
         assert "bypassed" in r.notice_codes
         assert r.bypassed == [{"token": "engine-support-unknown/no-arch-row", "flags": ["--experimental-arch"]}]
 
+    def test_a_disk_stop_after_a_bypass_does_not_offer_the_bypass_again(self, catalog):
+        from club3090.cli.commands.pull import headline
+
+        config = {**DENSE, "auto_map": {"AutoModel": "x.Y"}}
+        r = _run(catalog, PullRequest("org/x", "vllm/minimal", gpus="1x3090", trust_remote_code=True, yes=True),
+                 spec=_spec(config), free=GIB)
+        assert (r.stratum, r.reason) == (Stratum.DISK, "disk-short")
+        assert "--trust-remote-code" not in headline(r)
+        stopped = _run(catalog, PullRequest("org/x", "vllm/minimal", gpus="1x3090"), spec=_spec(config), free=GIB)
+        assert stopped.reason == "needs-trust-remote-code-ack"
+        assert headline(stopped).endswith("re-run with --trust-remote-code to go ahead anyway")
+
+    def test_a_launch_that_downloads_elsewhere_skips_the_local_disk(self, catalog):
+        request = PullRequest("org/x", "vllm/minimal", gpus="1x3090", yes=True, downloads_here=False)
+        r = _run(catalog, request, spec=_spec(DENSE), free=GIB)
+        assert r.stratum != Stratum.DISK and r.fit is not None
+
     def test_eligibility_beats_fit(self, catalog):
         config = {**DENSE, "layer_types": ["rwkv"] * 28}
         r = _run(catalog, PullRequest("org/x", "vllm/minimal", gpus="1x3090", force_download=True, yes=True),

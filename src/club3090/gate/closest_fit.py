@@ -31,7 +31,7 @@ def closest_fit(fit: FitResult, spec: "ModelSpec", weights_bytes: int, shape: Se
 
     def try_shape(memory: tuple[int, ...] | None = None, **changes: Any) -> FitResult | None:
         alt = replace(shape, **changes)
-        priced = predict(arch, weights_bytes=weights_bytes, gpu_memory_bytes=memory or hw.selected_memory(alt.tp),
+        priced = predict(arch, weights_bytes=weights_bytes, gpu_memory_bytes=memory or hw.selected_memory(alt.tp * alt.pp),
                          shape=alt, confidence=spec.confidence)
         return priced if isinstance(priced, FitResult) else None
 

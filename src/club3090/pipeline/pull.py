@@ -51,6 +51,7 @@ class PullRequest:
     gpus: str | None = None                  # --gpus SPEC
     nodes: int | None = None                 # --nodes: --gpus is one node of that many
     interconnect: str | None = None          # --interconnect: the link between nodes
+    downloads_here: bool = True              # False: `up --launcher ray|k8s` (each node downloads)
     path: PathName | None = None             # explicit path (library callers and tests)
     shape_overrides: ShapeOverrides = field(default_factory=ShapeOverrides)   # vLLM flags pinning the shape
 

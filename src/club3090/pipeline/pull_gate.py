@@ -138,7 +138,7 @@ def decide(request: "PullRequest", facts: "ModelSpec | Stop", catalog: "Catalog"
         at = with_profile(at, catalog)
         at = with_hardware(at, catalog, gpu_set, provider)                  # the rig
     at, stop = check_engine(at, catalog)                                    # 3 [C0]
-    if stop is None:
+    if stop is None and request.downloads_here:
         stop = disk_stop(at, provider)                                      # 4 [C2a]
     if stop is None:
         stop = eligibility(facts.arch.unpriceable_reason)                   # 5 eligibility
@@ -351,12 +351,12 @@ def with_fit(at: Gate, catalog: "Catalog", measured: "Sequence[Mapping[str, Any]
     spec, variant, shape, hw = at.spec, at.variant, at.shape, at.hardware
     assert spec is not None and shape is not None and hw is not None
     weights = int(variant.size_bytes if variant is not None and variant.size_bytes else spec.weights_bytes or 0)
-    fit = predict(spec.arch, weights_bytes=weights, gpu_memory_bytes=hw.selected_memory(shape.tp), shape=shape,
+    fit = predict(spec.arch, weights_bytes=weights, gpu_memory_bytes=hw.selected_memory(shape.tp * shape.pp), shape=shape,
                   confidence=spec.confidence)
     if isinstance(fit, Unpriceable):
         return Stop(Stratum.ELIGIBILITY, Reason.NO_FIT_MODEL,
                     detail={"message": f"the fit engine cannot price this model: {fit.reason}"})
-    here = calibrated(fit, spec, shape, hw.selected_memory(shape.tp), catalog, measured, receipts)
+    here = calibrated(fit, spec, shape, hw.selected_memory(shape.tp * shape.pp), catalog, measured, receipts)
     if here is not None:
         fit, spec, notice = here
         at = replace(at, spec=spec).noting(notice)

@@ -275,7 +275,8 @@ def up(req: UpRequest, provider: "Provider", seams: UpSeams) -> UpResult:
             return up_llamacpp(req, provider, seams, catalog=catalog, profile=None)
     gate = evaluate(PullRequest(source=req.source, profile_like=req.profile_like, yes=req.yes,
                                 force_download=req.force_download, trust_remote_code=req.trust_remote_code,
-                                gpus=req.gpus, nodes=req.nodes, interconnect=req.interconnect), provider,
+                                gpus=req.gpus, nodes=req.nodes, interconnect=req.interconnect,
+                                downloads_here=req.launcher not in CLUSTER_LAUNCHERS), provider,
                     captures_root=captures, facts=facts)
     # `pull`'s hints about --out do not apply: `up` writes and downloads everything itself
     hints = {NoticeCode.NO_DOWNLOAD_YET.value, NoticeCode.CURATED_NEEDS_OUT.value}

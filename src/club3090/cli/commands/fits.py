@@ -189,7 +189,10 @@ def serve_command(row: Any, gpus: str | None) -> str:
         words = shlex.split(rig)
         rig = f" --gpus {shlex.quote(node_spec(words[words.index('--gpus') + 1]))}" if "--gpus" in words else ""
     launcher = " --launcher ray" if across else ""
-    return f"club3090 up {row.repo}{profile}" + (rig or "") + launcher + " --dir run/"
+    # `up` stops at the same [C0] ack `pull` asks for; the hint carries it so the command runs as printed
+    facts = getattr(row, "facts", None)
+    trc = " --trust-remote-code" if facts is not None and facts.requires_trust_remote_code else ""
+    return f"club3090 up {row.repo}{profile}" + (rig or "") + launcher + trc + " --dir run/"
 
 
 def to_json(report: Any, code: int, single: bool, gpus: str | None, *,

@@ -305,7 +305,9 @@ def headline(result: Any) -> str:
     """One sentence a person can read: which way the verdict went, or what stopped it and the next step."""
     fit, conf = result.fit, confidence_text(result.confidence, result.fit)
     if fit is not None and result.raw_verdict in ("fits-clean", "fits-constrained"):
-        ranks = len(fit.ranks)
+        chosen = (result.choice.chosen or result.choice.best) if result.choice is not None else None
+        pp = chosen.shape.pp if chosen is not None and chosen.gpus == len(fit.ranks) else 1
+        ranks = f"{len(fit.ranks) // pp} x PP {pp}" if pp > 1 else str(len(fit.ranks))
         kv = fit.settings.kv_cache_dtype
         shape = (f"TP {ranks}" + ("" if kv in ("auto", "bf16", "fp16") else f", {kv} KV")
                  if result.profile_like in (None, "auto") or result.shape_source == "derived"
@@ -331,9 +333,16 @@ def headline(result: Any) -> str:
     what, step = STOP_WORDS.get((result.reason or "").split("/", 1)[0], ("Stopped before a fit verdict", ""))
     detail = f": {result.detail}" if result.detail else f" ({result.reason})"
     bypass = ""
-    if result.c0 is not None and result.c0.bypassable_by and not result.ok:
+    if _c0_stop(result):
         bypass = f"; re-run with {' '.join(sorted(result.c0.bypassable_by))} to go ahead anyway"
     return f"{what}{detail}" + (f"; next: {step}" if step and not bypass else "") + bypass
+
+
+def _c0_stop(result: Any) -> bool:
+    """The stop is [C0]'s own, so its bypass flags are the next step (not when another stratum
+    stopped after the flags cleared [C0])."""
+    c0 = result.c0
+    return bool(c0 is not None and c0.bypassable_by and not result.ok and result.reason == c0.token)
 
 
 def render(result: Any, *, recommend: bool = False, verbose: bool = False) -> str:
@@ -350,7 +359,7 @@ def render(result: Any, *, recommend: bool = False, verbose: bool = False) -> st
                          f"terminal={terminal}")
         if result.reason:
             lines.append(f"[pull] reason={result.reason}")
-        if result.c0 is not None and result.c0.bypassable_by and not result.ok:
+        if _c0_stop(result):
             lines.append(f"[pull] bypassable_by={' + '.join(sorted(result.c0.bypassable_by))}")
     if result.detail and (verbose or result.raw_verdict is not None):
         lines.append(f"[pull] detail: {result.detail}")
