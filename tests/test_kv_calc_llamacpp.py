@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from club3090.cli import main
+from club3090.cli.exit_codes import UNAVAILABLE
 from tests.fakehub import FakeFile
 from tests.gguf_fixtures import Q, Spec, header_only, write
 
@@ -139,3 +140,43 @@ def test_bad_llamacpp_flags_are_usage_errors(tmp_path: Path) -> None:
         with pytest.raises(SystemExit) as exc:
             main(["kv-calc", str(path), *bad])
         assert exc.value.code == 64, bad
+
+
+def _gguf_catalog_model(name: str):  # type: ignore[no-untyped-def]
+    from club3090.catalog import load_catalog
+
+    model = load_catalog().models[name]
+    variant = model.weights[model.default_weight_variant]
+    assert variant.format == "gguf" and variant.hf_repos
+    return variant
+
+
+def test_a_catalog_model_whose_default_weights_are_a_gguf_is_priced_by_llamacpp(
+        fake_hub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:  # type: ignore[no-untyped-def]
+    variant = _gguf_catalog_model("qwen3.8-27b")
+    header, size = header_only("qwen35", QWEN35, _qwen35_tensors(), tmp_path / "h.gguf")
+    (file,) = variant.files
+    fake_hub.add_repo(variant.hf_repos[0], {file: FakeFile(name="", prefix=header, size=size, lfs=True),
+                                            "Other-Q8_0.gguf": FakeFile(name="", prefix=header, size=size, lfs=True)})
+    monkeypatch.setenv("HF_ENDPOINT", fake_hub.url)
+    code, doc = _run(capsys, "qwen3.8-27b", "-c", "32768", "--gpus", "1x3090")
+    assert doc["engine"] == "llama.cpp" and doc["model"] == "qwen3.8-27b" and doc["source"] == "Hub headers"
+    assert doc["confidence"] == "estimated" and doc["kv"]["cells"] == 32768 and doc["kv"]["layers"] == 16
+    assert code == (0 if doc["verdict"] == "fits-clean" else 2)
+    # --quant: another quant of the same repo
+    code, doc = _run(capsys, "qwen3.8-27b", "--quant", "Q8_0", "--gpus", "1x3090")
+    assert doc["quant"] == "Q8_0" and doc["model"] == "qwen3.8-27b"
+
+
+def test_a_gguf_catalog_model_offline_says_what_to_do(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    variant = _gguf_catalog_model("deepseek-v4-flash-0731")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    code = main(["kv-calc", "deepseek-v4-flash-0731", "--json"])
+    doc = json.loads(capsys.readouterr().out)
+    assert code == UNAVAILABLE and doc["ok"] is False and "Traceback" not in doc["error"]
+    assert f"hf download {variant.hf_repos[0]} {variant.files[0]}" in doc["error"]
+    assert main(["kv-calc", "deepseek-v4-flash-0731"]) == UNAVAILABLE
+    err = capsys.readouterr().err
+    assert "not a Hugging Face repo id" not in err and "hf download" in err and "Traceback" not in err

@@ -34,7 +34,9 @@ def test_json_lists_every_profile_with_fields(capsys):
     assert rows["vllm/minimal"]["emittable"] is True
     assert rows["vllm/dual-turbo"]["emittable"] is False
     assert rows["vllm/dual-turbo"]["not_emittable_reason"] == "genesis-equipped"
-    assert rows["llamacpp/default"]["not_emittable_reason"] == "engine-not-vllm"
+    # a llama.cpp-family capture replays (compose/llamacpp.py); one it cannot turn into words is refused
+    assert rows["llamacpp/default"]["emittable"] is True and rows["llamacpp/default"]["not_emittable_reason"] is None
+    assert rows["llamacpp/qwen38-27b-single-iq4xs"]["not_emittable_reason"] == "d-refused:scope"
     assert "rig" not in rows["vllm/minimal"]
     # every renamed slug resolves to a listed profile
     assert doc["aliases"] and all(new in rows and old in rows[new]["aliases"] for old, new in doc["aliases"].items())
@@ -122,7 +124,10 @@ def test_emittable_means_compose_writes_it(capsys):
         assert (code == 0) == row["emittable"], (row["key"], code, row["not_emittable_reason"])
         emittable += row["emittable"]
     summary = doc["emittability"]
-    assert 0 < emittable == summary["emittable"]
+    assert 0 < sum(r["emittable"] for r in doc["profiles"] if r["engine_type"] == "vllm") == summary["emittable"]
+    llama = [r for r in doc["profiles"] if r["engine_type"] == "llama.cpp"]
+    # every llama.cpp-family capture replays but the two whose command cannot become a word list
+    assert sum(r["emittable"] for r in llama) == len(llama) - 2 and emittable > summary["emittable"]
     vllm = [r for r in doc["profiles"] if r["engine_type"] == "vllm"]
     assert summary["vllm_profiles"] == len(vllm)
     assert set(summary["refused"]) == {r["key"] for r in vllm if not r["emittable"]}

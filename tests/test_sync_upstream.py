@@ -205,8 +205,8 @@ def test_captured_services_replay_the_shipped_composes():
         assert p.runtime.service_name == name and dict(p.runtime.service) == service, key
         assert dict(p.runtime.top_level) == {k: v for k, v in doc.items() if k not in ("services", "version")}
         checked += 1
-    vllm_head = [k for k in head if cat.engines[cat.profiles[k].engine].type == "vllm"]
-    assert checked == len(vllm_head) > 0
+    # every entry, vLLM and llama.cpp family alike
+    assert checked == len(head) and any(cat.engines[cat.profiles[k].engine].type == "llama.cpp" for k in head)
 
 
 def test_corrections_are_kept_and_reported(seed_copy: Path):
@@ -286,3 +286,45 @@ def test_not_an_upstream_folder_is_refused(tmp_path: Path, capsys):
     assert sync.main(["--from", str(tmp_path)]) == sync.EXIT_REFUSED
     assert "not a club-3090 checkout or snapshot" in capsys.readouterr().err
     assert sync.main([]) == sync.EXIT_USAGE
+
+
+def _llama_compose(src: Path) -> Path:
+    entry = json.loads((src / "registry_expanded.json").read_text(encoding="utf-8"))["llamacpp/default"]
+    return src / "composes" / entry["compose_path"]
+
+
+@pytest.mark.parametrize("secret", [
+    ("environment", ["HUGGING_FACE_HUB_TOKEN=abc123notareference"]),
+    ("environment", {"LLAMA_API_KEY": "${KEY:-literal-default}"}),
+    ("command", "--host 0.0.0.0 --api-key sk-literal -m /models/x.gguf"),
+    ("command", ["-m", "/models/x.gguf", "--api-key=sk-literal"]),
+    ("labels", ["token=hf_" + "A1" * 20]),
+])
+def test_a_compose_holding_a_literal_credential_is_refused_and_never_shown(tmp_path: Path, capsys, secret):
+    src = tmp_path / "upstream"
+    shutil.copytree(HEAD, src)
+    path = _llama_compose(src)
+    doc = yaml.safe_load(path.read_text(encoding="utf-8"))
+    (service,) = doc["services"].values()
+    service[secret[0]] = secret[1]
+    path.write_text(yaml.safe_dump(doc), encoding="utf-8")
+    assert sync.main(["--from", str(src)]) == sync.EXIT_REFUSED
+    err = capsys.readouterr().err
+    assert "literal credential" in err and "llamacpp/default" in err
+    assert "abc123" not in err and "sk-literal" not in err and "A1A1" not in err
+
+
+def test_a_reference_to_a_credential_is_captured_and_the_compose_is_read_as_data(tmp_path: Path):
+    src = tmp_path / "upstream"
+    shutil.copytree(HEAD, src)
+    path = _llama_compose(src)
+    doc = yaml.safe_load(path.read_text(encoding="utf-8"))
+    (service,) = doc["services"].values()
+    service["environment"] = ["HUGGING_FACE_HUB_TOKEN=${HF_TOKEN:-}", "NUM_SPEC_TOKENS=3"]
+    path.write_text(yaml.safe_dump(doc), encoding="utf-8")
+    sync.run(src, sync.DEFAULT_CATALOG)                            # a reference is no secret
+    marker = tmp_path / "ran"
+    path.write_text(f"services:\n  x: !!python/object/apply:os.system ['touch {marker}']\n", encoding="utf-8")
+    with pytest.raises(sync.Refused, match="not valid YAML"):
+        sync.run(src, sync.DEFAULT_CATALOG)
+    assert not marker.exists()

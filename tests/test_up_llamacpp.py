@@ -201,7 +201,13 @@ def test_compose_replays_a_llamacpp_profile(env, capsys):
 
 def test_compose_without_a_capture_refuses(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
-    assert cli.main(["compose", "--profile", PROFILE, "--json"]) == 2
+    base = load_catalog()
+    bare = dataclasses.replace(base, profiles={**base.profiles, PROFILE: dataclasses.replace(
+        base.profiles[PROFILE], runtime=None)})
+
+    def provider(settings: Any) -> LiveProvider:
+        return LiveProvider(settings, free_disk=lambda _p: 10**15, load=lambda: bare)
+    assert cli.main(["compose", "--profile", PROFILE, "--json"], provider=provider) == 2
     doc = json.loads(capsys.readouterr().out)
     assert doc["refusal"] == "scope" and "no-runtime-capture" in doc["detail"]
 

@@ -214,10 +214,10 @@ def upstream_view(up: uc.Upstream, docs: dict[str, Any]) -> dict[str, dict[str, 
         rec = dict(rec)
         rec["archived"] = False
         text = up.composes.get(rec["compose_path"])
-        if engines.get(rec["engine"], {}).get("type") == "vllm":
-            if text is not None:
-                rec["runtime"] = uc.capture_runtime(key, rec["kv_format"], text, rec["compose_path"])
-        else:
+        if text is not None:
+            # every engine family: vLLM and llama.cpp composes are captured alike (replay differs)
+            rec["runtime"] = uc.capture_runtime(key, rec["kv_format"], text, rec["compose_path"])
+        elif engines.get(rec["engine"], {}).get("type") != "vllm":
             rec["runtime"] = None
         rec["aliases"] = sorted(old for old, new in RENAMED.items() if new == key)
         view["profiles"][key] = rec

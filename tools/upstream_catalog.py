@@ -18,6 +18,9 @@ from typing import Any
 
 import yaml
 
+from club3090.compose.launch import interpolate
+from club3090.errors import InterpolationError
+
 _SAFE = getattr(yaml, "CSafeLoader", yaml.SafeLoader)       # both are the safe loader
 GB = 10 ** 9
 REFERENCE_GPU = "rtx-3090"
@@ -90,6 +93,10 @@ FAMILY_FACTS: Mapping[str, tuple[str, int, bool]] = {
 QUANTIZATION: Mapping[str, str | None] = {"autoround": "auto-round", "safetensors": None, "bf16": None,
                                           "fp16": None}
 GENESIS_RE = re.compile(r"_genesis|GENESIS_PIN|GENESIS_ENABLE")
+# credentials a shipped compose must only reference (``${HF_TOKEN:-}``), never hold
+_SECRET_NAME = re.compile(r"(?i)(^|_)(TOKEN|SECRET|PASSWORD|PASSWD|API_?KEY|ACCESS_KEY)$")
+_SECRET_FLAGS = ("--api-key", "--hf-token", "--api-key-file")
+_HF_TOKEN = re.compile(r"(?<![A-Za-z0-9])hf_[A-Za-z0-9]{30,}")
 # registry fields the catalog stores under its own name (vLLM's flag names)
 DEFAULTS_NEW_PROFILE_FIELDS: Mapping[str, Any] = {
     "act_format": "16bit", "act8_capable": False, "offload": None, "moe_cache": False,
@@ -280,9 +287,60 @@ def patch_wiring(p: Mapping[str, Any]) -> dict[str, Any]:
     return {"mounts": mounts, "invocations": invocations, "delivery_gaps": gaps}
 
 
+def _secret_at(value: Any, where: str) -> str | None:
+    """Where a literal credential sits in a compose value (None when there is none): an ``hf_``
+    token anywhere, a secret-named variable or flag whose value is not only ``${...}`` references
+    resolving to nothing. The value itself is never named."""
+    if isinstance(value, dict):
+        for k, v in value.items():
+            found = _secret_at(v, f"{where}.{k}")
+            if found is None and where.endswith(".environment") and _SECRET_NAME.search(str(k)) \
+                    and _literal(v):
+                found = f"{where}.{k}"
+            if found is not None:
+                return found
+        return None
+    if isinstance(value, list):
+        words = [str(v) for v in value]
+        for i, v in enumerate(value):
+            found = _secret_at(v, f"{where}[{i}]")
+            if found is None and isinstance(v, str):
+                name, eq, assigned = v.partition("=")
+                env_secret = bool(eq) and where.endswith(".environment") and bool(_SECRET_NAME.search(name))
+                flag_secret = name in _SECRET_FLAGS and (
+                    _literal(assigned) if eq else i + 1 < len(words) and _literal(words[i + 1]))
+                if (env_secret and _literal(assigned)) or flag_secret:
+                    found = f"{where}[{i}]"
+            if found is not None:
+                return found
+        return None
+    if isinstance(value, str):
+        if _HF_TOKEN.search(value):
+            return where
+        words = value.split()
+        for i, w in enumerate(words):
+            flag, eq, assigned = w.partition("=")
+            if flag in _SECRET_FLAGS and (_literal(assigned) if eq else i + 1 < len(words) and _literal(words[i + 1])):
+                return where
+    return None
+
+
+def _literal(value: Any) -> bool:
+    """A value that is more than ``${...}`` references to the environment (resolved with an empty
+    environment it still says something)."""
+    if value is None or isinstance(value, bool):
+        return False
+    try:
+        return bool(interpolate(str(value), {}).strip())
+    except InterpolationError:
+        return True
+
+
 def capture_runtime(key: str, kv_format: str, text: str, label: str) -> dict[str, Any]:
     """The catalog's capture of a shipped compose: its one service verbatim, the other top-level
-    keys, the insertion points, and whether it needs the Genesis patch set."""
+    keys, the insertion points, and whether it needs the Genesis patch set. The text is parsed as
+    data (safe loader; nothing in it runs); a service holding a literal credential is refused, so
+    no secret reaches the catalog."""
     try:
         doc = yaml.load(text, Loader=_SAFE)
     except yaml.YAMLError as exc:
@@ -291,6 +349,11 @@ def capture_runtime(key: str, kv_format: str, text: str, label: str) -> dict[str
     if not isinstance(services, dict) or len(services) != 1:
         raise Refused(label, "services", f"{key}: expected exactly one service")
     name, service = next(iter(services.items()))
+    secret = _secret_at({k: v for k, v in doc.items() if k != "services"}, "") or \
+        _secret_at(service, f"services.{name}")
+    if secret is not None:
+        raise Refused(label, secret.lstrip("."), f"{key}: a literal credential (token, key or password); "
+                                                 "the catalog stores only ${VAR} references to one")
     genesis = bool(GENESIS_RE.search(text)) or kv_format.startswith("turboquant")
     if GENESIS_RE.search(text):
         evidence = "the shipped compose names the Genesis patch set (_genesis / GENESIS_* token)"

@@ -174,9 +174,6 @@ def cross_check(c: Collector, raw: dict[str, Any], cat: dict[str, Any]) -> None:
             c.add(f"{base}.kv_format", f"KV format {p.kv_format} needs SM {kv.min_sm}, above the SM "
                   f"{card.sm} of the profile's reference GPU {p.reference_gpu}", file=f)
         engine = cat["engines"].get(p.engine)
-        if p.runtime is not None and engine is not None and engine.type != "vllm":
-            c.add(f"{base}.runtime", f"a runtime capture needs a vllm engine, {p.engine} is {engine.type}",
-                  file=f)
         if engine is not None and engine.type == "vllm" and p.mem_util is None:
             c.add(f"{base}.mem_util", "a vllm profile needs mem_util", file=f)
     _check_successors(c, raw, cat)

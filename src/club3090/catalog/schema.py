@@ -143,8 +143,8 @@ OVERLAY_SPEC: Spec = {
 }
 ENGINE_SPEC: Spec = {
     "display_name": req(t_str, "Human name shown in listings and notes."),
-    "type": req(enum(*m.ENGINE_TYPES), "Serving engine family; only `vllm` profiles can be replayed "
-                "by `compose` or priced by the vLLM memory model."),
+    "type": req(enum(*m.ENGINE_TYPES), "Serving engine family: `vllm` profiles are priced by the vLLM "
+                "memory model, `llama.cpp` ones by llama.cpp's; `compose` replays both its own way."),
     "install_method": req(enum("docker_image", "pip"), "How the engine is installed; derived composes "
                           "need `docker_image`."),
     "image": req(t_str, "Install spec: the Docker image reference (or pip requirement). The "

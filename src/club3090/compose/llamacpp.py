@@ -4,8 +4,9 @@ Two sources, one shape (a :class:`club3090.compose.launch.Launch` whose ``comman
 ``llama-server`` flags; the image's entrypoint is ``llama-server``):
 
 - curated replay (``replay``): a llama.cpp-family profile's shipped compose service, with only
-  the param slots changed (the host port, ``-c`` <- ``max_model_len``, ``--cache-type-k/-v`` <-
-  ``kv_format``, ``-np`` <- ``max_num_seqs``; each keeps its ``${VAR:-default}`` chain);
+  the param slots changed (the host port, ``-c`` <- ``max_model_len``, ``-np`` <- ``max_num_seqs``;
+  each keeps its ``${VAR:-default}`` chain). The shipped ``--cache-type-k/-v`` pair stays: it is
+  finer than the profile's one-word ``kv_format`` (asymmetric K/V, beellama's ``kvarn4``);
 - derived (``derived_launch``): a GGUF file priced by :mod:`club3090.fit.llamacpp` on a rig
   (``serving_args`` picks the largest context that fits with every layer on the GPUs, else the
   fewest layers / expert tensors left on the host) rendered as ``llama-server`` flags.
@@ -29,7 +30,6 @@ from club3090.compose.param_slots import set_host_port, with_default
 from club3090.fit.llamacpp import (
     LlamaCppArgs,
     LlamaCppBreakdown,
-    cache_types,
     fewest_offloaded,
     largest_context,
     predict,
@@ -335,13 +335,15 @@ def replay(profile_key: str, catalog: "Catalog", *, out_name: str | None = None,
     if isinstance(ports, list) and ports and isinstance(ports[0], str):
         ports[0] = set_host_port(ports[0], str(profile.port))
     words = command_words(service.get("command"))
+    split = next((w for w in words if w.count("{") != w.count("}")), None)
+    if split is not None:
+        # Compose resolves a string command before splitting it: a ${VAR:+...} spanning several
+        # words cannot become a word list without changing what it runs
+        return refuse(profile_key, SCOPE, "command-not-replayable: the shipped command has a ${...} expansion "
+                                          f"spanning several words ({split!r}); run {profile.compose_path} "
+                                          "from a club-3090 checkout")
     if _find(words, CTX) is not None:
         words = _keep_chain(words, CTX, str(profile.max_model_len))
-    pair = cache_types(profile.kv_format)
-    if not isinstance(pair, Unpriceable):
-        for names, value in ((CTK, pair[0]), (CTV, pair[1])):
-            if _find(words, names) is not None:
-                words = _keep_chain(words, names, value)
     if _find(words, PARALLEL) is not None:
         words = _keep_chain(words, PARALLEL, str(profile.max_num_seqs))
     service["command"] = words

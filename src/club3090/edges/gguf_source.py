@@ -1,8 +1,8 @@
 """What a llama.cpp price is computed from: MODEL resolved to a GGUF model's header facts.
 
 MODEL is a local ``.gguf`` file (a shard brings in its siblings), a catalog profile whose engine is
-llama.cpp (its weight variant's repo and files: the HF cache first, else ranged reads of the
-headers), or a Hub repo with GGUF files (``--quant`` picks one when it holds several). Only headers
+llama.cpp or a catalog model whose default weights are a GGUF (the weight variant's repo and files:
+the HF cache first, else ranged reads of the headers), or a Hub repo with GGUF files (``--quant`` picks one when it holds several). Only headers
 are read; nothing is downloaded.
 
 ``resolve_gguf(model, catalog, settings, *, profile_key=None, quant=None) -> GgufSource``. Raises
@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from club3090.errors import UsageError
+from club3090.errors import HubUnreachable, UsageError
 
 if TYPE_CHECKING:   # the readers load lazily: kv-calc on a safetensors folder never pays for them
     from club3090.edges.gguf_remote import QuantFile
@@ -99,5 +99,23 @@ def resolve_gguf(model: str | None, catalog: Any, settings: Any, *, profile_key:
         return GgufSource(label=profile.key, model=facts, where=where, quant=label, profile=profile)
     if not model:
         raise UsageError("kv-calc needs MODEL or --profile")
+    curated = catalog.models.get(model)
+    if curated is not None:
+        # a catalog model whose default weights are a GGUF: that variant's file (``--quant``: another
+        # quant of the same repo), as ``fits`` reads it
+        variant = curated.weights.get(curated.default_weight_variant)
+        if variant is None or variant.format != "gguf" or not variant.hf_repos:
+            raise UsageError(f"{model}: its default weights are not a GGUF with a Hub repository to read")
+        files = () if quant else tuple(variant.files)
+        repo = variant.hf_repos[0]
+        try:
+            facts, where, label, quants = _from_repo(repo, files, variant.revision, settings, quant)
+        except HubUnreachable as exc:
+            if not files:
+                raise
+            raise HubUnreachable(repo, f"{exc.detail}; {model}'s GGUF headers are read from the HF cache "
+                                       f"when there, so `hf download {repo} {' '.join(files)}` lets "
+                                       "kv-calc price it offline") from None
+        return GgufSource(label=model, model=facts, where=where, quant=label, profile=profile, quants=quants)
     facts, where, label, quants = _from_repo(model, (), None, settings, quant)
     return GgufSource(label=model, model=facts, where=where, quant=label, profile=profile, quants=quants)

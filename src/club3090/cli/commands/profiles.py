@@ -58,12 +58,16 @@ def _apply_compose_verdict(rows: list[dict[str, Any]], catalog: Any, provider: A
     from club3090.compose.generate import dry_run
 
     for row in rows:
-        if not row["emittable"]:
+        # the llama.cpp family is out of the vLLM scope rule, but compose replays its captures
+        llama = row["engine_type"] == "llama.cpp" and row["not_emittable_reason"] == "engine-not-vllm"
+        if not row["emittable"] and not llama:
             continue
         outcome = dry_run(row["key"], catalog, guard_runner=provider.drift_guard)
         if not outcome.ok:
             row.update(emittable=False, not_emittable_reason=outcome.token,
                        not_emittable_text=f"compose refuses: {outcome.detail or outcome.token}")
+        elif llama:
+            row.update(emittable=True, not_emittable_reason=None, not_emittable_text=None)
 
 
 
@@ -127,9 +131,11 @@ def render(rows: list[dict[str, Any]], version: str, gpus: Any, width: int | Non
             for c in cells:
                 del c[i]
     title = f"club3090 profiles (catalog {version})" + (f" on {safe(gpus.spec)}" if gpus is not None else "")
-    emittable = sum(1 for r in rows if r["emittable"])
+    emittable = sum(1 for r in rows if r["emittable"] and r["engine_type"] == "vllm")
     vllm = sum(1 for r in rows if r["engine_type"] == "vllm")
-    summary = (f"{len(rows)} profiles, {emittable} of {vllm} vLLM profiles emittable by `club3090 compose` "
+    llama = [r for r in rows if r["engine_type"] == "llama.cpp"]
+    summary = (f"{len(rows)} profiles, {emittable} of {vllm} vLLM profiles emittable by `club3090 compose`, "
+               f"{sum(1 for r in llama if r['emittable'])} of {len(llama)} llama.cpp-family ones "
                f"(`--json` gives each refusal's reason).")
     if width is not None and sum(widths[:-1]) + GAP * (len(widths) - 1) + WRAP_MIN // 2 > width:
         # too narrow for any table: one block per profile, the key on its own line
