@@ -87,6 +87,17 @@ class NativeEngine:
     pin_note: str | None       # the version differs from the engine pin, else None
 
 
+def _version_of(exe: str, *, flag: str, fix: str, timeout_s: int, run: Runner) -> RunResult:
+    """``EXE --version`` of a native server binary, or LauncherUnavailable naming ``flag`` and ``fix``."""
+    if not os.access(exe, os.X_OK) or not Path(exe).is_file():
+        raise LauncherUnavailable(f"{flag} {exe} is not an executable file: {fix}")
+    done = run([exe, "--version"], timeout_s)
+    if done.returncode != 0:
+        raise LauncherUnavailable(f"`{exe} --version` failed ({_first_line(done.stderr) or done.returncode}): "
+                                  f"{fix}")
+    return done
+
+
 def preflight_native(vllm: str | None, pin: str | None, *, run: Runner = run_process,
                      which: Callable[[str], str | None] | None = None) -> NativeEngine:
     """``--vllm PATH`` or ``vllm`` on PATH; ``vllm --version`` compared with the engine pin."""
@@ -95,12 +106,7 @@ def preflight_native(vllm: str | None, pin: str | None, *, run: Runner = run_pro
     exe = str(Path(vllm).absolute()) if vllm else (which or shutil.which)("vllm")
     if exe is None:
         raise LauncherUnavailable(f"vllm is not on PATH: {FIX_VLLM}")
-    if not os.access(exe, os.X_OK) or not Path(exe).is_file():
-        raise LauncherUnavailable(f"--vllm {exe} is not an executable file: {FIX_VLLM}")
-    done = run([exe, "--version"], 120)
-    if done.returncode != 0:
-        raise LauncherUnavailable(f"`{exe} --version` failed ({_first_line(done.stderr) or done.returncode}): "
-                                  f"{FIX_VLLM}")
+    done = _version_of(exe, flag="--vllm", fix=FIX_VLLM, timeout_s=120, run=run)
     version = (done.stdout.strip().splitlines() or [""])[-1].strip().lstrip("v") or None
     wanted = (pin or "").split("@", 1)[-1].lstrip("v") or None
     note = None
@@ -133,12 +139,7 @@ def preflight_llama_server(binary: str | None, *, run: Runner = run_process,
         if found:
             return LlamaServerBin((sys.executable, "-m", "llama_cpp.server"), "llama-cpp-python", None)
         raise LauncherUnavailable(f"no llama-server on PATH and no llama-cpp-python server: {FIX_LLAMA}")
-    if not os.access(exe, os.X_OK) or not Path(exe).is_file():
-        raise LauncherUnavailable(f"--llama-server-bin {exe} is not an executable file: {FIX_LLAMA}")
-    done = run([exe, "--version"], 60)
-    if done.returncode != 0:
-        raise LauncherUnavailable(f"`{exe} --version` failed ({_first_line(done.stderr) or done.returncode}): "
-                                  f"{FIX_LLAMA}")
+    done = _version_of(exe, flag="--llama-server-bin", fix=FIX_LLAMA, timeout_s=60, run=run)
     return LlamaServerBin((exe,), "llama-server", _first_line(done.stdout + "\n" + done.stderr) or None)
 
 
