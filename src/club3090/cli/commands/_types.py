@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import math
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 
@@ -102,3 +103,15 @@ def add_rig_flags(p: argparse.ArgumentParser) -> None:
 def rig_flags(args: argparse.Namespace) -> dict[str, Any]:
     """``nodes`` / ``interconnect`` as given (None when not), for a request or ``stages.gpu_set``."""
     return {"nodes": getattr(args, "nodes", None), "interconnect": getattr(args, "interconnect", None)}
+
+
+def add_bundle_flags(p: argparse.ArgumentParser) -> None:
+    """The flags `up` and `swap` share for writing, starting and verifying a bundle."""
+    p.add_argument("--dir", dest="directory", type=Path, required=True, metavar="DIR",
+                   help="the bundle folder (created; everything the server needs lands here)")
+    p.add_argument("--port", type=int, metavar="N", help="host port (default: the profile's)")
+    p.add_argument("--no-start", action="store_true", help="write the bundle and download, do not start")
+    p.add_argument("--vllm", metavar="PATH", help="the vllm executable for --launcher native (default: PATH)")
+    p.add_argument("--force", action="store_true", help="rewrite a bundle folder that is not serving")
+    p.add_argument("--skip-tools", action="store_true",
+                   help="verify without the tool-call checks (an engine without tool calling)")

@@ -12,9 +12,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 from typing import Any
 
+from club3090.cli.commands._types import add_bundle_flags
 from club3090.cli.render import safe
 
 
@@ -29,21 +29,14 @@ def add_parser(sub: Any) -> None:
     p.add_argument("source", metavar="REPO", help="Hugging Face repo id of the fine-tune")
     p.add_argument("--profile-like", required=True, metavar="KEY",
                    help="the curated profile whose service serves REPO (`club3090 profiles` lists them)")
-    p.add_argument("--dir", dest="directory", type=Path, required=True, metavar="DIR",
-                   help="the bundle folder (created; everything the server needs lands here)")
+    add_bundle_flags(p)
     p.add_argument("--emit-only", action="store_true",
                    help="write the bundle only: no weight download, no start")
     p.add_argument("--launcher", choices=("docker", "native"), default="docker",
                    help="docker (docker compose, default) or native (vllm on this host)")
     p.add_argument("--gpus", metavar="SPEC", help="the GPUs the fit is re-priced on: 1x3090, 2x24GiB, ...")
-    p.add_argument("--port", type=int, metavar="N", help="host port (default: the profile's)")
     p.add_argument("--served-model-name", metavar="NAME",
                    help="the name clients ask for (default: REPO's name, lower-cased)")
-    p.add_argument("--no-start", action="store_true", help="write the bundle and download, do not start")
-    p.add_argument("--vllm", metavar="PATH", help="the vllm executable for --launcher native (default: PATH)")
-    p.add_argument("--force", action="store_true", help="rewrite a bundle folder that is not serving")
-    p.add_argument("--skip-tools", action="store_true",
-                   help="verify without the tool-call checks (an engine without tool calling)")
     p.add_argument("--json", action="store_true", help="print the result as one JSON object")
     p.set_defaults(run=run)
 

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from club3090.cli.commands._llamacpp import cache_type
-from club3090.cli.commands._types import add_rig_flags, positive_int
+from club3090.cli.commands._types import add_bundle_flags, add_rig_flags, positive_int
 from club3090.cli.render import safe
 
 
@@ -32,8 +32,7 @@ def add_parser(sub: Any) -> None:
                     "(sha256-verified, resumable), start the server (Docker or native vLLM), wait for "
                     "/v1/models, run the smoke and verify, and print the URL.")
     p.add_argument("source", metavar="MODEL", help="Hugging Face repo id (or a local folder)")
-    p.add_argument("--dir", dest="directory", type=Path, required=True, metavar="DIR",
-                   help="the bundle folder (created; everything the server needs lands here)")
+    add_bundle_flags(p)
     p.add_argument("--profile-like", metavar="KEY",
                    help="registry profile giving the runtime shape (default: the gate's automatic shape)")
     p.add_argument("--gpus", metavar="SPEC", help="the GPU topology: 1x3090, 2x24GiB, ...")
@@ -49,15 +48,9 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--ray-port", type=int, metavar="N", default=6379, help="ray: the head's Ray port (default 6379)")
     p.add_argument("--model-cache", choices=("pvc", "hostpath"), default="pvc",
                    help="k8s: the model cache volume, a ReadWriteMany PVC (default) or a hostPath on every node")
-    p.add_argument("--port", type=int, metavar="N", help="host port (default: the profile's)")
-    p.add_argument("--no-start", action="store_true", help="write the bundle and download, do not start")
-    p.add_argument("--vllm", metavar="PATH", help="the vllm executable for --launcher native (default: PATH)")
     p.add_argument("--yes", "-y", action="store_true", help="accept a confirm→proceed terminal")
     p.add_argument("--force-download", action="store_true", help="accept a low-confidence wont-fit")
     p.add_argument("--trust-remote-code", action="store_true", help="acknowledge custom modelling code")
-    p.add_argument("--force", action="store_true", help="rewrite a bundle folder that is not serving")
-    p.add_argument("--skip-tools", action="store_true",
-                   help="verify without the tool-call checks (an engine without tool calling)")
     g = p.add_argument_group("GGUF / llama.cpp family (a GGUF repo or a llama.cpp-family profile)")
     g.add_argument("--quant", metavar="QUANT", help="which quant of a GGUF repo to serve (default: the largest "
                                                     "that fits with every layer on the GPUs)")
