@@ -291,6 +291,13 @@ def split_volume(spec: str) -> tuple[str, str, str]:
     return parts[0], parts[1], ":".join(parts[2:])
 
 
+def volume_parts(entry: Any) -> tuple[str, str, str]:
+    """(source, target, mode) of a volume in either compose syntax (long-form mapping or ``src:dst[:mode]``)."""
+    if isinstance(entry, Mapping):
+        return str(entry.get("source", "")), str(entry.get("target", "")), "ro" if entry.get("read_only") else ""
+    return split_volume(str(entry))
+
+
 def volume_target(entry: Any) -> str:
     if isinstance(entry, Mapping):
         return str(entry.get("target", ""))

@@ -26,7 +26,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from club3090.compose.generate import PULLS_MOUNT_ROOT
-from club3090.compose.launch import Launch, launch_json, plain_data, render_compose, split_volume
+from club3090.compose.launch import Launch, launch_json, plain_data, render_compose, split_volume, volume_parts
 
 CONTAINER_HUB = "/root/.cache/huggingface/hub"
 CONTAINER_HF = "/root/.cache/huggingface"
@@ -88,11 +88,7 @@ def plan(launch: Launch, *, directory: Path, repo_id: str, commit: str, snapshot
     folders: list[str] = []
     model_target = CONTAINER_HUB
     for entry in svc.get("volumes") or []:
-        if isinstance(entry, Mapping):
-            source, target = str(entry.get("source", "")), str(entry.get("target", ""))
-            mode = "ro" if entry.get("read_only") else ""
-        else:
-            source, target, mode = split_volume(str(entry))
+        source, target, mode = volume_parts(entry)
         if _is_model_mount(target) or "MODEL_DIR" in source:
             model_target = target
             continue

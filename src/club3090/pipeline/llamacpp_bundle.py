@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from club3090.compose import llamacpp as lc
-from club3090.compose.launch import Launch, interpolate, plain_data, render_compose, split_volume
+from club3090.compose.launch import Launch, interpolate, plain_data, render_compose, volume_parts
 from club3090.pipeline.bundle import CONTAINER_HUB, Bundle, _bundle_source
 
 __all__ = ["DIALECTS", "container_model_path", "plan"]
@@ -50,11 +50,7 @@ def plan(launch: Launch, *, directory: Path, repo_id: str, commit: str, model_fi
     upstream: dict[str, str] = {}
     model_roots: list[str] = []
     for entry in svc.get("volumes") or []:
-        if isinstance(entry, Mapping):
-            source, target = str(entry.get("source", "")), str(entry.get("target", ""))
-            mode = "ro" if entry.get("read_only") else ""
-        else:
-            source, target, mode = split_volume(str(entry))
+        source, target, mode = volume_parts(entry)
         if _model_mount(source, target):
             model_roots.append(target.rstrip("/"))
             continue
