@@ -79,7 +79,7 @@ def up_llamacpp(req: "UpRequest", provider: "Provider", seams: "UpSeams", *, cat
     from club3090.fit.llamacpp import LlamaCppArgs, cache_types
     from club3090.fit.memory import Unpriceable
     from club3090.pipeline.llamacpp_bundle import container_model_path, plan
-    from club3090.pipeline.up import UpResult, write_state
+    from club3090.pipeline.up import UpResult, not_started
 
     if req.launcher not in ("docker", "native"):
         raise UsageError(f"--launcher {req.launcher}: a llama.cpp launch runs with docker or native")
@@ -228,11 +228,7 @@ def up_llamacpp(req: "UpRequest", provider: "Provider", seams: "UpSeams", *, cat
                              "written_at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
     result.state = state
     if req.no_start:
-        write_state(directory, state)
-        result.lines.append(f"[up] not started (--no-start); start it with `club3090 up` again, "
-                            f"`docker compose -f {directory / 'compose.yml'} up -d`, or {directory / 'serve.sh'}")
-        result.code = 0
-        return result
+        return not_started(directory, state, result)
     from club3090.pipeline.up import start_bundle
 
     native = launchers.NativeEngine(bundle.native_argv[0], None, None) if req.launcher == "native" else None

@@ -423,13 +423,18 @@ def deploy(req: UpRequest, spec: "ModelSpec", catalog: "Catalog", provider: "Pro
                             f"{extra.bytes / 2**30:.2f} GiB in the HF cache"
                             + (", sha256 verified" if extra.sha_verified else ""))
     if req.no_start:
-        write_state(directory, state)
-        result.lines.append(f"[up] not started (--no-start); start it with `club3090 up` again, "
-                            f"`docker compose -f {directory / 'compose.yml'} up -d`, or {directory / 'serve.sh'}")
-        result.code = 0
-        return result
+        return not_started(directory, state, result)
     return start_bundle(req, plan, state, result, native, run, seams, snapshot=snapshot,
                         secrets=provider.settings.redaction_secrets)
+
+
+def not_started(directory: Path, state: dict[str, Any], result: UpResult) -> UpResult:
+    """``--no-start``: the state as written, and the three ways to start the bundle later."""
+    write_state(directory, state)
+    result.lines.append(f"[up] not started (--no-start); start it with `club3090 up` again, "
+                        f"`docker compose -f {directory / 'compose.yml'} up -d`, or {directory / 'serve.sh'}")
+    result.code = 0
+    return result
 
 
 def start_bundle(req: UpRequest, plan: bundle_mod.Bundle, state: dict[str, Any], result: UpResult,
