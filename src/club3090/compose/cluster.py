@@ -20,11 +20,10 @@ from __future__ import annotations
 import ipaddress
 import re
 import shlex
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from club3090.compose.launch import Launch, escape_dollars, plain_data, volume_target
+from club3090.compose.launch import Launch, drop_flags, escape_dollars, plain_data, volume_target
 
 CONTAINER_HUB = "/root/.cache/huggingface/hub"
 SCRIPT_DIR = "/club3090"                  # where the scripts are mounted inside a container
@@ -120,7 +119,7 @@ def cluster_launch(launch: Launch, shape: ClusterShape, net: ClusterNet, *, name
     command = [str(a) for a in svc.get("command") or []]
     if entry[:2] == ["vllm", "serve"]:
         command = entry[2:] + command
-    args = _drop_flags(command, _PARALLEL_FLAGS)
+    args = drop_flags(command, _PARALLEL_FLAGS)
     args += ["--tensor-parallel-size", str(shape.tp), "--pipeline-parallel-size", str(shape.pp),
              "--distributed-executor-backend", "ray"]
     env = []
@@ -139,19 +138,6 @@ def extra_mounts(launch: Launch) -> tuple[str, ...]:
     return tuple(t for t in targets if t.rstrip("/") not in (CONTAINER_HUB, "/root/.cache/huggingface"))
 
 
-def _drop_flags(args: Sequence[str], flags: Sequence[str]) -> list[str]:
-    out: list[str] = []
-    skip = False
-    for a in args:
-        if skip:
-            skip = False
-            continue
-        if a in flags:
-            skip = True
-            continue
-        if not any(a.startswith(f + "=") for f in flags):
-            out.append(a)
-    return out
 
 
 def dns_label(text: str, limit: int = 40) -> str:

@@ -291,6 +291,22 @@ def split_volume(spec: str) -> tuple[str, str, str]:
     return parts[0], parts[1], ":".join(parts[2:])
 
 
+def drop_flags(args: Sequence[str], flags: Sequence[str]) -> list[str]:
+    """``args`` without each of ``flags`` and the value after it (or its ``--flag=value`` form)."""
+    out: list[str] = []
+    skip = False
+    for a in args:
+        if skip:
+            skip = False
+            continue
+        if a in flags:
+            skip = True
+            continue
+        if not any(a.startswith(f + "=") for f in flags):
+            out.append(a)
+    return out
+
+
 def volume_parts(entry: Any) -> tuple[str, str, str]:
     """(source, target, mode) of a volume in either compose syntax (long-form mapping or ``src:dst[:mode]``)."""
     if isinstance(entry, Mapping):

@@ -26,7 +26,15 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from club3090.compose.generate import PULLS_MOUNT_ROOT
-from club3090.compose.launch import Launch, launch_json, plain_data, render_compose, split_volume, volume_parts
+from club3090.compose.launch import (
+    Launch,
+    drop_flags,
+    launch_json,
+    plain_data,
+    render_compose,
+    split_volume,
+    volume_parts,
+)
 
 CONTAINER_HUB = "/root/.cache/huggingface/hub"
 CONTAINER_HF = "/root/.cache/huggingface"
@@ -103,7 +111,7 @@ def plan(launch: Launch, *, directory: Path, repo_id: str, commit: str, snapshot
 
     command = [str(a) for a in svc.get("command") or []]
     command = _swap_model(command, model_target, repo_id)
-    command = [*_drop_flag(command, "--revision"), "--revision", commit]
+    command = [*drop_flags(command, ("--revision",)), "--revision", commit]
     if served_model is not None:
         command = _set_flag(command, "--served-model-name", served_model)
     served = _flag_value(command, "--served-model-name") or repo_id
@@ -198,19 +206,6 @@ def relocate(launch: Launch, old: str, new: str) -> Launch:
     return replace(launch, service=svc)
 
 
-def _drop_flag(args: list[str], flag: str) -> list[str]:
-    out: list[str] = []
-    skip = False
-    for a in args:
-        if skip:
-            skip = False
-            continue
-        if a == flag:
-            skip = True
-            continue
-        if not a.startswith(flag + "="):
-            out.append(a)
-    return out
 
 
 def _container_port(svc: Mapping[str, Any], command: list[str]) -> str:
@@ -242,8 +237,7 @@ def _native(launch: Launch, directory: Path, snapshot: Path, port: int
         mounts.append((host, target))
     mounts.sort(key=lambda m: -len(m[1]))
     command = [str(a) for a in svc.get("command") or []]
-    command = _drop_flag(_drop_flag(command, "--revision"), "--host")
-    command = _drop_flag(command, "--port")
+    command = drop_flags(command, ("--revision", "--host", "--port"))
     i = command.index("--model") if "--model" in command else -1
 
     def to_host(a: str) -> str:
