@@ -24,10 +24,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["EXACT_HERE", "NEAR_HERE", "ROUNDING_BYTES", "Calibration", "NearCorrection", "near_correction"]
+__all__ = ["CURATED_MEASURED", "EXACT_HERE", "NEAR_HERE", "ROUNDING_BYTES", "Calibration", "NearCorrection",
+           "near_correction", "token_rounding"]
 
 EXACT_HERE = "exact (measured here)"
 NEAR_HERE = "calibrated (measured here, near shape)"
+CURATED_MEASURED = "calibrated (catalog measurement)"
 GIB = 2**30
 ROUNDING_BYTES = int(0.01 * GIB)       # vLLM prints the KV pool in GiB with two decimals
 
@@ -36,7 +38,7 @@ ROUNDING_BYTES = int(0.01 * GIB)       # vLLM prints the KV pool in GiB with two
 class Calibration:
     """The local evidence a fit was priced from, and how it moved the prediction."""
 
-    label: str                          # EXACT_HERE | NEAR_HERE
+    label: str                          # EXACT_HERE | NEAR_HERE | CURATED_MEASURED
     band_bytes: int                     # the stated error band of the priced KV pool
     predicted_kv_pool_bytes: int        # the engine's prediction before the measurement
     priced_kv_pool_bytes: int           # the pool the verdict, blocks and tokens follow
@@ -60,8 +62,9 @@ class Calibration:
         gib = float(GIB)
         line = f"{self.label}: KV pool {self.priced_kv_pool_bytes / gib:.2f} GiB ±{self.band_bytes / gib:.2f} GiB"
         if self.residual_bytes is not None:
+            what = "catalog anchor(s)" if self.label == CURATED_MEASURED else "receipt(s)"
             line += (f" (predicted {self.predicted_kv_pool_bytes / gib:.2f} GiB, measured residual "
-                     f"{self.residual_bytes / gib:+.2f} GiB over {len(self.evidence)} receipt(s))")
+                     f"{self.residual_bytes / gib:+.2f} GiB over {len(self.evidence)} {what})")
         if self.capped:
             line += "; a raising correction is priced at its band's lower edge"
         return line
@@ -76,14 +79,16 @@ class NearCorrection:
     capped: bool
 
 
-def near_correction(predicted_bytes: int, residuals: Sequence[int], transfer_bytes: int) -> NearCorrection:
+def near_correction(predicted_bytes: int, residuals: Sequence[int], transfer_bytes: int,
+                    rounding_bytes: int = ROUNDING_BYTES) -> NearCorrection:
     """The corrected KV pool of a shape predicted at ``predicted_bytes``, from the residuals of
-    near-shape receipts and the overheads' movement between the shapes (``transfer_bytes`` >= 0)."""
+    near-shape measurements and the overheads' movement between the shapes (``transfer_bytes`` >= 0).
+    ``rounding_bytes``: how precisely the measurements state the pool (the band's floor)."""
     if not residuals:
         raise ValueError("near_correction needs at least one residual")
     mean = sum(residuals) / len(residuals)
     spread = max(abs(r - mean) for r in residuals)
-    band = int(max(spread, ROUNDING_BYTES) + max(0, transfer_bytes))
+    band = int(max(spread, rounding_bytes, ROUNDING_BYTES) + max(0, transfer_bytes))
     central = int(predicted_bytes - mean)
     if mean >= 0:            # the engine over-predicted: lower the pool in full
         priced, capped = central, False
@@ -91,3 +96,13 @@ def near_correction(predicted_bytes: int, residuals: Sequence[int], transfer_byt
         raise_by = max(0, int(-mean) - band)
         priced, capped = predicted_bytes + raise_by, True
     return NearCorrection(round(mean), band, max(0, central), max(0, priced), capped)
+
+
+def token_rounding(tokens: int) -> int:
+    """Half the unit a stated token count is rounded to (``310000`` -> 5,000; ``806821`` -> 0): a
+    figure copied from a compose header ("~310K") is only that precise."""
+    zeros = 0
+    while tokens and tokens % 10 == 0 and zeros < 5:
+        tokens //= 10
+        zeros += 1
+    return 5 * 10 ** (zeros - 1) if zeros else 0

@@ -136,6 +136,7 @@ class NoticeCode(str, Enum):
     BUNDLE_WRITE_FAILED = "bundle-write-failed"                # data: error
     MEASURED_HERE = "measured-here"                            # data: entry, band_gib
     MEASURED_NEAR = "measured-near"                            # data: receipts, residual_gib, band_gib, capped
+    MEASURED_CURATED = "measured-curated"                      # data: anchors, residual_gib, band_gib, capped
     # stratum-5 advisories (club3090.gate.advisories): PullResult.advisories / fits' rows, never notices
     VARIANTS_FIT = "variants-fit"                              # data: variants [...], int4_estimate_bytes
     SWAP_SERVES_IT = "swap-serves-it"                          # data: profile, profiles, model, command

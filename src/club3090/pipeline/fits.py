@@ -262,7 +262,8 @@ def with_local(row: FitsRow, catalog: "Catalog", hw: HardwareFacts,
     if row.fit is None or row.facts is None or row.shape is None:
         return row
     shape = replace(row.shape, tp=row.tp, pp=row.pp)
-    here = calibrated(row.fit, row.facts, shape, hw.memory_bytes[:row.tp * row.pp], catalog, *local)
+    here = calibrated(row.fit, row.facts, shape, hw.memory_bytes[:row.tp * row.pp], catalog, *local,
+                      profile=row.profile)
     if here is None:
         return row
     fit, facts, _notice = here

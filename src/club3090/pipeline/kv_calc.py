@@ -91,7 +91,8 @@ def price(request: PriceRequest, provider: "Provider") -> Estimate | NoFit | Sto
         priced = replace(shape, tp=result.tp, pp=result.pp, device_name=device,
                          max_model_len=result.result.max_model_len if o.solve_max_ctx else shape.max_model_len)
         here = calibrated(result.result, facts, priced, gpus.memory_bytes[:result.tp * result.pp], catalog,
-                          provider.measured(), provider.receipts())
+                          provider.measured(), provider.receipts(),
+                          profile=shape_profile.key if shape_profile is not None else None)
         if here is not None:
             result = replace(result, result=here[0])
     return result

@@ -356,7 +356,8 @@ def with_fit(at: Gate, catalog: "Catalog", measured: "Sequence[Mapping[str, Any]
     if isinstance(fit, Unpriceable):
         return Stop(Stratum.ELIGIBILITY, Reason.NO_FIT_MODEL,
                     detail={"message": f"the fit engine cannot price this model: {fit.reason}"})
-    here = calibrated(fit, spec, shape, hw.selected_memory(shape.tp * shape.pp), catalog, measured, receipts)
+    here = calibrated(fit, spec, shape, hw.selected_memory(shape.tp * shape.pp), catalog, measured, receipts,
+                      profile=at.profile.key if at.profile is not None else None)
     if here is not None:
         fit, spec, notice = here
         at = replace(at, spec=spec).noting(notice)

@@ -1,8 +1,10 @@
 """Stage functions shared by ``pull``, ``kv-calc`` and ``inspect``.
 
-``calibrated`` re-prices a fit from this machine's own measurements, for ``pull``, ``kv-calc``
-and ``fits`` alike: a promoted measurement of the same shape (``measured_here``, confidence
-``exact``), else the residual of receipts of a near shape (``near_here``, docs/DESIGN.md, the Loop).
+``calibrated`` re-prices a fit from measurements, for ``pull``, ``kv-calc`` and ``fits`` alike: a
+promoted measurement of the same shape on this machine (``measured_here``, confidence ``exact``),
+else the residual of this machine's receipts of a near shape (``near_here``, docs/DESIGN.md, the
+Loop), else, for a curated profile, the residual of the catalog's measured start-ups of that
+profile (``curated_measured``).
 
 ``gpu_set`` is the only caller of :func:`club3090.rig.gpus.parse_gpus`: a ``--gpus`` value is
 parsed here, once, whichever command received it (a test checks there is no other call site).
@@ -10,7 +12,7 @@ parsed here, once, whichever command received it (a test checks there is no othe
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -38,13 +40,74 @@ def gpu_set(spec: str | None, catalog: "Catalog", *, nodes: int | None = None,
 
 def calibrated(fit: "FitResult", spec: "ModelSpec", shape: "ServeShape", memory: "Sequence[int]",
                catalog: "Catalog", measured: "Sequence[Mapping[str, Any]]",
-               receipts: "Sequence[Mapping[str, Any]]" = ()) -> "tuple[FitResult, ModelSpec, Notice] | None":
-    """The fit priced from this machine's measurements: the exact shape first, else a near one."""
+               receipts: "Sequence[Mapping[str, Any]]" = (), profile: str | None = None,
+               ) -> "tuple[FitResult, ModelSpec, Notice] | None":
+    """The fit priced from measurements: this machine's of the exact shape first, else of a near
+    one, else (for a curated ``profile``) the catalog's own measured start-ups of that profile."""
     here = measured_here(fit, spec, shape, memory, catalog, measured)
     if here is not None:
         return here
     near = near_here(fit, spec, shape, memory, receipts)
+    if near is None and profile is not None:
+        near = curated_measured(fit, spec, shape, memory, catalog, profile)
     return (near[0], spec, near[1]) if near is not None else None
+def _correctable(fit: "FitResult", shape: "ServeShape", memory: "Sequence[int]") -> bool:
+    # PP: a log states one worker's pool and stages differ; a pool the user set is not a prediction
+    return bool(memory) and fit.calibration is None and shape.pp == 1 and shape.kv_cache_memory_bytes is None
+
+
+def _overheads(f: "FitResult") -> int:
+    g = f.per_gpu
+    return g.non_torch_bytes + g.activation_bytes + g.cudagraph_bytes
+
+
+def _corrected(fit: "FitResult", shape: "ServeShape", price: "Callable[[ServeShape], FitResult | None]",
+               rows: "Sequence[tuple[str, int, FitResult]]", *, label: str, code: NoticeCode,
+               rounding_bytes: int | None = None) -> "tuple[FitResult, Notice] | None":
+    """``fit`` corrected by measured residuals: ``rows`` are (evidence id, predicted - measured pool
+    at its shape, the prediction at that shape). The corrected pool is priced through
+    ``--kv-cache-memory-bytes`` so blocks, tokens, concurrency and the verdict follow the one rule
+    (``fit.correction`` has the arithmetic and the direction rule). None when a raising correction
+    would not narrow the prediction's own band."""
+    from club3090.fit.correction import ROUNDING_BYTES, Calibration, near_correction
+
+    if not rows:
+        return None
+    transfer = max(abs(_overheads(at) - _overheads(fit)) for _, _, at in rows)
+    c = near_correction(fit.per_gpu.kv_pool_bytes, [r for _, r, _ in rows], transfer,
+                        rounding_bytes=ROUNDING_BYTES if rounding_bytes is None else rounding_bytes)
+    if c.band_bytes >= fit.error_band_bytes and c.residual_bytes <= 0:
+        return None                   # lowering is always kept: it only removes a false "fits"
+    corrected = price(replace(shape, kv_cache_memory_bytes=c.priced_bytes))
+    if corrected is None:
+        return None
+    ids = tuple(i for i, _, _ in rows)
+    calibration = Calibration(label, c.band_bytes, fit.per_gpu.kv_pool_bytes, corrected.per_gpu.kv_pool_bytes,
+                              ids, residual_bytes=c.residual_bytes, central_kv_pool_bytes=c.central_bytes,
+                              capped=c.capped)
+    result = replace(corrected, notes=(*fit.notes, calibration.describe()), error_band_bytes=c.band_bytes,
+                     calibration=calibration)
+    gib = 2**30
+    evidence = "anchors" if code is NoticeCode.MEASURED_CURATED else "receipts"
+    notice = Notice(code, calibration.describe(),
+                    {evidence: ids, "residual_gib": round(c.residual_bytes / gib, 4),
+                     "band_gib": round(c.band_bytes / gib, 4), "capped": c.capped})
+    return result, notice
+
+
+def _pricer(fit: "FitResult", spec: "ModelSpec", shape: "ServeShape",
+            memory: "Sequence[int]") -> "Callable[[ServeShape], FitResult | None]":
+    """Prices another shape with this fit's inputs: the same per-rank weights, the same GPUs."""
+    from club3090.fit.memory import FitResult, predict
+
+    per_rank = fit.per_gpu.weights_bytes - int(shape.extra_weights_bytes or 0) // shape.tp
+
+    def price(at: "ServeShape") -> "FitResult | None":
+        got = predict(spec.arch, weights_bytes=0, weights_bytes_per_rank=per_rank, gpu_memory_bytes=list(memory),
+                      shape=at, confidence=fit.confidence)
+        return got if isinstance(got, FitResult) else None
+
+    return price
 
 
 def near_here(fit: "FitResult", spec: "ModelSpec", shape: "ServeShape", memory: "Sequence[int]",
@@ -52,17 +115,13 @@ def near_here(fit: "FitResult", spec: "ModelSpec", shape: "ServeShape", memory: 
     """The fit corrected by the measured residual of this machine's receipts of a near shape.
 
     Each receipt's shape is predicted with the inputs of this fit (the same per-rank weights, the
-    same GPUs); its residual (predicted - measured KV pool) corrects this prediction, and the
-    corrected pool is priced through ``--kv-cache-memory-bytes`` so blocks, tokens, concurrency and
-    the verdict follow the one rule (``fit.correction`` has the arithmetic and the direction rule).
-    None when no receipt is near, under pipeline parallelism (the log states one worker's pool,
-    stages differ), for a pool set by ``--kv-cache-memory-bytes``, or when the receipts' band is no
-    narrower than the prediction's own."""
-    if not receipts or not memory or fit.calibration is not None or shape.pp != 1 \
-            or shape.kv_cache_memory_bytes is not None:      # a pool the user set is not a prediction
+    same GPUs); its residual (predicted - measured KV pool) corrects this prediction (``_corrected``).
+    None when no receipt is near, under pipeline parallelism, for a pool set by
+    ``--kv-cache-memory-bytes``, or when a raising correction's band is no narrower than the
+    prediction's own."""
+    if not receipts or not _correctable(fit, shape, memory):
         return None
-    from club3090.fit.correction import NEAR_HERE, Calibration, near_correction
-    from club3090.fit.memory import FitResult, predict
+    from club3090.fit.correction import NEAR_HERE
     from club3090.reports.measured import near_receipts
 
     gib = 2**30
@@ -71,45 +130,69 @@ def near_here(fit: "FitResult", spec: "ModelSpec", shape: "ServeShape", memory: 
                          enforce_eager=shape.enforce_eager, quantization=shape.quantization, dtype=shape.dtype)
     if not near:
         return None
-    per_rank = fit.per_gpu.weights_bytes - int(shape.extra_weights_bytes or 0) // shape.tp
-
-    def price(at: "ServeShape") -> "FitResult | None":
-        got = predict(spec.arch, weights_bytes=0, weights_bytes_per_rank=per_rank, gpu_memory_bytes=list(memory),
-                      shape=at, confidence=fit.confidence)
-        return got if isinstance(got, FitResult) else None
-
-    def overheads(f: "FitResult") -> int:
-        g = f.per_gpu
-        return g.non_torch_bytes + g.activation_bytes + g.cudagraph_bytes
-
+    price = _pricer(fit, spec, shape, memory)
     base = replace(shape, kv_cache_memory_bytes=None)
-    residuals: list[int] = []
-    ids: list[str] = []
-    transfer = 0
+    rows = []
     for receipt in near:
         at = price(replace(base, **receipt.settings))
-        if at is None:
+        if at is not None:
+            rows.append((receipt.id, at.per_gpu.kv_pool_bytes - round(receipt.measured_kv_gib * gib), at))
+    return _corrected(fit, shape, price, rows, label=NEAR_HERE, code=NoticeCode.MEASURED_NEAR)
+
+
+def curated_measured(fit: "FitResult", spec: "ModelSpec", shape: "ServeShape", memory: "Sequence[int]", catalog: "Catalog",
+                     profile: str) -> "tuple[FitResult, Notice] | None":
+    """A curated profile's fit corrected by the catalog's measured start-ups of that profile.
+
+    An anchor counts when it measured the KV pool (its "GPU KV cache size" in tokens) of this
+    profile with the same TP and PP, on a card of the same memory, with a drafter exactly when
+    this shape has one. Context, utilisation, batch, KV format and the vLLM release may differ:
+    the anchor is priced from its own recorded inputs (as ``kv-calc --calibration`` prices it), its
+    residual is the pool error its token error implies (tokens are proportional to blocks), and
+    the overheads' movement between the two shapes widens the band. A correction that lowers the
+    pool applies in full; a raising one only to the band's lower edge (``fit.correction``), the
+    band's floor being the rounding of the stated token count ("~310K"), and no narrower than the
+    prediction's own band when the anchor ran another release."""
+    chosen = catalog.profiles.get(profile)
+    if chosen is None or spec.curated is None or spec.curated.model_id != chosen.model \
+            or not _correctable(fit, shape, memory):
+        return None
+    from club3090.fit.calibration import anchor_inputs
+    from club3090.fit.correction import CURATED_MEASURED, token_rounding
+    from club3090.fit.memory import FitResult, predict
+    from club3090.fit.vllm_rules import parse_version
+    from club3090.model.architecture import parse_config
+
+    def release(version: str | None) -> tuple[int, ...]:
+        return parse_version(version)[:2]
+
+    card = min(memory)
+    rows: list[tuple[str, int, FitResult]] = []
+    rounding = 0
+    for anchor in catalog.anchors:
+        if anchor.profile != profile or not anchor.measured_kv_tokens:
             continue
-        residuals.append(at.per_gpu.kv_pool_bytes - round(receipt.measured_kv_gib * gib))
-        transfer = max(transfer, abs(overheads(at) - overheads(fit)))
-        ids.append(receipt.id)
-    if not residuals:
-        return None
-    c = near_correction(fit.per_gpu.kv_pool_bytes, residuals, transfer)
-    if c.band_bytes >= fit.error_band_bytes:
-        return None
-    corrected = price(replace(shape, kv_cache_memory_bytes=c.priced_bytes))
-    if corrected is None:
-        return None
-    calibration = Calibration(NEAR_HERE, c.band_bytes, fit.per_gpu.kv_pool_bytes, corrected.per_gpu.kv_pool_bytes,
-                              tuple(ids), residual_bytes=c.residual_bytes, central_kv_pool_bytes=c.central_bytes,
-                              capped=c.capped)
-    result = replace(corrected, notes=(*fit.notes, calibration.describe()), error_band_bytes=c.band_bytes,
-                     calibration=calibration)
-    notice = Notice(NoticeCode.MEASURED_NEAR, calibration.describe(),
-                    {"receipts": tuple(ids), "residual_gib": round(c.residual_bytes / gib, 4),
-                     "band_gib": round(c.band_bytes / gib, 4), "capped": c.capped})
-    return result, notice
+        inputs = anchor_inputs(anchor, catalog)
+        at_shape = inputs.shape
+        if inputs.model is None or not inputs.weights_bytes or inputs.gpu is None \
+                or (at_shape.tp, at_shape.pp) != (shape.tp, shape.pp) \
+                or abs(inputs.gpu.memory_bytes - card) > card // 50 \
+                or (at_shape.num_speculative_tokens > 0) != (shape.num_speculative_tokens > 0):
+            continue
+        at = predict(parse_config(inputs.model.hf_config), weights_bytes=int(inputs.weights_bytes),
+                     gpu_memory_bytes=[inputs.gpu.memory_bytes] * inputs.world, shape=at_shape, confidence="exact")
+        if not isinstance(at, FitResult) or at.kv_cache_tokens <= 0:
+            continue
+        pool = at.per_gpu.kv_pool_bytes
+        measured = anchor.measured_kv_tokens
+        rows.append((anchor.id, round(pool * (at.kv_cache_tokens - measured) / at.kv_cache_tokens), at))
+        rounding = max(rounding, round(pool * token_rounding(measured) / at.kv_cache_tokens))
+        if release(at.settings.vllm_version) != release(fit.settings.vllm_version):
+            # what changed between the releases beyond the modelled rules is unknown: no narrower
+            # than the prediction's own band
+            rounding = max(rounding, fit.error_band_bytes)
+    return _corrected(fit, shape, _pricer(fit, spec, shape, memory), rows, label=CURATED_MEASURED, code=NoticeCode.MEASURED_CURATED,
+                      rounding_bytes=rounding)
 
 
 def measured_here(fit: "FitResult", spec: "ModelSpec", shape: "ServeShape", memory: "Sequence[int]",
@@ -139,4 +222,4 @@ def measured_here(fit: "FitResult", spec: "ModelSpec", shape: "ServeShape", memo
     return apply_measured(fit, match), replace(spec, confidence="exact"), notice
 
 
-__all__ = ["calibrated", "gpu_set", "measured_here", "near_here"]
+__all__ = ["calibrated", "curated_measured", "gpu_set", "measured_here", "near_here"]
