@@ -8,8 +8,9 @@ version prints it, a verdict and the largest context that fits.
 
 Exact parts (page sizes, grouping, blocks per request, the refusal check: ``fit/kv_layout.py``)
 follow vLLM's code paths; so do the release-line rules (engine, profile batch, MLA, auto-fit,
-defaults: ``fit/vllm_rules.py``). The free terms (non-torch, activation peak with sampler and
-encoder, CUDA graphs: ``fit/profiling.py``) are small physical formulas whose coefficients were
+defaults: ``fit/vllm_rules.py``, applied to a shape in ``fit/serve_settings.py``) and the weights
+each rank holds (``fit/rank_weights.py``). The free terms (non-torch, activation peak with sampler
+and encoder, CUDA graphs: ``fit/profiling.py``) are small physical formulas whose coefficients were
 fitted to real start-up logs out of sample (``benchmarks/refit.py``, docs/ACCURACY.md); they are
 module constants, not per-model values.
 
@@ -26,7 +27,7 @@ from typing import Any
 from club3090.fit import profiling
 from club3090.fit.correction import Calibration
 from club3090.fit.drafter_kv import drafter_kv_layers, drafter_method
-from club3090.fit.kv_formats import canonical_dtype, dtype_bytes, kv_format
+from club3090.fit.kv_formats import dtype_bytes, kv_format
 from club3090.fit.kv_layout import (
     CannotPrice,
     KvGroup,
@@ -38,22 +39,20 @@ from club3090.fit.kv_layout import (
     mamba_groups,
     tp_geometry_problem,
 )
+from club3090.fit.profiling import GiB
+from club3090.fit.rank_weights import pp_layer_counts, weights_per_rank
+from club3090.fit.serve_settings import Resolved, ServeShape, quant_method, resolve_defaults
 from club3090.fit.vllm_rules import (
     AUTO_FIT_FLAG_FROM,
-    AUTO_FIT_UNSET_FROM,
     GRAPH_ESTIMATE_FROM,
-    KV_TOKENS_BY_CONCURRENCY_FROM,
     NEWEST_KNOWN_VLLM,
-    UTIL_092_FROM,
     VERSION_RE,
-    batch_defaults,
     capture_sizes,
     choose_engine,
     fp8_marlin_scale_ratio,
     mla_block_size,
     mla_rule,
     parse_version,
-    v0_batched_tokens,
     version_note,
 )
 from club3090.model.architecture import Architecture, LayerSpec
@@ -67,6 +66,7 @@ __all__ = [
     "KvGroup",
     "MiB",
     "RankBreakdown",
+    "Resolved",
     "ServeShape",
     "Unpriceable",
     "capture_sizes",
@@ -79,11 +79,9 @@ __all__ = [
     "tp_geometry_problem",
 ]
 
-GiB = 1 << 30
 MiB = 1 << 20
 VERDICTS = ("fits-clean", "fits-constrained", "wont-fit")
 CONSTRAINED_SLACK = Fraction(105, 100)   # requested concurrency may exceed the pool by 5 % and stay "clean"
-
 
 
 # ---------------------------------------------------------------------------------------------
@@ -93,44 +91,7 @@ ERROR_BAND_FLOOR = int(0.5 * GiB)
 
 
 # ---------------------------------------------------------------------------------------------
-# inputs
-
-
-@dataclass(frozen=True, slots=True)
-class ServeShape:
-    """Serving settings. ``None`` means vLLM's default for the chosen version and device."""
-
-    tp: int = 1
-    pp: int = 1
-    mem_util: float | None = None
-    max_model_len: int | None = None
-    max_num_seqs: int | None = None
-    max_num_batched_tokens: int | None = None
-    block_size: int | None = None
-    kv_cache_dtype: str = "auto"
-    enforce_eager: bool = False
-    vllm_version: str | None = None
-    num_speculative_tokens: int = 0
-    extra_weights_bytes: int = 0
-    # additions beyond the DESIGN.md minimum
-    dtype: str | None = None                 # --dtype; None/"auto" = the config's dtype (fp32 -> bf16)
-    entrypoint: str = "api_server"           # "api_server" | "llm" (batch defaults differ)
-    device_name: str | None = None           # e.g. "NVIDIA A100-SXM4-80GB" (batch defaults exclude A100/GB10)
-    nvswitch: bool | None = None             # None: assumed for >= 70 GiB data-centre parts at TP > 1
-    kv_cache_memory_bytes: int | None = None  # --kv-cache-memory-bytes (per GPU)
-    disable_hybrid_kv_cache_manager: bool = False
-    mamba_ssm_cache_dtype: str | None = None  # None: config's value, else the model dtype
-    enable_prefix_caching: bool | None = None
-    # vLLM's release-line rules (fit/vllm_rules.py); None = that version's default
-    engine: str | None = None                # "v0" | "v1" (VLLM_USE_V1) on the 0.8-0.10 lines
-    enable_chunked_prefill: bool | None = None   # V0 only; V1 always chunks
-    mla_disabled: bool = False               # VLLM_MLA_DISABLE=1
-    quantization: str | None = None          # --quantization; None = the config's quant_method
-    speculative_method: str | None = None    # "mtp" | "eagle" | "eagle3" | "dflash" | "ngram" | "draft_model"
-    mm_encoder_profiling: bool = True        # False: no encoder dummy batch (language-only / images 0)
-    pp_layer_partition: tuple[int, ...] | None = None   # VLLM_PP_LAYER_PARTITION; None = vLLM's even split
-    distributed_executor_backend: str | None = None     # "ray" (multi-node) | "mp"; None = vLLM's choice
-    compute_capability: str | None = None    # e.g. "8.6"; FP8 weights run as Marlin W8A16 below 8.9
+# the result
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,24 +113,6 @@ class RankBreakdown:
         return {"budget_bytes": self.budget_bytes, "weights_bytes": self.weights_bytes,
                 "non_torch_bytes": self.non_torch_bytes, "activation_bytes": self.activation_bytes,
                 "cudagraph_bytes": self.cudagraph_bytes, "kv_pool_bytes": self.kv_pool_bytes}
-
-
-@dataclass(frozen=True, slots=True)
-class Resolved:
-    vllm_version: str
-    mem_util: float
-    max_model_len: int
-    max_num_seqs: int
-    max_num_batched_tokens: int
-    kv_cache_dtype: str
-    model_dtype: str
-    cudagraphs_subtracted: bool
-    capture_sizes: int
-    kv_tokens_formula: str          # "blocks" (<= 0.19) | "concurrency"
-    engine: str = "v1"              # "v0" | "v1"
-    chunked_prefill: bool = True
-    use_mla: bool = True
-    max_model_len_auto: bool = False   # vLLM fits max_model_len itself (-1 / auto, or unset from 0.26)
 
 
 @dataclass(frozen=True, slots=True)
@@ -223,70 +166,6 @@ class FitResult:
         }
 
 
-# ---------------------------------------------------------------------------------------------
-# versions and defaults
-
-
-def _quant_method(arch: Architecture, shape: ServeShape) -> str | None:
-    if shape.quantization:
-        return shape.quantization
-    qc = arch.quantization_config or {}
-    method = qc.get("quant_method")
-    return str(method) if method else None
-
-
-def resolve_defaults(arch: Architecture, shape: ServeShape, gpu_memory_bytes: Sequence[int]) -> Resolved:
-    """The settings vLLM would run with: the shape's, else the release line's defaults."""
-    version = shape.vllm_version or NEWEST_KNOWN_VLLM
-    ver = parse_version(shape.vllm_version)
-    num_spec = int(shape.num_speculative_tokens or 0)
-    spec_method = shape.speculative_method or ("mtp" if num_spec and arch.mtp_layers else None)
-    choice = choose_engine(ver, requested=shape.engine, pp=int(shape.pp),
-                           kv_cache_dtype=str(shape.kv_cache_dtype or "auto"),
-                           has_state_layers=bool(arch.state_layers), spec_method=spec_method,
-                           ray=shape.distributed_executor_backend == "ray")
-    util = shape.mem_util if shape.mem_util is not None else (0.92 if ver >= UTIL_092_FROM else 0.90)
-    device_gib = min(gpu_memory_bytes) / GiB if gpu_memory_bytes else 0.0
-    mns, mnbt = batch_defaults(ver, choice.engine, device_gib=device_gib, device_name=shape.device_name or "",
-                               api_server=shape.entrypoint != "llm")
-    max_num_seqs = shape.max_num_seqs or mns
-    auto = shape.max_model_len is not None and shape.max_model_len < 0
-    model_len = arch.derived_max_model_len or arch.max_position_embeddings or 0
-    max_len = model_len if auto or not shape.max_model_len else shape.max_model_len
-    auto = auto or (shape.max_model_len is None and choice.engine == "v1" and ver >= AUTO_FIT_UNSET_FROM)
-    use_mla = any(layer.kind == "mla" for layer in arch.layers)
-    if use_mla:
-        use_mla = mla_rule(ver, quant_method=_quant_method(arch, shape), disabled=shape.mla_disabled,
-                           quant_config=arch.quantization_config)[0]
-    chunked = True
-    if choice.engine == "v0":
-        chunked, mnbt = v0_batched_tokens(
-            ver, max_model_len=max_len, chunked=shape.enable_chunked_prefill,
-            sliding_window=any(layer.kind == "sliding" for layer in arch.layers), speculative=num_spec > 0,
-            multimodal=arch.has_vision, mla=use_mla)
-    if shape.max_num_batched_tokens:
-        mnbt = shape.max_num_batched_tokens
-    elif choice.engine == "v1":
-        mnbt = max(mnbt, max_num_seqs, 1)
-    model_dtype = canonical_dtype(shape.dtype) if shape.dtype and shape.dtype != "auto" else None
-    if model_dtype is None:
-        cfg = canonical_dtype(arch.torch_dtype)
-        model_dtype = "bfloat16" if cfg in (None, "float32") else cfg
-    graphs = choice.engine == "v1" and ver >= GRAPH_ESTIMATE_FROM and not shape.enforce_eager
-    if shape.enforce_eager:
-        n_sizes = 0
-    elif choice.engine == "v0":     # worker/model_runner.py: _BATCH_SIZES_TO_CAPTURE cut at max_num_seqs
-        n_sizes = len([s for s in [1, 2, 4, *range(8, 257, 8)] if s <= max_num_seqs])
-    else:
-        n_sizes = len(capture_sizes(max_num_seqs, num_spec))
-    return Resolved(vllm_version=version, mem_util=float(util), max_model_len=int(max_len),
-                    max_num_seqs=int(max_num_seqs), max_num_batched_tokens=int(max(mnbt, 1)),
-                    kv_cache_dtype=shape.kv_cache_dtype or "auto", model_dtype=model_dtype,
-                    cudagraphs_subtracted=graphs, capture_sizes=n_sizes,
-                    kv_tokens_formula="concurrency" if ver >= KV_TOKENS_BY_CONCURRENCY_FROM else "blocks",
-                    engine=choice.engine, chunked_prefill=chunked, use_mla=use_mla, max_model_len_auto=auto)
-
-
 def _without_mla(arch: Architecture, ver: tuple[int, int, int], quant: str | None, disabled: bool) -> Architecture:
     """vLLM versions that did not (or could not) use MLA cache every head's K and V."""
     _used, padded, _why = mla_rule(ver, quant_method=quant, disabled=disabled, quant_config=arch.quantization_config)
@@ -296,72 +175,6 @@ def _without_mla(arch: Architecture, ver: tuple[int, int, int], quant: str | Non
     mtp = full if arch.mtp_layer is not None and arch.mtp_layer.kind == "mla" else arch.mtp_layer
     return replace(arch, layers=layers, mtp_layer=mtp, num_key_value_heads=arch.num_attention_heads,
                    layer_kinds=tuple(sorted({layer.kind for layer in layers})))
-
-
-# ---------------------------------------------------------------------------------------------
-# weights per rank
-
-
-def pp_layer_counts(num_layers: int, pp: int, partition: Sequence[int] | None = None) -> list[int]:
-    """Decoder layers per pipeline stage, as vLLM's ``get_pp_indices`` (vllm/distributed/utils.py)
-    splits them: ``VLLM_PP_LAYER_PARTITION`` (``partition``) when given, else an even split whose
-    remainder goes one layer each to the stages before the last, nearest the last first (the last
-    stage also holds the final norm and the LM head). Raises ``CannotPrice`` on a partition vLLM
-    refuses (wrong length or sum)."""
-    if partition is not None:
-        parts = [int(p) for p in partition]
-        if len(parts) != pp:
-            raise CannotPrice(f"VLLM_PP_LAYER_PARTITION has {len(parts)} stages for PP {pp}")
-        if sum(parts) != num_layers or any(p < 0 for p in parts):
-            raise CannotPrice(f"VLLM_PP_LAYER_PARTITION sums to {sum(parts)}; the model has {num_layers} layers")
-        return parts
-    base = num_layers // pp
-    parts = [base] * pp
-    for i in range(2, num_layers % pp + 2):
-        parts[-i] += 1
-    return parts
-
-
-def _layer_params(arch: Architecture) -> list[int] | None:
-    """Relative parameter count of each decoder layer when they differ (a MoE model whose first
-    layers are dense: DeepSeek-V3's three dense layers weigh a twentieth of an expert layer);
-    None when every layer weighs the same."""
-    layers = arch.num_hidden_layers
-    if not arch.is_moe or not 0 < arch.num_dense_layers < layers:
-        return None
-    h = arch.hidden_size
-    attn = h * arch.num_attention_heads * arch.head_dim * 2 + h * arch.num_key_value_heads * arch.head_dim * 2
-    dense = attn + 3 * h * arch.intermediate_size
-    expert = 3 * h * (arch.moe_intermediate_size or arch.intermediate_size)
-    moe = attn + expert * arch.num_experts + 3 * h * (arch.shared_expert_intermediate_size or 0) + h * arch.num_experts
-    return [dense if i < arch.num_dense_layers else moe for i in range(layers)]
-
-
-def _weights_per_rank(arch: Architecture, weights_bytes: int, tp: int, pp: int, stage: int,
-                      first: int, layers_here: int, model_bytes: int, repack: Fraction = Fraction(0)) -> int:
-    embed = arch.vocab_size * arch.hidden_size * model_bytes
-    head = 0 if arch.tie_word_embeddings else embed
-    if embed + head >= weights_bytes:           # tiny or odd checkpoints: just split
-        embed = head = 0
-    body = weights_bytes - embed - head
-    sizes = _layer_params(arch) if pp > 1 else None
-    if sizes is not None:
-        share = body * sum(sizes[first:first + layers_here]) // sum(sizes)
-    else:
-        share = body * layers_here // max(arch.num_hidden_layers, 1)
-    total = share + int(share * repack)        # kernel repacking (Marlin FP8 scales) grows the body
-    if stage == 0:
-        total += embed
-    if stage == pp - 1:
-        total += head if (head or pp == 1) else embed   # a tied head is a second copy on the last stage
-    per_rank = total // tp
-    attn_layers = sum(1 for layer in arch.layers if layer.kind in ("full", "sliding", "chunked"))
-    if tp > arch.num_key_value_heads > 0 and attn_layers:
-        # K/V projections are replicated once TP exceeds the KV heads
-        kv_proj = arch.hidden_size * arch.head_dim * 2 * model_bytes
-        extra = kv_proj - kv_proj * arch.num_key_value_heads // tp
-        per_rank += extra * attn_layers * layers_here // max(arch.num_hidden_layers, 1)
-    return per_rank
 
 
 # ---------------------------------------------------------------------------------------------
@@ -425,9 +238,9 @@ def _predict(arch: Architecture, *, weights_bytes: int, gpu_memory_bytes: Sequen
                      + (": chunked prefill on" if res.chunked_prefill else
                         f": no chunked prefill, the profile batch is {res.max_num_batched_tokens} tokens"))
     if any(layer.kind == "mla" for layer in arch.layers) and not res.use_mla:
-        notes.append(mla_rule(ver, quant_method=_quant_method(arch, shape), disabled=shape.mla_disabled,
+        notes.append(mla_rule(ver, quant_method=quant_method(arch, shape), disabled=shape.mla_disabled,
                               quant_config=arch.quantization_config)[2] or "")
-        arch = _without_mla(arch, ver, _quant_method(arch, shape), shape.mla_disabled)
+        arch = _without_mla(arch, ver, quant_method(arch, shape), shape.mla_disabled)
     _check_geometry(arch, tp, pp)
     if res.max_model_len <= 0:
         raise CannotPrice("max_model_len unknown: the config has no max_position_embeddings")
@@ -459,7 +272,7 @@ def _predict(arch: Architecture, *, weights_bytes: int, gpu_memory_bytes: Sequen
         if block_size:
             notes.append(f"vLLM {res.vllm_version} forces {block_size}-token KV blocks for MLA on compute "
                          f"capability {shape.compute_capability}")
-    repack = fp8_marlin_scale_ratio(_quant_method(arch, shape),
+    repack = fp8_marlin_scale_ratio(quant_method(arch, shape),
                                     (arch.quantization_config or {}).get("weight_block_size"),
                                     shape.compute_capability)
     if repack and weights_bytes_per_rank is None:
@@ -484,7 +297,7 @@ def _predict(arch: Architecture, *, weights_bytes: int, gpu_memory_bytes: Sequen
         if weights_bytes_per_rank is not None:
             weights = int(weights_bytes_per_rank)
         else:
-            weights = _weights_per_rank(arch, int(weights_bytes), tp, pp, stage, start - counts[stage],
+            weights = weights_per_rank(arch, int(weights_bytes), tp, pp, stage, start - counts[stage],
                                         counts[stage], model_bytes, repack)
         if last and shape.extra_weights_bytes:
             weights += int(shape.extra_weights_bytes) // tp

@@ -78,8 +78,9 @@ def up_llamacpp(req: "UpRequest", provider: "Provider", seams: "UpSeams", *, cat
     from club3090.edges.hub import HubClient
     from club3090.fit.llamacpp import LlamaCppArgs, cache_types
     from club3090.fit.memory import Unpriceable
+    from club3090.pipeline.bundle_start import not_started
     from club3090.pipeline.llamacpp_bundle import container_model_path, plan
-    from club3090.pipeline.up import UpResult, not_started
+    from club3090.pipeline.up import UpResult
 
     if req.launcher not in ("docker", "native"):
         raise UsageError(f"--launcher {req.launcher}: a llama.cpp launch runs with docker or native")
@@ -229,7 +230,7 @@ def up_llamacpp(req: "UpRequest", provider: "Provider", seams: "UpSeams", *, cat
     result.state = state
     if req.no_start:
         return not_started(directory, state, result)
-    from club3090.pipeline.up import start_bundle
+    from club3090.pipeline.bundle_start import start_bundle
 
     native = launchers.NativeEngine(bundle.native_argv[0], None, None) if req.launcher == "native" else None
     return start_bundle(req, bundle, state, result, native, run, seams, receipt=False)

@@ -49,7 +49,7 @@ def _single_node(directory: Path, state: dict[str, Any], command: str) -> None:
 
 def _status(directory: Path) -> dict[str, Any]:
     from club3090.edges import launchers
-    from club3090.pipeline.up import read_state
+    from club3090.pipeline.bundle_start import read_state
 
     state = read_state(directory)
     _single_node(directory, state, "status")
@@ -85,7 +85,7 @@ def run_status(args: argparse.Namespace, provider: Any) -> int:
 
 def run_down(args: argparse.Namespace, provider: Any) -> int:
     from club3090.edges import launchers
-    from club3090.pipeline.up import read_state, write_state
+    from club3090.pipeline.bundle_start import read_state, write_state
 
     directory = args.directory.absolute()
     state = read_state(directory)
@@ -108,7 +108,7 @@ def run_down(args: argparse.Namespace, provider: Any) -> int:
 
 def run_logs(args: argparse.Namespace, provider: Any) -> int:
     from club3090.edges import launchers
-    from club3090.pipeline.up import read_state
+    from club3090.pipeline.bundle_start import read_state
 
     directory = args.directory.absolute()
     state = read_state(directory)

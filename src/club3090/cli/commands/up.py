@@ -90,6 +90,7 @@ def run_request(args: argparse.Namespace, provider: Any, *, directory: Path, no_
                 port: int | None, vllm: str | None, skip_tools: bool) -> int:
     """``up`` (and ``pull --out DIR``): build the request, run it, print the result."""
     from club3090.cli.commands.pull import captures_root
+    from club3090.cli.commands.pull import render as render_gate
     from club3090.pipeline.up import UpRequest, UpSeams, up
 
     say, spin = _progress(args)
@@ -119,7 +120,8 @@ def run_request(args: argparse.Namespace, provider: Any, *, directory: Path, no_
     if args.json:
         print(safe(json.dumps(result.to_json(), indent=2, default=str), multiline=True))
     else:
-        print("\n".join(safe(line, multiline=True) for line in result.lines))
+        lines = result.lines if result.gate is None else [render_gate(result.gate), *result.lines]
+        print("\n".join(safe(line, multiline=True) for line in lines))
     return int(result.code)
 
 
