@@ -98,11 +98,13 @@ class _DuplicateKey(Exception):
 
 
 def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in out:
-            raise _DuplicateKey(key)
-        out[key] = value
+    out = dict(pairs)                     # a many-shard MoE has ~10^5 objects: build in C, then compare
+    if len(out) != len(pairs):
+        seen: set[str] = set()
+        for key, _value in pairs:
+            if key in seen:
+                raise _DuplicateKey(key)
+            seen.add(key)
     return out
 
 
@@ -161,40 +163,40 @@ def _check_tiling(tensors: Mapping[str, TensorInfo], *, file: str) -> None:
 _ENTRY_KEYS = frozenset({"dtype", "shape", "data_offsets"})
 
 
-def _is_int(value: Any) -> bool:
-    return type(value) is int  # json gives int or bool; bool is not a dimension
-
-
 def _tensor(entry: Any, *, name: str, file: str) -> TensorInfo:
-    where = f"tensor {name!r}"
+    # one pass per check, no generators: a 163-shard MoE has ~92,000 entries (benchmarks/remote_inspect.py)
     if not isinstance(entry, dict):
-        raise InputError(file, f"{where}: entry is not an object")
+        raise InputError(file, f"tensor {name!r}: entry is not an object")
     dtype, shape, offsets = entry.get("dtype"), entry.get("shape"), entry.get("data_offsets")
     if not isinstance(dtype, str) or not dtype:
-        raise InputError(file, f"{where}: missing dtype")
+        raise InputError(file, f"tensor {name!r}: missing dtype")
     bits = DTYPE_BITS.get(dtype)
     if bits is None:
-        raise InputError(file, f"{where}: unknown dtype {dtype[:40]!r}")
-    if not isinstance(shape, list) or not all(_is_int(d) and 0 <= d <= MAX_U64 for d in shape):
-        raise InputError(file, f"{where}: shape must be a list of non-negative 64-bit integers")
-    if (not isinstance(offsets, list) or len(offsets) != 2
-            or not all(_is_int(o) and 0 <= o <= MAX_U64 for o in offsets) or offsets[0] > offsets[1]):
-        raise InputError(file, f"{where}: data_offsets must be [begin, end] with 0 <= begin <= end")
+        raise InputError(file, f"tensor {name!r}: unknown dtype {dtype[:40]!r}")
+    if type(shape) is not list:
+        raise InputError(file, f"tensor {name!r}: shape must be a list of non-negative 64-bit integers")
     elements = 1
     for dim in shape:  # checked product: a header of huge dimensions must not cost a bignum
+        if type(dim) is not int or dim < 0 or dim > MAX_U64:   # json gives int or bool; bool is no dimension
+            raise InputError(file, f"tensor {name!r}: shape must be a list of non-negative 64-bit integers")
         elements *= dim
         if elements > MAX_U64:
-            raise InputError(file, f"{where}: shape {shape[:8]} overflows 64 bits")
-    span = offsets[1] - offsets[0]
+            raise InputError(file, f"tensor {name!r}: shape {shape[:8]} overflows 64 bits")
+    if type(offsets) is not list or len(offsets) != 2:
+        raise InputError(file, f"tensor {name!r}: data_offsets must be [begin, end] with 0 <= begin <= end")
+    begin, end = offsets
+    if type(begin) is not int or type(end) is not int or not 0 <= begin <= end <= MAX_U64:
+        raise InputError(file, f"tensor {name!r}: data_offsets must be [begin, end] with 0 <= begin <= end")
+    span = end - begin
     expected_bits = elements * bits
     if bits % 8 == 0:
         if span != expected_bits // 8:
-            raise InputError(file, f"{where}: {dtype}{shape} needs {expected_bits // 8} bytes, "
+            raise InputError(file, f"tensor {name!r}: {dtype}{shape} needs {expected_bits // 8} bytes, "
                                    f"data_offsets span {span}")
     elif span < -(-expected_bits // 8):
-        raise InputError(file, f"{where}: {dtype}{shape} packs into at least {-(-expected_bits // 8)} "
+        raise InputError(file, f"tensor {name!r}: {dtype}{shape} packs into at least {-(-expected_bits // 8)} "
                                f"bytes, data_offsets span {span}")
-    return TensorInfo(dtype=dtype, shape=tuple(shape), begin=offsets[0], end=offsets[1])
+    return TensorInfo(dtype, tuple(shape), begin, end)
 
 
 def unique_data_bytes(headers: Mapping[str, SafetensorsHeader], *,
