@@ -108,7 +108,27 @@ def _shape(case: dict[str, Any], pool_bytes: int | None = None) -> ServeShape:
         dtype=(case.get("other_flags") or {}).get("dtype_flag") or case.get("dtype"),
         device_name=case.get("gpu_model"),
         kv_cache_memory_bytes=pool_bytes,
+        enable_prefix_caching=case.get("enable_prefix_caching"),
+        **_speculation(case),
     )
+
+
+def _unpriced_drafter(case: dict[str, Any]) -> bool:
+    spec = (case.get("other_flags") or {}).get("speculative_config")
+    return isinstance(spec, dict) and bool(spec.get("model"))
+
+
+def _speculation(case: dict[str, Any]) -> dict[str, Any]:
+    """The case's --speculative-config as ServeShape fields (built-in MTP only: a separate drafter's
+    checkpoint is not in the configs file, so those cases price the target alone)."""
+    spec = (case.get("other_flags") or {}).get("speculative_config")
+    if not isinstance(spec, dict):
+        return {}
+    method = str(spec.get("method") or "")
+    n = spec.get("num_speculative_tokens")
+    if "mtp" not in method or not isinstance(n, int) or n < 1:
+        return {}
+    return {"num_speculative_tokens": n, "speculative_method": "mtp"}
 
 
 def score_case(case: dict[str, Any], configs: dict[str, Any], cases: list[dict[str, Any]]) -> dict[str, Any]:
@@ -116,6 +136,9 @@ def score_case(case: dict[str, Any], configs: dict[str, Any], cases: list[dict[s
     config = configs.get(case.get("hf_repo") or "")
     if not config or config.get("config_relation") == "not_obtained" or not config.get("architectures"):
         row["skipped"] = "config not obtained"
+        return row
+    if _unpriced_drafter(case):
+        row["skipped"] = "separate drafter checkpoint (its config is not in the configs file)"
         return row
     arch = parse_config({k: v for k, v in config.items() if not k.startswith("config_")})
     measured = case.get("measured") or {}

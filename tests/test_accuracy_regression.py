@@ -16,9 +16,11 @@ def test_startup_cases_within_targets():
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     _rows, summary = module.run(CASES, None)
-    assert summary["scored_memory"] >= 15
+    # issue 13's targets for start-ups the model has not seen, held here in sample
+    assert summary["scored_memory"] >= 70
     assert summary["kv_abs_error_gib_median"] <= 0.15
-    assert summary["kv_abs_error_gib_p90"] <= 0.40
+    assert summary["kv_abs_error_gib_p90"] <= 0.60
     assert summary["token_abs_error_pct_median"] <= 0.5
     assert summary["false_fits"] == 0
-    assert summary["page_math_token_error_pct_max"] < 0.5      # the exact part stays exact
+    # the exact part stays exact (pipeline-parallel logs print one worker's pool: within 1.5 %)
+    assert summary["page_math_token_error_pct_max"] < 1.5

@@ -23,7 +23,15 @@ TERMS = ("model_loading_gib", "available_kv_cache_gib", "gpu_kv_cache_tokens", "
 MARKERS = {"model_loading_gib": "Model loading took", "available_kv_cache_gib": "KV cache memory",
            "gpu_kv_cache_tokens": "tokens", "num_gpu_blocks": "# GPU blocks", "max_concurrency": "Maximum concurrency",
            "max_concurrency_for_len": "Maximum concurrency", "error": "ValueError"}
-EXPECTED_PARSED = 18       # 23 cases; the 5 fs-kr quotes are markdown tables, not log lines
+# the cases whose quote holds log lines (the others are transcriptions: markdown tables, parse_log
+# records); counted from the fixture itself so a case added with log lines is parsed too
+LINE_PHRASES = ("Model loading took", "GPU KV cache size", "Available KV cache memory", "# GPU blocks",
+                "Maximum concurrency", "max seq len")
+EXPECTED_PARSED = sum(1 for c in CASES if any(p in q for q in c["quote"] for p in LINE_PHRASES))
+# what the log parser classifies; a start that failed for another reason (a download, a kernel
+# build, a busy GPU) is recorded by its own name and not compared
+PARSER_OUTCOMES = {"ok", "kv_error_max_len_too_large", "kv_error_needed_gt_available",
+                   "kv_error_no_available_memory"}
 
 
 def test_every_recorded_startup_whose_quote_holds_the_lines_parses_to_its_numbers():
@@ -38,12 +46,19 @@ def test_every_recorded_startup_whose_quote_holds_the_lines_parses_to_its_number
         recorded = case["measured"]
         for term in TERMS:
             got = log.measured.get(term)
+            if term == "error" and isinstance(recorded[term], str):
+                continue            # recorded as the message text, not as the parser's structure
+            if any(str(d).startswith(term) for d in recorded.get("derived_fields") or ()):
+                continue            # computed by the case's author from other lines (V0: blocks x 16)
             if got is not None:
                 assert got == recorded[term], (case["id"], term, got, recorded[term])
             elif recorded.get(term) is not None and term != "num_gpu_blocks":
                 assert MARKERS[term] not in text, (case["id"], term)
-        assert log.startup_outcome == recorded["startup_outcome"], case["id"]
-    assert parsed == EXPECTED_PARSED
+        if recorded["startup_outcome"] in PARSER_OUTCOMES:
+            assert log.startup_outcome == recorded["startup_outcome"], case["id"]
+        elif recorded["startup_outcome"].startswith("oom"):
+            assert log.startup_outcome == "oom", case["id"]
+    assert parsed == EXPECTED_PARSED >= 18
 
 
 @pytest.mark.parametrize("name, expected", [

@@ -124,7 +124,7 @@ def test_disabling_hybrid_manager_promotes_windows_to_full():
 # --- hybrid linear attention: Qwen3.6-35B-A3B ----------------------------------------------------
 
 def test_gated_delta_net_hybrid():
-    r = run(arch("Qwen--Qwen3.6-35B-A3B"), pool=10 * GiB, max_model_len=262144)
+    r = run(arch("Qwen--Qwen3.6-35B-A3B"), pool=10 * GiB, max_model_len=262144, enable_prefix_caching=False)
     # attention: 10 full layers x 2 KV heads x (256 + 256) x 2 B = 20,480 B/token
     assert r.kv_bytes_per_token == 20_480
     # GDN state per layer: conv (2 x 16 x 128 + 32 x 128) x (4 - 1) = 24,576 el x 2 B = 49,152
@@ -136,6 +136,18 @@ def test_gated_delta_net_hybrid():
     assert len(r.groups) == 4 and r.bytes_per_block == 10 * 2_162_688
     # per request: cdiv(262,144, 1,056) = 249 + 3 state pages = 252
     assert r.blocks_per_request == 252
+    assert r.settings.mamba_cache_mode == "none"
+    # prefix caching on (from 0.15): mamba "align" mode keeps 2 state pages per request in each of
+    # the 3 state groups: 249 + 3 x 2 = 255 blocks, the same pool holds fewer requests
+    aligned = run(arch("Qwen--Qwen3.6-35B-A3B"), pool=10 * GiB, max_model_len=262144, enable_prefix_caching=True)
+    assert aligned.settings.mamba_cache_mode == "align" and aligned.blocks_per_request == 255
+    assert aligned.num_blocks == r.num_blocks and aligned.max_concurrency < r.max_concurrency
+    # before align mode existed, and on the newest line with prefix caching left to its default (on)
+    old = run(arch("Qwen--Qwen3.6-35B-A3B"), pool=10 * GiB, max_model_len=262144, enable_prefix_caching=True,
+              vllm_version="0.14.0")
+    assert old.settings.mamba_cache_mode == "none" and old.blocks_per_request == 252
+    default = run(arch("Qwen--Qwen3.6-35B-A3B"), pool=10 * GiB, max_model_len=262144)
+    assert default.settings.mamba_cache_mode == "align"
     tp2 = run(arch("Qwen--Qwen3.6-35B-A3B"), pool=10 * GiB, max_model_len=262144, tp=2)
     assert tp2.kv_bytes_per_token == 10_240 and tp2.state_bytes_per_request == 30 * 1_073_152
 

@@ -147,11 +147,12 @@ class Layout:
     kv_bytes_per_token: int
     state_bytes_per_request: int
     layer_needs: tuple[tuple[str, int, int, int | None], ...]  # (kind, block_size, page, window) per layer
+    state_pages: int = 1       # state pages a request holds before speculative ones (2: mamba "align" mode)
 
 
 def kv_page_layout(layers: Sequence[LayerSpec], *, tp: int, fmt: KvFormat, model_bytes: int,
                    block_size: int | None, num_spec: int = 0, conv_bytes: int = 2, ssm_bytes: int = 2,
-                   disable_hybrid: bool = False, max_model_len: int = 0) -> Layout:
+                   disable_hybrid: bool = False, max_model_len: int = 0, state_pages: int = 1) -> Layout:
     """Per-layer pages, vLLM's grouping into equal-size groups and bytes per block for one rank."""
     attn = [layer for layer in layers if layer.is_attention]
     state = [layer for layer in layers if layer.is_state]
@@ -215,7 +216,8 @@ def kv_page_layout(layers: Sequence[LayerSpec], *, tp: int, fmt: KvFormat, model
     state_per_request = sum(_state_bytes(layer, tp, num_spec, conv_bytes, ssm_bytes) for layer in state)
     return Layout(groups=tuple(groups), group_size=group_size, bytes_per_block=group_size * max_page,
                    attn_block_size=bs, kv_bytes_per_token=math.ceil(kv_per_token),
-                   state_bytes_per_request=state_per_request, layer_needs=tuple(unified))
+                   state_bytes_per_request=state_per_request, layer_needs=tuple(unified),
+                  state_pages=state_pages)
 
 
 def _tokens_needed(kind: str, length: int, window: int | None, inflight: int) -> int | None:
@@ -228,19 +230,21 @@ def _tokens_needed(kind: str, length: int, window: int | None, inflight: int) ->
     return None
 
 
-def _blocks_for(kind: str, block: int, length: int, window: int | None, inflight: int, num_spec: int) -> int:
+def _blocks_for(kind: str, block: int, length: int, window: int | None, inflight: int, num_spec: int,
+                state_pages: int = 1) -> int:
     tokens = _tokens_needed(kind, length, window, inflight)
-    if tokens is None:                       # state: one page (+ speculative pages) per request
-        return 1 + num_spec
+    if tokens is None:                       # state: one page (two in align mode) + speculative pages
+        return state_pages + num_spec
     blocks = _cdiv(tokens, block)
     return blocks + 1 if kind == "sliding" else blocks
 
 
 def blocks_per_request(layout: Layout, length: int, inflight: int, num_spec: int) -> int:
-    return sum(_blocks_for(g.kind, g.block_size, length, g.window, inflight, num_spec) for g in layout.groups)
+    return sum(_blocks_for(g.kind, g.block_size, length, g.window, inflight, num_spec, layout.state_pages)
+               for g in layout.groups)
 
 
 def bytes_needed(layout: Layout, length: int, inflight: int, num_spec: int) -> int:
     """vLLM's _check_enough_kv_cache_memory: sum over layers of each layer's max memory use."""
-    return sum(_blocks_for(kind, block, length, window, inflight, num_spec) * page
+    return sum(_blocks_for(kind, block, length, window, inflight, num_spec, layout.state_pages) * page
                for kind, block, page, window in layout.layer_needs)

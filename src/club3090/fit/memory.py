@@ -52,6 +52,7 @@ from club3090.fit.vllm_rules import (
     fp8_marlin_scale_ratio,
     mla_block_size,
     mla_rule,
+    native_sampler,
     parse_version,
     version_note,
 )
@@ -279,6 +280,9 @@ def _predict(arch: Architecture, *, weights_bytes: int, gpu_memory_bytes: Sequen
         notes.append(f"FP8 weights run as Marlin W8A16 on compute capability {shape.compute_capability}: "
                      f"block scales expand to 16-bit groups (+{float(repack):.1%} of the quantized weights)")
 
+    if res.mamba_cache_mode == "align":
+        notes.append(f"vLLM {res.vllm_version} keeps 2 state pages per request with prefix caching on "
+                     "(mamba_cache_mode align)")
     ranks: list[RankBreakdown] = []
     layouts: list[Layout] = []
     stage_graphs: list[int] = []
@@ -293,7 +297,8 @@ def _predict(arch: Architecture, *, weights_bytes: int, gpu_memory_bytes: Sequen
                                 block_size=block_size, num_spec=num_spec,
                                 conv_bytes=model_bytes, ssm_bytes=ssm_bytes,
                                 disable_hybrid=shape.disable_hybrid_kv_cache_manager,
-                                max_model_len=res.max_model_len)
+                                max_model_len=res.max_model_len,
+                                state_pages=2 if res.mamba_cache_mode == "align" else 1)
         if weights_bytes_per_rank is not None:
             weights = int(weights_bytes_per_rank)
         else:
@@ -305,7 +310,8 @@ def _predict(arch: Architecture, *, weights_bytes: int, gpu_memory_bytes: Sequen
         act = profiling.activation(arch, tp=tp, tokens=res.max_num_batched_tokens, num_seqs=res.max_num_seqs,
                                    last_stage=last, num_spec=num_spec, engine=res.engine,
                                    encoder=shape.mm_encoder_profiling and stage == 0,
-                                   graphs_in_budget=res.engine == "v1" and ver >= GRAPH_ESTIMATE_FROM)
+                                   graphs_in_budget=res.engine == "v1" and ver >= GRAPH_ESTIMATE_FROM,
+                                   native_sampler=native_sampler(ver, res.engine))
         # drafter layers capture their own graphs on the last stage
         graph_layers = counts[stage] + (len(mtp_layers) if last else 0)
         graphs = profiling.cudagraph_bytes(arch, res.capture_sizes, graph_layers, tp)

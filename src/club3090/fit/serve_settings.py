@@ -23,6 +23,7 @@ from club3090.fit.vllm_rules import (
     batch_defaults,
     capture_sizes,
     choose_engine,
+    mamba_cache_mode,
     mla_rule,
     parse_version,
     v0_batched_tokens,
@@ -85,6 +86,7 @@ class Resolved:
     chunked_prefill: bool = True
     use_mla: bool = True
     max_model_len_auto: bool = False   # vLLM fits max_model_len itself (-1 / auto, or unset from 0.26)
+    mamba_cache_mode: str = "none"     # "align": state layers keep 2 pages per request (prefix caching)
 
 
 def quant_method(arch: Architecture, shape: ServeShape) -> str | None:
@@ -144,4 +146,6 @@ def resolve_defaults(arch: Architecture, shape: ServeShape, gpu_memory_bytes: Se
                     kv_cache_dtype=shape.kv_cache_dtype or "auto", model_dtype=model_dtype,
                     cudagraphs_subtracted=graphs, capture_sizes=n_sizes,
                     kv_tokens_formula="concurrency" if ver >= KV_TOKENS_BY_CONCURRENCY_FROM else "blocks",
-                    engine=choice.engine, chunked_prefill=chunked, use_mla=use_mla, max_model_len_auto=auto)
+                    engine=choice.engine, chunked_prefill=chunked, use_mla=use_mla, max_model_len_auto=auto,
+                    mamba_cache_mode=mamba_cache_mode(ver, choice.engine, prefix_caching=shape.enable_prefix_caching,
+                                                      has_state_layers=bool(arch.state_layers)))

@@ -18,8 +18,8 @@ from club3090.compose.launch import interpolate
 from club3090.errors import CatalogError, InterpolationError, Problem
 from club3090.fit.memory import ServeShape
 
-__all__ = ["SHAPE_FIELDS", "drafter_terms", "profile_batched_tokens", "profile_encoder_profiling", "profile_shape",
-           "shipped_flag"]
+__all__ = ["SHAPE_FIELDS", "drafter_terms", "profile_batched_tokens", "profile_encoder_profiling",
+           "profile_prefix_caching", "profile_shape", "shipped_flag"]
 
 SHAPE_FIELDS = tuple(f.name for f in fields(ServeShape))
 SPECULATIVE_METHODS = ("mtp", "mtp_assistant", "dflash", "eagle3")
@@ -84,6 +84,19 @@ def profile_encoder_profiling(profile: Any) -> bool:
     return True
 
 
+def profile_prefix_caching(profile: Any) -> bool | None:
+    """``--enable-prefix-caching`` (True) or ``--no-enable-prefix-caching`` (False) in the shipped
+    compose; None when it passes neither (vLLM's default for the model). A hybrid model's state
+    layers keep two pages per request with it on (``vllm_rules.mamba_cache_mode``)."""
+    if profile is None or profile.runtime is None:
+        return None
+    command = profile.runtime.service.get("command")
+    args = [str(a) for a in command] if isinstance(command, (list, tuple)) else []
+    if "--no-enable-prefix-caching" in args:
+        return False
+    return True if "--enable-prefix-caching" in args else None
+
+
 def drafter_terms(drafter: Any) -> tuple[int, int]:
     """(speculative tokens, drafter weight bytes) a profile's drafter adds.
 
@@ -130,6 +143,7 @@ def profile_shape(profile: Any, catalog: Any, *, drafter: bool = True, **overrid
             "kv_cache_dtype": profile.kv_format or "auto",
             "vllm_version": engine.vllm_version,
             "mm_encoder_profiling": profile_encoder_profiling(profile),
+            "enable_prefix_caching": profile_prefix_caching(profile),
         }
         if drafter and profile.drafter:
             spec, extra = drafter_terms(catalog.drafters[profile.drafter])

@@ -21,6 +21,21 @@ and the caller says so (:func:`version_note`).
   (``model_executor/layers/quantization/utils/marlin_utils_fp8.py::prepare_fp8_layer_for_marlin``):
   block-wise scales are expanded to one 16-bit scale per ``block_k`` weights of every output
   column, 2 / ``block_k`` bytes per FP8 weight byte (1/64 at the usual 128 x 128 blocks).
+- Top-k / top-p sampler of V1's profiling run (``v1/sample/ops/topk_topp_sampler.py``): the
+  PyTorch-native path sorts the whole logits tensor (sorted values, int64 indices, the sort's
+  workspace, probabilities), a kernel path (FlashInfer, later Triton) does not. FlashInfer was not a
+  default dependency before 0.11 and was switched off by default in PR #26859 (October 2025); the
+  native sort stayed the default until the 0.17 line (a Triton kernel, then FlashInfer again by
+  default in PR #40376). Observed: Qwen3-14B on an H100 at 1,024 sequences profiles a 5.64 GiB peak
+  on 0.15 and 0.16 and 2.23 GiB on 0.17 and 0.18 (llm-d-planner's version sweep). Where a kernel
+  path was in fact installed the native price over-states the peak: the safe direction.
+- Prefix caching of hybrid state models (``v1/kv_cache_interface.py::MambaSpec``): with prefix
+  caching on, a Mamba / linear-attention layer runs in ``align`` mode (PR #30877, merged January
+  2026; the first release line carrying it is taken as 0.15) and keeps 2 state pages per request
+  plus one per speculative token instead of 1 + speculative. Hybrid models leave prefix caching
+  off unless asked (``--enable-prefix-caching``) until PR #50991 turned it on by default (August
+  2026; taken as the 0.28 line). A short context shows it most: Qwen3.6-27B at 4,096 tokens,
+  41.03 GiB of KV, logs 71.42x concurrency, which only ``align`` reproduces.
 - ``max_model_len`` auto-fit (``v1/core/kv_cache_utils.py::_auto_fit_max_model_len``, vLLM PR #29431):
   ``-1`` / ``auto`` from 0.12.0; an unset length is auto-fitted when the model's maximum does not
   fit from 0.26.0 (observed in a public 0.26 start-up; earlier lines refuse).
@@ -40,6 +55,9 @@ __all__ = [
     "AUTO_FIT_FLAG_FROM",
     "AUTO_FIT_UNSET_FROM",
     "GRAPH_ESTIMATE_FROM",
+    "HYBRID_PREFIX_CACHING_DEFAULT_FROM",
+    "KERNEL_SAMPLER_FROM",
+    "MAMBA_ALIGN_FROM",
     "NEWEST_KNOWN_VLLM",
     "V0_REMOVED_FROM",
     "V1_DEFAULT_FROM",
@@ -49,8 +67,10 @@ __all__ = [
     "capture_sizes",
     "choose_engine",
     "fp8_marlin_scale_ratio",
+    "mamba_cache_mode",
     "mla_block_size",
     "mla_rule",
+    "native_sampler",
     "parse_version",
     "v0_batched_tokens",
     "version_note",
@@ -73,9 +93,12 @@ V0_CHUNKED_AUTO_FROM: Version = (0, 6, 0)  # chunked prefill on by default for c
 BATCH_DEFAULTS_BY_DEVICE_FROM: Version = (0, 10, 2)
 GRAPH_ESTIMATE_FROM: Version = (0, 21, 0)  # VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS on by default
 UTIL_092_FROM: Version = (0, 21, 0)
-KV_TOKENS_BY_CONCURRENCY_FROM: Version = (0, 20, 0)
+KV_TOKENS_BY_CONCURRENCY_FROM: Version = (0, 20, 1)  # 0.20.0 still logs blocks // groups x block size
 AUTO_FIT_FLAG_FROM: Version = (0, 12, 0)
 AUTO_FIT_UNSET_FROM: Version = (0, 26, 0)
+KERNEL_SAMPLER_FROM: Version = (0, 17, 0)
+MAMBA_ALIGN_FROM: Version = (0, 15, 0)     # prefix caching of state layers in align mode
+HYBRID_PREFIX_CACHING_DEFAULT_FROM: Version = (0, 28, 0)  # top-k / top-p without a full sort (Triton, then FlashInfer)
 V0_LONG_CONTEXT = 32_768
 V0_MIN_BATCHED_TOKENS = 2_048
 V0_MULTIMODAL_MIN_BATCHED_TOKENS = 5_120
@@ -130,6 +153,19 @@ def choose_engine(ver: Version, *, requested: str | None, pp: int, kv_cache_dtyp
     if spec_method in ("eagle", "eagle3", "ngram") and ver < SPEC_ON_V1_FROM:
         return EngineChoice("v0", f"speculative method {spec_method} falls back to V0")
     return EngineChoice("v1", None)
+
+
+def mamba_cache_mode(ver: Version, engine: str, *, prefix_caching: bool | None, has_state_layers: bool) -> str:
+    """``align`` or ``none``: how many state pages a request of a hybrid model holds."""
+    if not has_state_layers or engine != "v1" or ver < MAMBA_ALIGN_FROM:
+        return "none"
+    on = prefix_caching if prefix_caching is not None else ver >= HYBRID_PREFIX_CACHING_DEFAULT_FROM
+    return "align" if on else "none"
+
+
+def native_sampler(ver: Version, engine: str) -> bool:
+    """Whether the profiling run's sampler sorts the full logits (V1 before the 0.17 line)."""
+    return engine == "v1" and ver < KERNEL_SAMPLER_FROM
 
 
 def batch_defaults(ver: Version, engine: str, *, device_gib: float, device_name: str,

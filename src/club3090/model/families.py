@@ -37,8 +37,12 @@ class Family:
 GENERIC = Family()
 _RECURRENT = "model type {model_type!r} keeps a recurrent state club3090 does not model"
 _DSV4_CSA = "DeepSeek-V4 compressed sparse attention (compress_ratios) is not modelled"
-_GEMMA3_TEXT = Family(defaults={"vocab_size": 262208, "max_position_embeddings": 131072,
-                                "sliding_window_pattern": 6, "num_key_value_heads": 4, "head_dim": 256},
+# transformers' Gemma3TextConfig field defaults: google/gemma-3-4b-it's config.json names only
+# hidden_size, intermediate_size and num_hidden_layers in its text_config
+_GEMMA3_TEXT = Family(defaults={"vocab_size": 262208, "hidden_size": 2304, "intermediate_size": 9216,
+                                "num_hidden_layers": 26, "num_attention_heads": 8, "num_key_value_heads": 4,
+                                "head_dim": 256, "max_position_embeddings": 131072, "sliding_window": 4096,
+                                "sliding_window_pattern": 6},
                       scales_max_len=False, sliding_period=6, tie_word_embeddings=True)
 _GPT2_MLP = Family(mlp_hidden_ratio=4)   # GPT-2 style: n_inner null means 4 x n_embd
 

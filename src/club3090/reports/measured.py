@@ -181,7 +181,7 @@ def near_receipts(receipts: Sequence[Mapping[str, Any]], *, repo_id: str, gpu_me
             continue
         pool = _num(measured.get("available_kv_cache_gib"))
         settings = _near_settings(shape)
-        if pool is None or settings is None or release(shape.get("vllm_version")) != want_release:
+        if pool is None or pool <= 0 or settings is None or release(shape.get("vllm_version")) != want_release:
             continue
         if not (_same_model(shape.get("model"), repo_id) and _same_gpu(shape, gpu_memory_gib)):
             continue

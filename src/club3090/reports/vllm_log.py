@@ -39,7 +39,7 @@ _TERMS = re.compile(r"model weights take " + _NUM + r" ?(GiB|GB); non_torch_memo
                     + r" ?(GiB|GB); PyTorch activation peak memory takes " + _NUM + r" ?(GiB|GB); the rest of the "
                     r"memory reserved for KV Cache is " + _NUM + r" ?(GiB|GB)")
 _PROFILE_RESULTS = re.compile(r"Memory profiling results: (.*)")
-_AVAILABLE = re.compile(r"Available KV cache memory: " + _NUM + r" ?(GiB|GB)")
+_AVAILABLE = re.compile(r"Available KV cache memory: (-?)" + _NUM + r" ?(GiB|GB)")   # negative: the shortfall
 _KV_SIZE = re.compile(r"GPU KV cache size: " + _NUM + r" tokens")
 _GPU_BLOCKS = re.compile(r"# (?:GPU|cuda|CUDA) blocks: " + _NUM)
 _CONCURRENCY = re.compile(r"Maximum concurrency for " + _NUM + r" tokens per request: " + _NUM + r"x")
@@ -52,6 +52,8 @@ _NEEDED_ERROR = re.compile(r"max seq len \(" + _NUM + r"\), \(" + _NUM + r" ?(Gi
 _OOM = re.compile(r"OutOfMemoryError: CUDA out of memory\. Tried to allocate " + _NUM + r" ?(GiB|MiB|KiB|GB|MB)"
                   r"(?:\. GPU \d+ has a total capac[a-z]+ of " + _NUM + r" ?(GiB|GB))?")
 _CUDA_OOM = re.compile(r"CUDA error: out of memory")
+_NO_KV_MEMORY = re.compile(r"No available memory for the cache blocks")
+_ESTIMATED_LEN = re.compile(r"the estimated maximum model length is " + _NUM)
 _CONFIG_ITEM = re.compile(r"(\w+)=('(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"|[^,\s]+)")
 
 
@@ -87,7 +89,8 @@ class StartupLog:
         error = self.measured.get("error")
         if isinstance(error, Mapping):
             return {"max_seq_len_larger_than_kv_tokens": "kv_error_max_len_too_large",
-                    "kv_needed_gt_available": "kv_error_needed_gt_available"}.get(str(error.get("type")), "oom")
+                    "kv_needed_gt_available": "kv_error_needed_gt_available",
+                    "no_available_kv_memory": "kv_error_no_available_memory"}.get(str(error.get("type")), "oom")
         if any(k in self.measured for k in ("gpu_kv_cache_tokens", "max_concurrency", "num_gpu_blocks")):
             return "ok"
         return None
@@ -179,7 +182,7 @@ def parse_startup(text: str) -> StartupLog:
             if "gpu_memory_utilization" in items:
                 log.args.setdefault("gpu_memory_utilization", float(items["gpu_memory_utilization"]))
         if (m := _AVAILABLE.search(line)) is not None:
-            m_["available_kv_cache_gib"] = _gib(m.group(1), m.group(2))
+            m_["available_kv_cache_gib"] = (-1 if m.group(1) else 1) * _gib(m.group(2), m.group(3))
         if (m := _KV_SIZE.search(line)) is not None:
             m_["gpu_kv_cache_tokens"] = _i(m.group(1))
         if (m := _GPU_BLOCKS.search(line)) is not None:
@@ -201,12 +204,16 @@ def parse_startup(text: str) -> StartupLog:
             m_["available_kv_cache_gib"] = _gib(m.group(4), m.group(5))
             m_["error"] = {"type": "kv_needed_gt_available", "max_seq_len": _i(m.group(1)),
                            "needed_gib": _gib(m.group(2), m.group(3)), "available_gib": _gib(m.group(4), m.group(5))}
+            if (e := _ESTIMATED_LEN.search(line)) is not None:    # vLLM's own suggestion, from 0.9 on
+                m_["error"]["estimated_max_model_len"] = _i(e.group(1))
         if (m := _OOM.search(line)) is not None:
             m_["error"] = {"type": "cuda_oom", "attempted_alloc_gib": round(_gib(m.group(1), m.group(2)), 4)}
             if m.group(3):
                 log.gpu_total_memory_gib = log.gpu_total_memory_gib or _gib(m.group(3), m.group(4))
         elif _CUDA_OOM.search(line) and "error" not in m_:
             m_["error"] = {"type": "cuda_oom", "attempted_alloc_gib": None}
+        if _NO_KV_MEMORY.search(line) and "error" not in m_:
+            m_["error"] = {"type": "no_available_kv_memory"}
     return log
 
 
