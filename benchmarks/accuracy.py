@@ -190,6 +190,9 @@ def score_case(case: dict[str, Any], configs: dict[str, Any], cases: list[dict[s
         started = outcome in OK_OUTCOMES
         row["false_fit"] = fits and not started and outcome.startswith("kv_error")
         row["false_wont_fit"] = (not fits) and started
+        # vLLM sized the cache, then ran out of memory (e.g. the sampler warm-up after graphs
+        # captured outside the budget): a failure the KV verdict does not predict, counted apart
+        row["oom_after_kv"] = fits and outcome.startswith("oom")
     return row
 
 
@@ -220,6 +223,7 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "verdicts_scored": len(scored),
         "false_fits": sum(1 for r in scored if r["false_fit"]),
         "false_wont_fits": sum(1 for r in scored if r["false_wont_fit"]),
+        "oom_after_kv_check": sum(1 for r in scored if r.get("oom_after_kv")),
         "skipped": {r["id"]: r["skipped"] for r in rows if "skipped" in r},
     }
 
@@ -261,7 +265,8 @@ def main(argv: list[str] | None = None) -> int:
           f"{'page%':>7s} {'verdict':>18s}  note")
     for r in rows:
         verdict = r.get("predicted_verdict") or r.get("page_math_verdict") or "-"
-        flag = " FALSE-FIT" if r.get("false_fit") else (" FALSE-WONT" if r.get("false_wont_fit") else "")
+        flag = (" FALSE-FIT" if r.get("false_fit") else " FALSE-WONT" if r.get("false_wont_fit")
+                else " OOM-AFTER-KV" if r.get("oom_after_kv") else "")
         print(f"{r['id'][:44]:44s} {_fmt(r.get('measured_kv_gib'), '8.2f')} {_fmt(r.get('predicted_kv_gib'), '8.2f')} "
               f"{_fmt(r.get('kv_error_gib'), '+8.2f')} {_fmt(r.get('token_error_pct'), '+8.2f')} "
               f"{_fmt(r.get('page_math_token_error_pct'), '+7.2f')} {verdict:>18s}{flag}  {r.get('skipped', '')}")
@@ -273,7 +278,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"|KV-token error| %: median {_fmt(s['token_abs_error_pct_median'], '.2f')}, p90 {_fmt(s['token_abs_error_pct_p90'], '.2f')}")
     print(f"page math (measured pool -> tokens): max |error| {_fmt(s['page_math_token_error_pct_max'], '.3f')} % "
           f"over {s['page_math_scored']} cases")
-    print(f"verdicts: {s['verdicts_scored']} scored, {s['false_fits']} false 'fits', {s['false_wont_fits']} false 'won't fit'")
+    print(f"verdicts: {s['verdicts_scored']} scored, {s['false_fits']} false 'fits', {s['false_wont_fits']} false 'won't fit'"
+          f"; {s['oom_after_kv_check']} start(s) that passed the KV check and then ran out of memory")
     for case_id, why in s["skipped"].items():
         print(f"skipped {case_id}: {why}")
     if refit_report is not None:

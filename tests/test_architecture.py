@@ -268,7 +268,8 @@ def test_every_family_row_is_consistent():
         assert fam.sliding_period is None or fam.sliding_period >= 1, name
         assert set(fam.defaults) <= {"vocab_size", "max_position_embeddings", "sliding_window_pattern",
                                      "num_key_value_heads", "head_dim", "sliding_window",
-                                     "attention_chunk_size"}, name
+                                     "attention_chunk_size", "hidden_size", "intermediate_size",
+                                     "num_hidden_layers", "num_attention_heads"}, name
         if fam.unmodelled:
             fam.unmodelled.format(model_type=name)  # the template fills in
 
@@ -277,6 +278,19 @@ def test_every_family_row_is_consistent():
 def test_unmodelled_families_are_unpriceable(model_type):
     assert parse_config({**_BASE, "model_type": model_type}).unpriceable_reason
     assert parse_config({**_BASE, "model_type": "qwen2_vl"}).unpriceable_reason is None
+
+
+def test_gemma3_4b_names_only_three_text_keys_and_transformers_fills_the_rest():
+    """google/gemma-3-4b-it's text_config gives hidden_size, intermediate_size and the layer count;
+    heads, KV heads, head_dim and vocabulary are Gemma3TextConfig's defaults (8, 4, 256, 262,208)."""
+    configs = json.loads(fixture_path("calibration", "vllm_startup_configs.json").read_text())
+    config = {k: v for k, v in configs["google/gemma-3-4b-it"].items() if not k.startswith("config_")}
+    assert "num_attention_heads" not in config["text_config"]
+    arch = parse_config(config)
+    assert arch.unpriceable_reason is None
+    assert (arch.hidden_size, arch.num_hidden_layers, arch.num_attention_heads, arch.num_key_value_heads,
+            arch.head_dim, arch.vocab_size) == (2560, 34, 8, 4, 256, 262208)
+    assert [layer.kind for layer in arch.layers].count("full") == 5       # every 6th of 34 layers
 
 
 def test_gemma3_wrapper_without_a_text_model_type_gets_the_text_class_defaults():
