@@ -326,3 +326,21 @@ def test_speculative_config_prices_the_drafters_kv_and_weights(tmp_path, capsys)
     assert any("5 dflash drafter layer(s)" in n for n in out5["notes"])
     _, mtp = run_json(capsys, config, *common, "--speculative-config", '{"method": "mtp", "num_speculative_tokens": 3}')
     assert mtp["kv_bytes_per_token"] == plain["kv_bytes_per_token"]
+
+
+def test_prefix_caching_flag_prices_the_state_pages_of_a_hybrid_model(capsys):
+    """--enable-prefix-caching on a hybrid (GDN) model: two state pages per request (align mode),
+    so the same pool serves fewer short requests; --no-enable-prefix-caching one page."""
+    config = str(HUB / "Qwen--Qwen3.6-35B-A3B" / "config.json")
+    base = [config, "--weights-gib", "12", "--gpus", "1x48GiB", "--max-model-len", "4096",
+            "--vllm-version", "0.27.1"]
+    code_on, on = run_json(capsys, *base, "--enable-prefix-caching")
+    code_off, off = run_json(capsys, *base, "--no-enable-prefix-caching")
+    code_default, default = run_json(capsys, *base)
+    assert code_on == code_off == code_default == 0
+    assert on["settings"]["mamba_cache_mode"] == "align" and off["settings"]["mamba_cache_mode"] == "none"
+    assert default["settings"]["mamba_cache_mode"] == "none"          # opt-in on 0.27 for hybrids
+    assert on["num_blocks"] == off["num_blocks"]
+    assert on["blocks_per_request"] == off["blocks_per_request"] + 3   # one more page in each of 3 state groups
+    assert on["max_concurrency"] < off["max_concurrency"]
+    assert any("mamba_cache_mode align" in n for n in on["notes"])

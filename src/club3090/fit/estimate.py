@@ -53,6 +53,7 @@ class Overrides:
     num_speculative_tokens: int | None = None
     speculative_method: str | None = None   # --speculative-config's method
     enforce_eager: bool = False
+    enable_prefix_caching: bool | None = None   # --[no-]enable-prefix-caching; None = the profile's, else vLLM's
     weights_gib: float | None = None        # weights per GPU rank, as vLLM's "Model loading took X GiB"
     solve_max_ctx: bool = False             # answer for the largest context that fits
 
@@ -116,7 +117,8 @@ def serving_shape(spec: "ModelSpec", profile: "Profile | None", overrides: Overr
         kv_cache_dtype=o.kv_cache_dtype, enforce_eager=True if o.enforce_eager else None,
         vllm_version=o.vllm_version, dtype=o.dtype,
         num_speculative_tokens=o.num_speculative_tokens if o.num_speculative_tokens is not None else num_spec,
-        speculative_method=o.speculative_method, extra_weights_bytes=extra)
+        speculative_method=o.speculative_method, extra_weights_bytes=extra,
+        enable_prefix_caching=o.enable_prefix_caching)
 
 
 def default_gpus(shape: ServeShape, profile: "Profile | None") -> str:

@@ -124,6 +124,9 @@ def add_parser(sub: Any) -> None:
                    help='vLLM\'s speculative config: {"method": ..., "model": DRAFTER, "num_speculative_tokens": N}; '
                         "the drafter's weights and KV layers are priced")
     p.add_argument("--enforce-eager", action="store_true", help="no CUDA graphs")
+    p.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction, default=None,
+                   help="prefix caching (hybrid Mamba / linear-attention models keep 2 state pages per request "
+                        "with it, vLLM >= 0.15); default: the profile's, else vLLM's (on for hybrids from 0.28)")
     p.add_argument("--solve-max-ctx", action="store_true", help="answer for the largest context that fits")
     p.add_argument("--calibration", action="store_true", help="score the curated profiles against the anchors")
     p.add_argument("--json", action="store_true", help="machine-readable output")
@@ -302,7 +305,8 @@ def request_of(args: argparse.Namespace) -> Any:
         vllm_version=args.vllm_version,
         num_speculative_tokens=spec["num_speculative_tokens"] if spec else args.num_speculative_tokens,
         speculative_method=spec["method"] if spec else None,
-        enforce_eager=args.enforce_eager, weights_gib=args.weights_gib,
+        enforce_eager=args.enforce_eager, enable_prefix_caching=args.enable_prefix_caching,
+        weights_gib=args.weights_gib,
         solve_max_ctx=args.solve_max_ctx), drafter=spec["model"] if spec else None)
 
 
