@@ -51,6 +51,8 @@ def calibrated(fit: "FitResult", spec: "ModelSpec", shape: "ServeShape", memory:
     if near is None and profile is not None:
         near = curated_measured(fit, spec, shape, memory, catalog, profile)
     return (near[0], spec, near[1]) if near is not None else None
+
+
 def _correctable(fit: "FitResult", shape: "ServeShape", memory: "Sequence[int]") -> bool:
     # PP: a log states one worker's pool and stages differ; a pool the user set is not a prediction
     return bool(memory) and fit.calibration is None and shape.pp == 1 and shape.kv_cache_memory_bytes is None
@@ -63,12 +65,12 @@ def _overheads(f: "FitResult") -> int:
 
 def _corrected(fit: "FitResult", shape: "ServeShape", price: "Callable[[ServeShape], FitResult | None]",
                rows: "Sequence[tuple[str, int, FitResult]]", *, label: str, code: NoticeCode,
-               rounding_bytes: int | None = None) -> "tuple[FitResult, Notice] | None":
+               rounding_bytes: int | None = None, keep_lowering: bool = False) -> "tuple[FitResult, Notice] | None":
     """``fit`` corrected by measured residuals: ``rows`` are (evidence id, predicted - measured pool
     at its shape, the prediction at that shape). The corrected pool is priced through
     ``--kv-cache-memory-bytes`` so blocks, tokens, concurrency and the verdict follow the one rule
-    (``fit.correction`` has the arithmetic and the direction rule). None when a raising correction
-    would not narrow the prediction's own band."""
+    (``fit.correction`` has the arithmetic and the direction rule). None when the correction's band
+    is no narrower than the prediction's own, unless it lowers the pool and ``keep_lowering``."""
     from club3090.fit.correction import ROUNDING_BYTES, Calibration, near_correction
 
     if not rows:
@@ -76,8 +78,8 @@ def _corrected(fit: "FitResult", shape: "ServeShape", price: "Callable[[ServeSha
     transfer = max(abs(_overheads(at) - _overheads(fit)) for _, _, at in rows)
     c = near_correction(fit.per_gpu.kv_pool_bytes, [r for _, r, _ in rows], transfer,
                         rounding_bytes=ROUNDING_BYTES if rounding_bytes is None else rounding_bytes)
-    if c.band_bytes >= fit.error_band_bytes and c.residual_bytes <= 0:
-        return None                   # lowering is always kept: it only removes a false "fits"
+    if c.band_bytes >= fit.error_band_bytes and not (keep_lowering and c.residual_bytes > 0):
+        return None
     corrected = price(replace(shape, kv_cache_memory_bytes=c.priced_bytes))
     if corrected is None:
         return None
@@ -117,8 +119,8 @@ def near_here(fit: "FitResult", spec: "ModelSpec", shape: "ServeShape", memory: 
     Each receipt's shape is predicted with the inputs of this fit (the same per-rank weights, the
     same GPUs); its residual (predicted - measured KV pool) corrects this prediction (``_corrected``).
     None when no receipt is near, under pipeline parallelism, for a pool set by
-    ``--kv-cache-memory-bytes``, or when a raising correction's band is no narrower than the
-    prediction's own."""
+    ``--kv-cache-memory-bytes``, or when the receipts' band is no narrower than the prediction's
+    own."""
     if not receipts or not _correctable(fit, shape, memory):
         return None
     from club3090.fit.correction import NEAR_HERE
@@ -140,8 +142,8 @@ def near_here(fit: "FitResult", spec: "ModelSpec", shape: "ServeShape", memory: 
     return _corrected(fit, shape, price, rows, label=NEAR_HERE, code=NoticeCode.MEASURED_NEAR)
 
 
-def curated_measured(fit: "FitResult", spec: "ModelSpec", shape: "ServeShape", memory: "Sequence[int]", catalog: "Catalog",
-                     profile: str) -> "tuple[FitResult, Notice] | None":
+def curated_measured(fit: "FitResult", spec: "ModelSpec", shape: "ServeShape", memory: "Sequence[int]",
+                     catalog: "Catalog", profile: str) -> "tuple[FitResult, Notice] | None":
     """A curated profile's fit corrected by the catalog's measured start-ups of that profile.
 
     An anchor counts when it measured the KV pool (its "GPU KV cache size" in tokens) of this
@@ -150,7 +152,9 @@ def curated_measured(fit: "FitResult", spec: "ModelSpec", shape: "ServeShape", m
     the anchor is priced from its own recorded inputs (as ``kv-calc --calibration`` prices it), its
     residual is the pool error its token error implies (tokens are proportional to blocks), and
     the overheads' movement between the two shapes widens the band. A correction that lowers the
-    pool applies in full; a raising one only to the band's lower edge (``fit.correction``), the
+    pool applies in full, however wide its band (the catalog's own measurement of this profile
+    is below the prediction: a false "fits" removed); a raising one only to the band's lower edge
+    (``fit.correction``), the
     band's floor being the rounding of the stated token count ("~310K"), and no narrower than the
     prediction's own band when the anchor ran another release."""
     chosen = catalog.profiles.get(profile)
@@ -191,8 +195,8 @@ def curated_measured(fit: "FitResult", spec: "ModelSpec", shape: "ServeShape", m
             # what changed between the releases beyond the modelled rules is unknown: no narrower
             # than the prediction's own band
             rounding = max(rounding, fit.error_band_bytes)
-    return _corrected(fit, shape, _pricer(fit, spec, shape, memory), rows, label=CURATED_MEASURED, code=NoticeCode.MEASURED_CURATED,
-                      rounding_bytes=rounding)
+    return _corrected(fit, shape, _pricer(fit, spec, shape, memory), rows, label=CURATED_MEASURED,
+                      code=NoticeCode.MEASURED_CURATED, rounding_bytes=rounding, keep_lowering=True)
 
 
 def measured_here(fit: "FitResult", spec: "ModelSpec", shape: "ServeShape", memory: "Sequence[int]",
