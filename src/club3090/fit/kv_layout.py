@@ -217,7 +217,7 @@ def kv_page_layout(layers: Sequence[LayerSpec], *, tp: int, fmt: KvFormat, model
     return Layout(groups=tuple(groups), group_size=group_size, bytes_per_block=group_size * max_page,
                    attn_block_size=bs, kv_bytes_per_token=math.ceil(kv_per_token),
                    state_bytes_per_request=state_per_request, layer_needs=tuple(unified),
-                  state_pages=state_pages)
+                   state_pages=state_pages)
 
 
 def _tokens_needed(kind: str, length: int, window: int | None, inflight: int) -> int | None:

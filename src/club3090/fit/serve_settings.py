@@ -81,7 +81,7 @@ class Resolved:
     model_dtype: str
     cudagraphs_subtracted: bool
     capture_sizes: int
-    kv_tokens_formula: str          # "blocks" (<= 0.19) | "concurrency"
+    kv_tokens_formula: str          # "blocks" (<= 0.20.0) | "concurrency"
     engine: str = "v1"              # "v0" | "v1"
     chunked_prefill: bool = True
     use_mla: bool = True

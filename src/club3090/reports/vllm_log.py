@@ -204,7 +204,7 @@ def parse_startup(text: str) -> StartupLog:
             m_["available_kv_cache_gib"] = _gib(m.group(4), m.group(5))
             m_["error"] = {"type": "kv_needed_gt_available", "max_seq_len": _i(m.group(1)),
                            "needed_gib": _gib(m.group(2), m.group(3)), "available_gib": _gib(m.group(4), m.group(5))}
-            if (e := _ESTIMATED_LEN.search(line)) is not None:    # vLLM's own suggestion, from 0.9 on
+            if (e := _ESTIMATED_LEN.search(line)) is not None:    # vLLM's own suggestion
                 m_["error"]["estimated_max_model_len"] = _i(e.group(1))
         if (m := _OOM.search(line)) is not None:
             m_["error"] = {"type": "cuda_oom", "attempted_alloc_gib": round(_gib(m.group(1), m.group(2)), 4)}
