@@ -57,7 +57,7 @@ class SafetensorsHeader:
     @property
     def data_bytes(self) -> int:
         """Sum of the tensors' byte ranges (what the weights occupy)."""
-        return sum(t.nbytes for t in self.tensors.values())
+        return sum(t.end - t.begin for t in self.tensors.values())
 
     @property
     def data_end(self) -> int:
@@ -73,7 +73,7 @@ class SafetensorsHeader:
     def dtype_bytes(self) -> dict[str, int]:
         out: dict[str, int] = {}
         for info in self.tensors.values():
-            out[info.dtype] = out.get(info.dtype, 0) + info.nbytes
+            out[info.dtype] = out.get(info.dtype, 0) + info.end - info.begin
         return out
 
 
@@ -152,12 +152,12 @@ def parse_header(raw: bytes, *, file: str, file_size: int | None = None) -> Safe
 def _check_tiling(tensors: Mapping[str, TensorInfo], *, file: str) -> None:
     """Sorted by offsets, each range must start where the previous one ended (the first at 0)."""
     cursor = 0
-    for name, info in sorted(tensors.items(), key=lambda item: (item[1].begin, item[1].end)):
-        if info.begin != cursor:
-            kind = "overlaps the previous tensor" if info.begin < cursor else "leaves a gap before it"
-            raise InputError(file, f"tensor {name!r}: data_offsets [{info.begin}, {info.end}] {kind} "
+    for begin, end, name in sorted([(t.begin, t.end, n) for n, t in tensors.items()]):   # a C tuple sort
+        if begin != cursor:
+            kind = "overlaps the previous tensor" if begin < cursor else "leaves a gap before it"
+            raise InputError(file, f"tensor {name!r}: data_offsets [{begin}, {end}] {kind} "
                                    f"(expected to start at {cursor})")
-        cursor = info.end
+        cursor = end
 
 
 _ENTRY_KEYS = frozenset({"dtype", "shape", "data_offsets"})
