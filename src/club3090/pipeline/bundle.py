@@ -121,12 +121,8 @@ def plan(launch: Launch, *, directory: Path, repo_id: str, commit: str, snapshot
     env = [e for e in (svc.get("environment") or []) if str(e).split("=", 1)[0] not in
            (*_HF_TOKEN_VARS, "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")]
     svc["environment"] = [*env, "HF_HUB_OFFLINE=1", "TRANSFORMERS_OFFLINE=1"]
-    svc["restart"] = "no"
-    container = str(svc.get("container_name") or f"club3090-{launch.service_name}")
-    svc["container_name"] = container
-    bundled = Launch(kind=launch.kind, service_name=launch.service_name, service=svc,
-                     header=(*launch.header[:-1], f"run: docker compose -f {directory / 'compose.yml'} up -d"),
-                     top_level=launch.top_level, profile=launch.profile)
+    bundled = bundled_launch(launch, svc, directory)
+    container = str(svc["container_name"])
 
     argv, env_pairs, container_only = _native(bundled, directory, snapshot, port)
     description = launch_json(bundled)
@@ -142,6 +138,16 @@ def plan(launch: Launch, *, directory: Path, repo_id: str, commit: str, snapshot
     return Bundle(directory, files, {}, tuple(argv), dict(env_pairs), served, port, container,
                   container_only=tuple(container_only), upstream_files=upstream, unresolved=unresolved,
                   folders=tuple(folders), launch=bundled)
+
+
+def bundled_launch(launch: Launch, svc: dict[str, Any], directory: Path) -> Launch:
+    """``launch`` with the bundle's service ``svc``: started once (no restart policy), under a fixed
+    container name, its header saying how to run the bundle's own compose file."""
+    svc["restart"] = "no"
+    svc["container_name"] = str(svc.get("container_name") or f"club3090-{launch.service_name}")
+    return Launch(kind=launch.kind, service_name=launch.service_name, service=svc,
+                  header=(*launch.header[:-1], f"run: docker compose -f {directory / 'compose.yml'} up -d"),
+                  top_level=launch.top_level, profile=launch.profile)
 
 
 def _swap_model(command: list[str], model_target: str, repo_id: str) -> list[str]:
@@ -313,4 +319,4 @@ def mount_sources(compose_text: str, env: Mapping[str, str]) -> list[str]:
     return out
 
 
-__all__ = ["BUNDLE_FILES", "CONTAINER_HUB", "LOGS", "PID", "STATE", "Bundle", "mount_sources", "plan", "relocate", "write"]
+__all__ = ["BUNDLE_FILES", "CONTAINER_HUB", "LOGS", "PID", "STATE", "Bundle", "bundled_launch", "mount_sources", "plan", "relocate", "write"]

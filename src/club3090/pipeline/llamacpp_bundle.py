@@ -19,13 +19,12 @@ from typing import Any
 
 from club3090.compose import llamacpp as lc
 from club3090.compose.launch import Launch, interpolate, plain_data, render_compose, volume_parts
-from club3090.pipeline.bundle import CONTAINER_HUB, Bundle, _bundle_source
+from club3090.pipeline.bundle import _HF_TOKEN_VARS, CONTAINER_HUB, Bundle, _bundle_source, bundled_launch
 
 __all__ = ["DIALECTS", "container_model_path", "plan"]
 
 DIALECTS = ("llama-server", "llama-cpp-python")
 _MODEL_TARGETS = ("/models", CONTAINER_HUB, "/root/.cache/huggingface")
-_HF_TOKEN_VARS = ("HUGGING_FACE_HUB_TOKEN", "HF_TOKEN")
 
 
 def container_model_path(repo_id: str, commit: str, filename: str) -> str:
@@ -77,12 +76,8 @@ def plan(launch: Launch, *, directory: Path, repo_id: str, commit: str, model_fi
                           if str(e).split("=", 1)[0] not in _HF_TOKEN_VARS]
     if not svc["environment"]:
         del svc["environment"]
-    svc["restart"] = "no"
-    container = str(svc.get("container_name") or f"club3090-{launch.service_name}")
-    svc["container_name"] = container
-    bundled = Launch(kind=launch.kind, service_name=launch.service_name, service=svc,
-                     header=(*launch.header[:-1], f"run: docker compose -f {directory / 'compose.yml'} up -d"),
-                     top_level=launch.top_level, profile=launch.profile)
+    bundled = bundled_launch(launch, svc, directory)
+    container = str(svc["container_name"])
 
     resolved = [interpolate(w, {}) for w in words]
     unresolved = sorted({w for w in resolved if w != model_in and any(
