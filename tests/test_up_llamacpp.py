@@ -9,7 +9,6 @@ import dataclasses
 import json
 import stat
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,10 +22,12 @@ from club3090.compose import llamacpp as lc
 from club3090.edges import launchers
 from club3090.edges.provider import LiveProvider
 from club3090.fit.llamacpp import LlamaCppArgs
+from tests import test_up as up_tests
 from tests.fakehub import FakeHub
 from tests.llama_server import N_CTX, free_port, write_model
 from tests.test_compose import validate_compose
 
+stopper = up_tests.stopper     # the fixture that stops every native server a test started
 REPO = "club3090-tests/tiny-llama-GGUF"
 FILE = "tiny-llama-F32.gguf"
 PROFILE = "llamacpp/default"
@@ -104,14 +105,6 @@ def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fake_hub: FakeHub, gguf
 
 def run_cli(env: dict[str, Any], *argv: str) -> int:
     return cli.main(list(argv), provider=env["provider"])
-
-
-@pytest.fixture
-def stopper() -> Iterator[list[Path]]:
-    dirs: list[Path] = []
-    yield dirs
-    for d in dirs:
-        launchers.stop_native(d)
 
 
 
