@@ -12,9 +12,9 @@ import pytest
 
 from club3090 import cli
 from club3090.catalog.loader import load_catalog
-from club3090.fit.calibration import anchor_inputs
+from club3090.fit.calibration import anchor_inputs, anchor_prediction
 from club3090.fit.correction import CURATED_MEASURED, token_rounding
-from club3090.fit.memory import FitResult, predict
+from club3090.fit.memory import FitResult
 from club3090.gate.outcome import NoticeCode
 from club3090.model.architecture import parse_config
 from club3090.pipeline.stages import calibrated, curated_measured
@@ -43,11 +43,9 @@ def measured_anchors(catalog, profile: str) -> dict[str, int]:
 def anchor_fit(catalog, anchor) -> tuple[FitResult, object, list[int]]:
     """The raw prediction at an anchor's own recorded inputs (as ``kv-calc --calibration`` makes it)."""
     inputs = anchor_inputs(anchor, catalog)
-    memory = [inputs.gpu.memory_bytes] * inputs.world
-    fit = predict(parse_config(inputs.model.hf_config), weights_bytes=int(inputs.weights_bytes),
-                  gpu_memory_bytes=memory, shape=inputs.shape, confidence="exact")
+    fit = anchor_prediction(inputs)
     assert isinstance(fit, FitResult)
-    return fit, inputs, memory
+    return fit, inputs, [inputs.gpu.memory_bytes] * inputs.world
 
 
 def spec_of(catalog, profile: str):

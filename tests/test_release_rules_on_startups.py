@@ -31,13 +31,16 @@ ACCURACY = _accuracy()
 
 
 def priced(case_id: str, *, pool_from_log: bool) -> FitResult:
-    """The case priced as the benchmark prices it; ``pool_from_log``: through the logged KV pool."""
+    """The case priced as the benchmark prices it; ``pool_from_log``: through the logged KV pool
+    (the page maths: weights and card size do not matter then)."""
     case = CASES[case_id]
     config = CONFIGS[case["hf_repo"]]
     arch = parse_config({k: v for k, v in config.items() if not k.startswith("config_")})
-    pool = int(case["measured"]["available_kv_cache_gib"] * GiB) if pool_from_log else None
-    weights = int(case["measured"]["model_loading_gib"] * GiB)
-    gpu = int((ACCURACY._gpu_gib(case) or 80) * GiB)     # unknown card: the logged pool prices it
+    if pool_from_log:
+        pool, weights, gpu = int(case["measured"]["available_kv_cache_gib"] * GiB), 0, 80 * GiB
+    else:
+        pool, weights = None, int(case["measured"]["model_loading_gib"] * GiB)
+        gpu = int(ACCURACY._gpu_gib(case) * GiB)
     result = predict(arch, weights_bytes=0, weights_bytes_per_rank=weights, gpu_memory_bytes=[gpu],
                      shape=ACCURACY._shape(case, pool))
     assert isinstance(result, FitResult)
@@ -75,13 +78,8 @@ def test_prefix_caching_keeps_two_state_pages_per_request():
 
 def test_0_20_0_still_logs_blocks_per_group_as_its_token_count():
     """Qwen3.6-35B-A3B NVFP4 on 0.20.0: 3.87x concurrency but 75,456 tokens = blocks // 4 groups x 2,096."""
-    case_id = "gh-fileid-qwen36-35b-a3b-nvfp4-wsl-v0200"
-    case = CASES[case_id]
-    config = CONFIGS[case["hf_repo"]]
-    arch = parse_config({k: v for k, v in config.items() if not k.startswith("config_")})
-    got = predict(arch, weights_bytes=0, weights_bytes_per_rank=0, gpu_memory_bytes=[80 * GiB],
-                  shape=ACCURACY._shape(case, int(case["measured"]["available_kv_cache_gib"] * GiB)))
-    assert isinstance(got, FitResult)
+    case = CASES["gh-fileid-qwen36-35b-a3b-nvfp4-wsl-v0200"]
+    got = priced(case["id"], pool_from_log=True)
     assert got.settings.kv_tokens_formula == "blocks" and got.block_size == 2096
     assert got.kv_cache_tokens == case["measured"]["gpu_kv_cache_tokens"]
     assert got.max_concurrency == pytest.approx(case["measured"]["max_concurrency"], abs=0.01)
@@ -91,10 +89,6 @@ def test_0_20_0_still_logs_blocks_per_group_as_its_token_count():
                                      "gh-club3090-922-qwen36-27b-int4-mtp-2x3090-v0251"])
 def test_mtp_with_prefix_caching_on_two_3090s(case_id):
     """The MTP layer joins the full-attention group and each state group keeps 2 + 3 pages."""
-    case = CASES[case_id]
-    config = CONFIGS[case["hf_repo"]]
-    arch = parse_config({k: v for k, v in config.items() if not k.startswith("config_")})
-    got = predict(arch, weights_bytes=0, weights_bytes_per_rank=0, gpu_memory_bytes=[80 * GiB],
-                  shape=ACCURACY._shape(case, int(case["measured"]["available_kv_cache_gib"] * GiB)))
-    assert isinstance(got, FitResult) and got.settings.mamba_cache_mode == "align"
-    assert got.kv_cache_tokens == pytest.approx(case["measured"]["gpu_kv_cache_tokens"], rel=0.005)
+    got = priced(case_id, pool_from_log=True)
+    assert got.settings.mamba_cache_mode == "align"
+    assert got.kv_cache_tokens == pytest.approx(CASES[case_id]["measured"]["gpu_kv_cache_tokens"], rel=0.005)

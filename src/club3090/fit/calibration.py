@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from club3090.catalog.model import NO_DRAFTER
-from club3090.fit.memory import GiB, ServeShape, Unpriceable, predict
+from club3090.fit.memory import FitResult, GiB, ServeShape, Unpriceable, predict
 from club3090.fit.shape import drafter_terms, profile_shape
 from club3090.model.architecture import parse_config
 
@@ -31,6 +31,7 @@ __all__ = [
     "CalibrationReport",
     "SetTally",
     "anchor_inputs",
+    "anchor_prediction",
     "anchor_set",
     "calibrate",
     "score_anchors",
@@ -160,6 +161,16 @@ def anchor_inputs(anchor: Any, catalog: Any) -> AnchorInputs:
     return AnchorInputs(profile, model, weights, note, engine, gpu, tp * pp, shape)
 
 
+def anchor_prediction(inputs: AnchorInputs) -> FitResult | Unpriceable | None:
+    """The engine's prediction of an anchor's run from its own inputs; None when the catalog lacks
+    the model, the weights or the GPU to price it."""
+    if inputs.model is None or not inputs.weights_bytes or inputs.gpu is None:
+        return None
+    return predict(parse_config(inputs.model.hf_config), weights_bytes=int(inputs.weights_bytes),
+                   gpu_memory_bytes=[inputs.gpu.memory_bytes] * inputs.world, shape=inputs.shape,
+                   confidence="exact")
+
+
 def _score(anchor: Any, inputs: AnchorInputs) -> AnchorScore:
     kind = anchor_set(anchor)
     card = int(inputs.gpu.memory_bytes) if inputs.gpu is not None else None
@@ -169,11 +180,9 @@ def _score(anchor: Any, inputs: AnchorInputs) -> AnchorScore:
         return AnchorScore(anchor.id, kind, label, card, None, anchor.measured_peak_bytes, None,
                            anchor.measured_kv_tokens, None, False, why, False, why)
 
-    if inputs.model is None or not inputs.weights_bytes or inputs.gpu is None:
+    result = anchor_prediction(inputs)
+    if result is None:
         return failed("model/weights/GPU missing in catalog")
-    result = predict(parse_config(inputs.model.hf_config), weights_bytes=int(inputs.weights_bytes),
-                     gpu_memory_bytes=[inputs.gpu.memory_bytes] * inputs.world, shape=inputs.shape,
-                     confidence="exact")
     if isinstance(result, Unpriceable):
         return failed(f"unpriceable: {result.reason}")
     peak = result.per_gpu.budget_bytes + result.cudagraph_outside_budget_bytes + CONTEXT_RESERVE_BYTES

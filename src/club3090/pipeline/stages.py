@@ -161,11 +161,10 @@ def curated_measured(fit: "FitResult", spec: "ModelSpec", shape: "ServeShape", m
     if chosen is None or spec.curated is None or spec.curated.model_id != chosen.model \
             or not _correctable(fit, shape, memory):
         return None
-    from club3090.fit.calibration import anchor_inputs
+    from club3090.fit.calibration import anchor_inputs, anchor_prediction
     from club3090.fit.correction import CURATED_MEASURED, token_rounding
-    from club3090.fit.memory import FitResult, predict
+    from club3090.fit.memory import FitResult
     from club3090.fit.vllm_rules import parse_version
-    from club3090.model.architecture import parse_config
 
     def release(version: str | None) -> tuple[int, ...]:
         return parse_version(version)[:2]
@@ -178,13 +177,11 @@ def curated_measured(fit: "FitResult", spec: "ModelSpec", shape: "ServeShape", m
             continue
         inputs = anchor_inputs(anchor, catalog)
         at_shape = inputs.shape
-        if inputs.model is None or not inputs.weights_bytes or inputs.gpu is None \
-                or (at_shape.tp, at_shape.pp) != (shape.tp, shape.pp) \
+        if inputs.gpu is None or (at_shape.tp, at_shape.pp) != (shape.tp, shape.pp) \
                 or abs(inputs.gpu.memory_bytes - card) > card // 50 \
                 or (at_shape.num_speculative_tokens > 0) != (shape.num_speculative_tokens > 0):
             continue
-        at = predict(parse_config(inputs.model.hf_config), weights_bytes=int(inputs.weights_bytes),
-                     gpu_memory_bytes=[inputs.gpu.memory_bytes] * inputs.world, shape=at_shape, confidence="exact")
+        at = anchor_prediction(inputs)
         if not isinstance(at, FitResult) or at.kv_cache_tokens <= 0:
             continue
         pool = at.per_gpu.kv_pool_bytes
