@@ -34,14 +34,17 @@ def _shipped_value(token: str) -> str | None:
         return None
 
 
+def _shipped_args(profile: Any) -> list[str]:
+    """The shipped compose's command as words (none without a runtime or a command list)."""
+    if profile is None or profile.runtime is None:
+        return []
+    command = profile.runtime.service.get("command")
+    return [str(a) for a in command] if isinstance(command, (list, tuple)) else []
+
+
 def shipped_flag(profile: Any, flag: str) -> str | None:
     """The value a profile's shipped compose passes for ``flag`` (its ${VAR:-default} resolved), if any."""
-    if profile.runtime is None:
-        return None
-    command = profile.runtime.service.get("command")
-    if not isinstance(command, (list, tuple)):
-        return None
-    args = [str(a) for a in command]
+    args = _shipped_args(profile)
     for i, arg in enumerate(args):
         if arg == flag and i + 1 < len(args):
             return _shipped_value(args[i + 1])
@@ -68,8 +71,7 @@ def profile_encoder_profiling(profile: Any) -> bool:
     (``profile_run`` runs encoder profiling only when some modality is allowed)."""
     if profile is None or profile.runtime is None:
         return True
-    command = profile.runtime.service.get("command")
-    if isinstance(command, (list, tuple)) and "--language-model-only" in [str(a) for a in command]:
+    if "--language-model-only" in _shipped_args(profile):
         return False
     limits = shipped_flag(profile, "--limit-mm-per-prompt")
     if limits:
@@ -88,10 +90,7 @@ def profile_prefix_caching(profile: Any) -> bool | None:
     """``--enable-prefix-caching`` (True) or ``--no-enable-prefix-caching`` (False) in the shipped
     compose; None when it passes neither (vLLM's default for the model). A hybrid model's state
     layers keep two pages per request with it on (``vllm_rules.mamba_cache_mode``)."""
-    if profile is None or profile.runtime is None:
-        return None
-    command = profile.runtime.service.get("command")
-    args = [str(a) for a in command] if isinstance(command, (list, tuple)) else []
+    args = _shipped_args(profile)
     if "--no-enable-prefix-caching" in args:
         return False
     return True if "--enable-prefix-caching" in args else None
