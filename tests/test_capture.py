@@ -14,7 +14,7 @@ import pytest
 
 from club3090 import __version__
 from club3090.errors import InputError
-from club3090.gate.outcome import Reason, Stratum
+from club3090.outcome import Reason, Stratum
 from club3090.reports import capture
 from club3090.reports import redact as redact_mod
 from club3090.reports.capture import (

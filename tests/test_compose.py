@@ -32,8 +32,8 @@ from club3090.compose.generate import (
     generate,
     with_default,
 )
-from club3090.compose.launch import interpolate, interpolate_tree
 from club3090.errors import InputError
+from club3090.interpolate import interpolate, interpolate_tree
 from club3090.model.architecture import parse_config
 from club3090.model.slug import sanitize_slug
 from club3090.model.spec import ModelSpec, Quantization

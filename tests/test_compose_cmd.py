@@ -10,8 +10,8 @@ import yaml
 
 from club3090.cli import main as cli_main
 from club3090.compose.generate import REFUSAL_TOKENS
-from club3090.compose.launch import interpolate_tree
 from club3090.edges.provider import LiveProvider
+from club3090.interpolate import interpolate_tree
 from tests.test_compose import (
     DROPPED,
     EMITTING,

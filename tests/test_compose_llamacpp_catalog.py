@@ -16,9 +16,9 @@ import yaml
 
 from club3090 import cli
 from club3090.catalog import load_catalog
-from club3090.compose.launch import interpolate
 from club3090.compose.llamacpp import ENGINE_TYPE, command_words
 from club3090.compose.replay import generate
+from club3090.interpolate import interpolate
 from tests.test_compose import validate_compose
 
 HEAD = Path(__file__).parent / "fixtures" / "upstream" / "head"

@@ -15,8 +15,8 @@ from club3090.catalog.loader import load_catalog
 from club3090.fit.calibration import anchor_inputs, anchor_prediction
 from club3090.fit.correction import CURATED_MEASURED, token_rounding
 from club3090.fit.memory import FitResult
-from club3090.gate.outcome import NoticeCode
 from club3090.model.architecture import parse_config
+from club3090.outcome import NoticeCode
 from club3090.pipeline.stages import calibrated, curated_measured
 from club3090.settings import Settings
 from tests.providers import offline_rig

@@ -15,10 +15,10 @@ from club3090.edges import derive as D
 from club3090.edges import hub as H
 from club3090.edges.resolve import resolve
 from club3090.errors import HubUnreachable, InputError
-from club3090.gate.outcome import Reason, Stop, Stratum
 from club3090.model.architecture import parse_config
 from club3090.model.quantization import resolve_quantization
 from club3090.model.spec import ModelSpec, RepoFile
+from club3090.outcome import Reason, Stop, Stratum
 from tests.fakehub import (
     FIXTURES,
     FakeHub,

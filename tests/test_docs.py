@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from club3090.cli import build_parser
-from club3090.gate.outcome import NoticeCode, Reason
 from club3090.gate.swap_match import SwapToken
+from club3090.outcome import NoticeCode, Reason
 
 README = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
 # argparse's own help flag, and aliases kept only for upstream command lines

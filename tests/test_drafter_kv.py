@@ -9,8 +9,9 @@ import json
 import pytest
 
 from club3090.fit.drafter_kv import drafter_kv_layers, drafter_method
-from club3090.fit.memory import GiB, ServeShape, predict
+from club3090.fit.memory import ServeShape, predict
 from club3090.model.architecture import parse_config
+from club3090.units import GiB
 from tests.fixtures_path import fixture_path
 
 HUB = fixture_path("hub")

@@ -24,9 +24,9 @@ from club3090.gate.engine_support import EngineState as C0State
 from club3090.gate.engine_support import EngineSubReason as C0SubReason
 from club3090.gate.flags import BYPASS_EXPERIMENTAL_ARCH as EXP
 from club3090.gate.flags import BYPASS_TRUST_REMOTE_CODE as TRC
-from club3090.gate.outcome import Reason, Stratum, bypassed
 from club3090.gate.terminal import Terminal
 from club3090.model.spec import CONFIDENCES
+from club3090.outcome import Reason, Stratum, bypassed
 from club3090.rig import hardware
 from club3090.rig.gpus import GpuSet
 

@@ -175,7 +175,7 @@ def test_mixed_rig_prices_the_smallest_card_and_says_so(cat):
 
 
 def test_named_non_nvidia_card_is_priced_with_a_notice(cat):
-    from club3090.gate.outcome import NoticeCode
+    from club3090.outcome import NoticeCode
     from club3090.rig.hardware import resolve_hardware
 
     hw = resolve_hardware(tp=2, gpu_set=parse_gpus("2xmi300x", cat))

@@ -17,8 +17,9 @@ from club3090.cli import main
 from club3090.cli.html_report import candidate_from_fit, render_page
 from club3090.cli.memory_bar import bar_lines
 from club3090.fit.curve import concurrency_at, concurrency_curve, memory_segments
-from club3090.fit.memory import GiB, ServeShape, predict
+from club3090.fit.memory import ServeShape, predict
 from club3090.model.architecture import parse_config
+from club3090.units import GiB
 
 CHROMIUM = next((p for p in (shutil.which(n) for n in ("chromium", "chromium-browser", "google-chrome")) if p), None)
 

@@ -15,7 +15,8 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "src" / "club3090"
 PURE = ("model", "rig", "fit", "gate", "compose")
-ALLOWED_INTERNAL = (*(f"club3090.{p}" for p in PURE), "club3090.errors", "club3090.version", "club3090.catalog.model")
+ALLOWED_INTERNAL = (*(f"club3090.{p}" for p in PURE), "club3090.errors", "club3090.version", "club3090.catalog.model",
+                    "club3090.outcome", "club3090.units", "club3090.interpolate")
 IO_MODULES = {"os", "io", "subprocess", "socket", "shutil", "tempfile", "urllib", "http", "select",
               "signal", "threading", "multiprocessing", "ssl", "glob", "huggingface_hub", "pynvml",
               "requests", "httpx", "sqlite3", "importlib"}

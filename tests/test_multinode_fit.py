@@ -9,10 +9,11 @@ from dataclasses import replace
 import pytest
 
 from club3090.cli import main
-from club3090.fit.memory import GiB, ServeShape, Unpriceable, pp_layer_counts, predict
+from club3090.fit.memory import ServeShape, Unpriceable, pp_layer_counts, predict
 from club3090.fit.speed import estimate_speed
 from club3090.fit.vllm_rules import choose_engine
 from club3090.model.architecture import parse_config
+from club3090.units import GiB
 from tests.fakehub import FIXTURES, add_deepseek_v3_layout, fp8_block_table, header_sum, synth_table
 from tests.fixtures_path import fixture_path
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from club3090.gate.outcome import Reason, Stop, Stratum
+from club3090.outcome import Reason, Stop, Stratum
 
 
 @pytest.mark.parametrize("stop, token", [
@@ -38,7 +38,7 @@ def test_pull_reports_a_stratum1_case_beside_the_bare_token(tmp_path):
 def test_notice_codes_are_stable_tokens_and_notices_dedupe_on_code_and_text():
     import re
 
-    from club3090.gate.outcome import Notice, NoticeCode
+    from club3090.outcome import Notice, NoticeCode
 
     values = [c.value for c in NoticeCode]
     assert len(values) == len(set(values)) and all(re.fullmatch(r"[a-z0-9]+(-[a-z0-9]+)*", v) for v in values)

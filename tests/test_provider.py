@@ -19,8 +19,8 @@ from club3090.catalog import load_catalog
 from club3090.edges.gpu_probe import DetectedGpu, DetectedGpus, detect
 from club3090.edges.provider import LiveProvider
 from club3090.edges.resolve import resolve
-from club3090.gate.outcome import Outcome, Reason, Stop
 from club3090.model.spec import ModelSpec
+from club3090.outcome import Outcome, Reason, Stop
 from club3090.pipeline.kv_calc import PriceRequest, price
 from club3090.pipeline.pull import PullRequest, evaluate
 from club3090.settings import Settings

@@ -15,10 +15,10 @@ from club3090.compose.generate import ComposeOutcome
 from club3090.edges.gpu_probe import DetectedGpu, DetectedGpus
 from club3090.errors import HubUnreachable, UsageError
 from club3090.gate.flags import BYPASS_EXPERIMENTAL_ARCH, BYPASS_TRUST_REMOTE_CODE
-from club3090.gate.outcome import Outcome, Reason, Stop, Stratum
 from club3090.gate.terminal import RAW_VERDICTS
 from club3090.model.architecture import parse_config
 from club3090.model.spec import ModelSpec
+from club3090.outcome import Outcome, Reason, Stop, Stratum
 from club3090.pipeline.pull import CAVEAT, PullRequest, evaluate, select_path
 from club3090.pipeline.pull_gate import Gate, Verdict
 from club3090.settings import Settings

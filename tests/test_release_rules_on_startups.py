@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from club3090.fit.memory import FitResult, GiB, predict
+from club3090.fit.memory import FitResult, predict
 from club3090.fit.vllm_rules import native_sampler, parse_version
 from club3090.model.architecture import parse_config
+from club3090.units import GiB
 from tests.fixtures_path import fixture_path
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -96,7 +96,7 @@ def test_shipped_values_resolve_through_launch_interpolate(cat):
     """launch.interpolate owns ${VAR:-d}: a shipped value resolves as Compose does with no env."""
     from dataclasses import replace
 
-    from club3090.compose.launch import interpolate
+    from club3090.interpolate import interpolate
 
     p = cat.profiles["vllm/minimal"]
     service = dict(p.runtime.service)

@@ -8,8 +8,9 @@ import json
 
 import pytest
 
-from club3090.fit.memory import GiB, ServeShape, predict
+from club3090.fit.memory import ServeShape, predict
 from club3090.model.architecture import parse_config
+from club3090.units import GiB
 from tests.fixtures_path import fixture_path
 
 CAL = fixture_path("calibration")

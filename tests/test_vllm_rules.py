@@ -9,10 +9,11 @@ import json
 import pytest
 
 from club3090.fit import profiling
-from club3090.fit.memory import GiB, ServeShape, Unpriceable, predict
+from club3090.fit.memory import ServeShape, Unpriceable, predict
 from club3090.fit.vllm_rules import NEWEST_KNOWN_VLLM, choose_engine, mla_rule, parse_version, v0_batched_tokens
 from club3090.model.architecture import parse_config
 from club3090.model.param_estimate import bytes_per_parameter, estimate_weights
+from club3090.units import GiB
 from tests.fixtures_path import fixture_path
 
 HUB = fixture_path("hub")

@@ -47,9 +47,9 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     "FitResult": ("club3090.fit.memory", "FitResult"),
     "Unpriceable": ("club3090.fit.memory", "Unpriceable"),
     "ModelSpec": ("club3090.model.spec", "ModelSpec"),
-    "Stop": ("club3090.gate.outcome", "Stop"),
-    "Notice": ("club3090.gate.outcome", "Notice"),
-    "Outcome": ("club3090.gate.outcome", "Outcome"),
+    "Stop": ("club3090.outcome", "Stop"),
+    "Notice": ("club3090.outcome", "Notice"),
+    "Outcome": ("club3090.outcome", "Outcome"),
     "Settings": ("club3090.settings", "Settings"),
     # I/O
     "Provider": ("club3090.pipeline.provider", "Provider"),

@@ -35,7 +35,7 @@ from club3090.errors import (
     RevisionNotFound,
     UsageError,
 )
-from club3090.gate.outcome import Outcome
+from club3090.outcome import Outcome
 from club3090.settings import Settings
 from club3090.version import __version__
 

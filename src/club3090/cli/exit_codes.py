@@ -1,6 +1,6 @@
 """The one exit-code table: verdict codes (what the answer was) and tool-failure codes (sysexits).
 
-Results carry an :class:`club3090.gate.outcome.Outcome`; :func:`exit_code` turns it into the
+Results carry an :class:`club3090.outcome.Outcome`; :func:`exit_code` turns it into the
 process status. Tool failures are exceptions mapped by ``club3090.cli.ERRORS``.
 
 ====  =========================================================================================
@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from types import MappingProxyType
 
-from club3090.gate.outcome import Outcome
+from club3090.outcome import Outcome
 
 VERDICT_CODES: Mapping[Outcome, int] = MappingProxyType({
     Outcome.OK: 0,

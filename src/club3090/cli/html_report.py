@@ -17,10 +17,10 @@ from html import escape
 from typing import Any
 
 from club3090.fit.curve import Segment, concurrency_curve, memory_segments
+from club3090.units import GiB
 
 __all__ = ["Candidate", "GpuBar", "candidate_from_fit", "render_page"]
 
-GIB = 1 << 30
 COLOURS = {"weights": "#3b6fd4", "non_torch": "#a24bc8", "activation": "#d9a21b", "cudagraphs": "#2bb3c0",
            "kv_pool": "#3fa34d", "reserved": "#b8b8b8"}
 BAR_W, BAR_H, BAR_GAP, LABEL_W = 640, 28, 14, 70
@@ -52,7 +52,7 @@ def candidate_from_fit(name: str, result: Any, notes: Sequence[str] = ()) -> Can
 
 
 def _gib(n: int) -> str:
-    return f"{n / GIB:.2f}"
+    return f"{n / GiB:.2f}"
 
 
 def _bars_svg(gpus: Sequence[GpuBar]) -> str:

@@ -12,7 +12,8 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
-GIB = 1 << 30
+from club3090.units import GiB
+
 MIN_BAR = 10
 MAX_BAR = 72
 # segment key -> (colour style, fill character without colour)
@@ -63,7 +64,7 @@ def legend_lines(segments: Sequence[Any], width: int, *, color: bool) -> list[An
         style, fill = STYLE.get(seg.key, ("white", "?"))
         item = Text()
         item.append("█" if color else fill, style=style if color else None)
-        item.append(f" {seg.label} {seg.bytes / GIB:.2f}")
+        item.append(f" {seg.label} {seg.bytes / GiB:.2f}")
         if line.plain and len(line.plain) + 2 + len(item.plain) > width:
             lines.append(line)
             line = Text()
@@ -82,7 +83,7 @@ def bar_lines(segments: Sequence[Any], total_bytes: int, width: int, *, color: b
     from rich.text import Text
 
     prefix = f"{title} " if title else ""
-    total_label = f" {total_bytes / GIB:.1f} GiB"
+    total_label = f" {total_bytes / GiB:.1f} GiB"
     room = width - len(prefix) - len(total_label) - 2
     full = max(MIN_BAR, min(MAX_BAR, room))
     bar_width = max(MIN_BAR // 2, round(full * min(max(scale, 0.0), 1.0)))
@@ -115,4 +116,4 @@ def print_memory_bars(console: Any, ranks: Sequence[Any], segments_of: Any) -> N
     sizes = {r.gpu_memory_bytes for r in ranks}
     if len(sizes) > 1:
         console.print(f"mixed rig: vLLM gives every rank the same KV pool, so the smallest card "
-                      f"({min(sizes) / GIB:.2f} GiB) limits it")
+                      f"({min(sizes) / GiB:.2f} GiB) limits it")

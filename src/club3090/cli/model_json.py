@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from club3090.gate.outcome import Stop
 from club3090.model.spec import ModelSpec
+from club3090.outcome import Stop
 
 
 def stop_to_json(stop: Stop) -> dict[str, Any]:

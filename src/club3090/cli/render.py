@@ -21,11 +21,11 @@ import unicodedata
 from typing import Any
 
 from club3090.settings import redact_url_credentials
+from club3090.units import GiB
 
 _KEEP_MULTILINE = frozenset("\n\t")
 _UNSAFE_CATEGORIES = frozenset({"Cc", "Cf", "Zl", "Zp", "Cs", "Co", "Cn"})
 
-GiB = 2**30  # bytes inside, GiB only when rendered
 
 
 def _visible(ch: str) -> str:

@@ -18,8 +18,8 @@ from club3090.compose.param_slots import format_number
 from club3090.compose.provenance import one_line
 from club3090.errors import InputError, UsageError
 from club3090.fit.kv_formats import canonical_dtype
-from club3090.gate.outcome import Notice, NoticeCode, Outcome
 from club3090.model.slug import sanitize_slug
+from club3090.outcome import Notice, NoticeCode, Outcome
 from club3090.version import __version__
 
 if TYPE_CHECKING:

@@ -24,7 +24,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from club3090.compose.launch import Launch, interpolate_tree, plain_data, render_compose
+from club3090.compose.launch import Launch, plain_data, render_compose
 from club3090.compose.outcome import OTHER, SCOPE, ComposeOutcome, refuse
 from club3090.compose.param_slots import set_host_port, with_default
 from club3090.fit.llamacpp import (
@@ -35,8 +35,9 @@ from club3090.fit.llamacpp import (
     predict,
 )
 from club3090.fit.memory import Unpriceable
-from club3090.gate.outcome import Notice, NoticeCode, Outcome
+from club3090.interpolate import interpolate_tree
 from club3090.model.gguf import TYPES
+from club3090.outcome import Notice, NoticeCode, Outcome
 from club3090.version import __version__
 
 if TYPE_CHECKING:

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from club3090.compose.launch import Launch
-from club3090.gate.outcome import Notice, Outcome, Reason, Stop, Stratum
+from club3090.outcome import Notice, Outcome, Reason, Stop, Stratum
 
 # Stratum-6 refusal tokens, in table order (docs/DESIGN.md §11).
 SCOPE = "scope"

@@ -11,8 +11,9 @@ import json
 import re
 from typing import TYPE_CHECKING, Any
 
-from club3090.compose.launch import interpolate, split_volume
+from club3090.compose.launch import split_volume
 from club3090.compose.outcome import ReplayError
+from club3090.interpolate import interpolate
 
 if TYPE_CHECKING:
     from club3090.catalog.model import Catalog, Drafter, Profile

@@ -12,8 +12,9 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import PurePosixPath
 from typing import TYPE_CHECKING, Any
 
-from club3090.compose.launch import interpolate, split_volume, volume_source, volume_target
+from club3090.compose.launch import split_volume, volume_source, volume_target
 from club3090.compose.outcome import ReplayError
+from club3090.interpolate import interpolate
 
 if TYPE_CHECKING:
     from club3090.catalog.model import Patch, Profile

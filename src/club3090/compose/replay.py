@@ -48,7 +48,7 @@ from club3090.compose.patch_wiring import (
     wire_patch,
 )
 from club3090.compose.provenance import curated_header
-from club3090.gate.outcome import Notice, NoticeCode, Outcome
+from club3090.outcome import Notice, NoticeCode, Outcome
 
 if TYPE_CHECKING:
     from club3090.catalog.model import Catalog, Patch, Profile

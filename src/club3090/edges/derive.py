@@ -26,7 +26,6 @@ from club3090.errors import (
     RepoNotFound,
     RevisionNotFound,
 )
-from club3090.gate.outcome import Reason, Stop, deriver_stop
 from club3090.model.architecture import parse_config
 from club3090.model.quantization import resolve_quantization
 from club3090.model.safetensors import (
@@ -36,6 +35,7 @@ from club3090.model.safetensors import (
     parse_header,
 )
 from club3090.model.spec import ModelSpec, RepoFile
+from club3090.outcome import Reason, Stop, deriver_stop
 
 if TYPE_CHECKING:
     from club3090.edges.hub import HubSource

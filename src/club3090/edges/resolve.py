@@ -27,11 +27,11 @@ from typing import TYPE_CHECKING
 from club3090.edges.derive import LLAMA_CPP_HINT, derive_folder, derive_hub
 from club3090.edges.files import path_exists
 from club3090.errors import HubUnreachable
-from club3090.gate.outcome import Reason, Stop, deriver_stop
 from club3090.model.architecture import parse_config
 from club3090.model.quantization import default_bits, normalize_method
 from club3090.model.repo_id import repo_id_problem, revision_problem, source_problem
 from club3090.model.spec import CuratedHit, ModelSpec, Quantization
+from club3090.outcome import Reason, Stop, deriver_stop
 
 if TYPE_CHECKING:
     from club3090.catalog.model import Catalog, Model, WeightVariant

@@ -17,9 +17,10 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from club3090.catalog.model import NO_DRAFTER
-from club3090.fit.memory import FitResult, GiB, ServeShape, Unpriceable, predict
+from club3090.fit.memory import FitResult, ServeShape, Unpriceable, predict
 from club3090.fit.shape import drafter_terms, profile_shape
 from club3090.model.architecture import parse_config
+from club3090.units import GiB
 
 __all__ = [
     "CONTEXT_RESERVE_BYTES",

@@ -24,14 +24,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from club3090.units import GiB
+
 __all__ = ["CURATED_MEASURED", "EXACT_HERE", "NEAR_HERE", "ROUNDING_BYTES", "Calibration", "NearCorrection",
            "near_correction", "token_rounding"]
 
 EXACT_HERE = "exact (measured here)"
 NEAR_HERE = "calibrated (measured here, near shape)"
 CURATED_MEASURED = "calibrated (catalog measurement)"
-GIB = 2**30
-ROUNDING_BYTES = int(0.01 * GIB)       # vLLM prints the KV pool in GiB with two decimals
+ROUNDING_BYTES = int(0.01 * GiB)       # vLLM prints the KV pool in GiB with two decimals
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,7 +49,7 @@ class Calibration:
     capped: bool = False                # near: a raising correction held at the band's lower edge
 
     def to_json(self) -> dict[str, Any]:
-        gib = float(GIB)
+        gib = float(GiB)
         return {"label": self.label, "band_gib": round(self.band_bytes / gib, 4),
                 "predicted_kv_pool_gib": round(self.predicted_kv_pool_bytes / gib, 4),
                 "priced_kv_pool_gib": round(self.priced_kv_pool_bytes / gib, 4),
@@ -59,7 +60,7 @@ class Calibration:
 
     def describe(self) -> str:
         """One line for the text output."""
-        gib = float(GIB)
+        gib = float(GiB)
         line = f"{self.label}: KV pool {self.priced_kv_pool_bytes / gib:.2f} GiB ±{self.band_bytes / gib:.2f} GiB"
         if self.residual_bytes is not None:
             what = "catalog anchor(s)" if self.label == CURATED_MEASURED else "receipt(s)"

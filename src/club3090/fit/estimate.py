@@ -18,10 +18,11 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from club3090.errors import UsageError
-from club3090.fit.memory import FitResult, GiB, ServeShape, Unpriceable, predict
+from club3090.fit.memory import FitResult, ServeShape, Unpriceable, predict
 from club3090.fit.shape import drafter_terms, profile_shape
 from club3090.model.param_estimate import estimate_weights
 from club3090.rig.interconnect import advisories
+from club3090.units import GiB
 
 if TYPE_CHECKING:
     from club3090.catalog.model import Catalog, Profile

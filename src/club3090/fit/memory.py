@@ -39,7 +39,6 @@ from club3090.fit.kv_layout import (
     mamba_groups,
     tp_geometry_problem,
 )
-from club3090.fit.profiling import GiB
 from club3090.fit.rank_weights import pp_layer_counts, weights_per_rank
 from club3090.fit.serve_settings import Resolved, ServeShape, quant_method, resolve_defaults
 from club3090.fit.vllm_rules import (
@@ -57,13 +56,13 @@ from club3090.fit.vllm_rules import (
     version_note,
 )
 from club3090.model.architecture import Architecture, LayerSpec
+from club3090.units import GiB
 
 __all__ = [
     "NEWEST_KNOWN_VLLM",
     "VERDICTS",
     "VERSION_RE",
     "FitResult",
-    "GiB",
     "KvGroup",
     "MiB",
     "RankBreakdown",

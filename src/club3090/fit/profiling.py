@@ -23,6 +23,7 @@ Pure: no I/O.
 from __future__ import annotations
 
 from club3090.model.architecture import Architecture
+from club3090.units import GiB
 
 __all__ = [
     "ACT_FORWARD_COEF",
@@ -42,7 +43,6 @@ __all__ = [
     "non_torch_bytes",
 ]
 
-GiB = 1 << 30
 
 # non-torch memory allocated after the start-up snapshot
 NON_TORCH_TP1 = int(0.20 * GiB)            # cuBLAS/attention workspaces that appear during profiling

@@ -13,7 +13,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from club3090.fit.kv_formats import canonical_dtype
-from club3090.fit.profiling import GiB
 from club3090.fit.vllm_rules import (
     AUTO_FIT_UNSET_FROM,
     GRAPH_ESTIMATE_FROM,
@@ -29,6 +28,7 @@ from club3090.fit.vllm_rules import (
     v0_batched_tokens,
 )
 from club3090.model.architecture import Architecture
+from club3090.units import GiB
 
 __all__ = ["Resolved", "ServeShape", "quant_method", "resolve_defaults"]
 

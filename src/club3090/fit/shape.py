@@ -14,9 +14,9 @@ import json
 from dataclasses import fields
 from typing import Any
 
-from club3090.compose.launch import interpolate
 from club3090.errors import CatalogError, InterpolationError, Problem
 from club3090.fit.memory import ServeShape
+from club3090.interpolate import interpolate
 
 __all__ = ["SHAPE_FIELDS", "drafter_terms", "profile_batched_tokens", "profile_encoder_profiling",
            "profile_prefix_caching", "profile_shape", "shipped_flag"]

@@ -16,9 +16,10 @@ from typing import TYPE_CHECKING, Any
 
 from club3090.fit.memory import FitResult, predict
 from club3090.fit.shape import profile_shape
-from club3090.gate.outcome import Notice, NoticeCode
 from club3090.gate.swap_match import family_models, swap_profiles
 from club3090.model.architecture import parse_config
+from club3090.outcome import Notice, NoticeCode
+from club3090.units import GiB
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from club3090.catalog.model import Catalog, Model, WeightVariant
@@ -27,7 +28,6 @@ if TYPE_CHECKING:  # pragma: no cover - typing only
 # Weights alone may take this share of the GPUs' memory for a variant priced without a profile
 # (the rest: activations, CUDA graphs, a minimal KV cache).
 WEIGHTS_ONLY_SHARE = 0.85
-GIB = 2**30
 
 
 def too_large(fit: FitResult | None, weights_bytes: int | None, memory: Sequence[int]) -> bool:
@@ -92,7 +92,7 @@ def variants_advice(spec: "ModelSpec", catalog: "Catalog", memory: Sequence[int]
                     device_name: str | None = None) -> Notice | None:
     """``variants-fit``: what would fit instead (call it when :func:`too_large` holds)."""
     found = variants_that_fit(spec, catalog, memory, device_name)
-    rig = f"{len(memory)} GPU(s) with {sum(memory) / GIB:.0f} GiB"
+    rig = f"{len(memory)} GPU(s) with {sum(memory) / GiB:.0f} GiB"
     own_gguf = tuple(spec.gguf_files)
     if own_gguf and not found:   # the repo's own quant files: llama.cpp can offload what does not fit
         n = len(own_gguf)
@@ -118,7 +118,7 @@ def variants_advice(spec: "ModelSpec", catalog: "Catalog", memory: Sequence[int]
     if estimate is not None and estimate <= WEIGHTS_ONLY_SHARE * sum(memory):
         return Notice(NoticeCode.VARIANTS_FIT,
                       f"too large for {rig}; a 4-bit quantization of this model (AWQ, GPTQ, AutoRound, or a "
-                      f"GGUF Q4_K_M for llama.cpp) would have about {estimate / GIB:.1f} GiB of weights and "
+                      f"GGUF Q4_K_M for llama.cpp) would have about {estimate / GiB:.1f} GiB of weights and "
                       "could fit: look for one on the Hub and ask `club3090 fits` about it",
                       {"variants": (), "int4_estimate_bytes": estimate})
     return None

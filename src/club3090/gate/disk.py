@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from types import MappingProxyType
 
-from club3090.fit.memory import GiB
-from club3090.gate.outcome import Reason, Stop, Stratum
+from club3090.outcome import Reason, Stop, Stratum
+from club3090.units import GiB
 
 HEADROOM_NUM, HEADROOM_DEN = 6, 5  # required = footprint x 1.2, in exact integer arithmetic
 

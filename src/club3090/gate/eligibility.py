@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from types import MappingProxyType
 
-from club3090.gate.outcome import Reason, Stop, Stratum
+from club3090.outcome import Reason, Stop, Stratum
 
 
 def eligibility(unpriceable_reason: str | None) -> Stop | None:

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from club3090.fit.memory import tp_geometry_problem
 from club3090.gate.flags import BYPASS_EXPERIMENTAL_ARCH, BYPASS_TRUST_REMOTE_CODE
-from club3090.gate.outcome import Reason, Stop, Stratum
+from club3090.outcome import Reason, Stop, Stratum
 from club3090.rig.hardware import HardwareFacts
 
 if TYPE_CHECKING:  # pragma: no cover - typing only

@@ -8,7 +8,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from club3090.catalog.model import NOT_EMITTABLE_TEXT
-from club3090.gate.outcome import Reason, Stop, Stratum
+from club3090.outcome import Reason, Stop, Stratum
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from club3090.catalog.model import Catalog

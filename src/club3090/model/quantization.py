@@ -6,9 +6,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from club3090.gate.outcome import Reason, Stop, deriver_stop
 from club3090.model.architecture import Architecture
 from club3090.model.spec import Quantization
+from club3090.outcome import Reason, Stop, deriver_stop
 
 _METHOD_ALIASES = {"intel/auto-round": "auto-round", "auto_round": "auto-round", "autoround": "auto-round",
                    "compressed_tensors": "compressed-tensors", "bnb": "bitsandbytes",

@@ -309,7 +309,7 @@ def mount_sources(compose_text: str, env: Mapping[str, str]) -> list[str]:
     """Every bind-mount source of a written compose.yml, interpolated with ``env``."""
     import yaml
 
-    from club3090.compose.launch import interpolate_tree
+    from club3090.interpolate import interpolate_tree
 
     doc = interpolate_tree(yaml.safe_load(compose_text), dict(env))
     out: list[str] = []

@@ -35,7 +35,7 @@ from club3090.edges import download
 from club3090.edges.files import atomic_write_text, write_output_text
 from club3090.edges.openai_client import Http
 from club3090.errors import Club3090Error
-from club3090.gate.outcome import Notice, NoticeCode
+from club3090.outcome import Notice, NoticeCode
 from club3090.reports import capture
 
 if TYPE_CHECKING:

@@ -19,7 +19,7 @@ from club3090.fit.memory import FitResult, Unpriceable, predict
 from club3090.fit.shape import profile_shape
 from club3090.fit.speed import SpeedEstimate, estimate_speed
 from club3090.gate.advisories import advise
-from club3090.gate.outcome import Notice, Outcome, Reason, Stop, Stratum
+from club3090.outcome import Notice, Outcome, Reason, Stop, Stratum
 from club3090.pipeline.auto_profile import curated_default, derive_choice, weights_of
 from club3090.pipeline.stages import calibrated, gpu_set
 from club3090.rig.gpus import GpuSet

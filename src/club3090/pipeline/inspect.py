@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from club3090.gate.outcome import Outcome, Stop
+from club3090.outcome import Outcome, Stop
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from collections.abc import Callable

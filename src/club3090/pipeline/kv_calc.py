@@ -11,8 +11,8 @@ from club3090.errors import UsageError
 from club3090.fit.auto_shape import choose_shape
 from club3090.fit.estimate import Estimate, NoFit, Overrides, default_gpus, estimate, serving_shape
 from club3090.gate.engine_support import find_arch_row
-from club3090.gate.outcome import Outcome, Stop
 from club3090.model.param_estimate import estimate_weights
+from club3090.outcome import Outcome, Stop
 from club3090.pipeline.auto_profile import curated_default, weights_of
 from club3090.pipeline.stages import calibrated, gpu_set
 

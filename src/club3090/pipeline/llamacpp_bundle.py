@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from club3090.compose import llamacpp as lc
-from club3090.compose.launch import Launch, interpolate, plain_data, render_compose, volume_parts
+from club3090.compose.launch import Launch, plain_data, render_compose, volume_parts
+from club3090.interpolate import interpolate
 from club3090.pipeline.bundle import _HF_TOKEN_VARS, CONTAINER_HUB, Bundle, _bundle_source, bundled_launch
 
 __all__ = ["DIALECTS", "container_model_path", "plan"]

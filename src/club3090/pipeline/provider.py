@@ -35,8 +35,8 @@ if TYPE_CHECKING:  # pragma: no cover - typing only
     from club3090.catalog.model import Catalog, Patch, Profile
     from club3090.edges.gpu_probe import DetectedGpus
     from club3090.edges.hub import HubSource
-    from club3090.gate.outcome import Stop
     from club3090.model.spec import ModelSpec
+    from club3090.outcome import Stop
     from club3090.pipeline.emit_derived import EStages
     from club3090.settings import Settings
 

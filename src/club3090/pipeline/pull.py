@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from club3090.fit.auto_shape import ShapeOverrides
 from club3090.gate.flags import given_flags
-from club3090.gate.outcome import STRATUM_NAMES, Notice, NoticeCode, Outcome, Stratum
+from club3090.outcome import STRATUM_NAMES, Notice, NoticeCode, Outcome, Stratum
 from club3090.pipeline.pull_gate import EFFECTIVE_CAP_NOTICE, ComposeStep, PathName, Verdict, decide, select_path
 from club3090.pipeline.pull_records import Emission, emit, record
 from club3090.pipeline.stages import gpu_set

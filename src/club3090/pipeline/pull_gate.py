@@ -29,9 +29,9 @@ from club3090.gate.engine_support import (
     no_code_evidence,
 )
 from club3090.gate.flags import BYPASS_EXPERIMENTAL_ARCH
-from club3090.gate.outcome import Notice, NoticeCode, Outcome, Reason, Stop, Stratum, bypassed
 from club3090.gate.profile_match import check_profile
 from club3090.gate.terminal import Terminal, terminal_for
+from club3090.outcome import Notice, NoticeCode, Outcome, Reason, Stop, Stratum, bypassed
 from club3090.pipeline.stages import calibrated
 from club3090.rig.hardware import HardwareFacts, resolve_hardware
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from club3090.edges.files import write_output_text
-from club3090.gate.outcome import STRATUM_NAMES, Notice, NoticeCode, Outcome, Stratum
+from club3090.outcome import STRATUM_NAMES, Notice, NoticeCode, Outcome, Stratum
 from club3090.reports import capture
 
 if TYPE_CHECKING:  # pragma: no cover - typing only

@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from club3090.gate.outcome import Notice, NoticeCode
+from club3090.outcome import Notice, NoticeCode
 from club3090.rig.gpus import GpuSet, parse_gpus
 
 if TYPE_CHECKING:  # pragma: no cover - typing only

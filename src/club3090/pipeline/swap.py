@@ -19,10 +19,11 @@ from club3090.errors import Club3090Error, UsageError
 from club3090.fit.memory import FitResult, Unpriceable, predict
 from club3090.fit.shape import profile_shape
 from club3090.gate.advisories import variants_advice
-from club3090.gate.outcome import Notice, Outcome, Stop
 from club3090.gate.swap_match import Mismatch, SwapToken, check_swap
 from club3090.model.slug import sanitize_slug
+from club3090.outcome import Notice, Outcome, Stop
 from club3090.pipeline.up import UpRequest, UpResult, UpSeams, check_request, curated_launch, deploy
+from club3090.units import GiB
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from club3090.catalog.model import Catalog, Profile
@@ -31,7 +32,6 @@ if TYPE_CHECKING:  # pragma: no cover - typing only
     from club3090.rig.hardware import HardwareFacts
 
 CONFIDENCE = "derived-from-curated"   # the curated profile's shape, priced with the fine-tune's weights
-GIB = 2**30
 
 
 @dataclass(frozen=True)
@@ -207,9 +207,9 @@ def _priced(req: SwapRequest, up_req: UpRequest, spec: "ModelSpec", profile: "Pr
     if isinstance(fit, Unpriceable):
         return _refused(result, SwapToken.FACTS_UNAVAILABLE, [f"[swap] the fit engine cannot price it: {fit.reason}"])
     result.fit = fit
-    was = f" (the curated weights: {curated_bytes / GIB:.2f} GiB)" if curated_bytes else ""
-    result.lines.append(f"[swap] re-priced with {spec.ref}'s own weights, {spec.weights_bytes / GIB:.2f} GiB{was}, "
-                        f"at {profile.key}'s shape on {len(memory)} x {memory[0] / GIB:.1f} GiB: {fit.raw_verdict}, "
+    was = f" (the curated weights: {curated_bytes / GiB:.2f} GiB)" if curated_bytes else ""
+    result.lines.append(f"[swap] re-priced with {spec.ref}'s own weights, {spec.weights_bytes / GiB:.2f} GiB{was}, "
+                        f"at {profile.key}'s shape on {len(memory)} x {memory[0] / GiB:.1f} GiB: {fit.raw_verdict}, "
                         f"{fit.max_model_len:,} tokens of context, {fit.max_concurrency:.2f} full-length request(s) "
                         f"- confidence {CONFIDENCE}")
     if fit.raw_verdict == "wont-fit":

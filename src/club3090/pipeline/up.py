@@ -218,7 +218,7 @@ def check_request(req: UpRequest) -> None:
 
 
 def up(req: UpRequest, provider: "Provider", seams: UpSeams) -> UpResult:
-    from club3090.gate.outcome import NoticeCode
+    from club3090.outcome import NoticeCode
     from club3090.pipeline.cluster_up import CLUSTER_LAUNCHERS
     from club3090.pipeline.pull import PullRequest, evaluate
     from club3090.reports.capture import CAPTURES_DIRNAME
@@ -240,7 +240,7 @@ def up(req: UpRequest, provider: "Provider", seams: UpSeams) -> UpResult:
     captures = seams.captures if seams.captures is not None else Path.cwd() / CAPTURES_DIRNAME
     facts = None
     if req.llamacpp:                 # a GGUF-only repo is llama.cpp's: no gate refusal (nor its capture)
-        from club3090.gate.outcome import Stop
+        from club3090.outcome import Stop
         from club3090.pipeline.stages import gpu_set
 
         gpu_set(req.gpus, catalog, nodes=req.nodes, interconnect=req.interconnect)   # before any network

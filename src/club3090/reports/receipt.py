@@ -23,6 +23,7 @@ from club3090.reports.vllm_log import (
     parse_startup,
     serving_shape,
 )
+from club3090.units import GiB
 
 RECEIPT_SCHEMA = 1
 RECEIPT_KIND = "vllm-startup-receipt"
@@ -33,7 +34,6 @@ MEASURED_TERMS: tuple[str, ...] = (
 # the terms the fit engine predicts, compared with the measured ones
 PREDICTED_TERMS: tuple[str, ...] = ("available_kv_cache_gib", "gpu_kv_cache_tokens", "num_gpu_blocks",
                                     "max_concurrency")
-_GIB = 2**30
 
 
 def predict_terms(log: StartupLog, config: Mapping[str, Any], *, gpu_memory_gib: float | None,
@@ -63,19 +63,19 @@ def predict_terms(log: StartupLog, config: Mapping[str, Any], *, gpu_memory_gib:
             device_name=gpu_name)
         result = fit_memory.predict(parse_config(dict(config)), weights_bytes=0,
                                     weights_bytes_per_rank=weights_per_rank_bytes(float(weights)),
-                                    gpu_memory_bytes=[int(memory * _GIB)], shape=serve)
+                                    gpu_memory_bytes=[int(memory * GiB)], shape=serve)
     except (ValueError, TypeError) as exc:   # an unpriceable shape, raised or (below) returned
         return None, f"the fit engine cannot price this shape: {exc}"
     if not isinstance(result, fit_memory.FitResult):
         return None, f"the fit engine cannot price this shape: {result}"
     return {
-        "available_kv_cache_gib": round(result.per_gpu.kv_pool_bytes / _GIB, 4),
+        "available_kv_cache_gib": round(result.per_gpu.kv_pool_bytes / GiB, 4),
         "gpu_kv_cache_tokens": result.kv_cache_tokens,
         "num_gpu_blocks": result.num_blocks,
         "max_concurrency": round(result.max_concurrency, 2),
         "raw_verdict": result.raw_verdict,
         "confidence": result.confidence,
-        "breakdown_gib": {k: round(v / _GIB, 4) for k, v in result.per_gpu.to_json().items()},
+        "breakdown_gib": {k: round(v / GiB, 4) for k, v in result.per_gpu.to_json().items()},
     }, None
 
 

@@ -7,9 +7,9 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
-from club3090.fit.memory import GiB
-from club3090.gate.outcome import Notice, NoticeCode
+from club3090.outcome import Notice, NoticeCode
 from club3090.rig.gpus import NON_NVIDIA_SM
+from club3090.units import GiB
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from club3090.catalog.model import Gpu

@@ -23,7 +23,7 @@ from typing import Any
 
 from club3090.cli.exit_codes import exit_code
 from club3090.edges.openai_client import ChatResult, OpenAIClient
-from club3090.gate.outcome import Outcome
+from club3090.outcome import Outcome
 from club3090.validate.stats import summary
 
 WARMUPS = 3

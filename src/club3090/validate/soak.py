@@ -35,7 +35,7 @@ from typing import Any
 
 from club3090.cli.exit_codes import exit_code
 from club3090.edges.openai_client import OpenAIClient
-from club3090.gate.outcome import Outcome
+from club3090.outcome import Outcome
 from club3090.validate.stats import median, relative_mad
 
 MODES: Mapping[str, tuple[int, int]] = {"fresh": (20, 5), "continuous": (5, 5), "quick": (8, 5)}

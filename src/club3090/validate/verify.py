@@ -26,7 +26,7 @@ from typing import Any
 
 from club3090.cli.exit_codes import exit_code
 from club3090.edges.openai_client import ChatResult, ModelsResult, OpenAIClient
-from club3090.gate.outcome import Outcome
+from club3090.outcome import Outcome
 from club3090.validate.launch_checks import LaunchFacts, check_acceptance, check_patches
 
 PASS, FAIL, SKIP, NOT_APPLICABLE = "pass", "fail", "skip", "not-applicable"

@@ -6,8 +6,7 @@ import argparse
 from typing import Any
 
 from club3090.cli.commands._types import positive_int
-
-GiB = 1 << 30
+from club3090.units import GiB
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

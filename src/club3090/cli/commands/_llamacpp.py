@@ -137,7 +137,7 @@ def run(args: argparse.Namespace, settings: Any, catalog: Any) -> int:
     from club3090.edges.gguf_source import resolve_gguf
     from club3090.fit.llamacpp import fewest_offloaded, largest_context, predict
     from club3090.fit.memory import Unpriceable
-    from club3090.gate.outcome import Outcome
+    from club3090.outcome import Outcome
     from club3090.pipeline.stages import gpu_set
 
     _check_flags(args)

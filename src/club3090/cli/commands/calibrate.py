@@ -18,7 +18,7 @@ from typing import Any
 
 from club3090.cli.exit_codes import exit_code
 from club3090.cli.render import safe
-from club3090.gate.outcome import Outcome
+from club3090.outcome import Outcome
 
 LOG_LIMIT = 64 * 1024 * 1024
 LOG_SUFFIXES = (".log", ".txt")

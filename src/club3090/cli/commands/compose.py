@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from club3090.cli.commands._types import positive_int
 from club3090.cli.exit_codes import exit_code
 from club3090.errors import UsageError
-from club3090.gate.outcome import Outcome
+from club3090.outcome import Outcome
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from club3090.catalog.model import Catalog

@@ -17,7 +17,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
-from club3090.cli.render import GiB, safe, terminal_console
+from club3090.cli.render import safe, terminal_console
+from club3090.units import GiB
 
 
 def add_parser(sub: Any) -> None:
@@ -55,7 +56,7 @@ def _gib(n: int | None) -> str:
 def run(args: argparse.Namespace, provider: Any) -> int:
     from club3090.cli.exit_codes import exit_code
     from club3090.cli.model_json import spec_to_json, stop_to_json
-    from club3090.gate.outcome import Stop
+    from club3090.outcome import Stop
     from club3090.pipeline.inspect import inspect_model, inspect_outcome
 
     result = inspect_model(args.source, provider, progress=_progress(sys.stderr))

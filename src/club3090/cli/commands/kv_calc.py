@@ -31,9 +31,9 @@ from club3090.cli.commands._types import (
     positive_number,
     rig_flags,
 )
-from club3090.cli.render import GiB as GIB
 from club3090.cli.render import confidence_text, safe, terminal_console
 from club3090.fit.kv_formats import KV_FORMATS, MODEL_DTYPES, canonical_dtype, kv_format
+from club3090.units import GiB
 
 MAX_BLOCK_SIZE = 4096       # vLLM's CLI offers 1..256; hybrid models raise it past that, not to powers of two
 
@@ -143,7 +143,7 @@ def add_parser(sub: Any) -> None:
 
 
 def _gib(value: int) -> str:
-    return f"{value / GIB:.2f} GiB"
+    return f"{value / GiB:.2f} GiB"
 
 
 
@@ -161,9 +161,9 @@ def headline(est: Any) -> str:
     g = r.per_gpu
     used = g.weights_bytes + g.non_torch_bytes + g.activation_bytes + g.cudagraph_bytes
     if used >= g.budget_bytes:
-        short = (used - g.budget_bytes) / GIB
-        return (f"Does not fit on {where} - {conf}: weights and overheads need {used / GIB:.2f} GiB per GPU, "
-                f"{short:.2f} GiB more than the {g.budget_bytes / GIB:.2f} GiB budget; next: more GPUs "
+        short = (used - g.budget_bytes) / GiB
+        return (f"Does not fit on {where} - {conf}: weights and overheads need {used / GiB:.2f} GiB per GPU, "
+                f"{short:.2f} GiB more than the {g.budget_bytes / GiB:.2f} GiB budget; next: more GPUs "
                 "(--tensor-parallel-size), a smaller quantization, or a higher --gpu-memory-utilization")
     most = r.max_model_len_fit
     return (f"Does not fit on {where} at {ctx} context - {conf}: the largest context that fits is {most:,}; "
@@ -198,7 +198,7 @@ def render_human(est: Any) -> None:
             ("CUDA graphs" + ("" if s.cudagraphs_subtracted else " (outside budget)"), g.cudagraph_bytes),
             ("KV pool", g.kv_pool_bytes)]
     for name, value in rows:
-        table.add_row(name, f"{value / GIB:.2f}")
+        table.add_row(name, f"{value / GiB:.2f}")
     console.print(table)
     print_memory_bars(console, result.ranks,
                       lambda rank: memory_segments(rank, result.cudagraph_outside_budget_bytes))
@@ -245,7 +245,7 @@ def run_calibration(args: argparse.Namespace, catalog: Any, receipts: Any = ()) 
         AnchorScore,
         calibrate,
     )
-    from club3090.gate.outcome import Outcome
+    from club3090.outcome import Outcome
     from club3090.reports.measured import score_receipts
 
     report = calibrate(catalog)
@@ -256,9 +256,9 @@ def run_calibration(args: argparse.Namespace, catalog: Any, receipts: Any = ()) 
         return code
 
     def row(s: AnchorScore, ok: bool, why: str) -> str:
-        peak = f"{s.predicted_peak_bytes / GIB:6.2f}" if s.predicted_peak_bytes else "     -"
-        meas = f"{s.measured_peak_bytes / GIB:6.2f}" if s.measured_peak_bytes else "     -"
-        card = f"{s.card_bytes / GIB:5.2f}" if s.card_bytes else "    -"
+        peak = f"{s.predicted_peak_bytes / GiB:6.2f}" if s.predicted_peak_bytes else "     -"
+        meas = f"{s.measured_peak_bytes / GiB:6.2f}" if s.measured_peak_bytes else "     -"
+        card = f"{s.card_bytes / GiB:5.2f}" if s.card_bytes else "    -"
         toks = f"{s.predicted_kv_tokens:>9,}" if s.predicted_kv_tokens is not None else "        -"
         mtok = f"{s.measured_kv_tokens:>9,}" if s.measured_kv_tokens else "        -"
         return (f"{'PASS' if ok else 'FAIL'}  {s.anchor[:58]:58s} peak {peak}/{meas} of {card} GiB  "
@@ -282,7 +282,7 @@ def run_calibration(args: argparse.Namespace, catalog: Any, receipts: Any = ()) 
         print(f"  {safe(r.model)[:40]:40s} {safe(r.source)[:28]:28s} KV measured {meas} GiB, error {err}")
     print()
     print(f"Stricter club3090 report (every anchor; also KV tokens within {KV_TOKEN_TOLERANCE:.0%} of the "
-          f"measured pool and the footprint not under-stated by more than {PEAK_TOLERANCE_BYTES / GIB:.0f} GiB):")
+          f"measured pool and the footprint not under-stated by more than {PEAK_TOLERANCE_BYTES / GiB:.0f} GiB):")
     for s in report.scores:
         print(row(s, s.strict_ok, s.strict_why))
     print(f"strict: {report.strict_passed}/{len(report.scores)}")
@@ -330,7 +330,7 @@ def run(args: argparse.Namespace, provider: Any) -> int:
     from club3090.cli.exit_codes import exit_code
     from club3090.cli.model_json import stop_to_json
     from club3090.fit.estimate import NoFit
-    from club3090.gate.outcome import Stop
+    from club3090.outcome import Stop
     from club3090.pipeline.kv_calc import price, price_outcome
 
     if args.calibration:

@@ -20,7 +20,7 @@ from typing import Any
 
 from club3090.cli.exit_codes import exit_code
 from club3090.cli.render import safe
-from club3090.gate.outcome import Outcome
+from club3090.outcome import Outcome
 
 
 def _emit(*parts: object, **kwargs: Any) -> None:

@@ -16,7 +16,7 @@ import textwrap
 from typing import Any
 
 from club3090.cli.exit_codes import exit_code
-from club3090.gate.outcome import Outcome
+from club3090.outcome import Outcome
 
 
 def add_parser(sub: Any) -> None:

@@ -19,8 +19,9 @@ from typing import Any
 
 from club3090.cli.commands._types import add_rig_flags, add_shape_flags, rig_flags, shape_overrides
 from club3090.cli.exit_codes import UNAVAILABLE, exit_code
-from club3090.cli.render import GiB, confidence_text, safe
-from club3090.gate.outcome import Outcome
+from club3090.cli.render import confidence_text, safe
+from club3090.outcome import Outcome
+from club3090.units import GiB
 
 
 def parse_sm(text: str) -> Decimal:
