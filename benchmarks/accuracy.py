@@ -35,7 +35,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
 from club3090.fit.estimate import weights_per_rank_bytes  # noqa: E402
-from club3090.fit.memory import GiB, ServeShape, Unpriceable, predict  # noqa: E402
+from club3090.fit.memory import ServeShape, Unpriceable, predict  # noqa: E402
+from club3090.units import GiB  # noqa: E402
 from club3090.fit.shape import profile_shape  # noqa: E402
 from club3090.model.architecture import parse_config  # noqa: E402
 

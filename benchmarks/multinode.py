@@ -13,7 +13,8 @@ from __future__ import annotations
 import json
 
 from club3090.catalog import load_catalog
-from club3090.fit.memory import GiB, ServeShape, Unpriceable, predict
+from club3090.fit.memory import ServeShape, Unpriceable, predict
+from club3090.units import GiB
 from club3090.fit.speed import estimate_speed
 from club3090.model.architecture import parse_config
 from club3090.rig.gpus import parse_gpus

@@ -36,7 +36,8 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 import accuracy  # noqa: E402
 
 from club3090.fit import profiling  # noqa: E402
-from club3090.fit.memory import GiB, Unpriceable, predict  # noqa: E402
+from club3090.fit.memory import Unpriceable, predict  # noqa: E402
+from club3090.units import GiB  # noqa: E402
 from club3090.fit.vllm_rules import GRAPH_ESTIMATE_FROM, parse_version  # noqa: E402
 from club3090.model.architecture import parse_config  # noqa: E402
 

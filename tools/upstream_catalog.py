@@ -18,7 +18,7 @@ from typing import Any
 
 import yaml
 
-from club3090.compose.launch import interpolate
+from club3090.interpolate import interpolate
 from club3090.errors import InterpolationError
 
 _SAFE = getattr(yaml, "CSafeLoader", yaml.SafeLoader)       # both are the safe loader

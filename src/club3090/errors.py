@@ -1,5 +1,5 @@
 """Every exception club3090 raises: the tool failing, never a verdict. Verdicts are values
-(``gate.outcome.Stop``, ``fit.memory.Unpriceable``, ``fit.estimate.NoFit``, ``emit_derived.EReport``),
+(``outcome.Stop``, ``fit.memory.Unpriceable``, ``fit.estimate.NoFit``, ``emit_derived.EReport``),
 and the CLI maps each exception below to its exit code (``club3090.cli.ERRORS``).
 
 Club3090Error
