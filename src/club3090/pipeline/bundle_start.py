@@ -15,12 +15,19 @@ from typing import TYPE_CHECKING, Any
 from club3090.edges import launchers
 from club3090.edges.openai_client import urllib_http
 from club3090.errors import InputError, UsageError
+from club3090.outcome import Outcome
 from club3090.pipeline import bundle as bundle_mod
 
 if TYPE_CHECKING:
     from club3090.pipeline.up import UpRequest, UpResult, UpSeams
 
-__all__ = ["not_started", "read_state", "result_dir", "start_bundle", "state_path", "write_state"]
+__all__ = ["PORT_IN_USE", "START_FAILED", "VERIFY_FAILED", "not_started", "port_refusal", "read_state", "refuse_port",
+           "result_dir", "start_bundle", "state_path", "write_state"]
+
+# the failure tokens of a start (``UpResult.failure``)
+PORT_IN_USE = "port-in-use"
+START_FAILED = "start-failed"
+VERIFY_FAILED = "verify-failed"
 
 
 def state_path(directory: Path) -> Path:
@@ -53,68 +60,64 @@ def not_started(directory: Path, state: dict[str, Any], result: UpResult) -> UpR
     write_state(directory, state)
     result.lines.append(f"[up] not started (--no-start); start it with `club3090 up` again, "
                         f"`docker compose -f {directory / 'compose.yml'} up -d`, or {directory / 'serve.sh'}")
-    result.code = 0
+    result.outcome = Outcome.OK
+    return result
+
+
+def port_refusal(port: int) -> str | None:
+    """Why the server cannot listen on ``port`` (the process holding it when the OS says), or None."""
+    holder = launchers.port_holder(port)
+    if holder is None:
+        return None
+    return f"{holder.text()}: stop it, or pass --port N for another port"
+
+
+def refuse_port(result: UpResult, state: dict[str, Any], why: str) -> UpResult:
+    """The ``port-in-use`` stop: nothing started; the state says so."""
+    state.update(state="not-started", failure=PORT_IN_USE, pid=None)
+    if state.get("directory"):
+        write_state(Path(state["directory"]), state)
+    result.lines.append(f"[up] {PORT_IN_USE}: {why}")
+    result.lines.append("[up] nothing started")
+    result.outcome, result.failure = Outcome.REFUSED, PORT_IN_USE
     return result
 
 
 def start_bundle(req: UpRequest, plan: bundle_mod.Bundle, state: dict[str, Any], result: UpResult,
-                 native: launchers.NativeEngine | None, run: Any, seams: UpSeams, *, snapshot: Path | None = None,
-                 secrets: tuple[str, ...] = (), receipt: bool = True) -> UpResult:
-    """Start a written bundle (native or Docker), wait for ``/v1/models``, receipt, smoke + verify."""
+                 launcher: launchers.Launcher, pre: launchers.Preflighted, seams: UpSeams, *,
+                 snapshot: Path | None = None, secrets: tuple[str, ...] = (), receipt: bool = True) -> UpResult:
+    """Start a written bundle, wait until THIS server lists THIS model, receipt, smoke + verify."""
     directory = plan.directory
-    logs = directory / bundle_mod.LOGS
-    compose = directory / "compose.yml"
     url = state["url"]
-    if native is not None:
-        argv = [native.executable, *plan.native_argv[1:]]
-        pid = launchers.start_native(argv, plan.native_env, directory, logs)
-        state.update(pid=pid, state="starting")
-
-        def running() -> bool:
-            return launchers.alive(pid)
-
-        def last() -> str:
-            return (launchers.log_tail(logs / launchers.LOG_NAME, 1) or "").strip()
-    else:
-        done = launchers.docker_up(compose, run)
-        state.update(state="starting")
-        if done.returncode != 0:
-            return _failed(result, state, directory, done.stderr or done.stdout, "docker compose up failed",
-                           seams.captures)
-
-        def running() -> bool:
-            ps = run(launchers.compose_argv(compose, "ps", "--status", "running", "-q"), 30)
-            return ps.returncode == 0 and bool(ps.stdout.strip())
-
-        def last() -> str:
-            return (launchers.docker_logs(compose, run, 1) or "").strip()
+    why = port_refusal(plan.port)
+    if why is not None:
+        return refuse_port(result, state, why)
+    job = launchers.Job(directory, plan.native_argv, plan.native_env, url, plan.served_model, plan.port, pre.server)
+    state.update(state="starting")
+    started = launcher.start(job)
+    state.update(started.handle)
+    if started.error is not None:
+        return _failed(result, state, directory, started.detail, started.error, seams.captures, launcher)
     write_state(directory, state)
-    ready = launchers.wait_ready(url, running=running, last_line=last, show=seams.spin,
+    ready = launchers.wait_ready(url, model=plan.served_model, running=lambda: launcher.running(directory, state),
+                                 last_line=lambda: launcher.logs(directory, state, lines=1).strip(), show=seams.spin,
                                  http=seams.http or urllib_http, deadline_s=seams.ready_deadline_s)
     if not ready.ok:
-        tail = (launchers.log_tail(logs / launchers.LOG_NAME, 40) if native is not None
-                else launchers.docker_logs(compose, run, 40))
-        return _failed(result, state, directory, tail,
-                       "the server exited" if ready.why == "exited" else f"not ready after {ready.seconds:.0f}s",
-                       seams.captures)
+        return _failed(result, state, directory, launcher.logs(directory, state, lines=40),
+                       "the server exited" if ready.why == "exited" else
+                       f"{plan.served_model} not listed at {url}/v1/models after {ready.seconds:.0f}s",
+                       seams.captures, launcher)
+    settled = getattr(launcher, "settled", None)
+    state.update(settled(directory, state) if callable(settled) else {})
     state.update(state="running", ready_s=round(ready.seconds, 1))
     write_state(directory, state)
     result.lines.append(f"[up] ready after {ready.seconds:.0f}s at {url}")
     if receipt:
-        _receipt(result, state, plan, snapshot, secrets,
-                 lambda: _read_log(logs / launchers.LOG_NAME) if native is not None
-                 else launchers.docker_logs(compose, run, 100_000))
+        _receipt(result, state, plan, snapshot, secrets, lambda: launcher.logs(directory, state, lines=100_000))
     else:
         result.lines.append("[up] no receipt: llama.cpp start-up logs are not parsed into receipts yet; "
                             "launch.json holds the prediction")
     return _verify(result, state, seams)
-
-
-def _read_log(path: Path) -> str:
-    from club3090.edges.files import read_bytes_capped
-    from club3090.pipeline.boot_receipt import LOG_LIMIT
-
-    return read_bytes_capped(path, limit=LOG_LIMIT).decode("utf-8", "replace")
 
 
 def _receipt(result: UpResult, state: dict[str, Any], plan: bundle_mod.Bundle, snapshot: Path | None,
@@ -165,7 +168,8 @@ def _verify(result: UpResult, state: dict[str, Any], seams: UpSeams) -> UpResult
                      f"-d '{{\"model\": \"{model}\", \"messages\": [{{\"role\": \"user\", \"content\": \"Hello\"}}]}}'",
                      f"[up] stop it with: club3090 down {result_dir(state)}"]
     result.lines.append("[up] SERVING: verified" if ok else "[up] SERVING, but verification FAILED (see above)")
-    result.code = 0 if ok else 1
+    result.outcome = Outcome.OK if ok else Outcome.FAILED
+    result.failure = None if ok else VERIFY_FAILED
     return result
 
 
@@ -174,20 +178,25 @@ def result_dir(state: dict[str, Any]) -> str:
 
 
 def _failed(result: UpResult, state: dict[str, Any], directory: Path, tail: str, why: str,
-            captures: Path | None) -> UpResult:
+            captures: Path | None, launcher: launchers.Launcher) -> UpResult:
+    """A start that did not become ready: whatever it left running is stopped (its pid file goes),
+    the state says "failed", the log tail is shown and a capture bundle written."""
     from club3090.reports.capture import CAPTURES_DIRNAME
 
-    state.update(state="failed", failure=why)
+    stopped = launcher.stop(directory, state) if launcher.running(directory, state) else None
+    state.update(state="failed", failure=why, pid=None)
     write_state(directory, state)
     result.lines.append(f"[up] FAILED to start: {why}")
+    if stopped is not None and stopped.refused:
+        result.lines.append(f"[up] left running: {stopped.refused}")
     result.lines += [f"[up] log: {ln}" for ln in tail.splitlines()[-20:]]
     try:
         bundle = _capture(result, state, tail, captures or Path.cwd() / CAPTURES_DIRNAME)
         result.lines.append(f"[up] capture bundle: {bundle}")
     except (OSError, ValueError, TypeError, KeyError) as exc:
         result.lines.append(f"[up] could not write the capture bundle: {exc}")
-    result.lines.append(f"[up] logs: {directory / bundle_mod.LOGS}; clean up with `club3090 down {directory}`")
-    result.code = 1
+    result.lines.append(f"[up] logs: {directory / bundle_mod.LOGS}")
+    result.outcome, result.failure = Outcome.FAILED, START_FAILED
     return result
 
 

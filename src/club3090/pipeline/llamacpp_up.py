@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from club3090.edges import launchers
 from club3090.errors import HubUnreachable, InputError, IntegrityError, UsageError
+from club3090.outcome import Outcome
 from club3090.pipeline import bundle as bundle_mod
 
 if TYPE_CHECKING:
@@ -82,12 +83,13 @@ def up_llamacpp(req: "UpRequest", provider: "Provider", seams: "UpSeams", *, cat
     from club3090.pipeline.llamacpp_bundle import container_model_path, plan
     from club3090.pipeline.up import UpResult
 
-    if req.launcher not in ("docker", "native"):
-        raise UsageError(f"--launcher {req.launcher}: a llama.cpp launch runs with docker or native")
+    launcher = launchers.get(req.launcher, run=seams.run, which=seams.which)
+    if not launcher.starts:
+        raise UsageError(f"--launcher {req.launcher}: a llama.cpp launch runs on this machine "
+                         f"({' or '.join(launchers.names(multi_node=False))})")
     say = seams.say
-    run = seams.run or launchers.run_process
     directory = Path(req.directory).absolute()
-    result = UpResult(2, list(gate_lines or []))
+    result = UpResult(Outcome.REFUSED, list(gate_lines or []))
     if provider.settings.offline:
         raise UsageError("`up` for a GGUF reads its headers from the Hub; unset HF_HUB_OFFLINE")
 
@@ -148,16 +150,11 @@ def up_llamacpp(req: "UpRequest", provider: "Provider", seams: "UpSeams", *, cat
                         f"({args.cache_type_k}/{args.cache_type_v}), estimated")
 
     # preflight: nothing is written before the launcher is known to work
-    server: tuple[str, ...] = ("llama-server",)
-    dialect = "llama-server"
-    if not req.no_start and req.launcher == "docker":
-        launchers.preflight_docker(run=run, which=seams.which)
-    elif req.launcher == "native":
-        found = launchers.preflight_llama_server(req.llama_server_bin, run=run, which=seams.which)
-        server, dialect = found.argv, found.dialect
-        if found.dialect == "llama-cpp-python":
-            say("[up] note: no llama-server found; serving with llama-cpp-python's server "
-                "(python -m llama_cpp.server)")
+    pre = launcher.preflight(launchers.llama_server(req.llama_server_bin), starting=not req.no_start)
+    server, dialect = (pre.server.argv, pre.server.dialect) if pre.server is not None else (("llama-server",),
+                                                                                         "llama-server")
+    for note in pre.notes:
+        say(f"[up] note: {note}")
 
     engine = catalog.engines.get(profile.engine) if profile is not None else None
     port = req.port or (profile.port if profile is not None else 8080)
@@ -218,22 +215,20 @@ def up_llamacpp(req: "UpRequest", provider: "Provider", seams: "UpSeams", *, cat
         raise HubUnreachable(repo_id, f"download failed ({report.failure}): {report.detail}")
     result.lines.append(f"[up] weights: {report.bytes / 2**30:.2f} GiB in the HF cache"
                         + (", sha256 verified" if report.sha_verified else ""))
-    from datetime import datetime, timezone
-
     state: dict[str, Any] = {"launcher": req.launcher, "engine": "llama.cpp", "url": f"http://127.0.0.1:{port}",
                              "served_model": bundle.served_model, "repo_id": repo_id, "commit": info.commit,
                              "quant": quant.label, "profile_like": profile.key if profile is not None else None,
                              "argv": list(bundle.native_argv), "skip_tools": req.skip_tools,
                              "container": bundle.container_name, "pid": None, "state": "written",
                              "directory": str(directory), "prediction": prediction,
-                             "written_at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+                             "written_at": provider.now().isoformat(timespec="seconds")}
     result.state = state
     if req.no_start:
         return not_started(directory, state, result)
     from club3090.pipeline.bundle_start import start_bundle
 
-    native = launchers.NativeEngine(bundle.native_argv[0], None, None) if req.launcher == "native" else None
-    return start_bundle(req, bundle, state, result, native, run, seams, receipt=False)
+    command = launchers.Preflighted(launchers.ServerCommand(bundle.native_argv[:1]))
+    return start_bundle(req, bundle, state, result, launcher, command, seams, receipt=False)
 
 
 def _variant_repos(catalog: "Catalog", profile: "Profile") -> tuple[str, ...]:

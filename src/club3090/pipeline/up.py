@@ -20,18 +20,25 @@ from typing import TYPE_CHECKING, Any
 
 from club3090.edges import launchers
 from club3090.errors import HubUnreachable, InputError, IntegrityError, UsageError
+from club3090.outcome import Outcome
 from club3090.pipeline import bundle as bundle_mod
-from club3090.pipeline.bundle_start import not_started, read_state, start_bundle, write_state
+from club3090.pipeline.bundle_start import (
+    START_FAILED,
+    VERIFY_FAILED,
+    not_started,
+    port_refusal,
+    read_state,
+    refuse_port,
+    start_bundle,
+    write_state,
+)
 
 if TYPE_CHECKING:
     from club3090.catalog.model import Catalog
     from club3090.model.spec import ModelSpec, RepoFile
     from club3090.pipeline.provider import Provider
 
-LAUNCHERS = ("docker", "native", "ray", "k8s")   # ray / k8s: multi-node files, written only (cluster_up)
-# failure tokens of a start
-START_FAILED = "start-failed"
-VERIFY_FAILED = "verify-failed"
+LAUNCHERS = launchers.names()                   # ray / k8s: multi-node files, written only (cluster_up)
 
 
 @dataclass(frozen=True)
@@ -39,11 +46,11 @@ class UpRequest:
     source: str
     directory: Path
     profile_like: str | None = None          # None: the gate's automatic shape
-    launcher: str = "docker"
+    launcher: str = launchers.DEFAULT
     gpus: str | None = None
     port: int | None = None
     no_start: bool = False
-    vllm: str | None = None
+    vllm: str | None = None                    # a path or a command line ("python -m vllm.entrypoints...")
     yes: bool = False
     force_download: bool = False
     trust_remote_code: bool = False
@@ -78,15 +85,20 @@ class UpSeams:
 
 @dataclass
 class UpResult:
-    code: int
+    outcome: Outcome
     lines: list[str] = field(default_factory=list)
     gate: Any = None
     state: dict[str, Any] = field(default_factory=dict)
     verify: Any = None
     receipt: Any = None                                 # boot_receipt.BootReceipt once started
+    failure: str | None = None                          # PORT_IN_USE, START_FAILED, VERIFY_FAILED
+
+    @property
+    def ok(self) -> bool:
+        return self.outcome is Outcome.OK
 
     def to_json(self) -> dict[str, Any]:
-        return {"exit_code": self.code, "ok": self.code == 0, "state": self.state,
+        return {"ok": self.ok, "outcome": self.outcome.value, "failure": self.failure, "state": self.state,
                 "gate": self.gate.to_json() if self.gate is not None else None,
                 "receipt": self.receipt.to_json() if self.receipt is not None else None,
                 "verify": self.verify.to_json() if self.verify is not None else None}
@@ -198,28 +210,28 @@ def _executable(catalog: "Catalog", path: str) -> bool:
     return bool(f is not None and f.executable)
 
 
+def _multi_node_hint(nodes: int) -> str:
+    across = " or ".join(f"--launcher {n}" for n in launchers.names(multi_node=True))
+    return f"a rig of {nodes} nodes launches with {across} (files for every node; nothing is started)"
+
+
 def check_request(req: UpRequest) -> None:
     """The launcher is one ``up`` knows, several nodes have a cluster launcher, and DIR is not
     serving (unless ``--force``)."""
-    from club3090.pipeline.cluster_up import CLUSTER_LAUNCHERS
-
-    if req.launcher not in LAUNCHERS:
-        raise UsageError(f"--launcher must be one of {', '.join(LAUNCHERS)}")
-    if (req.nodes or 1) > 1 and req.launcher not in CLUSTER_LAUNCHERS:
-        raise UsageError(f"a rig of {req.nodes} nodes launches with --launcher ray or --launcher k8s "
-                         "(files for every node; nothing is started)")
+    launcher = launchers.get(req.launcher)
+    if (req.nodes or 1) > 1 and not launcher.multi_node:
+        raise UsageError(_multi_node_hint(req.nodes or 1))
     directory = Path(req.directory).absolute()
     if (directory / bundle_mod.STATE).exists() and not req.force:
         prior = read_state(directory)
-        if prior.get("launcher") == "native" and launchers.read_pid(directory) is not None:
-            pid = launchers.read_pid(directory)
-            if pid is not None and launchers.alive(pid):
-                raise UsageError(f"{directory} is serving (PID {pid}); `club3090 down {directory}` first")
+        owner = launchers.of_state(prior)
+        if owner.starts and owner.running(directory, prior):
+            who = owner.status(directory, prior, tail=0).who
+            raise UsageError(f"{directory} is serving ({who}); `club3090 down {directory}` first")
 
 
 def up(req: UpRequest, provider: "Provider", seams: UpSeams) -> UpResult:
     from club3090.outcome import NoticeCode
-    from club3090.pipeline.cluster_up import CLUSTER_LAUNCHERS
     from club3090.pipeline.pull import PullRequest, evaluate
     from club3090.reports.capture import CAPTURES_DIRNAME
 
@@ -252,12 +264,12 @@ def up(req: UpRequest, provider: "Provider", seams: UpSeams) -> UpResult:
     gate = evaluate(PullRequest(source=req.source, profile_like=req.profile_like, yes=req.yes,
                                 force_download=req.force_download, trust_remote_code=req.trust_remote_code,
                                 gpus=req.gpus, nodes=req.nodes, interconnect=req.interconnect,
-                                downloads_here=req.launcher not in CLUSTER_LAUNCHERS), provider,
+                                downloads_here=not launchers.get(req.launcher).multi_node), provider,
                     captures_root=captures, facts=facts)
     # `pull`'s hints about --out do not apply: `up` writes and downloads everything itself
     hints = {NoticeCode.NO_DOWNLOAD_YET.value, NoticeCode.CURATED_NEEDS_OUT.value}
     gate = replace(gate, notices=tuple(n for n in gate.notices if str(getattr(n.code, "value", n.code)) not in hints))
-    result = UpResult(gate.exit_code, [], gate)
+    result = UpResult(gate.outcome, [], gate)
     if not gate.ok or gate.summary != "FITS":
         return result
 
@@ -275,9 +287,8 @@ def up(req: UpRequest, provider: "Provider", seams: UpSeams) -> UpResult:
     req = replace(req, profile_like=key)
 
     rig_nodes = int(getattr(gate.hardware, "nodes", 1) or 1)
-    if rig_nodes > 1 and req.launcher not in CLUSTER_LAUNCHERS:
-        raise UsageError(f"a rig of {rig_nodes} nodes launches with --launcher ray or --launcher k8s "
-                         "(files for every node; nothing is started)")
+    if rig_nodes > 1 and not launchers.get(req.launcher).multi_node:
+        raise UsageError(_multi_node_hint(rig_nodes))
     return deploy(req, spec, catalog, provider, seams, result,  # type: ignore[arg-type]
                   lambda snapshot: _launch(req, spec, catalog, provider, gate, snapshot),  # type: ignore[arg-type]
                   hardware=gate.hardware)
@@ -294,25 +305,25 @@ def deploy(req: UpRequest, spec: "ModelSpec", catalog: "Catalog", provider: "Pro
     recorded in the state, the receipt and a failure's capture."""
     from club3090.edges.files import atomic_write_bytes, atomic_write_text
     from club3090.edges.hf_cache import fetch_into_cache, snapshot_dir
-    from club3090.pipeline.cluster_up import CLUSTER_LAUNCHERS, ClusterOptions
+    from club3090.pipeline.cluster_up import ClusterOptions
 
     say = seams.say
-    run = seams.run or launchers.run_process
     directory = Path(req.directory).absolute()
-    multi = req.launcher in CLUSTER_LAUNCHERS
+    launcher = launchers.get(req.launcher, run=seams.run, which=seams.which)
+    multi = launcher.multi_node
     key = req.profile_like or ""
-    # preflight: nothing is written before the launcher is known to work
+    # preflight: nothing is written before the launcher is known to work and the port is free
     profile = catalog.profiles[key]
     engine = catalog.engines.get(profile.engine)
-    native = None
-    if not req.no_start and not multi and not emit_only:
-        if req.launcher == "docker":
-            launchers.preflight_docker(run=run, which=seams.which)
-        else:
-            native = launchers.preflight_native(req.vllm, engine.pin if engine is not None else None,
-                                                run=run, which=seams.which)
-            if native.pin_note:
-                say(f"[up] note: {native.pin_note}")
+    pre = launchers.Preflighted()
+    starts = not req.no_start and launcher.starts and not emit_only
+    if starts:
+        pre = launcher.preflight(launchers.vllm_server(req.vllm, engine.pin if engine is not None else None))
+        for note in pre.notes:
+            say(f"[up] note: {note}")
+        busy = port_refusal(req.port or profile.port)
+        if busy is not None:
+            return refuse_port(result, {}, busy)
 
     commit, files = _served_files(spec, provider)
     hub_cache = Path(provider.settings.hub_cache).absolute()
@@ -331,16 +342,16 @@ def deploy(req: UpRequest, spec: "ModelSpec", catalog: "Catalog", provider: "Pro
     if multi:
         from club3090.pipeline import cluster_up
 
-        lines, written = cluster_up.emit(launcher=req.launcher, directory=directory,
+        lines, written = cluster_up.emit(launcher=launcher, directory=directory,
                                        options=req.cluster or ClusterOptions(nodes=req.nodes), plan=plan,
                                        profile=profile, hardware=hardware, repo_id=spec.ref, commit=commit,
-                                       files=files, hub_cache=hub_cache, port=port, which=seams.which)
+                                       files=files, hub_cache=hub_cache, port=port)
         if swap_of is not None:
             written["swap_of"] = swap_of
         write_state(directory, written)
         result.lines += lines
         result.state = written
-        result.code = 0
+        result.outcome = Outcome.OK
         return result
     payloads: dict[str, bytes] = {}
     for _inside, upstream in plan.upstream_files.items():
@@ -373,7 +384,7 @@ def deploy(req: UpRequest, spec: "ModelSpec", catalog: "Catalog", provider: "Pro
         write_state(directory, state)
         result.lines.append(f"[up] weights not downloaded, nothing started (--emit-only): {len(files)} files of "
                             f"{spec.ref}@{commit[:12]} would go into {hub_cache}")
-        result.code = 0
+        result.outcome = Outcome.OK
         return result
 
     say(f"[up] weights: {len(files)} files of {spec.ref}@{commit[:12]} into {hub_cache}")
@@ -400,9 +411,9 @@ def deploy(req: UpRequest, spec: "ModelSpec", catalog: "Catalog", provider: "Pro
                             + (", sha256 verified" if extra.sha_verified else ""))
     if req.no_start:
         return not_started(directory, state, result)
-    return start_bundle(req, plan, state, result, native, run, seams, snapshot=snapshot,
+    return start_bundle(req, plan, state, result, launcher, pre, seams, snapshot=snapshot,
                         secrets=provider.settings.redaction_secrets)
 
 
-__all__ = ["LAUNCHERS", "DrafterWeights", "UpRequest", "UpResult", "UpSeams", "check_request", "curated_launch",
+__all__ = ["LAUNCHERS", "START_FAILED", "VERIFY_FAILED", "DrafterWeights", "UpRequest", "UpResult", "UpSeams", "check_request", "curated_launch",
            "deploy", "drafter_repo", "not_started", "read_state", "start_bundle", "up", "write_state"]

@@ -146,8 +146,9 @@ def _bundle(args: argparse.Namespace, provider: Any) -> int:
     """``--out DIR``: the same gate, then ``up``'s self-contained launch bundle in DIR (nothing started;
     the weights go into the HF cache only with a folder, as ``up --no-start`` does)."""
     from club3090.cli.commands.up import run_request
+    from club3090.edges import launchers
 
-    return run_request(args, provider, directory=Path(args.out), no_start=True, launcher="docker",
+    return run_request(args, provider, directory=Path(args.out), no_start=True, launcher=launchers.DEFAULT,
                        port=None, vllm=None, skip_tools=False)
 
 

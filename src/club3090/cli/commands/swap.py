@@ -15,7 +15,10 @@ import sys
 from typing import Any
 
 from club3090.cli.commands._types import add_bundle_flags
+from club3090.cli.commands.up import add_launcher_flag
+from club3090.cli.exit_codes import exit_code
 from club3090.cli.render import safe
+from club3090.edges import launchers
 
 
 def add_parser(sub: Any) -> None:
@@ -32,8 +35,7 @@ def add_parser(sub: Any) -> None:
     add_bundle_flags(p)
     p.add_argument("--emit-only", action="store_true",
                    help="write the bundle only: no weight download, no start")
-    p.add_argument("--launcher", choices=("docker", "native"), default="docker",
-                   help="docker (docker compose, default) or native (vllm on this host)")
+    add_launcher_flag(p, launchers.names(multi_node=False))
     p.add_argument("--gpus", metavar="SPEC", help="the GPUs the fit is re-priced on: 1x3090, 2x24GiB, ...")
     p.add_argument("--served-model-name", metavar="NAME",
                    help="the name clients ask for (default: REPO's name, lower-cased)")
@@ -63,8 +65,9 @@ def run(args: argparse.Namespace, provider: Any) -> int:
     result = swap(req, provider, seams)
     if seams.spin is not None and sys.stderr.isatty() and result.up is not None:
         print(file=sys.stderr)
+    code = exit_code(result.outcome)
     if args.json:
-        print(safe(json.dumps(result.to_json(), indent=2, default=str), multiline=True))
+        print(safe(json.dumps({"exit_code": code, **result.to_json()}, indent=2, default=str), multiline=True))
     else:
         print("\n".join(safe(line, multiline=True) for line in result.lines))
-    return int(result.code)
+    return code
