@@ -183,11 +183,11 @@ def _failed(result: UpResult, state: dict[str, Any], directory: Path, tail: str,
     the state says "failed", the log tail is shown and a capture bundle written."""
     from club3090.reports.capture import CAPTURES_DIRNAME
 
-    stopped = launcher.stop(directory, state) if launcher.running(directory, state) else None
+    stopped = launcher.stop(directory, state)
     state.update(state="failed", failure=why, pid=None)
     write_state(directory, state)
     result.lines.append(f"[up] FAILED to start: {why}")
-    if stopped is not None and stopped.refused:
+    if stopped.refused:
         result.lines.append(f"[up] left running: {stopped.refused}")
     result.lines += [f"[up] log: {ln}" for ln in tail.splitlines()[-20:]]
     try:
