@@ -16,7 +16,7 @@ from typing import Any
 
 from club3090.cli.commands._types import add_bundle_flags
 from club3090.cli.commands.up import add_launcher_flag
-from club3090.cli.exit_codes import exit_code
+from club3090.cli.exit_codes import exit_code, with_exit_code
 from club3090.cli.render import safe
 from club3090.edges import launchers
 
@@ -67,7 +67,7 @@ def run(args: argparse.Namespace, provider: Any) -> int:
         print(file=sys.stderr)
     code = exit_code(result.outcome)
     if args.json:
-        print(safe(json.dumps({"exit_code": code, **result.to_json()}, indent=2, default=str), multiline=True))
+        print(safe(json.dumps(with_exit_code(result.to_json(), result.outcome), indent=2, default=str), multiline=True))
     else:
         print("\n".join(safe(line, multiline=True) for line in result.lines))
     return code

@@ -21,7 +21,7 @@ from typing import Any
 
 from club3090.cli.commands._llamacpp import cache_type
 from club3090.cli.commands._types import add_bundle_flags, add_rig_flags, positive_int
-from club3090.cli.exit_codes import exit_code
+from club3090.cli.exit_codes import exit_code, with_exit_code
 from club3090.cli.render import safe
 from club3090.edges import launchers
 
@@ -119,7 +119,7 @@ def run_request(args: argparse.Namespace, provider: Any, *, directory: Path, no_
         print(file=sys.stderr)
     code = exit_code(result.outcome)
     if args.json:
-        print(safe(json.dumps({"exit_code": code, **result.to_json()}, indent=2, default=str), multiline=True))
+        print(safe(json.dumps(with_exit_code(result.to_json(), result.outcome), indent=2, default=str), multiline=True))
     else:
         lines = result.lines if result.gate is None else [render_gate(result.gate), *result.lines]
         print("\n".join(safe(line, multiline=True) for line in lines))

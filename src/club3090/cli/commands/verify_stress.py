@@ -14,6 +14,7 @@ from typing import Any
 
 from club3090.cli.commands._server import add_common, make_client, stderr_progress
 from club3090.cli.commands._types import bounded, token_count
+from club3090.cli.exit_codes import exit_code, with_exit_code
 
 _streams = bounded(int, low=1, high=64, what="a stream count")
 _rounds = bounded(int, low=0, high=20, what="a round count")
@@ -46,5 +47,6 @@ def run(args: argparse.Namespace, provider: Any, *, http: Any = None, clock: Cal
     report = stress(client, model=model, streams=args.streams, context=args.context, fill=args.fill,
                     rounds=args.rounds, skip_tools=args.skip_tools,
                     progress=(lambda _s: None) if args.json else stderr_progress(args))
-    print(json.dumps(report.to_json(), indent=1) if args.json else render(report, "verify-stress"))
-    return report.exit_code
+    doc = with_exit_code(report.to_json(), report.outcome)
+    print(json.dumps(doc, indent=1) if args.json else render(report, "verify-stress"))
+    return exit_code(report.outcome)
