@@ -12,10 +12,9 @@ from __future__ import annotations
 
 import json
 import math
-import os
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -29,7 +28,7 @@ from club3090.errors import UsageError
 if TYPE_CHECKING:
     from club3090.catalog.model import Profile
     from club3090.model.spec import RepoFile
-    from club3090.pipeline.bundle import Bundle
+    from club3090.pipeline.bundle import Bundle, Writer
 
 CLUSTER_LAUNCHERS = launchers.names(multi_node=True)
 MODEL_CACHES = k8s_mod.CACHE_MODES
@@ -62,10 +61,9 @@ def cluster_shape(profile: "Profile", hardware: Any, nodes_flag: int | None) -> 
 
 def emit(*, launcher: "launchers.Launcher", directory: Path, options: ClusterOptions, plan: "Bundle",
          profile: "Profile", hardware: Any, repo_id: str, commit: str, files: Sequence["RepoFile"], hub_cache: Path,
-         port: int, now: datetime | None = None) -> tuple[list[str], dict[str, Any]]:
-    """Write the multi-node launch into ``directory``; return (terminal lines, state)."""
-    from club3090.edges.files import atomic_write_text
-
+         port: int, writer: "Writer", now: datetime) -> tuple[list[str], dict[str, Any]]:
+    """Write the multi-node launch into ``directory`` (through ``writer``, the Provider); return
+    (terminal lines, state)."""
     cluster_files = getattr(launcher, "cluster_files", None)
     if not launcher.multi_node or cluster_files is None:
         raise UsageError(f"--launcher {launcher.name} is not a multi-node launcher")
@@ -100,8 +98,10 @@ def emit(*, launcher: "launchers.Launcher", directory: Path, options: ClusterOpt
     description["up"] = {"repo_id": repo_id, "commit": commit, "served_model": plan.served_model,
                          "hub_cache": str(hub_cache), "port": port}
     texts["launch.json"] = json.dumps(description, indent=2, ensure_ascii=False) + "\n"
-    _write(directory, texts, atomic_write_text)
-    written_at = (now or datetime.now(timezone.utc)).isoformat(timespec="seconds")
+    writer.make_dir(directory)
+    for rel in sorted(texts):
+        writer.write_file(directory / rel, texts[rel], mode=0o755 if rel.endswith(".sh") else None)
+    written_at = now.isoformat(timespec="seconds")
     state: dict[str, Any] = {"launcher": launcher.name, "url": f"http://{net.head_ip or '127.0.0.1'}:{port}",
                              "served_model": plan.served_model, "repo_id": repo_id, "commit": commit,
                              "profile_like": profile.key, "argv": list(cl.serve_argv()), "state": "written",
@@ -115,16 +115,6 @@ def emit(*, launcher: "launchers.Launcher", directory: Path, options: ClusterOpt
              *(f"[up] note: {flag} does not apply to --launcher {launcher.name}" for flag in made.ignored),
              f"[up] nothing started: a {launcher.name} launch is written only; follow {directory / 'RUNBOOK.md'}"]
     return lines, state
-
-
-def _write(directory: Path, texts: dict[str, str], write_text: Callable[[Path, str], None]) -> None:
-    directory.mkdir(parents=True, exist_ok=True)
-    for rel in sorted(texts):
-        path = directory / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        write_text(path, texts[rel])
-        if rel.endswith(".sh"):
-            os.chmod(path, 0o755)
 
 
 __all__ = ["CLUSTER_LAUNCHERS", "MODEL_CACHES", "ClusterOptions", "cluster_shape", "emit"]

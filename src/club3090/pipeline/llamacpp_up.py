@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from club3090.edges.gguf_remote import QuantFile
     from club3090.edges.hub import RepoInfo
     from club3090.pipeline.provider import Provider
-    from club3090.pipeline.up import UpRequest, UpResult, UpSeams
+    from club3090.pipeline.up import UpRequest, UpResult
 
 __all__ = ["llamacpp_profile", "up_llamacpp"]
 
@@ -70,12 +70,10 @@ def _gpu_bytes(req: "UpRequest", provider: "Provider", catalog: "Catalog",
     return list(hw.memory_bytes), label
 
 
-def up_llamacpp(req: "UpRequest", provider: "Provider", seams: "UpSeams", *, catalog: "Catalog",
+def up_llamacpp(req: "UpRequest", provider: "Provider", *, catalog: "Catalog",
                 profile: "Profile | None", gate_lines: list[str] | None = None) -> "UpResult":
     from club3090.compose import llamacpp as lc
-    from club3090.edges.files import atomic_write_bytes, atomic_write_text
     from club3090.edges.gguf_remote import list_quants, load_remote
-    from club3090.edges.hf_cache import fetch_into_cache
     from club3090.edges.hub import HubClient
     from club3090.fit.llamacpp import LlamaCppArgs, cache_types
     from club3090.fit.memory import Unpriceable
@@ -83,11 +81,11 @@ def up_llamacpp(req: "UpRequest", provider: "Provider", seams: "UpSeams", *, cat
     from club3090.pipeline.llamacpp_bundle import container_model_path, plan
     from club3090.pipeline.up import UpResult
 
-    launcher = launchers.get(req.launcher, run=seams.run, which=seams.which)
+    launcher = provider.launcher(req.launcher)
     if not launcher.starts:
         raise UsageError(f"--launcher {req.launcher}: a llama.cpp launch runs on this machine "
                          f"({' or '.join(launchers.names(multi_node=False))})")
-    say = seams.say
+    say = req.progress.say
     directory = Path(req.directory).absolute()
     result = UpResult(Outcome.REFUSED, list(gate_lines or []))
     if provider.settings.offline:
@@ -192,22 +190,17 @@ def up_llamacpp(req: "UpRequest", provider: "Provider", seams: "UpSeams", *, cat
                          "without one, or `club3090 compose` and place it yourself")
     payloads: dict[str, bytes] = {}
     for _inside, upstream in bundle.upstream_files.items():
-        if seams.payload is None:
-            raise UsageError(f"{upstream} is mounted by {profile.key if profile else repo_id} but no payload "
-                             "source is configured")
-        for name, data in seams.payload(upstream).items():
+        for name, data in provider.payloads(upstream).items():
             payloads[f"{bundle_mod.FILES}/{name}"] = data
     bundle = replace(bundle, payloads=payloads)
-    directory.mkdir(parents=True, exist_ok=True)
-    (directory / bundle_mod.LOGS).mkdir(exist_ok=True)
-    bundle_mod.write(bundle, atomic_write_text, atomic_write_bytes, lambda p, m: os.chmod(p, m))
+    bundle_mod.write(bundle, provider)
     result.lines.append(f"[up] bundle written to {directory} (compose.yml, .env, serve.sh, launch.json)")
     for note in bundle.container_only:
         result.lines.append(f"[up] note: natively, {note}")
 
     wanted = [f for f in info.files if f.name in quant.files]
     say(f"[up] weights: {quant.files[0]} of {repo_id}@{info.commit[:12]} into {hub_cache}")
-    report = fetch_into_cache(provider.settings, repo_id, info.commit, wanted, progress=say, bar=seams.bar)
+    report = provider.fetch_weights(repo_id, info.commit, wanted, progress=say, bar=req.progress.bar)
     if not report.ok:
         if report.failure == "sha-mismatch":
             raise IntegrityError(report.failed_file or repo_id, f"{report.detail}; the file was deleted, nothing "
@@ -224,11 +217,11 @@ def up_llamacpp(req: "UpRequest", provider: "Provider", seams: "UpSeams", *, cat
                              "written_at": provider.now().isoformat(timespec="seconds")}
     result.state = state
     if req.no_start:
-        return not_started(directory, state, result)
+        return not_started(directory, state, result, provider)
     from club3090.pipeline.bundle_start import start_bundle
 
     command = launchers.Preflighted(launchers.ServerCommand(bundle.native_argv[:1]))
-    return start_bundle(req, bundle, state, result, launcher, command, seams, receipt=False)
+    return start_bundle(req, bundle, state, result, launcher, command, provider, receipt=False)
 
 
 def _variant_repos(catalog: "Catalog", profile: "Profile") -> tuple[str, ...]:

@@ -23,7 +23,7 @@ from club3090.gate.advisories import variants_advice
 from club3090.gate.swap_match import Mismatch, SwapToken, check_swap
 from club3090.model.slug import sanitize_slug
 from club3090.outcome import Notice, Outcome, Stop
-from club3090.pipeline.up import UpRequest, UpResult, UpSeams, check_request, curated_launch, deploy
+from club3090.pipeline.up import Progress, UpRequest, UpResult, check_request, curated_launch, deploy
 from club3090.units import GiB
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
@@ -49,6 +49,8 @@ class SwapRequest:
     vllm: str | None = None
     force: bool = False
     skip_tools: bool = False
+    progress: Progress = field(default_factory=Progress)
+    captures: Path | None = None
 
 
 @dataclass
@@ -146,13 +148,13 @@ def _rig(req: SwapRequest, profile: "Profile", catalog: "Catalog", provider: "Pr
     return hw, memory, device
 
 
-def swap(req: SwapRequest, provider: "Provider", seams: UpSeams) -> SwapResult:
+def swap(req: SwapRequest, provider: "Provider") -> SwapResult:
     from club3090.pipeline.pull import PullRequest
     from club3090.pipeline.pull_gate import Gate, disk_stop
 
     up_req = UpRequest(source=req.source, directory=req.directory, profile_like=req.profile_like,
                        launcher=req.launcher, gpus=req.gpus, port=req.port, no_start=req.no_start, vllm=req.vllm,
-                       force=req.force, skip_tools=req.skip_tools)
+                       force=req.force, skip_tools=req.skip_tools, progress=req.progress, captures=req.captures)
     check_request(up_req)
     catalog = provider.catalog()
     profile = catalog.profiles.get(req.profile_like)
@@ -180,7 +182,7 @@ def swap(req: SwapRequest, provider: "Provider", seams: UpSeams) -> SwapResult:
     result.lines.append(f"[swap] {spec.ref} is a fine-tune {profile.key} can serve: {spec.arch.architecture}, "
                         f"{_quant_text(spec.quantization)}, the geometry of {model.display_name}")
     result.lines += notes
-    return _priced(req, up_req, spec, profile, catalog, provider, seams, result,
+    return _priced(req, up_req, spec, profile, catalog, provider, result,
                    int(variant.size_bytes) if variant is not None and variant.size_bytes else None,
                    disk=lambda: disk_stop(Gate(request=PullRequest(source=req.source), slug=spec.ref, spec=spec),
                                           provider))
@@ -194,7 +196,7 @@ def _quant_text(q: "Quantization | None") -> str:
 
 
 def _priced(req: SwapRequest, up_req: UpRequest, spec: "ModelSpec", profile: "Profile", catalog: "Catalog",
-            provider: "Provider", seams: UpSeams, result: SwapResult, curated_bytes: int | None,
+            provider: "Provider", result: SwapResult, curated_bytes: int | None,
             disk: Any) -> SwapResult:
     """The fit re-priced with the fine-tune's own weight bytes, the disk margin, then ``up``'s deployment."""
     notes: list[str] = []
@@ -232,7 +234,7 @@ def _priced(req: SwapRequest, up_req: UpRequest, spec: "ModelSpec", profile: "Pr
             return _refused(result, stop.token, [f"[swap] {stop.token}: {stop.detail.get('message', '')}"])
     result.served_model = req.served_model_name or served_name(spec.ref)
     up_result = UpResult(Outcome.OK, [])
-    done = deploy(up_req, spec, catalog, provider, seams, up_result,
+    done = deploy(up_req, spec, catalog, provider, up_result,
                   lambda _snapshot: curated_launch(profile.key, catalog, provider),
                   served_model=result.served_model, emit_only=req.emit_only, swap_of=profile.key)
     result.up, result.outcome = done, done.outcome

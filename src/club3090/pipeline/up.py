@@ -12,9 +12,8 @@ running; a failed start prints the log tail and writes a capture bundle. The gat
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -39,6 +38,20 @@ if TYPE_CHECKING:
     from club3090.pipeline.provider import Provider
 
 LAUNCHERS = launchers.names()                   # ray / k8s: multi-node files, written only (cluster_up)
+
+
+def _silent(_message: str) -> None:
+    return None
+
+
+@dataclass(frozen=True)
+class Progress:
+    """How ``up`` shows its progress while it runs (the CLI's callbacks; silent by default). Every
+    other piece of I/O is the Provider's."""
+
+    say: Callable[[str], None] = _silent                # progress lines (stderr)
+    spin: Callable[[str], None] | None = None           # the spinner line (stderr, rewritten in place)
+    bar: bool = False                                   # huggingface_hub's download bar
 
 
 @dataclass(frozen=True)
@@ -66,21 +79,9 @@ class UpRequest:
     nodes: int | None = None                  # --nodes: machines (``--gpus`` then names one of them)
     interconnect: str | None = None
     cluster: Any = None                       # cluster_up.ClusterOptions for --launcher ray / k8s
-
-
-@dataclass
-class UpSeams:
-    """The I/O of ``up`` beyond the Provider; ``None`` means the real thing."""
-
-    run: Any = None                                     # boot.Runner for docker / vllm --version
-    which: Callable[[str], str | None] | None = None
-    payload: Callable[[str], Mapping[str, bytes]] | None = None   # upstream path -> {file: verified bytes}
-    http: Any = None
-    say: Callable[[str], None] = lambda _m: None        # progress lines (stderr)
-    spin: Callable[[str], None] | None = None           # the spinner line (stderr, rewritten in place)
+    progress: Progress = field(default_factory=Progress)
+    captures: Path | None = None              # where a failed start's capture bundle goes (default ./.pull-captures)
     ready_deadline_s: float = launchers.READY_DEADLINE_S
-    bar: bool = True
-    captures: Path | None = None                        # where a failed start's capture bundle goes
 
 
 @dataclass
@@ -118,21 +119,12 @@ def _repo_files(repo_id: str, commit: str | None, revision: str | None,
                 provider: "Provider") -> tuple[str, tuple["RepoFile", ...]]:
     """(commit, serving files) of a repo: the Hub's listing, or offline the cached snapshot."""
     from club3090.edges.hf_cache import serving_files
-    from club3090.model.spec import RepoFile
 
-    settings = provider.settings
-    if settings.offline:
-        from club3090.edges.hf_cache import cached_snapshot
-
-        snap = cached_snapshot(settings.hub_cache, repo_id, commit)
-        if snap is None:
+    if provider.settings.offline:
+        cached = provider.cached_files(repo_id, commit)
+        if cached is None:
             raise UsageError(f"{repo_id} is not in the HF cache and HF_HUB_OFFLINE is set; run once online")
-        files = []
-        for p in sorted(snap.iterdir()):
-            blob = p.resolve().name
-            sha = blob if len(blob) == 64 and p.name.endswith(".safetensors") else None
-            files.append(RepoFile(p.name, p.stat().st_size, sha))
-        return snap.name, serving_files(files)
+        return cached[0], serving_files(cached[1])
     info = provider.hub().repo_info(repo_id, revision)
     if not info.commit:
         raise InputError(repo_id, "the Hub named no commit for this repo; refusing an unpinned download")
@@ -230,7 +222,7 @@ def check_request(req: UpRequest) -> None:
             raise UsageError(f"{directory} is serving ({who}); `club3090 down {directory}` first")
 
 
-def up(req: UpRequest, provider: "Provider", seams: UpSeams) -> UpResult:
+def up(req: UpRequest, provider: "Provider") -> UpResult:
     from club3090.outcome import NoticeCode
     from club3090.pipeline.pull import PullRequest, evaluate
     from club3090.reports.capture import CAPTURES_DIRNAME
@@ -246,10 +238,10 @@ def up(req: UpRequest, provider: "Provider", seams: UpSeams) -> UpResult:
 
         family = llamacpp_profile(catalog, req)
         if family is not None:
-            return up_llamacpp(req, provider, seams, catalog=catalog, profile=family)
+            return up_llamacpp(req, provider, catalog=catalog, profile=family)
     elif req.llama_server_bin or req.quant or req.ctx_size or req.cache_type_k or req.cache_type_v:
         raise UsageError("--quant, --ctx-size, --cache-type-k/-v and --llama-server-bin are `up`'s GGUF flags")
-    captures = seams.captures if seams.captures is not None else Path.cwd() / CAPTURES_DIRNAME
+    captures = req.captures if req.captures is not None else Path.cwd() / CAPTURES_DIRNAME
     facts = None
     if req.llamacpp:                 # a GGUF-only repo is llama.cpp's: no gate refusal (nor its capture)
         from club3090.outcome import Stop
@@ -260,7 +252,7 @@ def up(req: UpRequest, provider: "Provider", seams: UpSeams) -> UpResult:
         if isinstance(facts, Stop) and facts.sub_reason == "gguf-only":
             from club3090.pipeline.llamacpp_up import up_llamacpp
 
-            return up_llamacpp(req, provider, seams, catalog=catalog, profile=None)
+            return up_llamacpp(req, provider, catalog=catalog, profile=None)
     gate = evaluate(PullRequest(source=req.source, profile_like=req.profile_like, yes=req.yes,
                                 force_download=req.force_download, trust_remote_code=req.trust_remote_code,
                                 gpus=req.gpus, nodes=req.nodes, interconnect=req.interconnect,
@@ -289,13 +281,12 @@ def up(req: UpRequest, provider: "Provider", seams: UpSeams) -> UpResult:
     rig_nodes = int(getattr(gate.hardware, "nodes", 1) or 1)
     if rig_nodes > 1 and not launchers.get(req.launcher).multi_node:
         raise UsageError(_multi_node_hint(rig_nodes))
-    return deploy(req, spec, catalog, provider, seams, result,  # type: ignore[arg-type]
+    return deploy(req, spec, catalog, provider, result,  # type: ignore[arg-type]
                   lambda snapshot: _launch(req, spec, catalog, provider, gate, snapshot),  # type: ignore[arg-type]
                   hardware=gate.hardware)
 
 
-def deploy(req: UpRequest, spec: "ModelSpec", catalog: "Catalog", provider: "Provider", seams: UpSeams,
-           result: UpResult, make_launch: Callable[[Path], tuple[Any, str]], *, served_model: str | None = None,
+def deploy(req: UpRequest, spec: "ModelSpec", catalog: "Catalog", provider: "Provider", result: UpResult, make_launch: Callable[[Path], tuple[Any, str]], *, served_model: str | None = None,
            emit_only: bool = False, swap_of: str | None = None, hardware: Any = None) -> UpResult:
     """From a decided launch to a serving bundle: launcher preflight -> the bundle in DIR with its
     verified payloads -> the weights into the HF cache -> start -> verify (``--launcher ray|k8s``:
@@ -303,13 +294,12 @@ def deploy(req: UpRequest, spec: "ModelSpec", catalog: "Catalog", provider: "Pro
     gives (Launch, upstream base); ``served_model`` re-points the served name; ``emit_only`` stops
     after the bundle (no download, no start); ``swap_of`` (the curated profile a swap cloned) is
     recorded in the state, the receipt and a failure's capture."""
-    from club3090.edges.files import atomic_write_bytes, atomic_write_text
-    from club3090.edges.hf_cache import fetch_into_cache, snapshot_dir
+    from club3090.edges.hf_cache import snapshot_dir
     from club3090.pipeline.cluster_up import ClusterOptions
 
-    say = seams.say
+    say = req.progress.say
     directory = Path(req.directory).absolute()
-    launcher = launchers.get(req.launcher, run=seams.run, which=seams.which)
+    launcher = provider.launcher(req.launcher)
     multi = launcher.multi_node
     key = req.profile_like or ""
     # preflight: nothing is written before the launcher is known to work and the port is free
@@ -323,7 +313,7 @@ def deploy(req: UpRequest, spec: "ModelSpec", catalog: "Catalog", provider: "Pro
             say(f"[up] note: {note}")
         busy = port_refusal(req.port or profile.port)
         if busy is not None:
-            return refuse_port(result, {}, busy)
+            return refuse_port(result, {}, busy, provider)
 
     commit, files = _served_files(spec, provider)
     hub_cache = Path(provider.settings.hub_cache).absolute()
@@ -345,27 +335,21 @@ def deploy(req: UpRequest, spec: "ModelSpec", catalog: "Catalog", provider: "Pro
         lines, written = cluster_up.emit(launcher=launcher, directory=directory,
                                        options=req.cluster or ClusterOptions(nodes=req.nodes), plan=plan,
                                        profile=profile, hardware=hardware, repo_id=spec.ref, commit=commit,
-                                       files=files, hub_cache=hub_cache, port=port)
+                                       files=files, hub_cache=hub_cache, port=port, writer=provider,
+                                       now=provider.now())
         if swap_of is not None:
             written["swap_of"] = swap_of
-        write_state(directory, written)
+        write_state(directory, written, provider.write_file)
         result.lines += lines
         result.state = written
         result.outcome = Outcome.OK
         return result
     payloads: dict[str, bytes] = {}
     for _inside, upstream in plan.upstream_files.items():
-        if seams.payload is None:
-            raise UsageError(f"{upstream} is mounted by {req.profile_like} but no payload source is configured")
-        for name, data in seams.payload(upstream).items():   # IntegrityError (65): nothing written yet
+        for name, data in provider.payloads(upstream).items():   # IntegrityError: nothing written yet
             payloads[f"{bundle_mod.FILES}/{name}"] = data
     plan = replace(plan, payloads=payloads)
-    directory.mkdir(parents=True, exist_ok=True)
-    (directory / bundle_mod.LOGS).mkdir(exist_ok=True)
-    bundle_mod.write(plan, atomic_write_text, atomic_write_bytes, lambda p, m: os.chmod(p, m))
-    for name in payloads:
-        if name.endswith(".sh") or _executable(catalog, name[len(bundle_mod.FILES) + 1:]):
-            os.chmod(directory / name, 0o755)
+    bundle_mod.write(plan, provider, lambda upstream: _executable(catalog, upstream))
     result.lines.append(f"[up] bundle written to {directory} (compose.yml, .env, serve.sh, launch.json"
                         + (f", {len(payloads)} mounted files" if payloads else "") + ")")
     for note in plan.container_only:
@@ -376,19 +360,19 @@ def deploy(req: UpRequest, spec: "ModelSpec", catalog: "Catalog", provider: "Pro
                              "argv": list(plan.native_argv), "skip_tools": req.skip_tools,
                              "drafter": {"repo_id": drafter.repo_id, "commit": drafter.commit} if drafter else None,
                              "container": plan.container_name, "pid": None, "state": "written", "directory": str(directory),
-                             "written_at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+                             "written_at": provider.now().isoformat(timespec="seconds")}
     if swap_of is not None:
         state["swap_of"] = swap_of
     result.state = state
     if emit_only:
-        write_state(directory, state)
+        write_state(directory, state, provider.write_file)
         result.lines.append(f"[up] weights not downloaded, nothing started (--emit-only): {len(files)} files of "
                             f"{spec.ref}@{commit[:12]} would go into {hub_cache}")
         result.outcome = Outcome.OK
         return result
 
     say(f"[up] weights: {len(files)} files of {spec.ref}@{commit[:12]} into {hub_cache}")
-    report = fetch_into_cache(provider.settings, spec.ref, commit, files, progress=say, bar=seams.bar)
+    report = provider.fetch_weights(spec.ref, commit, files, progress=say, bar=req.progress.bar)
     if not report.ok:
         if report.failure == "sha-mismatch":
             raise IntegrityError(report.failed_file or spec.ref, f"{report.detail}; the file was deleted, nothing "
@@ -398,8 +382,8 @@ def deploy(req: UpRequest, spec: "ModelSpec", catalog: "Catalog", provider: "Pro
                         + (", sha256 verified" if report.sha_verified else ""))
     if drafter is not None:
         say(f"[up] drafter: {len(drafter.files)} files of {drafter.repo_id}@{drafter.commit[:12]} into {hub_cache}")
-        extra = fetch_into_cache(provider.settings, drafter.repo_id, drafter.commit, drafter.files, progress=say,
-                                 bar=seams.bar)
+        extra = provider.fetch_weights(drafter.repo_id, drafter.commit, drafter.files, progress=say,
+                                       bar=req.progress.bar)
         if not extra.ok:
             if extra.failure == "sha-mismatch":
                 raise IntegrityError(extra.failed_file or drafter.repo_id,
@@ -410,10 +394,10 @@ def deploy(req: UpRequest, spec: "ModelSpec", catalog: "Catalog", provider: "Pro
                             f"{extra.bytes / 2**30:.2f} GiB in the HF cache"
                             + (", sha256 verified" if extra.sha_verified else ""))
     if req.no_start:
-        return not_started(directory, state, result)
-    return start_bundle(req, plan, state, result, launcher, pre, seams, snapshot=snapshot,
+        return not_started(directory, state, result, provider)
+    return start_bundle(req, plan, state, result, launcher, pre, provider, snapshot=snapshot,
                         secrets=provider.settings.redaction_secrets)
 
 
-__all__ = ["LAUNCHERS", "START_FAILED", "VERIFY_FAILED", "DrafterWeights", "UpRequest", "UpResult", "UpSeams", "check_request", "curated_launch",
+__all__ = ["LAUNCHERS", "START_FAILED", "VERIFY_FAILED", "DrafterWeights", "Progress", "UpRequest", "UpResult", "check_request", "curated_launch",
            "deploy", "drafter_repo", "not_started", "read_state", "start_bundle", "up", "write_state"]

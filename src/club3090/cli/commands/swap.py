@@ -45,25 +45,19 @@ def add_parser(sub: Any) -> None:
 
 def run(args: argparse.Namespace, provider: Any) -> int:
     from club3090.cli.commands.pull import captures_root
-    from club3090.cli.commands.up import _payload_source, _progress
+    from club3090.cli.commands.up import progress
     from club3090.errors import UsageError
     from club3090.pipeline.swap import SwapRequest, swap
-    from club3090.pipeline.up import UpSeams
 
     if args.port is not None and not 0 < args.port < 65536:
         raise UsageError("--port must be 1-65535")
-    say, spin = _progress(args)
-    seams = UpSeams(say=say, spin=spin, payload=_payload_source(provider), bar=not args.json,
-                    captures=captures_root(args))
-    seams_hook = getattr(provider, "up_seams", None)
-    if callable(seams_hook):
-        seams = seams_hook(seams)
     req = SwapRequest(source=args.source, profile_like=args.profile_like, directory=args.directory,
                       emit_only=args.emit_only, launcher=args.launcher, gpus=args.gpus, port=args.port,
                       served_model_name=args.served_model_name, no_start=args.no_start, vllm=args.vllm,
-                      force=args.force, skip_tools=args.skip_tools)
-    result = swap(req, provider, seams)
-    if seams.spin is not None and sys.stderr.isatty() and result.up is not None:
+                      force=args.force, skip_tools=args.skip_tools, progress=progress(args),
+                      captures=captures_root(args))
+    result = swap(req, provider)
+    if sys.stderr.isatty() and result.up is not None:
         print(file=sys.stderr)
     code = exit_code(result.outcome)
     if args.json:

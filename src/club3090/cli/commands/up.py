@@ -65,7 +65,10 @@ def add_parser(sub: Any) -> None:
     p.set_defaults(run=run)
 
 
-def _progress(args: argparse.Namespace) -> tuple[Any, Any]:
+def progress(args: argparse.Namespace) -> Any:
+    """``up``'s progress on stderr: lines, the spinner (on a terminal), the download bar (not with --json)."""
+    from club3090.pipeline.up import Progress
+
     def say(message: str) -> None:
         print(safe(message), file=sys.stderr, flush=True)
 
@@ -74,7 +77,7 @@ def _progress(args: argparse.Namespace) -> tuple[Any, Any]:
     def spin(line: str) -> None:
         if tty:
             print("\r" + safe(line)[:160].ljust(160), end="", file=sys.stderr, flush=True)
-    return say, spin
+    return Progress(say=say, spin=spin, bar=not args.json)
 
 
 def run(args: argparse.Namespace, provider: Any) -> int:
@@ -91,15 +94,8 @@ def run_request(args: argparse.Namespace, provider: Any, *, directory: Path, no_
     """``up`` (and ``pull --out DIR``): build the request, run it, print the result."""
     from club3090.cli.commands.pull import captures_root
     from club3090.cli.commands.pull import render as render_gate
-    from club3090.pipeline.up import UpRequest, UpSeams, up
-
-    say, spin = _progress(args)
-    seams = UpSeams(say=say, spin=spin, payload=_payload_source(provider), bar=not args.json,
-                    captures=captures_root(args))
-    seams_hook = getattr(provider, "up_seams", None)
-    if callable(seams_hook):
-        seams = seams_hook(seams)
     from club3090.pipeline.cluster_up import ClusterOptions
+    from club3090.pipeline.up import UpRequest, up
 
     nodes = getattr(args, "nodes", None)
     cluster = ClusterOptions(nodes=nodes, head_ip=getattr(args, "head_ip", ""),
@@ -113,9 +109,10 @@ def run_request(args: argparse.Namespace, provider: Any, *, directory: Path, no_
                     ctx_size=getattr(args, "ctx_size", None), cache_type_k=getattr(args, "cache_type_k", None),
                     cache_type_v=getattr(args, "cache_type_v", None),
                     llama_server_bin=getattr(args, "llama_server_bin", None),
-                    nodes=nodes, interconnect=getattr(args, "interconnect", None), cluster=cluster)
-    result = up(req, provider, seams)
-    if seams.spin is not None and sys.stderr.isatty():
+                    nodes=nodes, interconnect=getattr(args, "interconnect", None), cluster=cluster,
+                    progress=progress(args), captures=captures_root(args))
+    result = up(req, provider)
+    if sys.stderr.isatty():
         print(file=sys.stderr)
     code = exit_code(result.outcome)
     if args.json:
@@ -133,8 +130,3 @@ def add_launcher_flag(p: argparse.ArgumentParser, names: tuple[str, ...]) -> Non
     p.add_argument("--launcher", choices=names, default=registry.DEFAULT,
                    help="; ".join(registry.get(n).help for n in names))
 
-
-def _payload_source(provider: Any) -> Any:
-    from club3090.edges.payloads import catalog_payloads
-
-    return catalog_payloads(provider.settings, provider.catalog())
