@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from club3090.edges import launchers
-from club3090.errors import HubUnreachable, InputError, IntegrityError, UsageError
+from club3090.errors import InputError, UsageError
 from club3090.outcome import Outcome
 from club3090.pipeline import bundle as bundle_mod
 
@@ -79,7 +79,7 @@ def up_llamacpp(req: "UpRequest", provider: "Provider", *, catalog: "Catalog",
     from club3090.fit.memory import Unpriceable
     from club3090.pipeline.bundle_start import not_started
     from club3090.pipeline.llamacpp_bundle import container_model_path, plan
-    from club3090.pipeline.up import UpResult
+    from club3090.pipeline.up import UpResult, fetch_verified
 
     launcher = provider.launcher(req.launcher)
     if not launcher.starts:
@@ -199,13 +199,7 @@ def up_llamacpp(req: "UpRequest", provider: "Provider", *, catalog: "Catalog",
         result.lines.append(f"[up] note: natively, {note}")
 
     wanted = [f for f in info.files if f.name in quant.files]
-    say(f"[up] weights: {quant.files[0]} of {repo_id}@{info.commit[:12]} into {hub_cache}")
-    report = provider.fetch_weights(repo_id, info.commit, wanted, progress=say, bar=req.progress.bar)
-    if not report.ok:
-        if report.failure == "sha-mismatch":
-            raise IntegrityError(report.failed_file or repo_id, f"{report.detail}; the file was deleted, nothing "
-                                                                "was started (re-run to download it again)")
-        raise HubUnreachable(repo_id, f"download failed ({report.failure}): {report.detail}")
+    report = fetch_verified(provider, req.progress, repo_id, info.commit, wanted)
     result.lines.append(f"[up] weights: {report.bytes / 2**30:.2f} GiB in the HF cache"
                         + (", sha256 verified" if report.sha_verified else ""))
     state: dict[str, Any] = {"launcher": req.launcher, "engine": "llama.cpp", "url": f"http://127.0.0.1:{port}",

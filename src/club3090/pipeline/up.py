@@ -33,7 +33,10 @@ from club3090.pipeline.bundle_start import (
 )
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from club3090.catalog.model import Catalog
+    from club3090.edges.download import DownloadReport
     from club3090.model.spec import ModelSpec, RepoFile
     from club3090.pipeline.provider import Provider
 
@@ -286,35 +289,26 @@ def up(req: UpRequest, provider: "Provider") -> UpResult:
                   hardware=gate.hardware)
 
 
-def deploy(req: UpRequest, spec: "ModelSpec", catalog: "Catalog", provider: "Provider", result: UpResult, make_launch: Callable[[Path], tuple[Any, str]], *, served_model: str | None = None,
+def deploy(req: UpRequest, spec: "ModelSpec", catalog: "Catalog", provider: "Provider", result: UpResult,
+           make_launch: Callable[[Path], tuple[Any, str]], *, served_model: str | None = None,
            emit_only: bool = False, swap_of: str | None = None, hardware: Any = None) -> UpResult:
     """From a decided launch to a serving bundle: launcher preflight -> the bundle in DIR with its
-    verified payloads -> the weights into the HF cache -> start -> verify (``--launcher ray|k8s``:
+    verified payloads -> the weights into the HF cache -> start -> verify (a multi-node launcher:
     the files for every node, nothing started). ``up`` and ``swap`` share it. ``make_launch(snapshot)``
     gives (Launch, upstream base); ``served_model`` re-points the served name; ``emit_only`` stops
     after the bundle (no download, no start); ``swap_of`` (the curated profile a swap cloned) is
     recorded in the state, the receipt and a failure's capture."""
     from club3090.edges.hf_cache import snapshot_dir
-    from club3090.pipeline.cluster_up import ClusterOptions
 
-    say = req.progress.say
     directory = Path(req.directory).absolute()
     launcher = provider.launcher(req.launcher)
-    multi = launcher.multi_node
-    key = req.profile_like or ""
-    # preflight: nothing is written before the launcher is known to work and the port is free
-    profile = catalog.profiles[key]
-    engine = catalog.engines.get(profile.engine)
-    pre = launchers.Preflighted()
+    profile = catalog.profiles[req.profile_like or ""]
+    port = req.port or profile.port
     starts = not req.no_start and launcher.starts and not emit_only
-    if starts:
-        pre = launcher.preflight(launchers.vllm_server(req.vllm, engine.pin if engine is not None else None))
-        for note in pre.notes:
-            say(f"[up] note: {note}")
-        busy = port_refusal(req.port or profile.port)
-        if busy is not None:
-            return refuse_port(result, {}, busy, provider)
-
+    pre = _preflight(req, launcher, catalog, profile) if starts else launchers.Preflighted()
+    busy = port_refusal(port) if starts else None
+    if busy is not None:      # nothing is written before the launcher works and the port is free
+        return refuse_port(result, {}, busy, provider)
     commit, files = _served_files(spec, provider)
     hub_cache = Path(provider.settings.hub_cache).absolute()
     snapshot = snapshot_dir(hub_cache, spec.ref, commit)
@@ -323,46 +317,15 @@ def deploy(req: UpRequest, spec: "ModelSpec", catalog: "Catalog", provider: "Pro
     if drafter is not None:   # the drafter's folder -> its snapshot in the HF cache the bundle mounts
         inside = f"{bundle_mod.CONTAINER_HUB}/{snapshot_dir(Path('.'), drafter.repo_id, drafter.commit).as_posix()}"
         launch = bundle_mod.relocate(launch, drafter.container_path, inside)
-    port = req.port or profile.port
     plan = bundle_mod.plan(launch, directory=directory, repo_id=spec.ref, commit=commit, snapshot=snapshot,
                            hub_cache=hub_cache, port=port, upstream_base=base, served_model=served_model)
     if plan.unresolved:
         raise UsageError(f"{req.profile_like} also serves {', '.join(plan.unresolved)}, which no catalog repo "
                          "provides: use a profile without it, or `club3090 compose` and place it yourself")
-    if multi:
-        from club3090.pipeline import cluster_up
-
-        lines, written = cluster_up.emit(launcher=launcher, directory=directory,
-                                       options=req.cluster or ClusterOptions(nodes=req.nodes), plan=plan,
-                                       profile=profile, hardware=hardware, repo_id=spec.ref, commit=commit,
-                                       files=files, hub_cache=hub_cache, port=port, writer=provider,
-                                       now=provider.now())
-        if swap_of is not None:
-            written["swap_of"] = swap_of
-        write_state(directory, written, provider.write_file)
-        result.lines += lines
-        result.state = written
-        result.outcome = Outcome.OK
-        return result
-    payloads: dict[str, bytes] = {}
-    for _inside, upstream in plan.upstream_files.items():
-        for name, data in provider.payloads(upstream).items():   # IntegrityError: nothing written yet
-            payloads[f"{bundle_mod.FILES}/{name}"] = data
-    plan = replace(plan, payloads=payloads)
-    bundle_mod.write(plan, provider, lambda upstream: _executable(catalog, upstream))
-    result.lines.append(f"[up] bundle written to {directory} (compose.yml, .env, serve.sh, launch.json"
-                        + (f", {len(payloads)} mounted files" if payloads else "") + ")")
-    for note in plan.container_only:
-        result.lines.append(f"[up] note: serve.sh cannot apply: {note}")
-    url = f"http://127.0.0.1:{port}"
-    state: dict[str, Any] = {"launcher": req.launcher, "url": url, "served_model": plan.served_model,
-                             "repo_id": spec.ref, "commit": commit, "profile_like": req.profile_like,
-                             "argv": list(plan.native_argv), "skip_tools": req.skip_tools,
-                             "drafter": {"repo_id": drafter.repo_id, "commit": drafter.commit} if drafter else None,
-                             "container": plan.container_name, "pid": None, "state": "written", "directory": str(directory),
-                             "written_at": provider.now().isoformat(timespec="seconds")}
-    if swap_of is not None:
-        state["swap_of"] = swap_of
+    if launcher.multi_node:
+        return _cluster(req, launcher, plan, profile, hardware, spec.ref, commit, files, provider, result, swap_of)
+    plan = _write_bundle(plan, req, catalog, provider, result)
+    state = _state(req, plan, spec.ref, commit, drafter, provider, swap_of)
     result.state = state
     if emit_only:
         write_state(directory, state, provider.write_file)
@@ -370,26 +333,11 @@ def deploy(req: UpRequest, spec: "ModelSpec", catalog: "Catalog", provider: "Pro
                             f"{spec.ref}@{commit[:12]} would go into {hub_cache}")
         result.outcome = Outcome.OK
         return result
-
-    say(f"[up] weights: {len(files)} files of {spec.ref}@{commit[:12]} into {hub_cache}")
-    report = provider.fetch_weights(spec.ref, commit, files, progress=say, bar=req.progress.bar)
-    if not report.ok:
-        if report.failure == "sha-mismatch":
-            raise IntegrityError(report.failed_file or spec.ref, f"{report.detail}; the file was deleted, nothing "
-                                                                  "was started (re-run to download it again)")
-        raise HubUnreachable(spec.ref, f"download failed ({report.failure}): {report.detail}")
+    report = fetch_verified(provider, req.progress, spec.ref, commit, files)
     result.lines.append(f"[up] weights: {len(report.files)} files, {report.bytes / 2**30:.2f} GiB in the HF cache"
                         + (", sha256 verified" if report.sha_verified else ""))
     if drafter is not None:
-        say(f"[up] drafter: {len(drafter.files)} files of {drafter.repo_id}@{drafter.commit[:12]} into {hub_cache}")
-        extra = provider.fetch_weights(drafter.repo_id, drafter.commit, drafter.files, progress=say,
-                                       bar=req.progress.bar)
-        if not extra.ok:
-            if extra.failure == "sha-mismatch":
-                raise IntegrityError(extra.failed_file or drafter.repo_id,
-                                     f"{extra.detail}; the file was deleted, nothing was started (re-run to "
-                                     "download it again)")
-            raise HubUnreachable(drafter.repo_id, f"drafter download failed ({extra.failure}): {extra.detail}")
+        extra = fetch_verified(provider, req.progress, drafter.repo_id, drafter.commit, drafter.files, "drafter")
         result.lines.append(f"[up] drafter: {drafter.repo_id}, {len(extra.files)} files, "
                             f"{extra.bytes / 2**30:.2f} GiB in the HF cache"
                             + (", sha256 verified" if extra.sha_verified else ""))
@@ -399,5 +347,81 @@ def deploy(req: UpRequest, spec: "ModelSpec", catalog: "Catalog", provider: "Pro
                         secrets=provider.settings.redaction_secrets)
 
 
-__all__ = ["LAUNCHERS", "START_FAILED", "VERIFY_FAILED", "DrafterWeights", "Progress", "UpRequest", "UpResult", "check_request", "curated_launch",
-           "deploy", "drafter_repo", "not_started", "read_state", "start_bundle", "up", "write_state"]
+def _preflight(req: UpRequest, launcher: "launchers.Launcher", catalog: "Catalog", profile: Any
+               ) -> "launchers.Preflighted":
+    """The launcher's preflight with the engine's vLLM server (``--vllm``, compared with the pin)."""
+    engine = catalog.engines.get(profile.engine)
+    pre = launcher.preflight(launchers.vllm_server(req.vllm, engine.pin if engine is not None else None))
+    for note in pre.notes:
+        req.progress.say(f"[up] note: {note}")
+    return pre
+
+
+def _write_bundle(plan: bundle_mod.Bundle, req: UpRequest, catalog: "Catalog", provider: "Provider",
+                  result: UpResult) -> bundle_mod.Bundle:
+    """The bundle with its mounted payloads (each verified before anything is written) into DIR."""
+    payloads: dict[str, bytes] = {}
+    for _inside, upstream in plan.upstream_files.items():
+        for name, data in provider.payloads(upstream).items():   # IntegrityError: nothing written yet
+            payloads[f"{bundle_mod.FILES}/{name}"] = data
+    plan = replace(plan, payloads=payloads)
+    bundle_mod.write(plan, provider, lambda upstream: _executable(catalog, upstream))
+    result.lines.append(f"[up] bundle written to {plan.directory} (compose.yml, .env, serve.sh, launch.json"
+                        + (f", {len(payloads)} mounted files" if payloads else "") + ")")
+    result.lines += [f"[up] note: serve.sh cannot apply: {note}" for note in plan.container_only]
+    return plan
+
+
+def _state(req: UpRequest, plan: bundle_mod.Bundle, repo_id: str, commit: str, drafter: DrafterWeights | None,
+           provider: "Provider", swap_of: str | None) -> dict[str, Any]:
+    """The state file of a written bundle (``start_bundle`` adds the handle and the state it reaches)."""
+    state: dict[str, Any] = {
+        "launcher": req.launcher, "url": f"http://127.0.0.1:{plan.port}", "served_model": plan.served_model,
+        "repo_id": repo_id, "commit": commit, "profile_like": req.profile_like, "argv": list(plan.native_argv),
+        "skip_tools": req.skip_tools,
+        "drafter": {"repo_id": drafter.repo_id, "commit": drafter.commit} if drafter else None,
+        "container": plan.container_name, "pid": None, "state": "written", "directory": str(plan.directory),
+        "written_at": provider.now().isoformat(timespec="seconds")}
+    if swap_of is not None:
+        state["swap_of"] = swap_of
+    return state
+
+
+def _cluster(req: UpRequest, launcher: "launchers.Launcher", plan: bundle_mod.Bundle, profile: Any, hardware: Any,
+             repo_id: str, commit: str, files: tuple["RepoFile", ...], provider: "Provider", result: UpResult,
+             swap_of: str | None) -> UpResult:
+    """A multi-node launcher: its files for every node, written; nothing started."""
+    from club3090.pipeline import cluster_up
+
+    lines, written = cluster_up.emit(launcher=launcher, directory=plan.directory,
+                                     options=req.cluster or cluster_up.ClusterOptions(nodes=req.nodes), plan=plan,
+                                     profile=profile, hardware=hardware, repo_id=repo_id, commit=commit, files=files,
+                                     hub_cache=Path(provider.settings.hub_cache).absolute(), port=plan.port,
+                                     writer=provider, now=provider.now())
+    if swap_of is not None:
+        written["swap_of"] = swap_of
+    write_state(plan.directory, written, provider.write_file)
+    result.lines += lines
+    result.state = written
+    result.outcome = Outcome.OK
+    return result
+
+
+def fetch_verified(provider: "Provider", progress: Progress, repo_id: str, commit: str,
+                   files: "Sequence[RepoFile]", what: str = "weights") -> "DownloadReport":
+    """``files`` of ``repo_id@commit`` into the HF cache, sha256-verified; a bad file is deleted and
+    raised as IntegrityError, a failed download as HubUnreachable (nothing is started either way)."""
+    progress.say(f"[up] {what}: {len(files)} files of {repo_id}@{commit[:12]} into {provider.settings.hub_cache}")
+    report = provider.fetch_weights(repo_id, commit, files, progress=progress.say, bar=progress.bar)
+    if report.ok:
+        return report
+    if report.failure == "sha-mismatch":
+        raise IntegrityError(report.failed_file or repo_id, f"{report.detail}; the file was deleted, nothing was "
+                                                            "started (re-run to download it again)")
+    prefix = "" if what == "weights" else f"{what} "
+    raise HubUnreachable(repo_id, f"{prefix}download failed ({report.failure}): {report.detail}")
+
+
+__all__ = ["LAUNCHERS", "START_FAILED", "VERIFY_FAILED", "DrafterWeights", "Progress", "UpRequest", "UpResult",
+           "check_request", "curated_launch", "deploy", "drafter_repo", "fetch_verified", "not_started", "read_state",
+           "start_bundle", "up", "write_state"]
