@@ -174,6 +174,19 @@ class Launcher(Protocol):
     def writes(self, directory: Path) -> tuple[Path, ...]: ...
 
 
+@dataclass(frozen=True)
+class OnThisHost:
+    """The fields of a launcher that starts a server on this machine (docker, native): its tools
+    run through ``run`` and are found with ``which`` (tests pass their own)."""
+
+    name: str = ""
+    help: str = ""
+    starts: bool = True
+    multi_node: bool = False
+    run: Runner = run_process
+    which: Which | None = None
+
+
 # --------------------------------------------------------------------------------------------
 # readiness: THIS server lists THIS model
 # --------------------------------------------------------------------------------------------
@@ -221,6 +234,6 @@ def wait_ready(url: str, *, model: str | None, running: Callable[[], bool], last
         sleep(POLL_S)
 
 
-__all__ = ["COMPOSE_NAME", "LOGS_DIR", "LOG_NAME", "PID_NAME", "READY_DEADLINE_S", "Job", "Launcher", "Preflighted",
+__all__ = ["COMPOSE_NAME", "LOGS_DIR", "LOG_NAME", "PID_NAME", "READY_DEADLINE_S", "Job", "Launcher", "OnThisHost", "Preflighted",
            "Ready", "ServerCommand", "ServerFinder", "Started", "Status", "Stopped", "Which", "first_line", "log_tail",
            "models_ready", "run_process", "served_ids", "wait_ready"]

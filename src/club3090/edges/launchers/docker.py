@@ -13,6 +13,7 @@ from club3090.edges.boot import Runner, RunResult
 from club3090.edges.launchers.base import (
     COMPOSE_NAME,
     Job,
+    OnThisHost,
     Preflighted,
     ServerFinder,
     Started,
@@ -54,15 +55,11 @@ def preflight_docker(*, run: Runner = run_process, which: Which | None = None) -
 
 
 @dataclass(frozen=True)
-class DockerLauncher:
+class DockerLauncher(OnThisHost):
     """``--launcher docker`` (the default)."""
 
     name: str = NAME
-    starts: bool = True
-    multi_node: bool = False
     help: str = "docker (docker compose, default)"
-    run: Runner = run_process
-    which: Which | None = None
 
     def _compose(self, directory: Path, *args: str, timeout: float = 60) -> RunResult:
         return self.run(compose_argv(directory / COMPOSE_NAME, *args), timeout)

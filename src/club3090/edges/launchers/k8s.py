@@ -15,8 +15,6 @@ NAME = "k8s"
 @dataclass(frozen=True)
 class K8sLauncher(WrittenOnly):
     name: str = NAME
-    starts: bool = False
-    multi_node: bool = True
     help: str = "k8s (LeaderWorkerSet manifests for several nodes: written only)"
 
     def cluster_files(self, cl: Any, facts: Any, *, options: Any, port: int, cache_size_gib: int) -> ClusterFiles:

@@ -26,6 +26,7 @@ from club3090.edges.launchers.base import (
     PID_NAME,
     STOP_GRACE_S,
     Job,
+    OnThisHost,
     Preflighted,
     ServerCommand,
     ServerFinder,
@@ -162,15 +163,11 @@ def llama_server(binary: str | None) -> ServerFinder:
 
 
 @dataclass(frozen=True)
-class NativeLauncher:
+class NativeLauncher(OnThisHost):
     """``--launcher native``."""
 
     name: str = NAME
-    starts: bool = True
-    multi_node: bool = False
     help: str = "native (the engine's server on this host)"
-    run: Runner = run_process
-    which: Which | None = None
     grace_s: float | None = None
 
     def preflight(self, server: ServerFinder | None, *, starting: bool = True) -> Preflighted:

@@ -14,8 +14,6 @@ NAME = "ray"
 @dataclass(frozen=True)
 class RayLauncher(WrittenOnly):
     name: str = NAME
-    starts: bool = False
-    multi_node: bool = True
     help: str = "ray (head/worker scripts and compose files for several nodes: written only)"
 
     def cluster_files(self, cl: Any, facts: Any, *, options: Any, port: int, cache_size_gib: int) -> ClusterFiles:

@@ -27,6 +27,9 @@ class WrittenOnly:
     """The part of a multi-node launcher that refuses to run anything on this machine."""
 
     name: str = ""
+    help: str = ""
+    starts: bool = False
+    multi_node: bool = True
     which: Which | None = None
 
     def _refuse(self, directory: Path, command: str) -> UsageError:
