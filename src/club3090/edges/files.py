@@ -140,8 +140,9 @@ def read_json_capped(path: Path, *, limit: int = MAX_JSON_BYTES) -> Any:
 
 def inside(root: Path, *names: str) -> Path:
     """``root / name / ...`` for names from outside (a Hub listing, a bundle, a compose file): each
-    must be a plain relative POSIX path (``repo_id.file_name_problem``) and the joined path,
-    symlinks already on disk resolved, must stay under ``root``; else :class:`UnsafePath`. The one
+    must be a plain relative POSIX path (``repo_id.file_name_problem``) and the joined path's
+    folder, symlinks already on disk resolved, must stay under ``root``; else :class:`UnsafePath`.
+    The last part itself may be a link (an HF cache snapshot entry links to its blob). The one
     check before an outside value names a file."""
     for name in names:
         problem = file_name_problem(name)
@@ -149,6 +150,6 @@ def inside(root: Path, *names: str) -> Path:
             raise UnsafePath(str(root), problem)
     path = Path(root).joinpath(*names)
     base = Path(root).resolve()
-    if not path.resolve().is_relative_to(base):
+    if not path.parent.resolve().is_relative_to(base):
         raise UnsafePath(str(root), f"{'/'.join(names)!a} resolves outside {base}")
     return path
