@@ -30,7 +30,8 @@ def _seconds(env: Mapping[str, str], name: str, default: float) -> float:
     return value if 0 < value < 1e7 else default
 
 
-_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/?#@\s]*@")
+# bounded repeats: linear on a megabyte of letters with no "://" (bundles and logs pass through)
+_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]{0,31}://)[^/?#@\s]{0,1024}@")
 
 
 def redact_url_credentials(text: str) -> str:
