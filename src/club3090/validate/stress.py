@@ -47,6 +47,11 @@ STREAM_TOKENS = 128
 BARRIER_TIMEOUT_S = 10.0
 ANSWER_TOKENS = 32
 CALIBRATION_CHARS = 2000
+# Our own limits on the long prompt, whatever the server states (a hostile or broken server could
+# claim a 10^12-token context or 1 token per 2,000 characters): at most MAX_PROBE_TOKENS tokens
+# at 1..MAX_CHARS_PER_TOKEN characters each, so the prompt stays under ~16 MiB.
+MAX_PROBE_TOKENS = 1 << 21
+MAX_CHARS_PER_TOKEN = 8.0
 LONG_SUFFIX = "\n\nReply with the single word OK."
 STREAM_PROMPT = "Write a short paragraph about lighthouses, stream {i}."
 
@@ -82,7 +87,7 @@ def long_prompt(client: OpenAIClient, model: str, context: int | None, *, fill: 
     """One prompt near the serving context, sized from a calibration request."""
     if context is None:
         return SKIP, "serving context unknown (no max_model_len in /v1/models); pass --context N"
-    target = int(fill * context) - ANSWER_TOKENS
+    target = int(fill * min(context, MAX_PROBE_TOKENS)) - ANSWER_TOKENS
     if target < 64:
         return SKIP, f"context {context} too small to probe"
 
@@ -96,7 +101,7 @@ def long_prompt(client: OpenAIClient, model: str, context: int | None, *, fill: 
         return FAIL, f"calibration request failed: {calib.error}"
     if not calib.prompt_tokens:
         return SKIP, "the server reports no usage.prompt_tokens: a prompt's size cannot be confirmed"
-    chars_per_token = size / calib.prompt_tokens
+    chars_per_token = min(MAX_CHARS_PER_TOKEN, max(1.0, size / calib.prompt_tokens))
     r, _ = ask(int(target * chars_per_token * 0.98) - len(LONG_SUFFIX))
     if r.error is not None:
         return FAIL, f"a {target}-token prompt in a {context}-token context was refused: {r.error}"
