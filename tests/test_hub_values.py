@@ -188,3 +188,23 @@ def test_the_upstream_file_server_has_its_own_headline(monkeypatch: pytest.Monke
 def test_a_network_outage_keeps_the_network_headline(tmp_path: Path) -> None:
     code, text = _raise(dl.DownloadReport(False, tmp_path, failure=dl.FALLBACK_FAILED, detail="boom"))
     assert code == 69 and text.startswith("cannot reach the Hub for acme/small")
+
+
+@pytest.mark.parametrize("name", ["../../../../evil.gguf", "deep/../../../../../evil/model-Q4_K_M.gguf"])
+def test_a_gguf_name_with_dotdot_creates_no_folder_or_link_outside_the_cache(fake_hub: FakeHub, tmp_path: Path,
+                                                                             name: str) -> None:
+    """SEC-3: ``up``'s GGUF download made folders and a link outside the HF cache."""
+    repo = fake_hub.add_repo("acme/gguf", {"model-Q4_K_M.gguf": b"GGUF" + bytes(60)})
+    settings = fake_hub.settings(hf_home=tmp_path / "hf")
+    listed = RepoFile(name=name, size_bytes=64, sha256=repo.files["model-Q4_K_M.gguf"].sha256)
+    before = sorted(p for p in tmp_path.rglob("*"))
+    report = fetch_into_cache(settings, "acme/gguf", repo.commit, [listed], bar=False)
+    assert (report.ok, report.failure) == (False, dl.UNSAFE_NAME)
+    assert sorted(p for p in tmp_path.rglob("*") if not p.is_relative_to(tmp_path / "hf")) == \
+        [p for p in before if not p.is_relative_to(tmp_path / "hf")]
+
+
+def test_a_gguf_listing_with_dotdot_is_a_hub_fault(fake_hub: FakeHub, capsys: pytest.CaptureFixture[str]) -> None:
+    fake_hub.add_repo("acme/gguf", {"../evil-Q4_K_M.gguf": b"GGUF" + bytes(60)})
+    code, _out, err = _run(capsys, "kv-calc", "acme/gguf", "--gpus", "1x3090")
+    assert code == 69 and "'../evil-Q4_K_M.gguf'" in err
