@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from club3090.model.config_reading import MAX_DIMENSION, int_or_zero
+from club3090.model.config_reading import MAX_DIMENSION, _int, int_or_zero
 
 __all__ = ["TOKENS_PER_ITEM", "VISION_SIZE_KEYS", "VisionSpec", "vision_problems", "vision_spec"]
 
@@ -53,8 +53,7 @@ def vision_problems(config: Mapping[str, Any]) -> list[str]:
     problems = []
     for where, key in [*(("vision_config", k) for k in VISION_SIZE_KEYS), *(("", k) for k in TOP_LEVEL_KEYS)]:
         raw = (vc if where else config).get(key)
-        value = _number(raw)
-        if value is not None and not (0 <= value <= MAX_DIMENSION):
+        if _out_of_bounds(raw):
             problems.append(f"{where + '.' if where else ''}{key} {_shown(raw)} is outside 0..{MAX_DIMENSION}")
     ratio = vc.get("mlp_ratio")
     if ratio is not None and not (isinstance(ratio, (int, float)) and not isinstance(ratio, bool)
@@ -63,20 +62,13 @@ def vision_problems(config: Mapping[str, Any]) -> list[str]:
     return problems
 
 
-def _number(value: Any) -> float | int | None:
-    """A config value read as a number (the way ``int_or_zero`` would see it), None if it is not one."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value
+def _out_of_bounds(value: Any) -> bool:
+    """A size outside 0..MAX_DIMENSION, read as ``int_or_zero`` reads it; a float that is not a
+    finite integer-sized number (1e308, inf) is out of bounds too."""
     if isinstance(value, float):
-        return value if math.isfinite(value) else math.inf
-    if isinstance(value, str):
-        try:
-            return int(value.strip())
-        except ValueError:
-            return None
-    return None
+        return not (math.isfinite(value) and 0 <= value <= MAX_DIMENSION)
+    number = _int(value)
+    return number is not None and not 0 <= number <= MAX_DIMENSION
 
 
 def _shown(value: Any) -> str:
