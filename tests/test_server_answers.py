@@ -13,8 +13,9 @@ import pytest
 from club3090.edges.http_transport import HttpResponse
 from club3090.edges.openai_client import OpenAIClient
 from club3090.validate.bench import bench
+from club3090.validate.ladder import MAX_CHARS_PER_TOKEN, MAX_PROBE_TOKENS
 from club3090.validate.soak import SoakOptions, soak
-from club3090.validate.stress import MAX_CHARS_PER_TOKEN, MAX_PROBE_TOKENS, long_prompt, stress
+from club3090.validate.stress import long_prompt, stress
 from club3090.validate.verify import verify
 from tests.fakeopenai import TickClock
 
