@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from club3090.edges import launchers
-from club3090.errors import HubUnreachable, InputError, IntegrityError, UsageError
+from club3090.errors import InputError, UsageError
 from club3090.outcome import Outcome
 from club3090.pipeline import bundle as bundle_mod
 from club3090.pipeline.bundle_start import (
@@ -409,17 +409,14 @@ def _cluster(req: UpRequest, launcher: "launchers.Launcher", plan: bundle_mod.Bu
 
 def fetch_verified(provider: "Provider", progress: Progress, repo_id: str, commit: str,
                    files: "Sequence[RepoFile]", what: str = "weights") -> "DownloadReport":
-    """``files`` of ``repo_id@commit`` into the HF cache, sha256-verified; a bad file is deleted and
-    raised as IntegrityError, a failed download as HubUnreachable (nothing is started either way)."""
+    """``files`` of ``repo_id@commit`` into the HF cache, sha256-verified; a failed download ends ``up``
+    with its own headline (``download.raise_for``): nothing is started either way."""
+    from club3090.edges.download import raise_for
+
     progress.say(f"[up] {what}: {len(files)} files of {repo_id}@{commit[:12]} into {provider.settings.hub_cache}")
     report = provider.fetch_weights(repo_id, commit, files, progress=progress.say, bar=progress.bar)
-    if report.ok:
-        return report
-    if report.failure == "sha-mismatch":
-        raise IntegrityError(report.failed_file or repo_id, f"{report.detail}; the file was deleted, nothing was "
-                                                            "started (re-run to download it again)")
-    prefix = "" if what == "weights" else f"{what} "
-    raise HubUnreachable(repo_id, f"{prefix}download failed ({report.failure}): {report.detail}")
+    raise_for(report, repo_id, "download" if what == "weights" else f"{what} download")
+    return report
 
 
 __all__ = ["LAUNCHERS", "START_FAILED", "VERIFY_FAILED", "DrafterWeights", "Progress", "UpRequest", "UpResult",
