@@ -37,6 +37,9 @@ if TYPE_CHECKING:
 
     from club3090.catalog.model import Catalog
     from club3090.edges.download import DownloadReport
+    from club3090.pipeline.boot_receipt import BootReceipt
+    from club3090.pipeline.pull import PullResult
+    from club3090.validate.verify import VerifyReport
     from club3090.model.spec import ModelSpec, RepoFile
     from club3090.pipeline.provider import Provider
 
@@ -91,10 +94,10 @@ class UpRequest:
 class UpResult:
     outcome: Outcome
     lines: list[str] = field(default_factory=list)
-    gate: Any = None
+    gate: "PullResult | None" = None
     state: dict[str, Any] = field(default_factory=dict)
-    verify: Any = None
-    receipt: Any = None                                 # boot_receipt.BootReceipt once started
+    verify: "VerifyReport | None" = None
+    receipt: "BootReceipt | None" = None                # once started
     failure: str | None = None                          # PORT_IN_USE, START_FAILED, VERIFY_FAILED
 
     @property
