@@ -37,11 +37,11 @@ if TYPE_CHECKING:
 
     from club3090.catalog.model import Catalog
     from club3090.edges.download import DownloadReport
+    from club3090.model.spec import ModelSpec, RepoFile
     from club3090.pipeline.boot_receipt import BootReceipt
+    from club3090.pipeline.provider import Provider
     from club3090.pipeline.pull import PullResult
     from club3090.validate.verify import VerifyReport
-    from club3090.model.spec import ModelSpec, RepoFile
-    from club3090.pipeline.provider import Provider
 
 LAUNCHERS = launchers.names()                   # ray / k8s: multi-node files, written only (cluster_up)
 
