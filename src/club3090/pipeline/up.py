@@ -223,9 +223,9 @@ def check_request(req: UpRequest) -> None:
     if (directory / bundle_mod.STATE).exists() and not req.force:
         prior = read_state(directory)
         owner = launchers.of_state(prior)
-        if owner.starts and owner.running(directory, prior):
-            who = owner.status(directory, prior, tail=0).who
-            raise UsageError(f"{directory} is serving ({who}); `club3090 down {directory}` first")
+        now = owner.status(directory, prior, tail=0) if owner.starts else None
+        if now is not None and now.running:      # the recorded process itself, not a reused PID
+            raise UsageError(f"{directory} is serving ({now.who}); `club3090 down {directory}` first")
 
 
 def up(req: UpRequest, provider: "Provider") -> UpResult:
