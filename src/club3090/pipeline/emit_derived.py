@@ -37,6 +37,7 @@ from club3090.edges.openai_client import Http
 from club3090.errors import Club3090Error
 from club3090.outcome import Notice, NoticeCode
 from club3090.reports import capture
+from club3090.units import MiB
 
 if TYPE_CHECKING:
     from club3090.catalog.model import Catalog, Profile
@@ -334,7 +335,7 @@ def _override_point(report: EReport, fit: Any, log: str) -> dict[str, Any]:
         per_gpu = breakdown["per_gpu"]
         predicted = sum(per_gpu[k] for k in ("weights_bytes", "non_torch_bytes", "activation_bytes",
                                              "cudagraph_bytes", "kv_pool_bytes"))
-        delta = round(got["boot_peak_mib"] - predicted / 2**20, 1)
+        delta = round(got["boot_peak_mib"] - predicted / MiB, 1)
     summary = None
     if report.stage is not None:
         summary = f"{report.stage}: {report.failure}" + (f": {report.detail}" if report.detail else "")
