@@ -12,6 +12,7 @@ from __future__ import annotations
 import posixpath
 import re
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from club3090.compose.launch import Launch, plain_data, render
@@ -51,7 +52,7 @@ from club3090.compose.provenance import curated_header
 from club3090.outcome import Notice, NoticeCode, Outcome
 
 if TYPE_CHECKING:
-    from club3090.catalog.model import Catalog, Patch, Profile
+    from club3090.catalog.model import ArchRow, Catalog, Engine, Patch, Profile, ProfileRuntime
 
 def dry_run(profile_key: str, catalog: "Catalog", *, guard_runner: GuardRunner | None = None,
             accept_degraded: bool = False) -> ComposeOutcome:
@@ -81,7 +82,43 @@ def generate(profile_key: str, catalog: "Catalog", *, guard_runner: GuardRunner 
     if llamacpp.is_llamacpp(catalog, profile_key):     # the llama.cpp family replays its own way
         return llamacpp.replay(profile_key, catalog, out_name=out_name,
                                fmt="llama-server" if fmt == "vllm-serve" else fmt)
+    checked = _checks(profile_key, profile, catalog)
+    if isinstance(checked, ComposeOutcome):
+        return checked
+    # 6-8 patches
+    patches = _guarded_patches(profile_key, profile, catalog, checked.row, guard)
+    if isinstance(patches, ComposeOutcome):
+        return patches
+    report, wired, omitted, degraded = patches
+    if degraded and not accept_degraded:
+        return ComposeOutcome(ok=False, outcome=Outcome.NEEDS_ACK, profile=profile_key,
+                              refusal=DEGRADED_DRIFT, degraded=True, patches=report,
+                              failed_patches=tuple(p for p, _c in degraded),
+                              detail="capability-degraded drift: "
+                                     + ", ".join(f"{p} ({c})" for p, c in degraded),
+                              trust_remote_code=checked.trc_note)
+    # 9 build the service
+    runtime = checked.runtime
+    try:
+        service = _replay_service(runtime.service, profile, catalog, runtime.insertion_points,
+                                  wired, omitted, repo_prefix(profile.compose_path))
+    except ReplayError as exc:
+        return refuse(profile_key, OTHER, str(exc), patches=report)
+    return _render(profile_key, profile, catalog, checked, service, report, degraded, out_name, fmt)
 
+
+@dataclass(frozen=True, slots=True)
+class _Checked:
+    """What checks 1-5 found: the engine, the captured runtime, the arch row, the trust-remote-code note."""
+
+    engine: "Engine"
+    runtime: "ProfileRuntime"
+    row: "ArchRow"
+    trc_note: str
+
+
+def _checks(profile_key: str, profile: "Profile", catalog: "Catalog") -> _Checked | ComposeOutcome:
+    """Checks 1-5 in table order (scope, arch, pin, shape, trust-remote-code): the first failure refuses."""
     # 1 scope (Catalog.emittable owns the rule)
     emittable, why = catalog.emittable(profile_key)
     if not emittable:
@@ -121,9 +158,16 @@ def generate(profile_key: str, catalog: "Catalog", *, guard_runner: GuardRunner 
         return refuse(profile_key, TRC,
                        f"{row.arch} trust_remote_code is {row.trust_remote_code!r} "
                        f"without cited evidence for 'false'")
-    trc_note = "not emitted (arch evidence: false)"
+    return _Checked(engine=engine, runtime=runtime, row=row, trc_note="not emitted (arch evidence: false)")
 
-    # 6-8 patches
+
+_Guarded = tuple[PatchReport, list["Patch"], list["Patch"], list[tuple[str, str]]]
+
+
+def _guarded_patches(profile_key: str, profile: "Profile", catalog: "Catalog", row: "ArchRow",
+                     guard: GuardRunner) -> _Guarded | ComposeOutcome:
+    """(the patch report, the wired patches, the omitted ones, the degraded (id, capability) pairs),
+    or the refusal of a foundational drift."""
     selected: list[Patch] = []
     excluded: list[tuple[str, str]] = []
     undelivered: list[tuple[str, str]] = []
@@ -156,23 +200,14 @@ def generate(profile_key: str, catalog: "Catalog", *, guard_runner: GuardRunner 
                                                tuple(excluded)))
         degraded.append((patch.id, patch.capability or "unknown capability"))
         omitted.append(patch)
-    report = PatchReport(tuple(p.id for p in wired), tuple(undelivered), tuple(excluded),
-                         tuple(degraded))
-    if degraded and not accept_degraded:
-        return ComposeOutcome(ok=False, outcome=Outcome.NEEDS_ACK, profile=profile_key,
-                              refusal=DEGRADED_DRIFT, degraded=True, patches=report,
-                              failed_patches=tuple(p for p, _c in degraded),
-                              detail="capability-degraded drift: "
-                                     + ", ".join(f"{p} ({c})" for p, c in degraded),
-                              trust_remote_code=trc_note)
+    report = PatchReport(tuple(p.id for p in wired), tuple(undelivered), tuple(excluded), tuple(degraded))
+    return report, wired, omitted, degraded
 
-    # 9 build the service
-    try:
-        service = _replay_service(runtime.service, profile, catalog, runtime.insertion_points,
-                                  wired, omitted, repo_prefix(profile.compose_path))
-    except ReplayError as exc:
-        return refuse(profile_key, OTHER, str(exc), patches=report)
 
+def _render(profile_key: str, profile: "Profile", catalog: "Catalog", checked: _Checked, service: dict[str, Any],
+            report: PatchReport, degraded: list[tuple[str, str]], out_name: str | None,
+            fmt: str) -> ComposeOutcome:
+    """The launch description, rendered, with its notices (project folder, degraded patches)."""
     notices: list[Notice] = []
     project_dir = f"<club-3090 checkout>/{posixpath.dirname(profile.compose_path)}"
     if has_relative_mounts(service):
@@ -183,8 +218,9 @@ def generate(profile_key: str, catalog: "Catalog", *, guard_runner: GuardRunner 
         notices.append(Notice(NoticeCode.DEGRADED, "DEGRADED: drift guard failed, patch omitted: "
                               + ", ".join(f"{p} ({c})" for p, c in degraded),
                               {"patches": tuple({"id": p, "capability": c} for p, c in degraded)}))
-    header = curated_header(profile, catalog, engine.pin, row.arch, trc_note, report,
-                             project_dir, out_name or "<out>")
+    header = curated_header(profile, catalog, checked.engine.pin, checked.row.arch, checked.trc_note, report,
+                            project_dir, out_name or "<out>")
+    runtime = checked.runtime
     launch = Launch(kind="curated", service_name=runtime.service_name, service=service,
                     header=header, top_level=runtime.top_level, profile=profile_key)
     text = render(launch, fmt)
@@ -193,8 +229,7 @@ def generate(profile_key: str, catalog: "Catalog", *, guard_runner: GuardRunner 
     return ComposeOutcome(ok=True, outcome=Outcome.OK, profile=profile_key, degraded=bool(degraded),
                           text=text, format=fmt, launch=launch, patches=report,
                           notices=tuple(notices), failed_patches=tuple(p for p, _c in degraded),
-                          trust_remote_code=trc_note)
-
+                          trust_remote_code=checked.trc_note)
 
 
 def _replay_service(shipped: Mapping[str, Any], profile: "Profile", catalog: "Catalog",
