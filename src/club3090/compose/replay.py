@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from club3090.argv import drop_flags, flag_index
 from club3090.compose.launch import Launch, plain_data, render
 from club3090.compose.outcome import (
     DEGRADED_DRIFT,
@@ -32,8 +33,6 @@ from club3090.compose.outcome import (
 from club3090.compose.param_slots import (
     NVLINK_REQUIRED,
     PARAM_SLOTS,
-    drop_flag,
-    flag_index,
     set_host_port,
     set_slot,
     slot_value,
@@ -251,7 +250,7 @@ def _replay_service(shipped: Mapping[str, Any], profile: "Profile", catalog: "Ca
             set_slot(args, flag, value)
     i = flag_index(args, "--speculative-config")
     if profile.drafter is None:
-        drop_flag(args, "--speculative-config", takes_value=True)
+        args = drop_flags(args, "--speculative-config")
     elif i is not None:
         drafter = catalog.drafters.get(profile.drafter)
         if drafter is None:
@@ -261,7 +260,7 @@ def _replay_service(shipped: Mapping[str, Any], profile: "Profile", catalog: "Ca
         elif args[i] != "--speculative-config":
             args[i] = "--speculative-config=" + speculative_config(str(args[i]).split("=", 1)[1], drafter)
     # governed slot: always stripped
-    drop_flag(args, "--trust-remote-code", takes_value=False)
+    args = drop_flags(args, "--trust-remote-code", takes_value=False)
     args = [a for a in args if not (isinstance(a, str) and a.startswith("--trust-remote-code"))]
 
     # NVLink env <- requires_nvlink: the shipped NVLINK_MODE entry keeps its override chain,
