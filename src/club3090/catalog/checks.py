@@ -66,20 +66,18 @@ t_bool = _check("boolean", lambda v: isinstance(v, bool), "true or false")
 t_int = _check("integer", lambda v: isinstance(v, int) and not isinstance(v, bool), "an integer")
 
 
-@_labelled("integer >= 1")
-def t_pos_int(value: Any) -> int:
-    number: int = t_int(value)
-    if number < 1:
-        raise Bad(f"expected an integer >= 1, got {number}")
-    return number
+def _int_from(low: int) -> Check:
+    @_labelled(f"integer >= {low}")
+    def check(value: Any) -> int:
+        number: int = t_int(value)
+        if number < low:
+            raise Bad(f"expected an integer >= {low}, got {number}")
+        return number
+    return check
 
 
-@_labelled("integer >= 0")
-def t_nonneg_int(value: Any) -> int:
-    number: int = t_int(value)
-    if number < 0:
-        raise Bad(f"expected an integer >= 0, got {number}")
-    return number
+t_pos_int = _int_from(1)
+t_nonneg_int = _int_from(0)
 
 
 def _hex(n: int) -> Check:
