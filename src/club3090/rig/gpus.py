@@ -165,8 +165,50 @@ def _size_bytes(number: str, unit: str) -> int:
 _BARE_NUMBER_RE = re.compile(r"^\d{1,15}(?:\.\d{1,15})?$", re.ASCII)
 
 
-def _lookup(name: str, catalog: Catalog, spec: str, count: int = 1) -> Gpu:
+_SIZE_SUFFIX_RE = re.compile(r"^\d{1,4}gb?$", re.ASCII)
+_BRANDS = ("nvidia", "geforce", "rtx")
+
+
+def _compact(name: str) -> str:
+    """``RTX 4070 Ti Super`` / ``rtx-4070-ti-super`` / ``4070tisuper`` -> one spelling-free key."""
+    return re.sub(r"[^a-z0-9]", "", name.lower())
+
+
+def _unbranded(key: str) -> str:
+    for brand in _BRANDS:
+        key = key.removeprefix(brand)
+    return key
+
+
+def resolve_card(name: str, catalog: Catalog) -> Gpu | tuple[str, ...]:
+    """A GPU name as people type it: the catalog's names and aliases, else the same letters with
+    separators and the brand words dropped (``4070tisuper``, ``rtx6000ada``); a name that is
+    several cards of different memory (``A100``: 40 and 80 GB) returns their ids, never a guess."""
     gpu = catalog.gpu(name)
+    if gpu is not None:
+        return gpu
+    index: dict[str, set[str]] = {}
+    for gid, card in catalog.gpus.items():
+        for alias in (gid, card.display_name, *card.aliases):
+            index.setdefault(_compact(alias), set()).add(gid)
+            index.setdefault(_unbranded(_compact(alias)), set()).add(gid)
+    want = _compact(name)
+    for key in (want, _unbranded(want)):
+        ids = index.get(key, set())
+        if len(ids) == 1:
+            return catalog.gpus[next(iter(ids))]
+    want = _unbranded(want)
+    sized = {gid for key, ids in index.items() if want and key.startswith(want)
+             and _SIZE_SUFFIX_RE.match(key[len(want):]) for gid in ids}
+    return tuple(sorted(sized))
+
+
+def _lookup(name: str, catalog: Catalog, spec: str, count: int = 1) -> Gpu:
+    found = resolve_card(name, catalog)
+    if isinstance(found, tuple) and len(found) > 1:
+        raise UsageError(f"--gpus {spec!r}: {name!r} names {len(found)} cards of different memory: "
+                         f"{', '.join(found)}; name one, e.g. {count}x{found[-1]}")
+    gpu = found if not isinstance(found, tuple) else None
     if gpu is None and _BARE_NUMBER_RE.match(name.strip()):
         # a size without its unit ("2x24"): the user meant memory, not a card name
         raise UsageError(f"--gpus {spec!r}: {name!r} has no unit; did you mean {count}x{name.strip()}GiB? "
