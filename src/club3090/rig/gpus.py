@@ -77,6 +77,7 @@ class GpuSet:
     nodes: int = 1                         # machines; the GPUs are listed node by node
     interconnect: str | None = None        # the link between nodes (rig/interconnect.py); None: one node
     interconnect_assumed: bool = False     # True: --interconnect not given, the default is priced
+    one_node_spec: str = ""                # one node's GPUs as given (``8xH100`` of ``2x(8xH100)``)
 
     @property
     def gpus_per_node(self) -> int:
@@ -138,6 +139,7 @@ class GpuSet:
             nodes, link, assumed = 1, None, False
         return GpuSet(count=n, memory_bytes=self.memory_bytes[:n], names=self.names[:n], sm=sm,
                       gpu=same, gpus=gpus, spec=self.spec, nodes=nodes, interconnect=link,
+                      one_node_spec=self.one_node_spec,
                       interconnect_assumed=assumed)
 
     def to_json(self) -> dict[str, Any]:
@@ -148,6 +150,15 @@ class GpuSet:
             doc.update({"nodes": self.nodes, "gpus_per_node": self.gpus_per_node,
                         "interconnect": self.interconnect})
         return doc
+
+
+def card_set(memory_bytes: "tuple[int, ...]", names: "tuple[str, ...]", cards: "tuple[Gpu | None, ...]",
+             sm: Decimal | None, spec: str) -> GpuSet:
+    """A ``GpuSet`` for GPUs known some other way than ``--gpus`` (detected here, or a profile's
+    reference card); ``spec`` says where they came from."""
+    same = cards[0] if cards and cards[0] is not None and all(c == cards[0] for c in cards) else None
+    return GpuSet(count=len(memory_bytes), memory_bytes=memory_bytes, names=names, sm=sm, gpu=same, gpus=cards,
+                  spec=spec, one_node_spec=spec)
 
 
 def _size_bytes(number: str, unit: str) -> int:
@@ -271,7 +282,8 @@ def parse_gpus(spec: str, catalog: Catalog, *, nodes: int | None = None,
         raise UsageError(f"--gpus {spec!r}: {count} nodes x {node.count} GPUs is over {MAX_GPUS} GPUs")
     return GpuSet(count=node.count * count, memory_bytes=node.memory_bytes * count, names=node.names * count,
                   sm=node.sm, gpu=node.gpu, gpus=node.gpus * count, spec=spec.strip(), nodes=count,
-                  interconnect=interconnect or DEFAULT_INTERCONNECT, interconnect_assumed=interconnect is None)
+                  interconnect=interconnect or DEFAULT_INTERCONNECT, interconnect_assumed=interconnect is None,
+                  one_node_spec=node.one_node_spec)
 
 
 def _parse_node(spec: str, catalog: Catalog, whole: str) -> GpuSet:
@@ -315,4 +327,4 @@ def _parse_node(spec: str, catalog: Catalog, whole: str) -> GpuSet:
     sm = None if any(s is None for s in sms) else min(s for s in sms if s is not None)
     same = cards[0] if cards[0] is not None and all(c == cards[0] for c in cards) else None
     return GpuSet(count=len(memory), memory_bytes=tuple(memory), names=tuple(names), sm=sm, gpu=same,
-                  gpus=tuple(cards), spec=whole.strip())
+                  gpus=tuple(cards), spec=whole.strip(), one_node_spec=spec.strip())

@@ -15,6 +15,7 @@ import sys
 import textwrap
 from typing import Any
 
+from club3090.cli.commands._types import add_gpus_flag, gpu_set
 from club3090.cli.exit_codes import exit_code
 from club3090.outcome import Outcome
 
@@ -23,20 +24,16 @@ def add_parser(sub: Any) -> None:
     p = sub.add_parser("profiles", help="list the curated serving profiles",
                        description=__doc__.splitlines()[0].split(": ", 1)[1],
                        formatter_class=argparse.RawDescriptionHelpFormatter,
-                       epilog="--gpus forms: 1x3090, 2xrtx-4090, 4xH100-80GB, 2x24GiB, 1x80GB, "
-                              "24576:NVIDIA GeForce RTX 3090,24576:NVIDIA GeForce RTX 3090")
-    p.add_argument("--gpus", metavar="SPEC",
-                   help="rig to check each profile against (GPU count and SM only)")
+                       epilog="with --gpus, each profile is checked against the rig (GPU count and SM only)")
+    add_gpus_flag(p)
     p.add_argument("--json", action="store_true", help='print {"profiles": [...]} as JSON')
     p.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace, provider: Any) -> int:
     from club3090.catalog.listing import emittability, profile_rows
-    from club3090.pipeline.stages import gpu_set
-
     catalog = provider.catalog()
-    gpus = gpu_set(args.gpus, catalog)
+    gpus = gpu_set(args, catalog)
     rows = profile_rows(catalog, gpus)
     _apply_compose_verdict(rows, catalog, provider)
     if args.json:
