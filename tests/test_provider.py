@@ -25,7 +25,7 @@ from club3090.pipeline.kv_calc import PriceRequest, price
 from club3090.pipeline.pull import PullRequest, evaluate
 from club3090.settings import Settings
 from tests.fakehub import FIXTURES, FakeHub
-from tests.providers import rig, NO_GPU, offline_rig
+from tests.providers import NO_GPU, offline_rig, rig
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "club3090"
 CURATED = "Lorbus/Qwen3.6-27B-int4-AutoRound"

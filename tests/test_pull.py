@@ -23,7 +23,7 @@ from club3090.pipeline.pull import CAVEAT, PullRequest, evaluate, select_path
 from club3090.pipeline.pull_gate import Gate, Verdict
 from club3090.settings import Settings
 from tests.fixtures_path import fixture_path
-from tests.providers import rig, offline_rig
+from tests.providers import offline_rig, rig
 
 GIB = 2**30
 CURATED = "Lorbus/Qwen3.6-27B-int4-AutoRound"

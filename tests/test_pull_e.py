@@ -27,7 +27,7 @@ from club3090.reports.capture import latest_bundle, read_bundle
 from tests import fakeopenai
 from tests.fakehub import FakeHub
 from tests.fixtures_path import fixture_path
-from tests.providers import rig, offline_rig, plenty_of_disk
+from tests.providers import offline_rig, plenty_of_disk, rig
 
 REPO = "club3090-tests/tiny-qwen"
 SLUG = "club3090-tests-tiny-qwen"

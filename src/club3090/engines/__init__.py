@@ -28,6 +28,7 @@ class Engine(Protocol):
 
     name: str
     formats: tuple[str, ...]         # the weight formats it reads (a ``WeightVariant.format``)
+    tools_flag: str                  # the launch flag without which the server answers no tool calls
 
     def claims(self, source: str | None) -> bool:
         """Before any network: ``source`` is a file only this engine reads (a profile is claimed by

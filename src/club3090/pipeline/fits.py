@@ -4,7 +4,7 @@ The rig (``--gpus``, else the detected GPUs) -> for each model: its facts (the o
 catalog model needs no network) -> its shape (the curated profile for the GPU count, else the
 derived shape, ``pipeline.auto_profile``) -> the fit. No gate, no download: the plain question.
 A Hub repo holding only GGUF files is priced quant by quant with llama.cpp's memory model
-(``pipeline.gguf_fits``); a repo with safetensors and GGUF files is priced on its safetensors and
+(``engines.llamacpp.fits``); a repo with safetensors and GGUF files is priced on its safetensors and
 says the GGUF files are there.
 """
 
@@ -28,9 +28,9 @@ from club3090.rig.hardware import HardwareFacts, resolve_hardware
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from club3090.catalog.model import Catalog
+    from club3090.engines.llamacpp.fits import GgufListing
     from club3090.fit.memory import ServeShape
     from club3090.model.spec import ModelSpec
-    from club3090.pipeline.gguf_fits import GgufListing
     from club3090.pipeline.provider import Provider
 
 __all__ = ["FitsReport", "FitsRequest", "FitsRow", "fits", "rank_key"]

@@ -1,8 +1,8 @@
 """The llama.cpp family (llama.cpp, ik_llama.cpp, beellama): GGUF facts from headers
 (``model/gguf*.py``, ``edges/gguf_*.py`` behind ``Provider.resolve_gguf``), llama.cpp's memory
 model (``fit/llamacpp*.py``), the shipped or derived ``llama-server`` launch
-(``compose/llamacpp.py``), and ``up``'s plan and launch (``pipeline/llamacpp_up.py``,
-``pipeline/llamacpp_bundle.py``). Its ``kv-calc`` is :mod:`club3090.engines.llamacpp.price`."""
+(``compose/llamacpp.py``), and ``up``'s plan and launch (``engines/llamacpp/up.py``,
+``engines/llamacpp/bundle.py``). Its ``kv-calc`` is :mod:`club3090.engines.llamacpp.price`."""
 
 from __future__ import annotations
 
@@ -28,6 +28,7 @@ GGUF_ONLY = "gguf-only"          # the resolver's sub-reason for a repository ho
 class LlamaCppEngine:
     name = "llama.cpp"
     formats: tuple[str, ...] = ("gguf",)
+    tools_flag = "--jinja"           # llama-server serves tool calls only with the chat template's format
 
     def claims(self, source: str | None) -> bool:
         from club3090.edges.gguf_source import is_gguf_path  # light: the readers load lazily
@@ -44,13 +45,13 @@ class LlamaCppEngine:
 
     def fits_row(self, name: str, provider: "Provider", hw: "HardwareFacts", request: "FitsRequest", *,
                  label: str | None = None, only: tuple[str, ...] = ()) -> "FitsRow":
-        from club3090.pipeline.gguf_fits import gguf_row
+        from club3090.engines.llamacpp.fits import gguf_row
 
         return gguf_row(name, provider, hw, request, label=label, only=only)
 
     def up(self, req: "UpRequest", provider: "Provider", seams: "UpSeams", *, catalog: "Catalog",
            profile: "Profile | None") -> "UpResult":
-        from club3090.pipeline.llamacpp_up import up_llamacpp
+        from club3090.engines.llamacpp.up import up_llamacpp
 
         return up_llamacpp(req, provider, seams, catalog=catalog, profile=profile)
 

@@ -26,6 +26,7 @@ __all__ = ["VLLM", "VllmEngine"]
 class VllmEngine:
     name = "vllm"
     formats: tuple[str, ...] = ("safetensors",)
+    tools_flag = "--enable-auto-tool-choice"
 
     def claims(self, source: str | None) -> bool:
         return False           # the default: claimed by nobody else, served here

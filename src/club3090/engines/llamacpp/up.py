@@ -66,10 +66,10 @@ def up_llamacpp(req: "UpRequest", provider: "Provider", seams: "UpSeams", *, cat
     from club3090.edges.gguf_remote import list_quants, load_remote
     from club3090.edges.hf_cache import fetch_into_cache
     from club3090.edges.hub import HubClient
+    from club3090.engines.llamacpp.bundle import container_model_path, plan
     from club3090.fit.llamacpp import LlamaCppArgs, cache_types
     from club3090.fit.memory import Unpriceable
     from club3090.pipeline.bundle_start import not_started
-    from club3090.pipeline.llamacpp_bundle import container_model_path, plan
     from club3090.pipeline.up import UpResult
 
     if req.launcher not in ("docker", "native"):
