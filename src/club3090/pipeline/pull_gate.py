@@ -321,11 +321,16 @@ def disk_stop(at: Gate, provider: "Provider") -> Stop | None:
 
 
 def with_shape(at: Gate, catalog: "Catalog") -> Gate:
-    """The ServeShape the gate prices: ``fit.shape.profile_shape`` (so ``pull`` and ``kv-calc
-    --profile`` agree), the drafter on Path A only, the mem_util default where the profile sets
+    """The ServeShape the gate prices: the automatic shape's own ``ServeShape`` when it was derived
+    (``fits`` and ``kv-calc`` price the same value), else ``fit.shape.profile_shape`` (so ``pull``
+    and ``kv-calc --profile`` agree), the drafter on Path A only, the mem_util default where the profile sets
     none, and on Path B (non-curated) the context capped at the model's own maximum."""
     spec, profile, hw = at.spec, at.profile, at.hardware
     assert spec is not None and profile is not None
+    pick = (at.choice.chosen or at.choice.best) if at.choice is not None and at.shape_source == "derived" else None
+    if pick is not None:        # the automatic shape is priced as chosen, not rebuilt from its profile record
+        return replace(at, shape=replace(pick.shape, device_name=hw.names[0] if hw is not None and hw.names
+                                         else pick.shape.device_name))
     model_max = model_max_len(spec.arch)
     max_model_len = profile.max_model_len
     if at.path != "A" and spec.curated is None and model_max and max_model_len > model_max:
