@@ -64,7 +64,9 @@ class ShapeRequest:
 
 
 NO_SHAPE_REQUEST = ShapeRequest()
-SPECULATIVE_METHODS = ("mtp", "mtp_assistant", "dflash", "eagle3")
+# the catalog drafters whose ``n_default`` speculative tokens a profile prices (a subset of vLLM's
+# ``drafter_kv.SPECULATIVE_METHODS``: the methods the curated profiles ship)
+PRICED_DRAFTER_METHODS = ("mtp", "mtp_assistant", "dflash", "eagle3")
 
 
 def _shipped_value(token: str) -> str | None:
@@ -148,7 +150,7 @@ def drafter_terms(drafter: Any) -> tuple[int, int]:
     """
     if drafter is None:
         return 0, 0
-    spec = int(drafter.n_default or 0) if drafter.method in SPECULATIVE_METHODS else 0
+    spec = int(drafter.n_default or 0) if drafter.method in PRICED_DRAFTER_METHODS else 0
     return spec, int(drafter.vram_footprint_bytes or 0)
 
 

@@ -34,6 +34,7 @@ from club3090.cli.commands._types import (
     shape_request,
 )
 from club3090.cli.render import concurrency_text, confidence_text, safe, terminal_console
+from club3090.fit.drafter_kv import SPECULATIVE_METHODS
 from club3090.fit.kv_formats import KV_FORMATS, MODEL_DTYPES, canonical_dtype, kv_format
 from club3090.units import GiB
 
@@ -68,7 +69,6 @@ def max_model_len(text: str) -> int:
     return int(positive_int(text))
 
 
-SPECULATIVE_METHODS = ("mtp", "eagle", "eagle3", "dflash", "draft_model", "ngram", "suffix", "mtp_assistant")
 MAX_SPECULATIVE_CONFIG_CHARS = 4096
 
 
