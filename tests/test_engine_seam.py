@@ -90,3 +90,12 @@ def test_the_registry_routes_profiles_files_and_stops() -> None:
     gguf_only = Stop(Stratum.DERIVER, Reason.UNSUPPORTED_FORMAT, sub_reason="gguf-only")
     assert engines.for_stop(gguf_only) is engines.for_format("gguf") is not engines.DEFAULT
     assert engines.for_stop(Stop(Stratum.DERIVER, Reason.REPO_NOT_FOUND)) is None
+
+
+def test_swap_asks_the_registry_before_pricing(capsys) -> None:
+    from club3090.cli import main
+
+    catalog = load_catalog()
+    other = next(k for k in catalog.profiles if engines.for_profile(catalog, k) is not engines.DEFAULT)
+    assert main(["swap", "someone/fine-tune", "--profile-like", other, "--gpus", "1x3090", "--dir", "run/"]) == 64
+    assert "not a vLLM service" in capsys.readouterr().err

@@ -155,6 +155,11 @@ def swap(req: SwapRequest, provider: "Provider", seams: UpSeams) -> SwapResult:
     profile = catalog.profiles.get(req.profile_like)
     if profile is None:
         raise UsageError(f"unknown --profile-like {req.profile_like!r}; `club3090 profiles` lists them")
+    from club3090.pipeline import engines
+
+    if engines.for_profile(catalog, profile.key) is not engines.DEFAULT:    # swap re-prices the gate engine's fit
+        raise UsageError(f"{profile.key} is not a vLLM service; `swap` re-points a vLLM profile (serve a GGUF with "
+                         f"`club3090 up REPO --quant QUANT`)")
     result = SwapResult(code=0, repo=req.source, profile_like=profile.key)
     spec = provider.resolve(req.source, catalog)
     if isinstance(spec, Stop):
