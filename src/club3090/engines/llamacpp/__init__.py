@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from club3090.compose.llamacpp import ENGINE_TYPE
 from club3090.outcome import Reason
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
@@ -26,7 +27,7 @@ GGUF_ONLY = "gguf-only"          # the resolver's sub-reason for a repository ho
 
 
 class LlamaCppEngine:
-    name = "llama.cpp"
+    name = ENGINE_TYPE               # compose/llamacpp.ENGINE_TYPE: the catalog's type, the one spelling
     formats: tuple[str, ...] = ("gguf",)
     tools_flag = "--jinja"           # llama-server serves tool calls only with the chat template's format
 

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
+from club3090.compose.llamacpp import ENGINE_TYPE
 from club3090.fit.llamacpp import LlamaCppArgs
 from club3090.fit.llamacpp_fits import QuantFit, quant_fit, rank_key
 from club3090.fit.memory import Unpriceable
@@ -80,7 +81,7 @@ class GgufListing:
 
     def to_json(self) -> dict[str, Any]:
         best = self.best
-        return {"engine": "llama.cpp", "repo": self.repo, "commit": self.commit, "confidence": self.confidence,
+        return {"engine": ENGINE_TYPE, "repo": self.repo, "commit": self.commit, "confidence": self.confidence,
                 "target_context": self.args.ctx_size, "cache_type_k": self.args.cache_type_k,
                 "cache_type_v": self.args.cache_type_v, "header_bytes_read": self.header_bytes_read,
                 "best": best.label if best is not None else None,

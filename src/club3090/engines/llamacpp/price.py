@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
+from club3090.compose.llamacpp import ENGINE_TYPE
 from club3090.errors import UsageError
 from club3090.fit.estimate import NoFit
 from club3090.fit.llamacpp import LlamaCppArgs, cache_types, fewest_offloaded, largest_context, predict
@@ -77,7 +78,7 @@ class LlamaPrice:
         src, result, m = self.source, self.result, self.source.model
         rescue = self.rescue
         return {
-            "ok": True, "engine": "llama.cpp", "model": src.label, "architecture": m.arch, "quant": src.quant,
+            "ok": True, "engine": ENGINE_TYPE, "model": src.label, "architecture": m.arch, "quant": src.quant,
             "source": src.where, "gpus": self.gpus, "profile": src.profile.key if src.profile is not None else None,
             "confidence": result.confidence, "verdict": self.verdict, "weights_bytes": m.weights_bytes,
             "args": asdict(result.args), "kv": {**asdict(result.kv), "total_bytes": result.kv.total_bytes},

@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from club3090.compose.llamacpp import ENGINE_TYPE
 from club3090.edges import launchers
 from club3090.errors import HubUnreachable, InputError, IntegrityError, UsageError
 from club3090.pipeline import bundle as bundle_mod
@@ -32,7 +33,7 @@ if TYPE_CHECKING:
 
 __all__ = ["LlamaPlan", "NoLlamaPlan", "launch_llamacpp", "plan_llamacpp", "up_llamacpp"]
 
-LLAMACPP_TYPE = "llama.cpp"        # the catalog's engine type, recorded in the state file
+
 
 WONT_FIT = "wont-fit"
 
@@ -113,7 +114,7 @@ def up_llamacpp(req: "UpRequest", provider: "Provider", seams: "UpSeams", *, cat
         result.lines.append("[up] try a smaller --quant, a smaller --ctx-size, or q8_0/q4_0 cache types "
                             "(--cache-type-k/-v); `club3090 kv-calc " + repo_id + " --quant QUANT` shows the "
                             "breakdown")
-        result.state = {"engine": LLAMACPP_TYPE, "verdict": WONT_FIT, "reason": why}
+        result.state = {"engine": ENGINE_TYPE, "verdict": WONT_FIT, "reason": why}
         return result
     result.lines.append(planned.line)
     return launch_llamacpp(planned, req, provider, seams, catalog=catalog, profile=profile, result=result)
@@ -302,7 +303,7 @@ def launch_llamacpp(planned: LlamaPlan, req: "UpRequest", provider: "Provider", 
                         + (", sha256 verified" if report.sha_verified else ""))
     from datetime import datetime, timezone
 
-    state: dict[str, Any] = {"launcher": req.launcher, "engine": LLAMACPP_TYPE,
+    state: dict[str, Any] = {"launcher": req.launcher, "engine": ENGINE_TYPE,
                              "url": f"http://127.0.0.1:{port}", "served_model": bundle.served_model,
                              "repo_id": planned.repo_id, "commit": planned.commit, "quant": planned.quant.label,
                              "profile_like": profile.key if profile is not None else None,
