@@ -12,11 +12,14 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, fields
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from club3090.errors import CatalogError, InterpolationError, Problem
 from club3090.fit.memory import ServeShape
 from club3090.interpolate import interpolate
+
+if TYPE_CHECKING:  # pragma: no cover - typing only
+    from club3090.catalog.model import Catalog, Drafter, Profile
 
 __all__ = ["AUTO", "NO_SHAPE_REQUEST", "SHAPE_FIELDS", "ShapeRequest", "drafter_terms", "profile_batched_tokens", "profile_encoder_profiling",
            "profile_prefix_caching", "profile_shape", "shipped_flag"]
@@ -78,7 +81,7 @@ def _shipped_value(token: str) -> str | None:
         return None
 
 
-def _shipped_args(profile: Any) -> list[str]:
+def _shipped_args(profile: "Profile") -> list[str]:
     """The shipped compose's command as words (none without a runtime or a command list)."""
     if profile is None or profile.runtime is None:
         return []
@@ -86,7 +89,7 @@ def _shipped_args(profile: Any) -> list[str]:
     return [str(a) for a in command] if isinstance(command, (list, tuple)) else []
 
 
-def shipped_flag(profile: Any, flag: str) -> str | None:
+def shipped_flag(profile: "Profile", flag: str) -> str | None:
     """The value a profile's shipped compose passes for ``flag`` (its ${VAR:-default} resolved), if any."""
     args = _shipped_args(profile)
     for i, arg in enumerate(args):
@@ -97,7 +100,7 @@ def shipped_flag(profile: Any, flag: str) -> str | None:
     return None
 
 
-def profile_batched_tokens(profile: Any) -> int | None:
+def profile_batched_tokens(profile: "Profile") -> int | None:
     """--max-num-batched-tokens of the shipped compose (it sizes the activation peak and the tokens a
     sliding-window layer holds in flight); None when the profile does not record it (vLLM default)."""
     value = shipped_flag(profile, "--max-num-batched-tokens") if profile is not None else None
@@ -109,7 +112,7 @@ def profile_batched_tokens(profile: Any) -> int | None:
     return int(value)
 
 
-def profile_encoder_profiling(profile: Any) -> bool:
+def profile_encoder_profiling(profile: "Profile | None") -> bool:
     """Whether vLLM profiles the vision encoder for this compose: ``--language-model-only`` and a
     ``--limit-mm-per-prompt`` of zero for every modality skip the dummy image batch
     (``profile_run`` runs encoder profiling only when some modality is allowed)."""
@@ -130,7 +133,7 @@ def profile_encoder_profiling(profile: Any) -> bool:
     return True
 
 
-def profile_prefix_caching(profile: Any) -> bool | None:
+def profile_prefix_caching(profile: "Profile") -> bool | None:
     """``--enable-prefix-caching`` (True) or ``--no-enable-prefix-caching`` (False) in the shipped
     compose; None when it passes neither (vLLM's default for the model). A hybrid model's state
     layers keep two pages per request with it on (``vllm_rules.mamba_cache_mode``)."""
@@ -140,7 +143,7 @@ def profile_prefix_caching(profile: Any) -> bool | None:
     return True if "--enable-prefix-caching" in args else None
 
 
-def drafter_terms(drafter: Any) -> tuple[int, int]:
+def drafter_terms(drafter: "Drafter | None") -> tuple[int, int]:
     """(speculative tokens, drafter weight bytes) a profile's drafter adds.
 
     Drafter KV: built-in MTP heads add their layers through the config (``num_nextn_predict_layers``).
@@ -154,7 +157,8 @@ def drafter_terms(drafter: Any) -> tuple[int, int]:
     return spec, int(drafter.vram_footprint_bytes or 0)
 
 
-def profile_shape(profile: Any, catalog: Any, *, drafter: bool = True, **overrides: Any) -> ServeShape:
+def profile_shape(profile: "Profile | None", catalog: "Catalog | None", *, drafter: bool = True,
+                  **overrides: Any) -> ServeShape:
     """The :class:`memory.ServeShape` a catalog profile serves with, plus explicit overrides.
 
     ``profile_shape(profile, catalog, *, drafter=True, **overrides) -> ServeShape``
@@ -178,6 +182,7 @@ def profile_shape(profile: Any, catalog: Any, *, drafter: bool = True, **overrid
         raise TypeError(f"profile_shape: unknown ServeShape field(s): {', '.join(unknown)}")
     base: dict[str, Any] = {}
     if profile is not None:
+        assert catalog is not None, "a profile is priced with its catalog (engines, drafters)"
         engine = catalog.engines[profile.engine]
         base = {
             "tp": int(profile.tp), "pp": int(profile.pp), "mem_util": profile.mem_util,
