@@ -45,7 +45,7 @@ from club3090.model.config_reading import (
 )
 from club3090.model.families import _DSV4_CSA, FAMILIES, GENERIC, Family, _derived_max_len, family
 from club3090.model.layer_layout import ATTENTION_KINDS, LAYER_KINDS, STATE_KINDS, LayerSpec, layer_layout
-from club3090.model.vision import VisionSpec, vision_spec
+from club3090.model.vision import VisionSpec, vision_problems, vision_spec
 
 __all__ = [
     "ATTENTION_KINDS",
@@ -263,6 +263,7 @@ def _parse(config: Mapping[str, Any]) -> Architecture:
             oversized.append(f"{key} lists {len(value)} layers, over the sanity cap of "
                              f"{DIMENSION_CAPS['num_hidden_layers']}")
     problems.extend(oversized)
+    problems.extend(vision_problems(config) if has_vision else ())
 
     # --- unmodelled stateful families -----------------------------------------------------
     refused = next(((name.lower(), f.unmodelled) for name, f in ((model_type, family(model_type)),
