@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from club3090.catalog.model import Catalog, Patch, Profile
     from club3090.edges.download import DownloadReport
+    from club3090.edges.gguf_source import GgufSource
     from club3090.edges.gpu_probe import DetectedGpus
     from club3090.edges.http_transport import Http
     from club3090.edges.hub import HubSource
@@ -62,6 +63,9 @@ class Provider(Protocol):
 
     def resolve(self, source: str, catalog: "Catalog", *, weights_optional: bool = False,
                 progress: "Callable[[int, int], None] | None" = None) -> "ModelSpec | Stop": ...
+
+    def resolve_gguf(self, source: str | None, catalog: "Catalog", *, profile: "Profile | None" = None,
+                     quant: str | None = None) -> "GgufSource": ...
 
     def hub(self) -> "HubSource": ...
 
