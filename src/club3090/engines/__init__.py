@@ -19,6 +19,7 @@ if TYPE_CHECKING:  # pragma: no cover - typing only
     from club3090.pipeline.provider import Provider
     from club3090.pipeline.up import UpRequest, UpResult
     from club3090.rig.hardware import HardwareFacts
+    from club3090.validate.verify import ServerHints
 
 __all__ = ["Engine"]
 
@@ -29,6 +30,7 @@ class Engine(Protocol):
     name: str
     formats: tuple[str, ...]         # the weight formats it reads (a ``WeightVariant.format``)
     tools_flag: str                  # the launch flag without which the server answers no tool calls
+    verify_hints: "ServerHints"      # the flags a failed verify check points at, in this server's names
 
     def claims(self, source: str | None) -> bool:
         """Before any network: ``source`` is a file only this engine reads (a profile is claimed by

@@ -16,10 +16,12 @@ from club3090.edges import launchers
 from club3090.errors import InputError, UsageError
 from club3090.outcome import Outcome
 from club3090.pipeline import bundle as bundle_mod
+from club3090.pipeline import up_facts as facts
 
 if TYPE_CHECKING:
     from club3090.pipeline.provider import Provider
-    from club3090.pipeline.up import UpRequest, UpResult
+    from club3090.pipeline.up import UpRequest
+    from club3090.pipeline.up_facts import FactLog, UpResult
 
 __all__ = ["PORT_IN_USE", "START_FAILED", "VERIFY_FAILED", "not_started", "port_refusal", "read_state", "refuse_port",
            "result_dir", "start_bundle", "state_path", "write_state"]
@@ -56,13 +58,11 @@ def write_state(directory: Path, state: Mapping[str, Any], write: Callable[[Path
 
 
 
-def not_started(directory: Path, state: dict[str, Any], result: UpResult, provider: Provider) -> UpResult:
+def not_started(directory: Path, state: dict[str, Any], log: FactLog, provider: Provider) -> UpResult:
     """``--no-start``: the state as written, and the three ways to start the bundle later."""
     write_state(directory, state, provider.write_file)
-    result.lines.append(f"[up] not started (--no-start); start it with `club3090 up` again, "
-                        f"`docker compose -f {directory / 'compose.yml'} up -d`, or {directory / 'serve.sh'}")
-    result.outcome = Outcome.OK
-    return result
+    log.add(facts.NotStarted(directory))
+    return log.result(Outcome.OK, state)
 
 
 def port_refusal(port: int) -> str | None:
@@ -73,18 +73,16 @@ def port_refusal(port: int) -> str | None:
     return f"{holder.text()}: stop it, or pass --port N for another port"
 
 
-def refuse_port(result: UpResult, state: dict[str, Any], why: str, provider: Provider) -> UpResult:
+def refuse_port(log: FactLog, state: dict[str, Any], why: str, provider: Provider) -> UpResult:
     """The ``port-in-use`` stop: nothing started; the state says so."""
     state.update(state="not-started", failure=PORT_IN_USE, pid=None)
     if state.get("directory"):
         write_state(Path(state["directory"]), state, provider.write_file)
-    result.lines.append(f"[up] {PORT_IN_USE}: {why}")
-    result.lines.append("[up] nothing started")
-    result.outcome, result.failure = Outcome.REFUSED, PORT_IN_USE
-    return result
+    log.add(facts.PortInUse(why))
+    return log.result(Outcome.REFUSED, state if state.get("directory") else {}, PORT_IN_USE)
 
 
-def start_bundle(req: UpRequest, plan: bundle_mod.Bundle, state: dict[str, Any], result: UpResult,
+def start_bundle(req: UpRequest, plan: bundle_mod.Bundle, state: dict[str, Any], log: FactLog,
                  launcher: launchers.Launcher, pre: launchers.Preflighted, provider: Provider, *,
                  snapshot: Path | None = None, secrets: tuple[str, ...] = (), receipt: bool = True) -> UpResult:
     """Start a written bundle, wait until THIS server lists THIS model, receipt, smoke + verify."""
@@ -92,19 +90,19 @@ def start_bundle(req: UpRequest, plan: bundle_mod.Bundle, state: dict[str, Any],
     url = state["url"]
     why = port_refusal(plan.port)
     if why is not None:
-        return refuse_port(result, state, why, provider)
+        return refuse_port(log, state, why, provider)
     job = launchers.Job(directory, plan.native_argv, plan.native_env, url, plan.served_model, plan.port, pre.server)
     state.update(state="starting")
     started = launcher.start(job)
     state.update(started.handle)
     if started.error is not None:
-        return _failed(req, result, state, started.detail, started.error, launcher, provider)
+        return _failed(req, log, state, started.detail, started.error, launcher, provider)
     write_state(directory, state, provider.write_file)
     ready = launchers.wait_ready(url, model=plan.served_model, running=lambda: launcher.running(directory, state),
                                  last_line=lambda: launcher.logs(directory, state, lines=1).strip(),
                                  show=req.progress.spin, http=provider.http(), deadline_s=req.ready_deadline_s)
     if not ready.ok:
-        return _failed(req, result, state, launcher.logs(directory, state, lines=40),
+        return _failed(req, log, state, launcher.logs(directory, state, lines=40),
                        "the server exited" if ready.why == "exited" else
                        f"{plan.served_model} not listed at {url}/v1/models after {ready.seconds:.0f}s",
                        launcher, provider)
@@ -112,34 +110,29 @@ def start_bundle(req: UpRequest, plan: bundle_mod.Bundle, state: dict[str, Any],
     state.update(settled(directory, state) if callable(settled) else {})
     state.update(state="running", ready_s=round(ready.seconds, 1))
     write_state(directory, state, provider.write_file)
-    result.lines.append(f"[up] ready after {ready.seconds:.0f}s at {url}")
+    log.add(facts.Ready(ready.seconds, url))
     if receipt:
-        _receipt(result, state, plan, snapshot, secrets, lambda: launcher.logs(directory, state, lines=100_000))
+        _receipt(log, state, plan, snapshot, secrets, lambda: launcher.logs(directory, state, lines=100_000))
     else:
-        result.lines.append("[up] no receipt: llama.cpp start-up logs are not parsed into receipts yet; "
-                            "launch.json holds the prediction")
-    return _verify(req, result, state, provider)
+        log.add(facts.ReceiptSkipped())
+    return _verify(req, log, state, provider)
 
 
-def _receipt(result: UpResult, state: dict[str, Any], plan: bundle_mod.Bundle, snapshot: Path | None,
+def _receipt(log: FactLog, state: dict[str, Any], plan: bundle_mod.Bundle, snapshot: Path | None,
              secrets: tuple[str, ...], log_text: Callable[[], str]) -> None:
     """Every boot leaves a calibration receipt (docs/DESIGN.md §13); a log without one says why."""
     from club3090.pipeline.boot_receipt import BootReceipt, write_boot_receipt
 
     try:
         done = write_boot_receipt(plan.directory, log_text(), argv=plan.native_argv, repo_id=state["repo_id"],
-                                  hardware=getattr(result.gate, "hardware", None), snapshot=snapshot,
+                                  hardware=getattr(log.gate, "hardware", None), snapshot=snapshot,
                                   secrets=secrets, swap_of=state.get("swap_of"))
     except (OSError, ValueError, InputError) as exc:
         done = BootReceipt(note=f"no receipt: {exc}")
-    result.receipt = done
-    if done.path is not None:
-        result.lines.append(f"[up] receipt: {done.path} (saved to the local overlay: {done.saved})")
-    else:
-        result.lines.append(f"[up] {done.note}")
+    log.add(facts.ReceiptWritten(done))
 
 
-def _verify(req: UpRequest, result: UpResult, state: dict[str, Any], provider: Provider) -> UpResult:
+def _verify(req: UpRequest, log: FactLog, state: dict[str, Any], provider: Provider) -> UpResult:
     from club3090.edges import boot
     from club3090.edges.openai_client import OpenAIClient
     from club3090.validate.verify import verify
@@ -147,38 +140,40 @@ def _verify(req: UpRequest, result: UpResult, state: dict[str, Any], provider: P
     http = provider.http()
     url, model = state["url"], state["served_model"]
     smoke = boot.smoke(url, model, http=http)
-    result.lines.append("[up] smoke " + " ".join(f"{c}={v}" for c, v in smoke.results.items()))
+    log.add(facts.Smoke(tuple(smoke.results.items())))
     client = OpenAIClient(f"{url}/v1", timeout=300.0, http=http, deadline_s=900.0)
     # a launch without its engine's tool flag serves no tool calls: probing them would fail by construction
     from club3090.pipeline import engines
 
-    tools_flag = (engines.by_type(str(state.get("engine", ""))) or engines.DEFAULT).tools_flag
-    skip_tools = state.get("skip_tools", False) or tools_flag not in state.get("argv", [])
-    report = verify(client, model=model, skip_tools=skip_tools, progress=req.progress.say)
-    if skip_tools and not state.get("skip_tools"):
-        result.lines.append(f"[up] tool calls not verified: the launch has no {tools_flag}")
-    result.verify = report
-    for c in report.checks:
-        result.lines.append(f"[up] verify {c.status.upper():4s} {c.name:16s} {c.detail}")
+    engine = engines.by_type(str(state.get("engine", ""))) or engines.DEFAULT
+    by_user = bool(state.get("skip_tools", False))
+    missing = None if engine.tools_flag in state.get("argv", []) else engine.tools_flag
+    skipped = facts.ToolsSkipped(by_user, missing) if by_user or missing else None
+    why = "--skip-tools" if by_user else f"no {missing}"
+    report = verify(client, model=model, skip_tools=skipped is not None, skip_tools_why=why,
+                    hints=engine.verify_hints, progress=_spinner(req))
+    if skipped is not None:
+        log.add(skipped)
+    log.add(facts.Verified(report))
     ok = smoke.floor_green and report.ok
     state.update(verified=ok)
     if state.get("directory"):
         write_state(Path(state["directory"]), state, provider.write_file)
-    result.lines += [f"[up] URL: {url}/v1", f"[up] served model: {model}",
-                     f"[up] try: curl -s {url}/v1/chat/completions -H 'Content-Type: application/json' "
-                     f"-d '{{\"model\": \"{model}\", \"messages\": [{{\"role\": \"user\", \"content\": \"Hello\"}}]}}'",
-                     f"[up] stop it with: club3090 down {result_dir(state)}"]
-    result.lines.append("[up] SERVING: verified" if ok else "[up] SERVING, but verification FAILED (see above)")
-    result.outcome = Outcome.OK if ok else Outcome.FAILED
-    result.failure = None if ok else VERIFY_FAILED
-    return result
+    log.add(facts.Serving(url, model, result_dir(state), ok))
+    return log.result(Outcome.OK if ok else Outcome.FAILED, state, None if ok else VERIFY_FAILED)
+
+
+def _spinner(req: UpRequest) -> Callable[[str], None]:
+    """Each verify check on the spinner line while it runs (the table is printed once, from the facts)."""
+    spin = req.progress.spin
+    return spin if spin is not None else (lambda _line: None)
 
 
 def result_dir(state: dict[str, Any]) -> str:
     return str(state.get("directory", "DIR"))
 
 
-def _failed(req: UpRequest, result: UpResult, state: dict[str, Any], tail: str, why: str,
+def _failed(req: UpRequest, log: FactLog, state: dict[str, Any], tail: str, why: str,
             launcher: launchers.Launcher, provider: Provider) -> UpResult:
     """A start that did not become ready: whatever it left running is stopped (its pid file goes),
     the state says "failed", the log tail is shown and a capture bundle written."""
@@ -188,24 +183,21 @@ def _failed(req: UpRequest, result: UpResult, state: dict[str, Any], tail: str, 
     stopped = launcher.stop(directory, state)
     state.update(state="failed", failure=why, pid=None)
     write_state(directory, state, provider.write_file)
-    result.lines.append(f"[up] FAILED to start: {why}")
-    if stopped.refused:
-        result.lines.append(f"[up] left running: {stopped.refused}")
-    result.lines += [f"[up] log: {ln}" for ln in tail.splitlines()[-20:]]
+    bundle: Path | None = None
+    error: str | None = None
     try:
-        bundle = _capture(result, state, tail, req.captures or Path.cwd() / CAPTURES_DIRNAME, provider.now())
-        result.lines.append(f"[up] capture bundle: {bundle}")
+        bundle = _capture(log, state, tail, req.captures or Path.cwd() / CAPTURES_DIRNAME, provider.now())
     except (OSError, ValueError, TypeError, KeyError) as exc:
-        result.lines.append(f"[up] could not write the capture bundle: {exc}")
-    result.lines.append(f"[up] logs: {directory / bundle_mod.LOGS}")
-    result.outcome, result.failure = Outcome.FAILED, START_FAILED
-    return result
+        error = str(exc)
+    log.add(facts.StartFailed(why, stopped.refused or None, tuple(tail.splitlines()[-20:]), bundle, error,
+                              directory / bundle_mod.LOGS))
+    return log.result(Outcome.FAILED, state, START_FAILED)
 
 
-def _capture(result: UpResult, state: dict[str, Any], tail: str, root: Path, now: datetime) -> Path:
+def _capture(log: FactLog, state: dict[str, Any], tail: str, root: Path, now: datetime) -> Path:
     from club3090.reports import capture
 
-    gate = result.gate
+    gate = log.gate
     payload = gate.to_json() if gate is not None else {}
     keys = getattr(capture, "GATE_KEYS", ())
     gate_fields = {k: payload.get(k) for k in keys} if keys else payload

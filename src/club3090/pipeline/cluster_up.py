@@ -24,6 +24,7 @@ from club3090.compose.launch import launch_json
 from club3090.compose.runbook import RunbookFacts
 from club3090.edges import launchers
 from club3090.errors import UsageError
+from club3090.pipeline.up_facts import ClusterWritten
 
 if TYPE_CHECKING:
     from club3090.catalog.model import Profile
@@ -61,9 +62,9 @@ def cluster_shape(profile: "Profile", hardware: Any, nodes_flag: int | None) -> 
 
 def emit(*, launcher: "launchers.Launcher", directory: Path, options: ClusterOptions, plan: "Bundle",
          profile: "Profile", hardware: Any, repo_id: str, commit: str, files: Sequence["RepoFile"], hub_cache: Path,
-         port: int, writer: "Writer", now: datetime) -> tuple[list[str], dict[str, Any]]:
+         port: int, writer: "Writer", now: datetime) -> tuple[ClusterWritten, dict[str, Any]]:
     """Write the multi-node launch into ``directory`` (through ``writer``, the Provider); return
-    (terminal lines, state)."""
+    (the fact the CLI renders, state)."""
     cluster_files = getattr(launcher, "cluster_files", None)
     if not launcher.multi_node or cluster_files is None:
         raise UsageError(f"--launcher {launcher.name} is not a multi-node launcher")
@@ -108,13 +109,9 @@ def emit(*, launcher: "launchers.Launcher", directory: Path, options: ClusterOpt
                              "nodes": shape.nodes, "tp": shape.tp, "pp": shape.pp, "pid": None, "container": None,
                              "files": sorted(texts), "preflight": [{"ok": c.ok, "line": c.line} for c in made.checks],
                              "directory": str(directory), "written_at": written_at}
-    lines = [f"[up] {shape.nodes}-node launch ({launcher.name}): TP {shape.tp} × PP {shape.pp}, "
-             f"{shape.gpus_per_node} GPU(s) per node, --distributed-executor-backend ray",
-             f"[up] written to {directory}: {', '.join(sorted(texts))}",
-             *(f"[up] preflight {'ok' if c.ok else 'note'}: {c.line}" for c in made.checks),
-             *(f"[up] note: {flag} does not apply to --launcher {launcher.name}" for flag in made.ignored),
-             f"[up] nothing started: a {launcher.name} launch is written only; follow {directory / 'RUNBOOK.md'}"]
-    return lines, state
+    written = ClusterWritten(launcher.name, shape.nodes, shape.tp, shape.pp, shape.gpus_per_node, directory,
+                             tuple(sorted(texts)), tuple((c.ok, c.line) for c in made.checks), tuple(made.ignored))
+    return written, state
 
 
 __all__ = ["CLUSTER_LAUNCHERS", "MODEL_CACHES", "ClusterOptions", "cluster_shape", "emit"]

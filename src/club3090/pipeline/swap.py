@@ -11,7 +11,7 @@ bundle only). Every refusal happens before anything is written.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -23,8 +23,9 @@ from club3090.gate.advisories import variants_advice
 from club3090.gate.swap_match import Mismatch, SwapToken, check_swap
 from club3090.model.slug import sanitize_slug
 from club3090.outcome import Notice, Outcome, Stop
-from club3090.pipeline.up import Progress, UpRequest, UpResult, check_request, curated_launch, deploy
-from club3090.units import GiB
+from club3090.pipeline import up_facts as facts
+from club3090.pipeline.up import Progress, UpRequest, check_request, curated_launch, deploy
+from club3090.pipeline.up_facts import FactLog, UpResult
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from club3090.catalog.model import Catalog, Profile
@@ -54,12 +55,12 @@ class SwapRequest:
     captures: Path | None = None
 
 
-@dataclass
+@dataclass(frozen=True)
 class SwapResult:
     outcome: Outcome
     repo: str
     profile_like: str
-    lines: list[str] = field(default_factory=list)
+    facts: tuple[facts.Fact, ...] = ()        # the swap's own, then up's (the CLI renders them)
     refusal: str | None = None                      # a SwapToken value
     mismatches: tuple[Mismatch, ...] = ()
     fit: FitResult | None = None
@@ -85,7 +86,7 @@ class SwapResult:
                 "raw_verdict": fit.raw_verdict if fit is not None else None,
                 "fit": fit.to_json() if fit is not None else None,
                 "advisories": [n.to_json() for n in self.advisories],
-                "up": self.up.to_json() if self.up is not None else None, "lines": list(self.lines)}
+                "up": self.up.to_json() if self.up is not None else None}
 
 
 def served_name(repo: str) -> str:
@@ -93,15 +94,15 @@ def served_name(repo: str) -> str:
     return sanitize_slug(repo.rsplit("/", 1)[-1])
 
 
-def _refused(result: SwapResult, token: SwapToken | str, lines: list[str],
+def _refused(result: SwapResult, log: FactLog, token: SwapToken | str, details: list[str],
              mismatches: tuple[Mismatch, ...] = ()) -> SwapResult:
-    result.outcome, result.refusal, result.mismatches = Outcome.REFUSED, str(token), mismatches
-    result.lines += [f"[swap] REFUSED {token}", *lines]
-    return result
+    log.add(facts.SwapRefused(str(token), tuple(details), mismatches))
+    return replace(result, outcome=Outcome.REFUSED, refusal=str(token), mismatches=mismatches,
+                   facts=tuple(log.facts))
 
 
 def _curated_quant(provider: "Provider", catalog: "Catalog", profile: "Profile",
-                   found: "Quantization | None", notes: list[str]) -> "Quantization | None":
+                   found: "Quantization | None", notes: list[facts.Fact]) -> "Quantization | None":
     """The curated repo's own quantization_config (for the group size the catalog does not record);
     None, with a note, when it cannot be read."""
     from club3090.model.architecture import parse_config
@@ -123,12 +124,12 @@ def _curated_quant(provider: "Provider", catalog: "Catalog", profile: "Profile",
             why = f"{repo}'s config.json could not be read ({type(exc).__name__})"
     elif repo is not None:
         why = "offline"
-    notes.append(f"[swap] note: group size not compared ({why})")
+    notes.append(facts.SwapNote(f"group size not compared ({why})"))
     return None
 
 
 def _rig(req: SwapRequest, profile: "Profile", catalog: "Catalog", provider: "Provider",
-         notes: list[str]) -> tuple["HardwareFacts", tuple[int, ...], str | None]:
+         notes: list[facts.Fact]) -> tuple["HardwareFacts", tuple[int, ...], str | None]:
     """(hardware, the memory of the GPUs the profile uses, device name): --gpus, else detected,
     else the profile's reference GPU (stated)."""
     from club3090.rig.hardware import resolve_hardware
@@ -143,8 +144,8 @@ def _rig(req: SwapRequest, profile: "Profile", catalog: "Catalog", provider: "Pr
     if len(memory) < ranks and reference is not None:
         memory = (reference.usable_memory_bytes,) * ranks
         device = reference.id
-        notes.append(f"[swap] note: no GPU named or detected for {ranks} rank(s): priced on the profile's "
-                     f"reference GPU ({reference.display_name} x {ranks}); pass --gpus to price your rig")
+        notes.append(facts.SwapNote(f"no GPU named or detected for {ranks} rank(s): priced on the profile's "
+                                    f"reference GPU ({reference.display_name} x {ranks}); pass --gpus to price your rig"))
     return hw, memory, device
 
 
@@ -166,28 +167,30 @@ def swap(req: SwapRequest, provider: "Provider") -> SwapResult:
         raise UsageError(f"{profile.key} is not a vLLM service; `swap` re-points a vLLM profile (serve a GGUF with "
                          f"`club3090 up REPO --quant QUANT`)")
     result = SwapResult(outcome=Outcome.OK, repo=req.source, profile_like=profile.key)
+    log = req.progress.log()
     spec = provider.resolve(req.source, catalog)
     if isinstance(spec, Stop):
-        return _refused(result, SwapToken.FACTS_UNAVAILABLE,
+        return _refused(result, log, SwapToken.FACTS_UNAVAILABLE,
                         [f"[swap] {spec.token}: {spec.detail.get('message', '')}".rstrip(": ")])
-    result.repo = spec.ref
+    result = replace(result, repo=spec.ref)
     if spec.source not in ("hub", "cache"):
         raise UsageError(f"{req.source} is not a Hugging Face repo outside the catalog; `swap` serves a fine-tune "
                          f"by repo id (a curated repo: `club3090 up {req.source} --profile-like {profile.key}`)")
-    notes: list[str] = []
+    notes: list[facts.Fact] = []
     mismatches = check_swap(spec, profile, catalog,
                             curated_quant=_curated_quant(provider, catalog, profile, spec.quantization, notes))
     if mismatches:
-        return _refused(result, mismatches[0].token,
+        return _refused(result, log, mismatches[0].token,
                         [f"[swap] {m.text}" for m in mismatches]
                         + [f"[swap] {profile.key}'s service cannot serve {spec.ref}: `club3090 pull {spec.ref}` "
                            "prices it on a derived shape"], mismatches)
     model = catalog.models[profile.model]
     variant = model.weights.get(profile.weights_variant)
-    result.lines.append(f"[swap] {spec.ref} is a fine-tune {profile.key} can serve: {spec.arch.architecture}, "
-                        f"{_quant_text(spec.quantization)}, the geometry of {model.display_name}")
-    result.lines += notes
-    return _priced(req, up_req, spec, profile, catalog, provider, result,
+    log.add(facts.SwapFits(spec.ref, profile.key, spec.arch.architecture, _quant_text(spec.quantization),
+                           model.display_name))
+    for note in notes:
+        log.add(note)
+    return _priced(req, up_req, spec, profile, catalog, provider, result, log,
                    int(variant.size_bytes) if variant is not None and variant.size_bytes else None,
                    disk=lambda: disk_stop(Gate(request=PullRequest(source=req.source), slug=spec.ref, spec=spec),
                                           provider))
@@ -201,50 +204,43 @@ def _quant_text(q: "Quantization | None") -> str:
 
 
 def _priced(req: SwapRequest, up_req: UpRequest, spec: "ModelSpec", profile: "Profile", catalog: "Catalog",
-            provider: "Provider", result: SwapResult, curated_bytes: int | None,
+            provider: "Provider", result: SwapResult, log: FactLog, curated_bytes: int | None,
             disk: Any) -> SwapResult:
     """The fit re-priced with the fine-tune's own weight bytes, the disk margin, then ``up``'s deployment."""
-    notes: list[str] = []
+    notes: list[facts.Fact] = []
     hw, memory, device = _rig(req, profile, catalog, provider, notes)
-    result.hardware, result.memory, result.curated_weights_bytes = hw, memory, curated_bytes
-    result.weights_bytes = spec.weights_bytes
-    result.lines += notes
+    result = replace(result, hardware=hw, memory=memory, curated_weights_bytes=curated_bytes,
+                     weights_bytes=spec.weights_bytes)
+    for note in notes:
+        log.add(note)
     if not spec.weights_bytes:
-        return _refused(result, SwapToken.FACTS_UNAVAILABLE,
+        return _refused(result, log, SwapToken.FACTS_UNAVAILABLE,
                         [f"[swap] the weight bytes of {spec.ref} are unknown (no safetensors headers read)"])
     fit = predict(spec.arch, weights_bytes=int(spec.weights_bytes), gpu_memory_bytes=memory,
                   shape=profile_shape(profile, catalog, device_name=device), confidence="derived")
     if isinstance(fit, Unpriceable):
-        return _refused(result, SwapToken.FACTS_UNAVAILABLE, [f"[swap] the fit engine cannot price it: {fit.reason}"])
-    result.fit = fit
-    was = f" (the curated weights: {curated_bytes / GiB:.2f} GiB)" if curated_bytes else ""
-    result.lines.append(f"[swap] re-priced with {spec.ref}'s own weights, {spec.weights_bytes / GiB:.2f} GiB{was}, "
-                        f"at {profile.key}'s shape on {len(memory)} x {memory[0] / GiB:.1f} GiB: {fit.raw_verdict}, "
-                        f"{fit.max_model_len:,} tokens of context, {fit.max_concurrency:.2f} full-length request(s) "
-                        f"- confidence {CONFIDENCE}")
+        return _refused(result, log, SwapToken.FACTS_UNAVAILABLE, [f"[swap] the fit engine cannot price it: {fit.reason}"])
+    constrained = profile.max_num_seqs if fit.raw_verdict == "fits-constrained" else None
+    log.add(facts.SwapPriced(spec.ref, profile.key, int(spec.weights_bytes), curated_bytes, memory, fit.raw_verdict,
+                             fit.max_model_len, fit.max_concurrency, constrained))
+    result = replace(result, fit=fit)
     if fit.raw_verdict == "wont-fit":
         advice = variants_advice(spec, catalog, memory, device)
-        result.advisories = (advice,) if advice is not None else ()
+        result = replace(result, advisories=(advice,) if advice is not None else ())
         largest = (f"; the largest context that fits is {fit.max_model_len_fit:,}" if fit.max_model_len_fit
                    else "; the weights leave no room for a KV cache")
-        return _refused(result, SwapToken.WONT_FIT,
+        return _refused(result, log, SwapToken.WONT_FIT,
                         [f"[swap] {spec.ref} does not fit {profile.key}'s shape on these GPUs{largest}",
                          *(f"advice: {n.text}" for n in result.advisories)])
-    if fit.raw_verdict == "fits-constrained":
-        result.lines.append(f"[swap] warning: fits-constrained: vLLM starts, but fewer than "
-                            f"{profile.max_num_seqs} full-length request(s) fit at once")
     if not req.emit_only:
         stop = disk()
         if stop is not None:
-            return _refused(result, stop.token, [f"[swap] {stop.token}: {stop.detail.get('message', '')}"])
-    result.served_model = req.served_model_name or served_name(spec.ref)
-    up_result = UpResult(Outcome.OK, [])
-    done = deploy(up_req, spec, catalog, provider, up_result,
-                  lambda _snapshot: curated_launch(profile.key, catalog, provider),
-                  served_model=result.served_model, emit_only=req.emit_only, swap_of=profile.key)
-    result.up, result.outcome = done, done.outcome
-    result.lines += done.lines
-    return result
+            return _refused(result, log, stop.token, [f"[swap] {stop.token}: {stop.detail.get('message', '')}"])
+    served = req.served_model_name or served_name(spec.ref)
+    done: UpResult = deploy(up_req, spec, catalog, provider, FactLog(log.show),
+                            lambda _snapshot: curated_launch(profile.key, catalog, provider),
+                            served_model=served, emit_only=req.emit_only, swap_of=profile.key)
+    return replace(result, served_model=served, up=done, outcome=done.outcome, facts=(*log.facts, *done.facts))
 
 
 __all__ = ["CONFIDENCE", "SwapRequest", "SwapResult", "served_name", "swap"]

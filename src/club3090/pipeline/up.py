@@ -21,6 +21,7 @@ from club3090.edges import launchers
 from club3090.errors import InputError, UsageError
 from club3090.outcome import Outcome
 from club3090.pipeline import bundle as bundle_mod
+from club3090.pipeline import up_facts
 from club3090.pipeline.bundle_start import (
     START_FAILED,
     VERIFY_FAILED,
@@ -31,6 +32,7 @@ from club3090.pipeline.bundle_start import (
     start_bundle,
     write_state,
 )
+from club3090.pipeline.up_facts import FactLog, UpResult
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -38,16 +40,17 @@ if TYPE_CHECKING:
     from club3090.catalog.model import Catalog
     from club3090.edges.download import DownloadReport
     from club3090.model.spec import ModelSpec, RepoFile
-    from club3090.pipeline.boot_receipt import BootReceipt
     from club3090.pipeline.provider import Provider
-    from club3090.pipeline.pull import PullResult
     from club3090.rig.gpus import GpuSet
-    from club3090.validate.verify import VerifyReport
 
 LAUNCHERS = launchers.names()                   # ray / k8s: multi-node files, written only (cluster_up)
 
 
 def _silent(_message: str) -> None:
+    return None
+
+
+def _unseen(_fact: up_facts.Fact) -> None:
     return None
 
 
@@ -59,6 +62,11 @@ class Progress:
     say: Callable[[str], None] = _silent                # progress lines (stderr)
     spin: Callable[[str], None] | None = None           # the spinner line (stderr, rewritten in place)
     bar: bool = False                                   # huggingface_hub's download bar
+    fact: Callable[[up_facts.Fact], None] = _unseen        # each fact as it lands (the CLI prints it, in order)
+
+    def log(self, gate: Any = None) -> FactLog:
+        """A fresh fact log for one run, shown through ``fact``."""
+        return FactLog(self.fact, gate)
 
 
 @dataclass(frozen=True)
@@ -89,27 +97,6 @@ class UpRequest:
     progress: Progress = field(default_factory=Progress)
     captures: Path | None = None              # where a failed start's capture bundle goes (default ./.pull-captures)
     ready_deadline_s: float = launchers.READY_DEADLINE_S
-
-
-@dataclass
-class UpResult:
-    outcome: Outcome
-    lines: list[str] = field(default_factory=list)
-    gate: "PullResult | None" = None
-    state: dict[str, Any] = field(default_factory=dict)
-    verify: "VerifyReport | None" = None
-    receipt: "BootReceipt | None" = None                # once started
-    failure: str | None = None                          # PORT_IN_USE, START_FAILED, VERIFY_FAILED
-
-    @property
-    def ok(self) -> bool:
-        return self.outcome is Outcome.OK
-
-    def to_json(self) -> dict[str, Any]:
-        return {"ok": self.ok, "outcome": self.outcome.value, "failure": self.failure, "state": self.state,
-                "gate": self.gate.to_json() if self.gate is not None else None,
-                "receipt": self.receipt.to_json() if self.receipt is not None else None,
-                "verify": self.verify.to_json() if self.verify is not None else None}
 
 
 def _served_files(spec: "ModelSpec", provider: "Provider") -> tuple[str, tuple["RepoFile", ...]]:
@@ -266,9 +253,10 @@ def up(req: UpRequest, provider: "Provider") -> UpResult:
     # `pull`'s hints about --out do not apply: `up` writes and downloads everything itself
     hints = {NoticeCode.NO_DOWNLOAD_YET.value, NoticeCode.CURATED_NEEDS_OUT.value}
     gate = replace(gate, notices=tuple(n for n in gate.notices if str(getattr(n.code, "value", n.code)) not in hints))
-    result = UpResult(gate.outcome, [], gate)
+    log = req.progress.log(gate)
+    log.add(up_facts.GateAnswered(gate))
     if not gate.ok or gate.summary != "FITS":
-        return result
+        return log.result(gate.outcome)
 
     spec = facts if facts is not None else provider.resolve(req.source, catalog)
     if not hasattr(spec, "ref"):
@@ -286,12 +274,12 @@ def up(req: UpRequest, provider: "Provider") -> UpResult:
     rig_nodes = int(getattr(gate.hardware, "nodes", 1) or 1)
     if rig_nodes > 1 and not launchers.get(req.launcher).multi_node:
         raise UsageError(_multi_node_hint(rig_nodes))
-    return deploy(req, spec, catalog, provider, result,  # type: ignore[arg-type]
+    return deploy(req, spec, catalog, provider, log,  # type: ignore[arg-type]
                   lambda snapshot: _launch(req, spec, catalog, provider, gate, snapshot),  # type: ignore[arg-type]
                   hardware=gate.hardware)
 
 
-def deploy(req: UpRequest, spec: "ModelSpec", catalog: "Catalog", provider: "Provider", result: UpResult,
+def deploy(req: UpRequest, spec: "ModelSpec", catalog: "Catalog", provider: "Provider", log: FactLog,
            make_launch: Callable[[Path], tuple[Any, str]], *, served_model: str | None = None,
            emit_only: bool = False, swap_of: str | None = None, hardware: Any = None) -> UpResult:
     """From a decided launch to a serving bundle: launcher preflight -> the bundle in DIR with its
@@ -310,7 +298,7 @@ def deploy(req: UpRequest, spec: "ModelSpec", catalog: "Catalog", provider: "Pro
     pre = _preflight(req, launcher, catalog, profile) if starts else launchers.Preflighted()
     busy = port_refusal(port) if starts else None
     if busy is not None:      # nothing is written before the launcher works and the port is free
-        return refuse_port(result, {}, busy, provider)
+        return refuse_port(log, {}, busy, provider)
     commit, files = _served_files(spec, provider)
     hub_cache = Path(provider.settings.hub_cache).absolute()
     snapshot = snapshot_dir(hub_cache, spec.ref, commit)
@@ -325,27 +313,21 @@ def deploy(req: UpRequest, spec: "ModelSpec", catalog: "Catalog", provider: "Pro
         raise UsageError(f"{req.profile_like} also serves {', '.join(plan.unresolved)}, which no catalog repo "
                          "provides: use a profile without it, or `club3090 compose` and place it yourself")
     if launcher.multi_node:
-        return _cluster(req, launcher, plan, profile, hardware, spec.ref, commit, files, provider, result, swap_of)
-    plan = _write_bundle(plan, req, catalog, provider, result)
+        return _cluster(req, launcher, plan, profile, hardware, spec.ref, commit, files, provider, log, swap_of)
+    plan = _write_bundle(plan, req, catalog, provider, log)
     state = _state(req, plan, spec.ref, commit, drafter, provider, swap_of)
-    result.state = state
     if emit_only:
         write_state(directory, state, provider.write_file)
-        result.lines.append(f"[up] weights not downloaded, nothing started (--emit-only): {len(files)} files of "
-                            f"{spec.ref}@{commit[:12]} would go into {hub_cache}")
-        result.outcome = Outcome.OK
-        return result
+        log.add(up_facts.EmitOnly(len(files), spec.ref, commit, str(hub_cache)))
+        return log.result(Outcome.OK, state)
     report = fetch_verified(provider, req.progress, spec.ref, commit, files)
-    result.lines.append(f"[up] weights: {len(report.files)} files, {report.bytes / 2**30:.2f} GiB in the HF cache"
-                        + (", sha256 verified" if report.sha_verified else ""))
+    log.add(up_facts.WeightsFetched("weights", spec.ref, len(report.files), report.bytes, report.sha_verified))
     if drafter is not None:
         extra = fetch_verified(provider, req.progress, drafter.repo_id, drafter.commit, drafter.files, "drafter")
-        result.lines.append(f"[up] drafter: {drafter.repo_id}, {len(extra.files)} files, "
-                            f"{extra.bytes / 2**30:.2f} GiB in the HF cache"
-                            + (", sha256 verified" if extra.sha_verified else ""))
+        log.add(up_facts.WeightsFetched("drafter", drafter.repo_id, len(extra.files), extra.bytes, extra.sha_verified))
     if req.no_start:
-        return not_started(directory, state, result, provider)
-    return start_bundle(req, plan, state, result, launcher, pre, provider, snapshot=snapshot,
+        return not_started(directory, state, log, provider)
+    return start_bundle(req, plan, state, log, launcher, pre, provider, snapshot=snapshot,
                         secrets=provider.settings.redaction_secrets)
 
 
@@ -360,7 +342,7 @@ def _preflight(req: UpRequest, launcher: "launchers.Launcher", catalog: "Catalog
 
 
 def _write_bundle(plan: bundle_mod.Bundle, req: UpRequest, catalog: "Catalog", provider: "Provider",
-                  result: UpResult) -> bundle_mod.Bundle:
+                  log: FactLog) -> bundle_mod.Bundle:
     """The bundle with its mounted payloads (each verified before anything is written) into DIR."""
     payloads: dict[str, bytes] = {}
     for _inside, upstream in plan.upstream_files.items():
@@ -368,9 +350,7 @@ def _write_bundle(plan: bundle_mod.Bundle, req: UpRequest, catalog: "Catalog", p
             payloads[f"{bundle_mod.FILES}/{name}"] = data
     plan = replace(plan, payloads=payloads)
     bundle_mod.write(plan, provider, lambda upstream: _executable(catalog, upstream))
-    result.lines.append(f"[up] bundle written to {plan.directory} (compose.yml, .env, serve.sh, launch.json"
-                        + (f", {len(payloads)} mounted files" if payloads else "") + ")")
-    result.lines += [f"[up] note: serve.sh cannot apply: {note}" for note in plan.container_only]
+    log.add(up_facts.BundleWritten(plan.directory, len(payloads), tuple(plan.container_only), "serve.sh cannot apply:"))
     return plan
 
 
@@ -390,12 +370,12 @@ def _state(req: UpRequest, plan: bundle_mod.Bundle, repo_id: str, commit: str, d
 
 
 def _cluster(req: UpRequest, launcher: "launchers.Launcher", plan: bundle_mod.Bundle, profile: Any, hardware: Any,
-             repo_id: str, commit: str, files: tuple["RepoFile", ...], provider: "Provider", result: UpResult,
+             repo_id: str, commit: str, files: tuple["RepoFile", ...], provider: "Provider", log: FactLog,
              swap_of: str | None) -> UpResult:
     """A multi-node launcher: its files for every node, written; nothing started."""
     from club3090.pipeline import cluster_up
 
-    lines, written = cluster_up.emit(launcher=launcher, directory=plan.directory,
+    fact, written = cluster_up.emit(launcher=launcher, directory=plan.directory,
                                      options=req.cluster or cluster_up.ClusterOptions(nodes=req.nodes), plan=plan,
                                      profile=profile, hardware=hardware, repo_id=repo_id, commit=commit, files=files,
                                      hub_cache=Path(provider.settings.hub_cache).absolute(), port=plan.port,
@@ -403,10 +383,8 @@ def _cluster(req: UpRequest, launcher: "launchers.Launcher", plan: bundle_mod.Bu
     if swap_of is not None:
         written["swap_of"] = swap_of
     write_state(plan.directory, written, provider.write_file)
-    result.lines += lines
-    result.state = written
-    result.outcome = Outcome.OK
-    return result
+    log.add(fact)
+    return log.result(Outcome.OK, written)
 
 
 def fetch_verified(provider: "Provider", progress: Progress, repo_id: str, commit: str,

@@ -158,12 +158,29 @@ def check_streaming(client: OpenAIClient, model: str) -> tuple[str, str]:
     return PASS, f"{r.chunks} chunks, [DONE], {len(r.content)} chars"
 
 
+@dataclass(frozen=True)
+class ServerHints:
+    """The server flags a failed or skipped check points at, in the engine's own names (each engine
+    has one: ``engines.*.verify_hints``); the probes say vLLM's, ``verify`` puts the server's in."""
+
+    tools: str = "is --enable-auto-tool-choice / --tool-call-parser set?"
+    reasoning: str = "--reasoning-parser"
+
+
+VLLM_HINTS = ServerHints()
+
+
+def _hinted(detail: str, hints: ServerHints) -> str:
+    """A probe's detail with the server's own flag names in place of vLLM's."""
+    return detail.replace(VLLM_HINTS.tools, hints.tools).replace(VLLM_HINTS.reasoning, hints.reasoning)
+
+
 def _tool_verdict(r: ChatResult) -> tuple[str, str]:
     if (err := _failed(r)) is not None:
         return FAIL, err
     if not r.tool_calls:
         return FAIL, f"no tool_calls (finish_reason {r.finish_reason}; content {r.content.strip()[:60]!r}); " \
-                     "is --enable-auto-tool-choice / --tool-call-parser set?"
+                     + VLLM_HINTS.tools
     for call in r.tool_calls:
         args = call.parsed_arguments()
         if call.name == "get_weather" and isinstance(args, dict):
@@ -196,7 +213,7 @@ def check_thinking(client: OpenAIClient, model: str) -> tuple[str, str]:
             return FAIL, f"{label}: {err}"
     if not on.reasoning.strip() and not off.reasoning.strip():
         return SKIP, "the server returned no reasoning_content either way (not a reasoning model, or no " \
-                     "--reasoning-parser)"
+                     f"{VLLM_HINTS.reasoning})"
     if not on.reasoning.strip():
         return FAIL, "enable_thinking=true gave no reasoning_content"
     if off.reasoning.strip():
@@ -288,8 +305,10 @@ def _capabilities(checks: list[Check], vision: str | None, long_context: Check |
 
 def verify(client: OpenAIClient, *, model: str | None = None, full: bool = False, skip_tools: bool = False,
            launch: LaunchFacts | None = None, context: int | None = None,
-           progress: Callable[[str], None] = lambda _s: None) -> VerifyReport:
-    """Run the checks in order; a probe's exception is a failed check, never a crash."""
+           progress: Callable[[str], None] = lambda _s: None, skip_tools_why: str = "--skip-tools",
+           hints: ServerHints = VLLM_HINTS) -> VerifyReport:
+    """Run the checks in order; a probe's exception is a failed check, never a crash. ``skip_tools_why``:
+    the detail of a skipped tool check (the real reason); ``hints``: the server's own flag names."""
     clock = client.clock
     first, model, listed = list_model(client, model)
     if listed.unreachable:
@@ -309,7 +328,7 @@ def verify(client: OpenAIClient, *, model: str | None = None, full: bool = False
                 status, detail = probe()
             except Exception as exc:  # noqa: BLE001 - a probe failure is a red check
                 status, detail = FAIL, f"{type(exc).__name__}: {exc}"
-            check = Check(name, status, client.scrub(detail) or "", clock() - t)
+            check = Check(name, status, _hinted(client.scrub(detail) or "", hints), clock() - t)
         checks.append(check)
         progress(f"[verify] {name}: {check.status} {check.detail}")
         return check
@@ -318,7 +337,7 @@ def verify(client: OpenAIClient, *, model: str | None = None, full: bool = False
         if model is None:
             checks.append(Check(name, SKIP, "no model to ask"))
         elif skip_tools and "tool" in name:
-            checks.append(Check(name, SKIP, "--skip-tools"))
+            checks.append(Check(name, SKIP, skip_tools_why))
         else:
             run(name, functools.partial(probe, client, model))
     vision: str | None = None

@@ -59,9 +59,9 @@ def run(args: argparse.Namespace, provider: Any) -> int:
     result = swap(req, provider)
     if sys.stderr.isatty() and result.up is not None:
         print(file=sys.stderr)
-    code = exit_code(result.outcome)
     if args.json:
-        print(safe(json.dumps(with_exit_code(result.to_json(), result.outcome), indent=2, default=str), multiline=True))
-    else:
-        print("\n".join(safe(line, multiline=True) for line in result.lines))
-    return code
+        from club3090.cli.commands._up_render import lines
+
+        doc = {**result.to_json(), "lines": [ln for fact in result.facts for ln in lines(fact)]}
+        print(safe(json.dumps(with_exit_code(doc, result.outcome), indent=2, default=str), multiline=True))
+    return exit_code(result.outcome)

@@ -77,7 +77,9 @@ def progress(args: argparse.Namespace) -> Any:
     def spin(line: str) -> None:
         if tty:
             print("\r" + safe(line)[:160].ljust(160), end="", file=sys.stderr, flush=True)
-    return Progress(say=say, spin=spin, bar=not args.json)
+    if args.json:
+        return Progress(say=say, spin=spin, bar=False)
+    return Progress(say=say, spin=spin, bar=True, fact=show_fact)   # the plan first, then the steps in order
 
 
 def run(args: argparse.Namespace, provider: Any) -> int:
@@ -93,7 +95,6 @@ def run_request(args: argparse.Namespace, provider: Any, *, directory: Path, no_
                 port: int | None, vllm: str | None, skip_tools: bool) -> int:
     """``up`` (and ``pull --out DIR``): build the request, run it, print the result."""
     from club3090.cli.commands.pull import captures_root
-    from club3090.cli.commands.pull import render as render_gate
     from club3090.pipeline.cluster_up import ClusterOptions
     from club3090.pipeline.up import UpRequest, up
 
@@ -114,13 +115,17 @@ def run_request(args: argparse.Namespace, provider: Any, *, directory: Path, no_
     result = up(req, provider)
     if sys.stderr.isatty():
         print(file=sys.stderr)
-    code = exit_code(result.outcome)
     if args.json:
         print(safe(json.dumps(with_exit_code(result.to_json(), result.outcome), indent=2, default=str), multiline=True))
-    else:
-        lines = result.lines if result.gate is None else [render_gate(result.gate), *result.lines]
-        print("\n".join(safe(line, multiline=True) for line in lines))
-    return code
+    return exit_code(result.outcome)
+
+
+def show_fact(fact: Any) -> None:
+    """One fact of ``up`` or ``swap``, printed to stdout as it lands."""
+    from club3090.cli.commands._up_render import lines
+
+    for line in lines(fact):
+        print(safe(line, multiline=True), flush=True)
 
 
 def add_launcher_flag(p: argparse.ArgumentParser, names: tuple[str, ...]) -> None:

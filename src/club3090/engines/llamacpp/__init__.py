@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from club3090.compose.llamacpp import ENGINE_TYPE
 from club3090.outcome import Reason
+from club3090.validate.verify import ServerHints
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from club3090.catalog.model import Catalog, Profile
@@ -30,6 +31,8 @@ class LlamaCppEngine:
     name = ENGINE_TYPE               # compose/llamacpp.ENGINE_TYPE: the catalog's type, the one spelling
     formats: tuple[str, ...] = ("gguf",)
     tools_flag = "--jinja"           # llama-server serves tool calls only with the chat template's format
+    verify_hints = ServerHints(tools="is --jinja set, with a chat template that knows tools?",
+                               reasoning="--reasoning-format")
 
     def claims(self, source: str | None) -> bool:
         from club3090.edges.gguf_source import is_gguf_path  # light: the readers load lazily

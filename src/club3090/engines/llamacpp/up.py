@@ -21,6 +21,7 @@ from club3090.edges import launchers
 from club3090.errors import InputError, UsageError
 from club3090.outcome import Outcome
 from club3090.pipeline import bundle as bundle_mod
+from club3090.pipeline import up_facts as facts
 
 if TYPE_CHECKING:
     from club3090.catalog.model import Catalog, Profile
@@ -30,13 +31,15 @@ if TYPE_CHECKING:
     from club3090.fit.llamacpp import LlamaCppArgs
     from club3090.model.gguf_model import GgufModel
     from club3090.pipeline.provider import Provider
-    from club3090.pipeline.up import UpRequest, UpResult
+    from club3090.pipeline.up import UpRequest
+    from club3090.pipeline.up_facts import FactLog, UpResult
 
 __all__ = ["LlamaPlan", "NoLlamaPlan", "launch_llamacpp", "plan_llamacpp", "up_llamacpp"]
 
 
 
 WONT_FIT = "wont-fit"
+DISPLAY = "llama.cpp"
 
 
 def _pick_quant(quants: list["QuantFile"], quant: str | None, repo_id: str) -> list["QuantFile"]:
@@ -80,13 +83,11 @@ class LlamaPlan:
     gpu_bytes: tuple[int, ...]
     rig: str
 
-    @property
-    def line(self) -> str:
+    def fact(self) -> facts.EnginePlanned:
         args, model = self.choice.args, self.model
-        kv_mib = self.choice.breakdown.kv.total_bytes / 2**20
-        return (f"[up] {self.repo_id} {self.quant.label} ({model.arch}, {model.weights_bytes / 2**30:.2f} GiB) on "
-                f"{self.rig}, llama.cpp: {self.choice.note}; KV {kv_mib:,.1f} MiB "
-                f"({args.cache_type_k}/{args.cache_type_v}), estimated")
+        return facts.EnginePlanned(DISPLAY, self.repo_id, self.quant.label, model.arch, model.weights_bytes, self.rig,
+                                   self.choice.note, self.choice.breakdown.kv.total_bytes,
+                                   (args.cache_type_k, args.cache_type_v))
 
 
 @dataclass(frozen=True)
@@ -99,27 +100,20 @@ class NoLlamaPlan:
 
 
 def up_llamacpp(req: "UpRequest", provider: "Provider", *, catalog: "Catalog",
-                profile: "Profile | None", gate_lines: list[str] | None = None) -> "UpResult":
+                profile: "Profile | None") -> "UpResult":
     """``up`` for a GGUF: the plan (what to serve, priced on the rig), then the launch."""
-    from club3090.pipeline.up import UpResult
-
     if not provider.launcher(req.launcher).starts:
         raise UsageError(f"--launcher {req.launcher}: a llama.cpp launch runs on this machine "
                          f"({' or '.join(launchers.names(multi_node=False))})")
-    result = UpResult(Outcome.REFUSED, list(gate_lines or []))
+    log = req.progress.log()
     if provider.settings.offline:
         raise UsageError("`up` for a GGUF reads its headers from the Hub; unset HF_HUB_OFFLINE")
     planned = plan_llamacpp(req, provider, catalog, profile)
     if isinstance(planned, NoLlamaPlan):
-        repo_id, rig, why = planned.repo_id, planned.rig, planned.why
-        result.lines.append(f"[up] {repo_id} does not fit on {rig} (llama.cpp, estimated): {why}")
-        result.lines.append("[up] try a smaller --quant, a smaller --ctx-size, or q8_0/q4_0 cache types "
-                            "(--cache-type-k/-v); `club3090 kv-calc " + repo_id + " --quant QUANT` shows the "
-                            "breakdown")
-        result.state = {"engine": ENGINE_TYPE, "verdict": WONT_FIT, "reason": why}
-        return result
-    result.lines.append(planned.line)
-    return launch_llamacpp(planned, req, provider, catalog=catalog, profile=profile, result=result)
+        log.add(facts.EngineNoFit(DISPLAY, planned.repo_id, planned.rig, planned.why))
+        return log.result(Outcome.REFUSED, {"engine": ENGINE_TYPE, "verdict": WONT_FIT, "reason": planned.why})
+    log.add(planned.fact())
+    return launch_llamacpp(planned, req, provider, catalog=catalog, profile=profile, log=log)
 
 
 def _source(req: "UpRequest", catalog: "Catalog", profile: "Profile | None",
@@ -201,7 +195,7 @@ def _preflight(req: "UpRequest", launcher: Any) -> tuple[tuple[str, ...], str]:
 
 
 def _launch(planned: LlamaPlan, req: "UpRequest", catalog: "Catalog", profile: "Profile | None",
-            result: "UpResult", port: int, served: str) -> tuple[Any, str]:
+            log: "FactLog", port: int, served: str) -> tuple[Any, str]:
     """(the launch description, the upstream folder its mounts are relative to): the profile's
     shipped compose replayed when it serves this file as shipped, else a derived ``llama-server``."""
     from club3090.compose import llamacpp as lc
@@ -212,8 +206,7 @@ def _launch(planned: LlamaPlan, req: "UpRequest", catalog: "Catalog", profile: "
     outcome = lc.replay(profile.key, catalog) if profile is not None and profile.runtime is not None and \
         on_gpus and not req.ctx_size and repo_id in _variant_repos(catalog, profile) else None
     if profile is not None and outcome is None:
-        result.lines.append(f"[up] note: a derived llama-server launch at {profile.key}'s shape, not its shipped "
-                            "compose" + ("" if profile.runtime is not None else " (the catalog holds no capture of it)"))
+        log.add(facts.DerivedLaunch(profile.key, profile.runtime is not None))
     if outcome is not None and not outcome.ok:
         raise UsageError(f"no launch for {profile.key}: {outcome.refusal or ''} {outcome.detail or ''}".strip())  # type: ignore[union-attr]
     if outcome is not None and outcome.launch is not None:
@@ -254,7 +247,7 @@ def _write_bundle(bundle: Any, provider: "Provider", what: str) -> Any:
 
 
 def launch_llamacpp(planned: LlamaPlan, req: "UpRequest", provider: "Provider", *,
-                    catalog: "Catalog", profile: "Profile | None", result: "UpResult") -> "UpResult":
+                    catalog: "Catalog", profile: "Profile | None", log: "FactLog") -> "UpResult":
     """The plan launched: launcher preflight (nothing written before it passes) -> the launch
     description -> the bundle -> the weights -> start, readiness, verify (``up``'s own steps)."""
     from club3090.engines.llamacpp.bundle import plan
@@ -266,20 +259,17 @@ def launch_llamacpp(planned: LlamaPlan, req: "UpRequest", provider: "Provider", 
     server, dialect = _preflight(req, launcher)
     port = req.port or (profile.port if profile is not None else 8080)
     served = f"{planned.repo_id}:{planned.quant.label}" if profile is None else profile.key
-    launch, base_dir = _launch(planned, req, catalog, profile, result, port, served)
+    launch, base_dir = _launch(planned, req, catalog, profile, log, port, served)
     prediction = _prediction(planned)
     hub_cache = Path(provider.settings.hub_cache).absolute()
     bundle = plan(launch, directory=directory, repo_id=planned.repo_id, commit=planned.commit,
                   model_file=planned.quant.files[0], hub_cache=hub_cache, port=port, served=served, server=server,
                   dialect=dialect, upstream_base=base_dir, prediction=prediction)
     bundle = _write_bundle(bundle, provider, profile.key if profile else planned.repo_id)
-    result.lines.append(f"[up] bundle written to {directory} (compose.yml, .env, serve.sh, launch.json)")
-    for note in bundle.container_only:
-        result.lines.append(f"[up] note: natively, {note}")
+    log.add(facts.BundleWritten(directory, None, tuple(bundle.container_only), "natively,"))
     wanted = [f for f in planned.info.files if f.name in planned.quant.files]
     report = fetch_verified(provider, req.progress, planned.repo_id, planned.commit, wanted)
-    result.lines.append(f"[up] weights: {report.bytes / 2**30:.2f} GiB in the HF cache"
-                        + (", sha256 verified" if report.sha_verified else ""))
+    log.add(facts.WeightsFetched("weights", planned.repo_id, None, report.bytes, report.sha_verified))
     state: dict[str, Any] = {"launcher": req.launcher, "engine": ENGINE_TYPE,
                              "url": f"http://127.0.0.1:{port}", "served_model": bundle.served_model,
                              "repo_id": planned.repo_id, "commit": planned.commit, "quant": planned.quant.label,
@@ -288,11 +278,10 @@ def launch_llamacpp(planned: LlamaPlan, req: "UpRequest", provider: "Provider", 
                              "container": bundle.container_name, "pid": None, "state": "written",
                              "directory": str(directory), "prediction": prediction,
                              "written_at": provider.now().isoformat(timespec="seconds")}
-    result.state = state
     if req.no_start:
-        return not_started(directory, state, result, provider)
+        return not_started(directory, state, log, provider)
     command = launchers.Preflighted(launchers.ServerCommand(bundle.native_argv[:1]))
-    return start_bundle(req, bundle, state, result, launcher, command, provider, receipt=False)
+    return start_bundle(req, bundle, state, log, launcher, command, provider, receipt=False)
 
 
 def _variant_repos(catalog: "Catalog", profile: "Profile") -> tuple[str, ...]:

@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from club3090.validate.verify import VLLM_HINTS
+
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from club3090.catalog.model import Catalog, Profile
     from club3090.outcome import Stop
@@ -27,6 +29,7 @@ class VllmEngine:
     name = "vllm"
     formats: tuple[str, ...] = ("safetensors",)
     tools_flag = "--enable-auto-tool-choice"
+    verify_hints = VLLM_HINTS
 
     def claims(self, source: str | None) -> bool:
         return False           # the default: claimed by nobody else, served here

@@ -1,0 +1,183 @@
+"""The lines ``up`` and ``swap`` print, rendered from their facts (``pipeline/up_facts.py``): the
+plan first, then each step in the order it happened, one verify table."""
+
+from __future__ import annotations
+
+from functools import singledispatch
+
+from club3090.pipeline import up_facts as f
+from club3090.units import GiB, MiB
+
+__all__ = ["lines"]
+
+def lines(fact: f.Fact) -> list[str]:
+    """The terminal lines of one fact."""
+    return _render(fact)
+
+
+@singledispatch
+def _render(fact: object) -> list[str]:
+    raise TypeError(f"no rendering for {type(fact).__name__}")
+
+
+@_render.register
+def _(fact: f.GateAnswered) -> list[str]:
+    from club3090.cli.commands.pull import render as render_gate
+
+    return [render_gate(fact.gate)]
+
+
+@_render.register
+def _(fact: f.EnginePlanned) -> list[str]:
+    k, v = fact.cache_types
+    return [f"[up] {fact.repo_id} {fact.quant} ({fact.arch}, {fact.weights_bytes / GiB:.2f} GiB) on {fact.rig}, "
+            f"{fact.engine}: {fact.note}; KV {fact.kv_bytes / MiB:,.1f} MiB ({k}/{v}), estimated"]
+
+
+@_render.register
+def _(fact: f.EngineNoFit) -> list[str]:
+    return [f"[up] {fact.repo_id} does not fit on {fact.rig} ({fact.engine}, estimated): {fact.why}",
+            "[up] try a smaller --quant, a smaller --ctx-size, or q8_0/q4_0 cache types (--cache-type-k/-v); "
+            f"`club3090 kv-calc {fact.repo_id} --quant QUANT` shows the breakdown"]
+
+
+@_render.register
+def _(fact: f.DerivedLaunch) -> list[str]:
+    return [f"[up] note: a derived llama-server launch at {fact.profile}'s shape, not its shipped compose"
+            + ("" if fact.captured else " (the catalog holds no capture of it)")]
+
+
+@_render.register
+def _(fact: f.BundleWritten) -> list[str]:
+    mounted = f", {fact.mounted} mounted files" if fact.mounted else ""
+    return [f"[up] bundle written to {fact.directory} (compose.yml, .env, serve.sh, launch.json{mounted})",
+            *(f"[up] note: {fact.native_note} {note}" for note in fact.container_only)]
+
+
+@_render.register
+def _(fact: f.WeightsFetched) -> list[str]:
+    verified = ", sha256 verified" if fact.sha_verified else ""
+    size = f"{fact.bytes / GiB:.2f} GiB in the HF cache{verified}"
+    if fact.what == "drafter":
+        return [f"[up] drafter: {fact.repo_id}, {fact.files} files, {size}"]
+    return [f"[up] weights: {fact.files} files, {size}" if fact.files is not None else f"[up] weights: {size}"]
+
+
+@_render.register
+def _(fact: f.EmitOnly) -> list[str]:
+    return [f"[up] weights not downloaded, nothing started (--emit-only): {fact.files} files of "
+            f"{fact.repo_id}@{fact.commit[:12]} would go into {fact.hub_cache}"]
+
+
+@_render.register
+def _(fact: f.NotStarted) -> list[str]:
+    d = fact.directory
+    return [f"[up] not started (--no-start); start it with `club3090 up` again, "
+            f"`docker compose -f {d / 'compose.yml'} up -d`, or {d / 'serve.sh'}"]
+
+
+@_render.register
+def _(fact: f.PortInUse) -> list[str]:
+    from club3090.pipeline.bundle_start import PORT_IN_USE
+
+    return [f"[up] {PORT_IN_USE}: {fact.why}", "[up] nothing started"]
+
+
+@_render.register
+def _(fact: f.Ready) -> list[str]:
+    return [f"[up] ready after {fact.seconds:.0f}s at {fact.url}"]
+
+
+@_render.register
+def _(fact: f.ReceiptWritten) -> list[str]:
+    done = fact.receipt
+    if done.path is not None:
+        return [f"[up] receipt: {done.path} (saved to the local overlay: {done.saved})"]
+    return [f"[up] {done.note}"]
+
+
+@_render.register
+def _(fact: f.ReceiptSkipped) -> list[str]:
+    return ["[up] no receipt: llama.cpp start-up logs are not parsed into receipts yet; launch.json holds the "
+            "prediction"]
+
+
+@_render.register
+def _(fact: f.Smoke) -> list[str]:
+    return ["[up] smoke " + " ".join(f"{c}={v}" for c, v in fact.results)]
+
+
+@_render.register
+def _(fact: f.ToolsSkipped) -> list[str]:
+    if fact.by_user:
+        return []            # the user's own --skip-tools: the verify table says so
+    return [f"[up] tool calls not verified: the launch has no {fact.missing_flag}"]
+
+
+@_render.register
+def _(fact: f.Verified) -> list[str]:
+    return [f"[up] verify {c.status.upper():4s} {c.name:16s} {c.detail}" for c in fact.report.checks]
+
+
+@_render.register
+def _(fact: f.Serving) -> list[str]:
+    url, model = fact.url, fact.model
+    body = f'{{"model": "{model}", "messages": [{{"role": "user", "content": "Hello"}}]}}'
+    return [f"[up] URL: {url}/v1", f"[up] served model: {model}",
+            f"[up] try: curl -s {url}/v1/chat/completions -H 'Content-Type: application/json' -d '{body}'",
+            f"[up] stop it with: club3090 down {fact.directory}",
+            "[up] SERVING: verified" if fact.ok else "[up] SERVING, but verification FAILED (see above)"]
+
+
+@_render.register
+def _(fact: f.StartFailed) -> list[str]:
+    out = [f"[up] FAILED to start: {fact.why}"]
+    if fact.left_running:
+        out.append(f"[up] left running: {fact.left_running}")
+    out += [f"[up] log: {ln}" for ln in fact.log_tail]
+    out.append(f"[up] capture bundle: {fact.capture}" if fact.capture is not None
+               else f"[up] could not write the capture bundle: {fact.capture_error}")
+    out.append(f"[up] logs: {fact.logs}")
+    return out
+
+
+@_render.register
+def _(fact: f.ClusterWritten) -> list[str]:
+    return [f"[up] {fact.nodes}-node launch ({fact.launcher}): TP {fact.tp} × PP {fact.pp}, "
+            f"{fact.gpus_per_node} GPU(s) per node, --distributed-executor-backend ray",
+            f"[up] written to {fact.directory}: {', '.join(fact.files)}",
+            *(f"[up] preflight {'ok' if ok else 'note'}: {line}" for ok, line in fact.checks),
+            *(f"[up] note: {flag} does not apply to --launcher {fact.launcher}" for flag in fact.ignored),
+            f"[up] nothing started: a {fact.launcher} launch is written only; follow "
+            f"{fact.directory / 'RUNBOOK.md'}"]
+
+
+@_render.register
+def _(fact: f.SwapNote) -> list[str]:
+    return [f"[swap] note: {fact.text}"]
+
+
+@_render.register
+def _(fact: f.SwapFits) -> list[str]:
+    return [f"[swap] {fact.repo} is a fine-tune {fact.profile} can serve: {fact.architecture}, {fact.quant}, "
+            f"the geometry of {fact.display_name}"]
+
+
+@_render.register
+def _(fact: f.SwapPriced) -> list[str]:
+    from club3090.pipeline.swap import CONFIDENCE
+
+    was = f" (the curated weights: {fact.curated_bytes / GiB:.2f} GiB)" if fact.curated_bytes else ""
+    out = [f"[swap] re-priced with {fact.repo}'s own weights, {fact.weights_bytes / GiB:.2f} GiB{was}, "
+           f"at {fact.profile}'s shape on {len(fact.memory)} x {fact.memory[0] / GiB:.1f} GiB: {fact.verdict}, "
+           f"{fact.max_model_len:,} tokens of context, {fact.concurrency:.2f} full-length request(s) "
+           f"- confidence {CONFIDENCE}"]
+    if fact.constrained_seqs is not None:
+        out.append(f"[swap] warning: fits-constrained: vLLM starts, but fewer than {fact.constrained_seqs} "
+                   "full-length request(s) fit at once")
+    return out
+
+
+@_render.register
+def _(fact: f.SwapRefused) -> list[str]:
+    return [f"[swap] REFUSED {fact.token}", *fact.details]
