@@ -159,6 +159,10 @@ def test_curated_native_end_to_end(env, gguf, stopper, capsys):
     assert out.startswith("Fits on 1x RTX 3090 (vllm/minimal, TP 1)")      # pull's headline
     assert f"[up] URL: http://127.0.0.1:{port}/v1" in out and "[up] SERVING: verified" in out
     assert "curl -s" in out
+    # the user's --skip-tools is the reason the table gives; each check once, on stdout only
+    table = [ln for ln in out.splitlines() if ln.startswith("[up] verify ")]
+    assert any(ln.split()[2:4] == ["SKIP", "tool-call"] and ln.endswith("--skip-tools") for ln in table), table
+    assert len(table) == len(set(table)) and "[verify]" not in cap.err and "tool calls not verified" not in out
     # the bundle: self-contained, the template fetched and verified, served from the HF cache snapshot
     for name in ("compose.yml", ".env", "serve.sh", "launch.json"):
         assert (run / name).is_file(), name
@@ -208,6 +212,11 @@ def test_derived_native_end_to_end(env, gguf, stopper, capsys):
     out = cap.out
     assert code == 0, out + cap.err + launchers.log_tail(run / "logs" / "server.log")
     assert "[up] SERVING: verified" in out and "the launch has no --enable-auto-tool-choice" in out
+    assert out.startswith("Fits on 1x RTX 3090"), out                          # the plan first
+    table = [ln for ln in out.splitlines() if ln.startswith("[up] verify ")]
+    assert any(ln.split()[2:4] == ["SKIP", "tool-call"] and ln.endswith("no --enable-auto-tool-choice")
+               for ln in table), table
+    assert len(table) == len(set(table)) and "--skip-tools" not in out
     assert "[up] no receipt: the server log has no vLLM start-up lines" in out
     # llama.cpp's log is no vLLM start-up: no receipt anywhere
     assert not (run / "receipt.json").exists()

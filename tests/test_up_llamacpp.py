@@ -118,10 +118,19 @@ def test_up_serves_a_gguf_repo_with_the_real_llama_server(env, stopper, capsys):
     port = free_port()
     code = run_cli(env, "up", REPO, "--gpus", "1x3090", "--dir", str(run), "--launcher", "native",
                    "--port", str(port))
-    out = capsys.readouterr().out
+    printed = capsys.readouterr()
+    out = printed.out
     assert code == 0, out
     assert f"-c {N_CTX}: the trained context, every layer on the GPUs" in out
     assert "[up] SERVING: verified" in out
+    # in order: the plan first, one verify table, the real skip reason, llama.cpp's own flag names
+    lines = out.splitlines()
+    plan = next(i for i, ln in enumerate(lines) if ln.startswith(f"[up] {REPO} F32"))
+    table = [ln for ln in lines if ln.startswith("[up] verify ")]
+    assert plan == 0 and plan < lines.index(table[0]), out
+    assert len(table) == len(set(table)) == 4 and "[verify]" not in printed.err, (table, printed.err)
+    assert any(ln.split()[2:4] == ["SKIP", "tool-call"] and ln.endswith("no --jinja") for ln in table), table
+    assert "--skip-tools" not in out and "--enable-auto-tool-choice" not in out and "--reasoning-parser" not in out
     state = json.loads((run / "state.json").read_text(encoding="utf-8"))
     assert state["engine"] == "llama.cpp" and state["state"] == "running" and state["verified"] is True
     assert state["served_model"] == f"{REPO}:F32"
@@ -144,6 +153,7 @@ def test_up_serves_a_gguf_repo_with_the_real_llama_server(env, stopper, capsys):
     assert run_cli(env, "down", str(run)) == 0
     assert "stopped PID" in capsys.readouterr().out
     assert run_cli(env, "status", str(run)) == 1
+    assert "PID None" not in capsys.readouterr().out
 
 
 def test_profile_replay_serves_natively_through_a_llama_server_binary(env, stopper, capsys):
@@ -284,6 +294,8 @@ def test_python_server_translation():
     assert argv[argv.index("--n_gpu_layers") + 1] == "-1" and argv[argv.index("--model_alias") + 1] == "a"
     assert argv[argv.index("--tensor_split") + 1:argv.index("--tensor_split") + 3] == ["3", "1"]
     assert dropped == ["--jinja", "--reasoning off"]
+    # concurrent streams queue instead of cutting one another short (llama-cpp-python defaults to True)
+    assert argv[argv.index("--interrupt_requests") + 1] == "False"
 
 
 def test_a_repo_of_several_quants_serves_the_largest_that_fits_and_split_files_whole(env, tmp_path, capsys):

@@ -290,7 +290,9 @@ def python_server_argv(words: Sequence[str]) -> tuple[list[str], list[str]]:
             continue                               # one slot is all that server has
         else:
             dropped.append(f"{flag} {value}".strip() if has_value else flag)
-    return out, dropped
+    # llama-cpp-python's own default (True) cuts a running stream when another request arrives;
+    # llama-server queues concurrent requests, and so must its stand-in
+    return [*out, "--interrupt_requests", "False"], dropped
 
 
 # --------------------------------------------------------------------------------------------
