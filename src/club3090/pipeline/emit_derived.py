@@ -24,7 +24,7 @@ import contextlib
 import shutil
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -122,16 +122,22 @@ class EReport:
         }
 
 
-@dataclass
+@dataclass(frozen=True)
 class _State:
-    notices: list[Notice] = field(default_factory=list)
+    """Where ``[E]`` stands: the notices so far and the first failed stage. A frozen value each stage
+    returns anew (never mutated)."""
+
+    notices: tuple[Notice, ...] = ()
     stage: str | None = None
     failure: str | None = None
     detail: str = ""
 
-    def fail(self, stage: str, token: str, detail: str) -> None:
-        if self.stage is None:
-            self.stage, self.failure, self.detail = stage, token, detail
+    def fail(self, stage: str, token: str, detail: str) -> _State:
+        """The first failure wins; a later one leaves the state as it is."""
+        return self if self.stage is not None else replace(self, stage=stage, failure=token, detail=detail)
+
+    def notice(self, *notices: Notice) -> _State:
+        return replace(self, notices=(*self.notices, *notices))
 
 
 # every source the fit engine's numbers depend on (docs/DESIGN.md, kv_calc_version)
@@ -198,26 +204,24 @@ def run(job: EInput, stages: EStages, now: Callable[[], datetime]) -> EReport:
         return EReport(ran=False, notices=(Notice(NoticeCode.GPU_TOPOLOGY_UNDETERMINED,
                                                   f"{GPU_TOPOLOGY_UNDETERMINED}: [E] skipped (name the GPUs "
                                                   "with --gpus, or run where they are visible)"),))
-    st = _State()
     say = stages.progress or (lambda _m: None)
     ctx, ctx_note = chosen_context(job.fit)
-    if ctx_note:
-        st.notices.append(ctx_note)
+    st = _State(notices=(ctx_note,) if ctx_note else ())
     paths = _paths(job)
-    text, served = _emit(job, paths, ctx, hw.count, st, say)
+    text, served, st = _emit(job, paths, ctx, hw.count, st, say)
     written = EReport(ran=True, compose_path=paths.compose if text is not None else None, compose_text=text,
                       wrote_out=text is not None and job.out is not None, max_model_len=ctx)
     if stages.emit_only:
         return replace(written, stage=st.stage, failure=st.failure, detail=st.detail, boot_skipped="emit-only",
                        notices=tuple(st.notices))
-    dl = _download(job, paths, stages, st, say)
-    skipped = _boot_skipped(paths, stages, st) if st.stage is None else None
+    dl, st = _download(job, paths, stages, st, say)
+    skipped, st = _boot_skipped(paths, stages, st) if st.stage is None else (None, st)
     runner = _compose_boot(job.profile, paths, stages) if st.stage is None and skipped is None else None
     try:
         booted = smoked = None
         log = ""
         if runner is not None:
-            booted, smoked, log = _boot_and_smoke(runner, paths.compose, served or "", stages, st, say)
+            booted, smoked, log, st = _boot_and_smoke(runner, paths.compose, served or "", stages, st, say)
         report = replace(written, stage=st.stage, failure=st.failure, detail=st.detail, download=dl, boot=booted,
                          smoke=smoked, boot_skipped=skipped, notices=tuple(st.notices))
         return _with_bundle(report, job, log, now) if job.captures_root is not None else report
@@ -241,65 +245,60 @@ def _paths(job: EInput) -> _Paths:
 
 
 def _emit(job: EInput, paths: _Paths, ctx: int, gpu_count: int, st: _State,
-          say: Callable[[str], None]) -> tuple[str | None, str | None]:
-    """The derived compose, written: (its text, its served model name), or (None, None) on a failure."""
+          say: Callable[[str], None]) -> tuple[str | None, str | None, _State]:
+    """The derived compose, written: (its text, its served model name, the state), or (None, None, the
+    failed state)."""
     try:
         outcome = derived_compose(job.spec, job.profile.key, job.catalog, snapshot_dir=paths.snapshot,
                                   hf_home=paths.hf_home, max_model_len=ctx, trust_remote_code=job.trust_remote_code,
                                   gpu_indices=tuple(range(gpu_count)), out_name=str(paths.compose))
         if outcome.refusal is not None or not outcome.text:
-            st.fail("emit", outcome.refusal or STAGE_ERROR, outcome.detail or "")
-            return None, None
+            return None, None, st.fail("emit", outcome.refusal or STAGE_ERROR, outcome.detail or "")
         text = outcome.text
         served = served_name(outcome)
-        st.notices.extend(outcome.notices)
         if job.out is not None:
             write_output_text(paths.compose, text, force=job.force)
         else:
             atomic_write_text(paths.compose, text)
         say(f"[pull] e: compose written to {paths.compose}")
-        return text, served
+        return text, served, st.notice(*outcome.notices)
     except (Club3090Error, OSError) as exc:
-        st.fail("emit", WRITE_FAILED, str(exc))
+        return None, None, st.fail("emit", WRITE_FAILED, str(exc))
     except Exception as exc:  # noqa: BLE001 - recorded, never raised
-        st.fail("emit", STAGE_ERROR, f"{type(exc).__name__}: {exc}")
-    return None, None
+        return None, None, st.fail("emit", STAGE_ERROR, f"{type(exc).__name__}: {exc}")
 
 
 def _download(job: EInput, paths: _Paths, stages: EStages, st: _State,
-              say: Callable[[str], None]) -> download.DownloadReport | None:
+              say: Callable[[str], None]) -> tuple[download.DownloadReport | None, _State]:
     if st.stage is not None:
-        return None
+        return None, st
     if paths.local:
-        st.notices.append(Notice(NoticeCode.LOCAL_FOLDER,
-                                 f"[E] local folder: nothing to download; the compose mounts {paths.snapshot}",
-                                 {"snapshot": str(paths.snapshot)}))
-        return None
+        return None, st.notice(Notice(NoticeCode.LOCAL_FOLDER,
+                                      f"[E] local folder: nothing to download; the compose mounts {paths.snapshot}",
+                                      {"snapshot": str(paths.snapshot)}))
     try:
         fetch = stages.fetch or _fetcher(job.spec, job.settings)
         dl = download.download(job.spec.ref, job.spec.download_files, paths.snapshot, fetch=fetch, progress=say)
     except Exception as exc:  # noqa: BLE001
         dl = download.DownloadReport(False, paths.snapshot, failure=STAGE_ERROR, detail=f"{type(exc).__name__}: {exc}")
-    if not dl.ok:
-        st.fail("download", dl.failure or STAGE_ERROR, dl.detail)
-    return dl
+    return dl, st if dl.ok else st.fail("download", dl.failure or STAGE_ERROR, dl.detail)
 
 
-def _boot_skipped(paths: _Paths, stages: EStages, st: _State) -> str | None:
+def _boot_skipped(paths: _Paths, stages: EStages, st: _State) -> tuple[str | None, _State]:
     """Why boot and smoke do not run (``--no-boot``, no docker), with the notice to start it by hand."""
     skipped = None
     if stages.no_boot:
         skipped = "--no-boot"
     elif stages.runner is None and stages.which("docker") is None:
         skipped = "docker-not-on-path"
-    if skipped:
-        compose = paths.compose
-        st.notices.append(Notice(
-            NoticeCode.BOOT_SKIPPED,
-            f"[E] boot and smoke skipped ({skipped}); start it yourself with: docker compose "
-            f"--project-directory {compose.parent} -f {compose} up -d",
-            {"why": skipped, "compose": str(compose), "project_directory": str(compose.parent)}))
-    return skipped
+    if not skipped:
+        return None, st
+    compose = paths.compose
+    return skipped, st.notice(Notice(
+        NoticeCode.BOOT_SKIPPED,
+        f"[E] boot and smoke skipped ({skipped}); start it yourself with: docker compose "
+        f"--project-directory {compose.parent} -f {compose} up -d",
+        {"why": skipped, "compose": str(compose), "project_directory": str(compose.parent)}))
 
 
 def _compose_boot(profile: "Profile", paths: _Paths, stages: EStages) -> boot_mod.ComposeBoot:
@@ -311,8 +310,9 @@ def _compose_boot(profile: "Profile", paths: _Paths, stages: EStages) -> boot_mo
 
 
 def _boot_and_smoke(runner: boot_mod.ComposeBoot, compose: Path, served: str, stages: EStages, st: _State,
-                    say: Callable[[str], None]) -> tuple[boot_mod.BootReport, boot_mod.SmokeReport | None, str]:
-    """(the boot, the smoke test or None, the start-up log lines the capture bundle keeps)."""
+                    say: Callable[[str], None],
+                    ) -> tuple[boot_mod.BootReport, boot_mod.SmokeReport | None, str, _State]:
+    """(the boot, the smoke test or None, the start-up log lines the capture bundle keeps, the state)."""
     say(f"[pull] e: booting {compose} (waiting up to {stages.boot_deadline_s:.0f}s for "
         f"{runner.endpoint}/v1/models)")
     try:
@@ -320,13 +320,12 @@ def _boot_and_smoke(runner: boot_mod.ComposeBoot, compose: Path, served: str, st
     except Exception as exc:  # noqa: BLE001
         booted = boot_mod.BootReport(False, 0.0, STAGE_ERROR, f"{type(exc).__name__}: {exc}")
     if not booted.ok:
-        st.fail("boot", booted.failure or STAGE_ERROR, booted.detail)
-        return booted, None, booted.log_excerpt or ""
+        return booted, None, booted.log_excerpt or "", st.fail("boot", booted.failure or STAGE_ERROR, booted.detail)
     say(f"[pull] e: ready after {booted.seconds:.0f}s; smoke test")
     smoked = boot_mod.smoke(runner.endpoint, served, http=stages.http or boot_mod.urllib_http)
     if not smoked.floor_green:
-        st.fail("smoke", boot_mod.FLOOR_RED, "; ".join(f"{c}: {smoked.detail[c]['error']}" for c in smoked.red))
-    return booted, smoked, runner.logs()   # start-up lines: the boot's calibration receipt
+        st = st.fail("smoke", boot_mod.FLOOR_RED, "; ".join(f"{c}: {smoked.detail[c]['error']}" for c in smoked.red))
+    return booted, smoked, runner.logs(), st   # start-up lines: the boot's calibration receipt
 
 
 def _with_bundle(report: EReport, job: EInput, log: str, now: Callable[[], datetime]) -> EReport:
