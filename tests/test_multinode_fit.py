@@ -133,7 +133,10 @@ def test_deepseek_v3_on_two_h100_nodes_is_tp8_pp2(hub, capsys):
     assert row["shape"]["nodes"] == 2 and row["shape"]["gpus_per_node"] == 8
     assert row["shape"]["reason"].startswith("one node of 8 GPU(s) does not fit")
     worst = row["worst_rank"]
-    assert worst["node"] in (0, 1) and worst["stages"] == 2 and worst["layers"] in (30, 31)
+    assert worst["node"] in (1, 2) and worst["stages"] == 2 and worst["layers"] in (30, 31)
+    # 1-based in JSON as in the text: the rank sits on its node and in its stage
+    assert 1 <= worst["rank"] <= 16 and worst["node"] == (worst["rank"] - 1) // 8 + 1
+    assert worst["stage"] == (worst["rank"] - 1) // 8 + 1
     assert 0 < worst["kv_pool_bytes"] < worst["budget_bytes"] <= worst["gpu_memory_bytes"]
     assert row["max_model_len"] > 0 and row["max_concurrency"] >= 1
     assert "PP 2 crosses 1 node boundary over ethernet-10g" in row["shape"]["advisories"][0]

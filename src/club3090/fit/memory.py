@@ -141,7 +141,8 @@ class FitResult:
     def to_json(self) -> dict[str, Any]:
         return {
             "per_gpu": self.per_gpu.to_json(),
-            "ranks": [{"rank": r.rank, "gpu_memory_bytes": r.gpu_memory_bytes, **r.to_json(),
+            # ranks count from 1 in JSON and text alike (``fits``' worst_rank too); the first GPU is rank 1
+            "ranks": [{"rank": r.rank + 1, "gpu_memory_bytes": r.gpu_memory_bytes, **r.to_json(),
                        "num_blocks": r.num_blocks} for r in self.ranks],
             "kv_bytes_per_token": self.kv_bytes_per_token,
             "state_bytes_per_request": self.state_bytes_per_request,

@@ -122,15 +122,16 @@ class FitsReport:
 
 def worst_rank(fit: FitResult, tp: int, gpus_per_node: int = 0) -> dict[str, Any]:
     """The rank that limits the KV pool (vLLM takes the fewest blocks over all workers): where it
-    sits and how its memory splits. The context and concurrency of the whole server are its."""
+    sits and how its memory splits. The context and concurrency of the whole server are its.
+    ``rank``, ``stage`` and ``node`` count from 1, in JSON as in the text (the first GPU is rank 1)."""
     r = fit.per_gpu
     stage = r.rank // max(tp, 1)
     stages = len(fit.ranks) // max(tp, 1)
-    doc: dict[str, Any] = {"rank": r.rank, "stage": stage, "stages": stages, "layers": r.num_layers,
-                           "embeddings": stage == 0, "lm_head": stage == stages - 1,
-                           "gpu_memory_bytes": r.gpu_memory_bytes, **r.to_json(), "num_blocks": r.num_blocks}
+    doc: dict[str, Any] = {**r.to_json(), "rank": r.rank + 1, "stage": stage + 1, "stages": stages,
+                           "layers": r.num_layers, "embeddings": stage == 0, "lm_head": stage == stages - 1,
+                           "gpu_memory_bytes": r.gpu_memory_bytes, "num_blocks": r.num_blocks}
     if gpus_per_node:
-        doc["node"] = r.rank // gpus_per_node
+        doc["node"] = r.rank // gpus_per_node + 1
     return doc
 
 

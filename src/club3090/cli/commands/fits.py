@@ -173,8 +173,8 @@ def rank_text(row: Any) -> str:
 
     w = worst_rank(row.fit, row.tp, row.gpus_per_node)
     gib = 2 ** 30
-    where = [f"node {w['node'] + 1}"] if "node" in w else []
-    where.append(f"stage {w['stage'] + 1} of {w['stages']}: {w['layers']} layers"
+    where = [f"node {w['node']}"] if "node" in w else []
+    where.append(f"stage {w['stage']} of {w['stages']}: {w['layers']} layers"
                  + (" + embeddings" if w["embeddings"] else "") + (" + LM head" if w["lm_head"] else ""))
     n = int(row.fit.max_concurrency)
     return (f"worst rank {w['rank']} ({', '.join(where)}): {w['gpu_memory_bytes'] / gib:.1f} GiB, budget "
