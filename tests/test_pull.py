@@ -235,6 +235,21 @@ def test_low_confidence_wont_fit_needs_force_download(catalog):
     assert "override-accepted" in r.notice_codes
 
 
+def test_a_dry_run_answers_the_fit_first_and_a_no_fit_exits_2_as_fits_does(catalog):
+    no_fit = _spec(DENSE, weights=40 * GIB)
+    r = _run(catalog, PullRequest("org/x", "vllm/minimal", gpus=rig("1x3090"), dry_run=True), spec=no_fit)
+    assert (r.raw_verdict, exit_code(r.outcome), r.to_json()["ok"]) == ("wont-fit", 2, False)
+    # no disk either: the fit is the answer a dry run gives first (the disk is checked after it)
+    r = _run(catalog, PullRequest("org/x", "vllm/minimal", gpus=rig("1x3090"), dry_run=True), spec=no_fit, free=0)
+    assert (r.raw_verdict, r.summary, exit_code(r.outcome)) == ("wont-fit", "DOES NOT FIT", 2)
+    fits = _spec(DENSE)
+    r = _run(catalog, PullRequest("org/x", "vllm/minimal", gpus=rig("1x3090"), dry_run=True), spec=fits)
+    assert (exit_code(r.outcome), r.to_json()["ok"], r.to_json()["outcome"]) == (0, True, "ok")
+    r = _run(catalog, PullRequest("org/x", "vllm/minimal", gpus=rig("1x3090"), dry_run=True), spec=fits, free=0)
+    assert r.raw_verdict in ("fits-clean", "fits-constrained") and r.to_json()["ok"] is False
+    assert int(r.stratum) == 4 and exit_code(r.outcome) == 2
+
+
 def test_path_b_clamps_context_to_the_model(catalog):
     config = {**DENSE, "max_position_embeddings": 4096}
     r = _run(catalog, PullRequest("org/x", "vllm/minimal", gpus=rig("1x3090"), yes=True), spec=_spec(config))

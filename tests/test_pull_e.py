@@ -421,7 +421,8 @@ def test_cli_no_boot_downloads_and_reports(hub, tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf2"))
     assert cli.main([*argv, "--json"], provider=plenty_of_disk) == 2
     data = json.loads(capsys.readouterr().out)
-    assert data["ok"] is True and data["exit_code"] == 2 and data["e"]["failure"] == "sha-mismatch"
+    # the gate accepted, but the pull failed: `ok` answers the command's question (issue 27 item 2)
+    assert data["ok"] is False and data["exit_code"] == 2 and data["e"]["failure"] == "sha-mismatch"
 
 
 def test_no_boot_flag_is_in_help():

@@ -122,7 +122,8 @@ class PullResult:
     def to_json(self) -> dict[str, Any]:
         e = self.e
         return {
-            "ok": self.ok, "outcome": self.outcome.value, "path": self.path,
+            # ok: the question was answered yes (a dry run asks "does it fit?"), the same as outcome ok
+            "ok": self.outcome is Outcome.OK, "outcome": self.outcome.value, "path": self.path,
             "stratum": int(self.stratum), "stratum_name": self.stratum_name, "reason": self.reason,
             "sub_reason": self.sub_reason, "detail": self.detail, "slug": self.slug,
             "profile_like": self.profile_like, "c0": self.c0.to_json() if self.c0 is not None else None,

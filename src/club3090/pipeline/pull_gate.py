@@ -105,6 +105,8 @@ class Verdict:
             return Outcome.OK
         if self.gate.request.dry_run and self.reason and self.reason.startswith(Terminal.CONFIRM_PROCEED.value):
             return Outcome.OK      # --dry-run asks only the question: a fit is the answer, nothing to confirm
+        if self.gate.request.dry_run and self.reason and self.reason.startswith(Terminal.OVERRIDE_ACCEPTED.value):
+            return Outcome.REFUSED  # a no-fit answers the question "no", as `fits` does (exit 2, not 3)
         if self.reason and self.reason.startswith((Terminal.CONFIRM_PROCEED.value,
                                                    Terminal.OVERRIDE_ACCEPTED.value)):
             return Outcome.NEEDS_ACK
@@ -139,7 +141,8 @@ def decide(request: "PullRequest", facts: "ModelSpec | Stop", catalog: "Catalog"
         at = with_profile(at, catalog)
         at = with_hardware(at, catalog, gpu_set, provider)                  # the rig
     at, stop = check_engine(at, catalog)                                    # 3 [C0]
-    if stop is None and request.downloads_here:
+    disk_after_fit = request.dry_run            # a dry run answers the fit question before the disk
+    if stop is None and request.downloads_here and not disk_after_fit:
         stop = disk_stop(at, provider)                                      # 4 [C2a]
     if stop is None:
         stop = eligibility(facts.arch.unpriceable_reason)                   # 5 eligibility
@@ -149,6 +152,10 @@ def decide(request: "PullRequest", facts: "ModelSpec | Stop", catalog: "Catalog"
     priced = with_fit(at, catalog, provider.measured(), provider.receipts())  # [B] the fit
     if isinstance(priced, Stop):
         return stopped(at, priced)
+    if disk_after_fit and request.downloads_here and priced.fit is not None and priced.fit.raw_verdict != "wont-fit":
+        stop = disk_stop(priced, provider)                                  # 4 [C2a], after the fit
+        if stop is not None:
+            return stopped(priced, stop)
     return accept(priced, catalog, compose=compose, e_enabled=e_enabled)    # [C1], then 6 on Path A
 
 
