@@ -14,8 +14,10 @@ import json
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any, Final
 
+from club3090.argv import flag_value
 from club3090.errors import CatalogError, InterpolationError, Problem
 from club3090.fit.memory import ServeShape
+from club3090.fit.vllm_rules import SPECULATIVE_METHODS
 from club3090.interpolate import interpolate
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
@@ -67,9 +69,6 @@ class ShapeRequest:
 
 
 NO_SHAPE_REQUEST = ShapeRequest()
-# the catalog drafters whose ``n_default`` speculative tokens a profile prices (a subset of vLLM's
-# ``drafter_kv.SPECULATIVE_METHODS``: the methods the curated profiles ship)
-PRICED_DRAFTER_METHODS = ("mtp", "mtp_assistant", "dflash", "eagle3")
 
 
 def _shipped_value(token: str) -> str | None:
@@ -91,13 +90,8 @@ def _shipped_args(profile: "Profile") -> list[str]:
 
 def shipped_flag(profile: "Profile", flag: str) -> str | None:
     """The value a profile's shipped compose passes for ``flag`` (its ${VAR:-default} resolved), if any."""
-    args = _shipped_args(profile)
-    for i, arg in enumerate(args):
-        if arg == flag and i + 1 < len(args):
-            return _shipped_value(args[i + 1])
-        if arg.startswith(flag + "="):
-            return _shipped_value(arg.split("=", 1)[1])
-    return None
+    value = flag_value(_shipped_args(profile), flag)
+    return None if value is None else _shipped_value(value)
 
 
 def profile_batched_tokens(profile: "Profile") -> int | None:
@@ -153,7 +147,7 @@ def drafter_terms(drafter: "Drafter | None") -> tuple[int, int]:
     """
     if drafter is None:
         return 0, 0
-    spec = int(drafter.n_default or 0) if drafter.method in PRICED_DRAFTER_METHODS else 0
+    spec = int(drafter.n_default or 0) if drafter.method in SPECULATIVE_METHODS else 0
     return spec, int(drafter.vram_footprint_bytes or 0)
 
 

@@ -23,12 +23,12 @@ import shlex
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import Any, Protocol
 
+from club3090.argv import drop_flags, flag_value, set_flag
 from club3090.compose.generate import PULLS_MOUNT_ROOT
 from club3090.compose.launch import (
     Launch,
-    drop_flags,
     launch_json,
     plain_data,
     render_compose,
@@ -113,8 +113,8 @@ def plan(launch: Launch, *, directory: Path, repo_id: str, commit: str, snapshot
     command = _swap_model(command, model_target, repo_id)
     command = [*drop_flags(command, ("--revision",)), "--revision", commit]
     if served_model is not None:
-        command = _set_flag(command, "--served-model-name", served_model)
-    served = _flag_value(command, "--served-model-name") or repo_id
+        command = set_flag(command, "--served-model-name", served_model)
+    served = flag_value(command, "--served-model-name") or repo_id
     container_port = _container_port(svc, command)
     svc["command"] = command
     svc["ports"] = [f"127.0.0.1:${{PORT:-{port}}}:{container_port}"]
@@ -164,28 +164,6 @@ def _swap_model(command: list[str], model_target: str, repo_id: str) -> list[str
     return ["--model", repo_id, *out]
 
 
-def _flag_value(args: list[str], flag: str) -> str | None:
-    for i, a in enumerate(args):
-        if a == flag and i + 1 < len(args):
-            return args[i + 1]
-        if a.startswith(flag + "="):
-            return a.split("=", 1)[1]
-    return None
-
-
-def _set_flag(args: list[str], flag: str, value: str) -> list[str]:
-    """``flag value`` in place of the flag's current value (kept where it stands), else appended."""
-    out = list(args)
-    for i, a in enumerate(out):
-        if a == flag and i + 1 < len(out):
-            out[i + 1] = value
-            return out
-        if a.startswith(flag + "="):
-            out[i] = f"{flag}={value}"
-            return out
-    return [*out, flag, value]
-
-
 def _path_pattern(path: str) -> re.Pattern[str]:
     """``path`` as a whole path inside any text: not preceded by a path character, followed by
     nothing, ``/``, a quote, a space, a comma or a closing brace."""
@@ -215,7 +193,7 @@ def relocate(launch: Launch, old: str, new: str) -> Launch:
 
 
 def _container_port(svc: Mapping[str, Any], command: list[str]) -> str:
-    value = _flag_value(command, "--port")
+    value = flag_value(command, "--port")
     if value and value.isdigit():
         return value
     for entry in svc.get("ports") or []:
@@ -292,17 +270,25 @@ def _serve_sh(argv: list[str], env: list[tuple[str, str]], container_only: list[
     return "\n".join(lines) + "\n"
 
 
-def write(bundle: Bundle, write_text: Callable[[Path, str], None], write_bytes: Callable[[Path, bytes], None],
-          chmod: Callable[[Path, int], None]) -> None:
-    """Put the bundle into its folder (the edges' atomic writers)."""
+class Writer(Protocol):
+    """Where a bundle is written: the Provider's atomic file writes."""
+
+    def write_file(self, path: Path, data: str | bytes, *, mode: int | None = None) -> None: ...
+
+    def make_dir(self, path: Path) -> None: ...
+
+
+def write(bundle: Bundle, writer: Writer, executable: Callable[[str], bool] = lambda _name: False) -> None:
+    """Put the bundle into its folder: its logs/ and cache folders, the payloads (``executable`` ones,
+    by their name under files/, and shell scripts get mode 755), the files, serve.sh runnable."""
     d = bundle.directory
-    for folder in bundle.folders:
-        (d / folder).mkdir(parents=True, exist_ok=True)
+    for folder in (LOGS, *bundle.folders):
+        writer.make_dir(d / folder)
     for name, data in bundle.payloads.items():
-        write_bytes(d / name, data)
+        runnable = name.endswith(".sh") or executable(name[len(FILES) + 1:])
+        writer.write_file(d / name, data, mode=0o755 if runnable else None)
     for name, text in bundle.files.items():
-        write_text(d / name, text)
-    chmod(d / "serve.sh", 0o755)
+        writer.write_file(d / name, text, mode=0o755 if name == "serve.sh" else None)
 
 
 def mount_sources(compose_text: str, env: Mapping[str, str]) -> list[str]:

@@ -34,8 +34,8 @@ from club3090.cli.commands._types import (
     shape_request,
 )
 from club3090.cli.render import concurrency_text, confidence_text, safe, terminal_console
-from club3090.fit.drafter_kv import SPECULATIVE_METHODS
 from club3090.fit.kv_formats import KV_FORMATS, MODEL_DTYPES, canonical_dtype, kv_format
+from club3090.fit.vllm_rules import SPECULATIVE_METHODS
 from club3090.units import GiB
 
 MAX_BLOCK_SIZE = 4096       # vLLM's CLI offers 1..256; hybrid models raise it past that, not to powers of two

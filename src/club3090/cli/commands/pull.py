@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from club3090.cli.commands._types import add_gpus_flag, add_rig_flags, add_shape_flags, gpu_set, shape_request
-from club3090.cli.exit_codes import UNAVAILABLE, exit_code
+from club3090.cli.exit_codes import UNAVAILABLE, exit_code, with_exit_code
 from club3090.cli.render import concurrency_text, confidence_text, safe
 from club3090.outcome import Outcome
 from club3090.units import GiB
@@ -132,7 +132,7 @@ def run(args: argparse.Namespace, provider: Any) -> int:
         for note in result.detection_notes:
             print(safe(f"[pull] debug: GPU probe {note}"), file=sys.stderr)
     if args.json:
-        payload = result.to_json()
+        payload = with_exit_code(result.to_json(), result.outcome)
         if args.recommend:
             payload["recommend"] = recommend_line(result)
         print(safe(json.dumps(payload, ensure_ascii=False, indent=2, default=str), multiline=True))
@@ -145,21 +145,17 @@ def _bundle(args: argparse.Namespace, provider: Any) -> int:
     """``--out DIR``: the same gate, then ``up``'s self-contained launch bundle in DIR (nothing started;
     the weights go into the HF cache only with a folder, as ``up --no-start`` does)."""
     from club3090.cli.commands.up import run_request
+    from club3090.edges import launchers
 
-    return run_request(args, provider, directory=Path(args.out), no_start=True, launcher="docker",
+    return run_request(args, provider, directory=Path(args.out), no_start=True, launcher=launchers.DEFAULT,
                        port=None, vllm=None, skip_tools=False)
 
 
 def captures_root(args: argparse.Namespace) -> Path:
-    """--captures-dir, else $CLUB3090_CAPTURES, else the XDG state folder (never the working folder)."""
-    import os
+    """--captures-dir, else $CLUB3090_CAPTURES, else the state folder (``settings.captures_dir``)."""
+    from club3090.settings import captures_dir
 
-    if getattr(args, "captures_dir", None) is not None:
-        return Path.cwd() / Path(args.captures_dir)
-    if os.environ.get("CLUB3090_CAPTURES"):
-        return Path.cwd() / os.environ["CLUB3090_CAPTURES"]
-    state = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
-    return Path(state) / "club3090" / "pull-captures"
+    return captures_dir(getattr(args, "captures_dir", None))
 
 
 def request_of(args: argparse.Namespace, catalog: Any) -> Any:
@@ -347,7 +343,7 @@ def _c0_stop(result: Any) -> bool:
 def render(result: Any, *, recommend: bool = False, verbose: bool = False) -> str:
     lines = [headline(result)]
     if verbose:
-        status = "OK" if result.ok else "ABORT" if not result.dry_run or result.exit_code else "DRY-RUN"
+        status = "OK" if result.ok else "ABORT" if not result.dry_run or exit_code(result.outcome) else "DRY-RUN"
         lines.append(f"[pull] {status} path={result.path or '-'} stratum={result.stratum_name} "
                      f"slug={result.slug} profile-like={result.profile_like}")
         if result.confidence or result.raw_verdict or result.terminal:
