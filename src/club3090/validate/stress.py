@@ -18,6 +18,7 @@ the server was unreachable.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import threading
 import uuid
@@ -148,12 +149,13 @@ def stress(client: OpenAIClient, *, model: str | None = None, streams: int = STR
     context = context or listed.context(model)
     plan: list[tuple[str, Callable[[], tuple[str, str]]]] = []
     if model is not None:
-        name = model
-        plan.append(("concurrent-streams", lambda: concurrent_streams(client, name, streams)))
-        plan.append(("long-prompt", lambda: long_prompt(client, name, context, fill=fill)))
+        # partial binds the served name now: the loop below rebinds `name` (a closure would ask the server
+        # for a model called "long-prompt")
+        plan.append(("concurrent-streams", functools.partial(concurrent_streams, client, model, streams)))
+        plan.append(("long-prompt", functools.partial(long_prompt, client, model, context, fill=fill)))
         for i in range(rounds):
-            plan.append((f"tool-round-trip-{i + 1}", lambda: (SKIP, "--skip-tools") if skip_tools
-                         else tool_round_trip(client, name)))
+            plan.append((f"tool-round-trip-{i + 1}", (lambda: (SKIP, "--skip-tools")) if skip_tools
+                         else functools.partial(tool_round_trip, client, model)))
     deadline_hit = False
     for name, run in plan:
         if client.expired:
