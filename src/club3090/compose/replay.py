@@ -186,7 +186,7 @@ def generate(profile_key: str, catalog: "Catalog", *, guard_runner: GuardRunner 
     header = curated_header(profile, catalog, engine.pin, row.arch, trc_note, report,
                              project_dir, out_name or "<out>")
     launch = Launch(kind="curated", service_name=runtime.service_name, service=service,
-                    header=header, top_level=runtime.top_level, profile=profile_key)
+                    header=header, top_level=runtime.top_level, profile=profile_key, project_dir=project_dir)
     text = render(launch, fmt)
     if "--trust-remote-code" in text:  # fail closed: the governed slot never leaks
         return refuse(profile_key, TRC, "trust-remote-code survived stripping", patches=report)
