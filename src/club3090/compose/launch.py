@@ -74,11 +74,16 @@ class Launch:
         assert isinstance(resolved, dict)
         return resolved
 
+    def host_words(self, words: Sequence[str]) -> list[str]:
+        """``words`` (a resolved command) with each container path replaced by its host source."""
+        mounts = bind_mounts(self.resolved_service().get("volumes"), self.project_dir)
+        return [host_path(w, mounts) for w in words]
+
     def serve_invocation(self) -> tuple[tuple[tuple[str, str], ...], tuple[str, ...], tuple[str, ...]]:
         """(env assignments, argv, container-only steps) equivalent to the service."""
         svc = self.resolved_service()
         env = _env_pairs(svc.get("environment"))
-        mounts = _bind_mounts(svc.get("volumes"), self.project_dir)
+        mounts = bind_mounts(svc.get("volumes"), self.project_dir)
         entrypoint = _as_list(svc.get("entrypoint"))
         command = [str(a) for a in _as_list(svc.get("command"))]
         container_only: list[str] = []
@@ -89,7 +94,7 @@ class Launch:
             if entrypoint:
                 container_only.append("entrypoint script (patch installs, NVLink detection) runs "
                                       "only inside the container")
-        args = [_host_path(a, mounts) for a in command]
+        args = [host_path(a, mounts) for a in command]
         host_port = _host_port(svc.get("ports"))
         if host_port is not None:
             args = _set_flag(args, "--port", host_port)
@@ -97,7 +102,7 @@ class Launch:
         for name, value in env:
             if name in HF_TOKEN_VARS:
                 continue
-            value = _host_path(value, mounts)
+            value = host_path(value, mounts)
             if name == "NVIDIA_VISIBLE_DEVICES":
                 if value and value not in ("all", "none", "void"):
                     out_env.append(("CUDA_VISIBLE_DEVICES", value))
@@ -240,7 +245,7 @@ def volume_source(entry: Any) -> str:
     return split_volume(str(entry))[0]
 
 
-def _bind_mounts(volumes: Any, project_dir: str = "") -> list[tuple[str, str]]:
+def bind_mounts(volumes: Any, project_dir: str = "") -> list[tuple[str, str]]:
     """(host source, container target) of each bind mount, longest target first; a relative source
     resolves from ``project_dir`` (as ``docker compose --project-directory`` does)."""
     out = []
@@ -255,7 +260,8 @@ def _bind_mounts(volumes: Any, project_dir: str = "") -> list[tuple[str, str]]:
     return sorted(out, key=lambda m: -len(m[1]))
 
 
-def _host_path(arg: str, mounts: list[tuple[str, str]]) -> str:
+def host_path(arg: str, mounts: list[tuple[str, str]]) -> str:
+    """``arg`` with a container path (a mount's target or below it) replaced by the host source."""
     for src, dst in mounts:
         if arg == dst:
             return src
