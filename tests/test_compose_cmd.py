@@ -163,12 +163,3 @@ def test_tuple_form_tp_must_be_positive(tp, capsys):
         main(["compose", "--model", "qwen3.6-27b", "--tp", tp])
     assert exc.value.code == 64
 
-
-
-def test_llama_server_line_has_host_paths(capsys):
-    """The GGUF by its mount's host source (the shipped compose's folder), never the container's /models."""
-    assert main(["compose", "--profile", "llamacpp/default", "--format", "llama-server"]) == 0
-    text = capsys.readouterr().out
-    line = next(ln for ln in text.splitlines() if ln.startswith("llama-server "))
-    assert " /models/" not in line and "/etc/" not in line and "/root/" not in line, line
-    assert " '<club-3090 checkout>/models-cache/qwen3.6-27b-gguf/" in line
