@@ -12,6 +12,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from club3090.edges import boot as boot_edge
 from club3090.edges import launchers
 from club3090.edges.openai_client import urllib_http
 from club3090.errors import InputError, UsageError
@@ -80,7 +81,7 @@ def start_bundle(req: UpRequest, plan: bundle_mod.Bundle, state: dict[str, Any],
         state.update(state="starting")
         if done.returncode != 0:
             return _failed(result, state, directory, done.stderr or done.stdout, "docker compose up failed",
-                           seams.captures)
+                           seams.captures, failure=boot_edge.COMPOSE_UP_FAILED)
 
         def running() -> bool:
             ps = run(launchers.compose_argv(compose, "ps", "--status", "running", "-q"), 30)
@@ -94,9 +95,11 @@ def start_bundle(req: UpRequest, plan: bundle_mod.Bundle, state: dict[str, Any],
     if not ready.ok:
         tail = (launchers.log_tail(logs / launchers.LOG_NAME, 40) if native is not None
                 else launchers.docker_logs(compose, run, 40))
+        exited = ready.why == "exited"
         return _failed(result, state, directory, tail,
-                       "the server exited" if ready.why == "exited" else f"not ready after {ready.seconds:.0f}s",
-                       seams.captures)
+                       "the server exited" if exited else f"not ready after {ready.seconds:.0f}s",
+                       seams.captures, failure=boot_edge.PROCESS_EXITED if exited else boot_edge.BOOT_TIMEOUT,
+                       seconds=ready.seconds)
     state.update(state="running", ready_s=round(ready.seconds, 1))
     write_state(directory, state)
     result.lines.append(f"[up] ready after {ready.seconds:.0f}s at {url}")
@@ -174,7 +177,7 @@ def result_dir(state: dict[str, Any]) -> str:
 
 
 def _failed(result: UpResult, state: dict[str, Any], directory: Path, tail: str, why: str,
-            captures: Path | None) -> UpResult:
+            captures: Path | None, *, failure: str, seconds: float = 0.0) -> UpResult:
     from club3090.reports.capture import CAPTURES_DIRNAME
 
     state.update(state="failed", failure=why)
@@ -182,7 +185,8 @@ def _failed(result: UpResult, state: dict[str, Any], directory: Path, tail: str,
     result.lines.append(f"[up] FAILED to start: {why}")
     result.lines += [f"[up] log: {ln}" for ln in tail.splitlines()[-20:]]
     try:
-        bundle = _capture(result, state, tail, captures or Path.cwd() / CAPTURES_DIRNAME)
+        boot = boot_edge.BootReport(ok=False, seconds=seconds, failure=failure, detail=why, log_excerpt=tail)
+        bundle = _capture(result, state, tail, captures or Path.cwd() / CAPTURES_DIRNAME, boot.to_point())
         result.lines.append(f"[up] capture bundle: {bundle}")
     except (OSError, ValueError, TypeError, KeyError) as exc:
         result.lines.append(f"[up] could not write the capture bundle: {exc}")
@@ -191,7 +195,8 @@ def _failed(result: UpResult, state: dict[str, Any], directory: Path, tail: str,
     return result
 
 
-def _capture(result: UpResult, state: dict[str, Any], tail: str, root: Path) -> Path:
+def _capture(result: UpResult, state: dict[str, Any], tail: str, root: Path, boot: dict[str, Any]) -> Path:
+    """The failed start as an [E] bundle: the gate and the boot (its log tail), so the Loop can classify it."""
     from club3090.reports import capture
 
     gate = result.gate
@@ -199,7 +204,7 @@ def _capture(result: UpResult, state: dict[str, Any], tail: str, root: Path) -> 
     keys = getattr(capture, "GATE_KEYS", ())
     gate_fields = {k: payload.get(k) for k in keys} if keys else payload
     return capture.write_e_bundle(root, slug=str(state.get("repo_id", "up")), gate=gate_fields,
-                                  points={}, manifest_fields={"model": state.get("repo_id"),
+                                  points={"boot": boot}, manifest_fields={"model": state.get("repo_id"),
                                                               **({"swap_of": state["swap_of"]}
                                                                  if state.get("swap_of") else {})},
                                   outcome="failed", now=datetime.now(timezone.utc), boot_log=tail or None)
