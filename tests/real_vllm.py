@@ -68,13 +68,15 @@ def vllm_python() -> str:
 
 def training_spec() -> dict[str, object]:
     """What the checks ask, from club3090 itself: the model learns exactly these prompts."""
-    from club3090.validate import bench, soak, stress, verify
+    from club3090.validate import bench, ladder, soak, stress, verify
 
     return {"capital": verify.CAPITAL_PROMPT, "count": verify.STREAM_PROMPT, "tool_prompt": verify.TOOL_PROMPT,
             "tool": verify.WEATHER_TOOL, "long": verify.LONG_PROMPT, "system": soak.SYSTEM_PROMPT,
             "generic": [verify.THINK_PROMPT, stress.STREAM_PROMPT, soak.PROBE_PROMPT, *soak.QUESTIONS,
                         *(prompt for _, prompt, _ in bench.PROMPTS)],
-            "haystack_words": list(bench.HAYSTACK_WORDS), "haystack_suffix": stress.LONG_SUFFIX}
+            "haystack_words": list(bench.HAYSTACK_WORDS), "haystack_suffix": stress.LONG_SUFFIX,
+            "agent": ladder.AGENT_PROMPT, "coding": ladder.CODING_PROMPT, "reasoning": ladder.REASONING_PROMPT,
+            "reasoning_answer": ladder.REASONING_ANSWER}
 
 
 def trained_model(python: str, scratch: Path) -> tuple[Path, dict[str, object]]:

@@ -147,11 +147,15 @@ def test_verify_full(served):
 
 
 def test_verify_stress_bounded(served):
-    code, out, err = club("verify-stress", "--url", served["url"], "--streams", "3", "--rounds", "1", "--json")
+    # no needle ladder: finding a passphrase in a haystack is beyond a model this small
+    code, out, err = club("verify-stress", "--url", served["url"], "--streams", "3", "--rounds", "1", "--no-ladder",
+                          "--json")
     report = json.loads(out)
     status = {c["name"]: c["status"] for c in report["checks"]}
     assert code == 0, out + err
-    assert status["concurrent-streams"] == status["long-prompt"] == status["tool-round-trip-1"] == "pass"
+    for name in ("concurrent-streams", "long-prompt", "tool-round-trip-1", "tool-prefill", "agent", "coding",
+                 "reasoning"):
+        assert status[name] == "pass", (name, report["checks"])
 
 
 def test_bench(served):

@@ -8,7 +8,8 @@ nothing from club3090: the prompts come as JSON on stdin (tests/test_real_vllm.p
 
 The model (hidden 128, 2 heads of 64 — the CPU attention kernel refuses a head_dim under 64) is
 trained for a few hundred CPU steps to answer "Paris" and stop, count to ten, call ``get_weather``
-in the hermes format when tools are offered, answer after a tool result, write a long answer of
+in the hermes format when tools are offered (the verify and the agent prompt), write ``add`` in a
+Python block, answer 42 to the marble sum, answer after a tool result, write a long answer of
 varied words (no end token) for the long-output prompt, answer "OK" after a haystack, and give a
 short answer of varied words to anything else. Its chat template renders tools, tool calls and
 tool results (Qwen / hermes style), so vLLM serves it with ``--tool-call-parser hermes``.
@@ -67,6 +68,7 @@ LONG_TEXT = ("congestion window segment acknowledgement sender receiver timeout 
              "latency throughput queue buffer router link loss probe pacing cubic bbr slow start avoidance "
              "recovery duplicate estimate growth backoff flow control round trip delay rate capacity fairness")
 LONG_WORDS = LONG_TEXT.split()
+CODE_ANSWER = "```python\ndef add(a, b):\n    return a + b\n```"
 CITIES = ["Paris", "London", "Berlin", "Madrid", "Rome", "Tokyo", "Oslo", "Lisbon"]
 
 
@@ -89,14 +91,18 @@ def haystack(rng: random.Random, spec: dict[str, Any], n_words: int) -> str:
 def short_example(rng: random.Random, spec: dict[str, Any]) -> tuple[list[dict[str, Any]], Any, str]:
     """(messages, tools, answer) of one short training conversation."""
     tool = spec["tool"]
-    kind = rng.choices(["capital", "count", "tool", "after-tool", "generic", "multi", "hay"],
-                       weights=[3, 2, 4, 2, 4, 2, 1])[0]
+    kind = rng.choices(["capital", "count", "tool", "after-tool", "generic", "multi", "hay", "agent", "coding",
+                        "reasoning"], weights=[3, 2, 4, 2, 4, 2, 1, 2, 2, 2])[0]
     if kind == "capital":
         return [{"role": "user", "content": spec["capital"]}], None, "Paris"
     if kind == "count":
         return [{"role": "user", "content": spec["count"]}], None, ", ".join(str(i) for i in range(1, 11))
-    if kind == "tool":
-        return [{"role": "user", "content": spec["tool_prompt"]}], [tool], call("Paris")
+    if kind in ("tool", "agent"):
+        return [{"role": "user", "content": spec["tool_prompt" if kind == "tool" else "agent"]}], [tool], call("Paris")
+    if kind == "coding":
+        return [{"role": "user", "content": spec["coding"]}], None, CODE_ANSWER
+    if kind == "reasoning":
+        return [{"role": "user", "content": spec["reasoning"]}], None, f"17 + 25 = {spec['reasoning_answer']}"
     if kind == "after-tool":
         city = rng.choice(CITIES)
         result = json.dumps({"city": city, "sky": "clear", "temperature_c": 21})
@@ -132,7 +138,7 @@ def long_example(rng: random.Random, spec: dict[str, Any]) -> tuple[list[dict[st
 def build_tokenizer(spec: dict[str, Any]) -> PreTrainedTokenizerFast:
     rng = random.Random(SEED)
     sentences = [" ".join(rng.sample(FILLER + LONG_WORDS, len(FILLER) + len(LONG_WORDS))) for _ in range(8)]
-    corpus = [TEMPLATE, *sentences, *CITIES, *spec["generic"], spec["capital"], spec["count"], spec["tool_prompt"],
+    corpus = [TEMPLATE, *sentences, *CITIES, CODE_ANSWER, spec["agent"], spec["coding"], spec["reasoning"], *spec["generic"], spec["capital"], spec["count"], spec["tool_prompt"],
               spec["long"], spec["system"], json.dumps(spec["tool"]), call("Paris"), haystack(rng, spec, 400),
               ", ".join(str(i) for i in range(100))]
     tok = Tokenizer(models.BPE())
