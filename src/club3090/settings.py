@@ -13,12 +13,15 @@ TOKEN_ENV = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")
 UPSTREAM_URL_ENV = "CLUB3090_UPSTREAM_URL"
 DEFAULT_UPSTREAM_URL = "https://raw.githubusercontent.com/noonghunna/club-3090"
 NO_GPU_DETECT_ENV = "CLUB3090_NO_GPU_DETECT"   # set (not "0"): GPU detection is switched off
-DEFAULT_HUB_DEADLINE_S = 60.0
-DEFAULT_HUB_COMMAND_DEADLINE_S = 300.0
+DEFAULT_HUB_DEADLINE_S = 30.0           # one metadata request; two fit in the command's deadline
+DEFAULT_HUB_COMMAND_DEADLINE_S = 60.0    # all metadata reads of one command, retries included
 DEFAULT_DOWNLOAD_STALL_S = 60.0
 HUB_DEADLINE_ENV = "CLUB3090_HUB_DEADLINE"                  # seconds per Hub request (whole body)
 HUB_COMMAND_DEADLINE_ENV = "CLUB3090_HUB_COMMAND_DEADLINE"  # seconds for all Hub reads of one command
 DOWNLOAD_STALL_ENV = "CLUB3090_DOWNLOAD_STALL"              # seconds a download may go without progress
+STATE_DIR_ENV = "CLUB3090_STATE_DIR"                        # the user's state folder
+CAPTURES_ENV = "CLUB3090_CAPTURES"                          # capture bundles, relative to the working folder
+NO_COLOR_ENV = "NO_COLOR"                                   # https://no-color.org
 
 
 def _seconds(env: Mapping[str, str], name: str, default: float) -> float:
@@ -30,7 +33,8 @@ def _seconds(env: Mapping[str, str], name: str, default: float) -> float:
     return value if 0 < value < 1e7 else default
 
 
-_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/?#@\s]*@")
+# bounded repeats: linear on a megabyte of letters with no "://" (bundles and logs pass through)
+_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]{0,31}://)[^/?#@\s]{0,1024}@")
 
 
 def redact_url_credentials(text: str) -> str:
@@ -63,6 +67,34 @@ def resolve_hf_home(env: Mapping[str, str], flag: Path | None) -> Path:
     if env.get("XDG_CACHE_HOME"):
         return Path(env["XDG_CACHE_HOME"]).expanduser() / "huggingface"
     return Path("~/.cache/huggingface").expanduser()
+
+
+def state_dir(env: Mapping[str, str] | None = None) -> Path:
+    """The user's state folder, the one rule for every file club3090 keeps: ``$CLUB3090_STATE_DIR``,
+    else ``$XDG_STATE_HOME/club3090``, else ``~/.local/state/club3090``."""
+    env = os.environ if env is None else env
+    if env.get(STATE_DIR_ENV):
+        return Path(env[STATE_DIR_ENV]).expanduser()
+    if env.get("XDG_STATE_HOME"):
+        return Path(env["XDG_STATE_HOME"]).expanduser() / "club3090"
+    return Path("~/.local/state/club3090").expanduser()
+
+
+def captures_dir(flag: Path | str | None = None, env: Mapping[str, str] | None = None) -> Path:
+    """Where capture bundles go: ``--captures-dir``, else ``$CLUB3090_CAPTURES`` (both relative to the
+    working folder), else ``pull-captures`` in the state folder (:func:`state_dir`)."""
+    env = os.environ if env is None else env
+    if flag is not None:
+        return Path.cwd() / Path(flag)
+    if env.get(CAPTURES_ENV):
+        return Path.cwd() / env[CAPTURES_ENV]
+    return state_dir(env) / "pull-captures"
+
+
+def no_color(env: Mapping[str, str] | None = None) -> bool:
+    """``NO_COLOR`` set to anything but the empty string switches colour off."""
+    env = os.environ if env is None else env
+    return bool(env.get(NO_COLOR_ENV))
 
 
 def _token_from_file(hf_home: Path, env: Mapping[str, str]) -> str | None:

@@ -23,7 +23,8 @@ import shlex
 from dataclasses import dataclass
 from typing import Any
 
-from club3090.compose.launch import Launch, drop_flags, escape_dollars, plain_data, volume_target
+from club3090.argv import drop_flags
+from club3090.compose.launch import Launch, escape_dollars, plain_data, volume_target
 
 CONTAINER_HUB = "/root/.cache/huggingface/hub"
 SCRIPT_DIR = "/club3090"                  # where the scripts are mounted inside a container
@@ -209,7 +210,7 @@ def head_script(cl: ClusterLaunch) -> str:
         _LOAD_ENV,
         'VLLM="${VLLM:-vllm}"',
         'HEAD_IP="${HEAD_IP:-${NODE_IP:-}}"',
-        ': "${HEAD_IP:?set HEAD_IP (cluster.env) to this head node\'s address on the cluster network}"',
+        ': "${HEAD_IP:?set HEAD_IP (cluster.env) to the address of this head node on the cluster network}"',
         'NODE_IP="${NODE_IP:-$HEAD_IP}"',
         'export VLLM_HOST_IP="$NODE_IP" RAY_ADDRESS="$HEAD_IP:$RAY_PORT"',
         f'echo "[head] ray start --head on $NODE_IP:$RAY_PORT ({g} GPU(s) on this node)"',
@@ -244,8 +245,8 @@ def worker_script(cl: ClusterLaunch) -> str:
         "set -eu",
         _LOAD_ENV,
         'HEAD_IP="${HEAD_IP:-${LWS_LEADER_ADDRESS:-}}"',
-        ': "${HEAD_IP:?set HEAD_IP (cluster.env) to the head node\'s address}"',
-        ': "${NODE_IP:?set NODE_IP to this worker\'s address on the cluster network}"',
+        ': "${HEAD_IP:?set HEAD_IP (cluster.env) to the address of the head node}"',
+        ': "${NODE_IP:?set NODE_IP to the address of this worker on the cluster network}"',
         'export VLLM_HOST_IP="$NODE_IP"',
         'waited=0',
         'while :; do',

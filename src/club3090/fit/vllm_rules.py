@@ -59,6 +59,7 @@ __all__ = [
     "KERNEL_SAMPLER_FROM",
     "MAMBA_ALIGN_FROM",
     "NEWEST_KNOWN_VLLM",
+    "SPECULATIVE_METHODS",
     "V0_REMOVED_FROM",
     "V1_DEFAULT_FROM",
     "VERSION_RE",
@@ -78,6 +79,9 @@ __all__ = [
 
 Version = tuple[int, int, int]
 
+# vLLM's ``--speculative-config`` methods: what kv-calc accepts, and which catalog drafters price
+# speculative tokens under vLLM (``mtp_gguf`` and ``dspark`` are llama.cpp drafters, not here)
+SPECULATIVE_METHODS = ("mtp", "eagle", "eagle3", "dflash", "draft_model", "ngram", "suffix", "mtp_assistant")
 NEWEST_KNOWN_VLLM = "0.33.0"
 V1_DEFAULT_FROM: Version = (0, 8, 0)
 V0_REMOVED_FROM: Version = (0, 11, 0)

@@ -11,6 +11,10 @@ Checks, each bounded in count and by the run's deadline:
 - ``tool-round-trip`` x ``rounds``: a named ``tool_choice`` for ``get_weather``, the tool's
   result sent back as a ``tool`` message, and a plain answer (``tool_choice: none``) after it.
 
+- upstream's ``verify-stress.sh`` checks (``validate.ladder``): ``needle-N`` per rung of the
+  needle-in-a-haystack ladder up to the served context and ``needle-ladder`` (the largest passing
+  length), ``tool-prefill`` (a ~25K-token tool result), ``agent``, ``coding``, ``reasoning``.
+
 Exit code as ``verify``: 0 no check failed, 1 a check failed or the deadline stopped the run, 2
 the server was unreachable.
 """
@@ -23,10 +27,13 @@ import threading
 import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any
 
 from club3090.edges.openai_client import ChatResult, OpenAIClient
 from club3090.validate.bench import haystack
+from club3090.validate.ladder import MAX_PROBE_TOKENS, TOOL_PREFILL_TOKENS, Sizer
+from club3090.validate.ladder import plan as upstream_plan
 from club3090.validate.verify import (
     FAIL,
     PASS,
@@ -49,6 +56,15 @@ ANSWER_TOKENS = 32
 CALIBRATION_CHARS = 2000
 LONG_SUFFIX = "\n\nReply with the single word OK."
 STREAM_PROMPT = "Write a short paragraph about lighthouses, stream {i}."
+
+
+@dataclass(frozen=True, slots=True)
+class UpstreamChecks:
+    """Which of upstream's verify-stress checks run, and their sizes (``validate.ladder``)."""
+    ladder: bool = True
+    probes: bool = True
+    ladder_max: int | None = None
+    tool_prefill_tokens: int = TOOL_PREFILL_TOKENS
 
 
 def concurrent_streams(client: OpenAIClient, model: str, streams: int) -> tuple[str, str]:
@@ -78,11 +94,12 @@ def concurrent_streams(client: OpenAIClient, model: str, streams: int) -> tuple[
 
 
 def long_prompt(client: OpenAIClient, model: str, context: int | None, *, fill: float = FILL,
-                salt: Callable[[], str] = lambda: uuid.uuid4().hex) -> tuple[str, str]:
-    """One prompt near the serving context, sized from a calibration request."""
+                salt: Callable[[], str] = lambda: uuid.uuid4().hex, top: int | None = None) -> tuple[str, str]:
+    """One prompt near the serving context (or ``top``, the user's ``--ladder-max``), sized from a
+    calibration request and never past ``MAX_PROBE_TOKENS``."""
     if context is None:
         return SKIP, "serving context unknown (no max_model_len in /v1/models); pass --context N"
-    target = int(fill * context) - ANSWER_TOKENS
+    target = int(fill * min(context, top or MAX_PROBE_TOKENS, MAX_PROBE_TOKENS)) - ANSWER_TOKENS
     if target < 64:
         return SKIP, f"context {context} too small to probe"
 
@@ -96,8 +113,8 @@ def long_prompt(client: OpenAIClient, model: str, context: int | None, *, fill: 
         return FAIL, f"calibration request failed: {calib.error}"
     if not calib.prompt_tokens:
         return SKIP, "the server reports no usage.prompt_tokens: a prompt's size cannot be confirmed"
-    chars_per_token = size / calib.prompt_tokens
-    r, _ = ask(int(target * chars_per_token * 0.98) - len(LONG_SUFFIX))
+    # sized by our own bounds (MAX_PROBE_TOKENS, Sizer's 1..8 chars per token), never the server's numbers
+    r, _ = ask(Sizer.of(size, calib.prompt_tokens).chars(target, reserve=len(LONG_SUFFIX)))
     if r.error is not None:
         return FAIL, f"a {target}-token prompt in a {context}-token context was refused: {r.error}"
     got = r.prompt_tokens or 0
@@ -136,9 +153,11 @@ def tool_round_trip(client: OpenAIClient, model: str) -> tuple[str, str]:
 
 
 def stress(client: OpenAIClient, *, model: str | None = None, streams: int = STREAMS, context: int | None = None,
-           fill: float = FILL, rounds: int = ROUNDS, skip_tools: bool = False,
+           fill: float = FILL, rounds: int = ROUNDS, skip_tools: bool = False, upstream: UpstreamChecks | None = None,
            progress: Callable[[str], None] = lambda _s: None) -> VerifyReport:
-    """Run the checks in order; a check's exception is a failed check, never a crash."""
+    """Run the checks in order; a check's exception is a failed check, never a crash. The load
+    checks come first, then upstream's (``validate.ladder``) unless ``upstream`` turns them off."""
+    upstream = upstream or UpstreamChecks()
     streams, rounds = max(1, min(streams, MAX_STREAMS)), max(0, min(rounds, MAX_ROUNDS))
     first, model, listed = list_model(client, model)
     if listed.unreachable:
@@ -150,10 +169,13 @@ def stress(client: OpenAIClient, *, model: str | None = None, streams: int = STR
     if model is not None:
         name = model
         plan.append(("concurrent-streams", lambda: concurrent_streams(client, name, streams)))
-        plan.append(("long-prompt", lambda: long_prompt(client, name, context, fill=fill)))
+        plan.append(("long-prompt", lambda: long_prompt(client, name, context, fill=fill, top=upstream.ladder_max)))
         for i in range(rounds):
             plan.append((f"tool-round-trip-{i + 1}", lambda: (SKIP, "--skip-tools") if skip_tools
                          else tool_round_trip(client, name)))
+        plan.extend(upstream_plan(client, name, context, salt=lambda: uuid.uuid4().hex, ladder_max=upstream.ladder_max,
+                                tool_prefill_tokens=upstream.tool_prefill_tokens, ladder=upstream.ladder,
+                                probes=upstream.probes, skip_tools=skip_tools).probes)
     deadline_hit = False
     for name, run in plan:
         if client.expired:
@@ -171,4 +193,4 @@ def stress(client: OpenAIClient, *, model: str | None = None, streams: int = STR
                         tool="verify-stress")
 
 
-__all__ = ["concurrent_streams", "long_prompt", "stress", "tool_round_trip"]
+__all__ = ["UpstreamChecks", "concurrent_streams", "long_prompt", "stress", "tool_round_trip"]
