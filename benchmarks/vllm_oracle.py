@@ -120,6 +120,10 @@ def main():
             cleanup_dist_env_and_memory()
         except Exception:
             pass
+        # vLLM logs the pool line once per text: a later model with the same pool would print nothing
+        import vllm.logger
+        for name in ("_print_info_once", "_print_warning_once", "_print_debug_once"):
+            getattr(getattr(vllm.logger, name, None), "cache_clear", lambda: None)()
         gc.collect()
 if __name__ == "__main__":
     main()
