@@ -24,10 +24,8 @@ from __future__ import annotations
 
 from club3090.model.architecture import Architecture, LayerSpec
 
-__all__ = ["KV_SHARING_METHODS", "OWN_KV_METHODS", "SPECULATIVE_METHODS", "drafter_kv_layers", "drafter_method"]
+__all__ = ["KV_SHARING_METHODS", "OWN_KV_METHODS", "drafter_kv_layers", "drafter_method"]
 
-# vLLM's speculative methods (``--speculative-config``'s ``method``): the one list
-SPECULATIVE_METHODS = ("mtp", "eagle", "eagle3", "dflash", "draft_model", "ngram", "suffix", "mtp_assistant")
 OWN_KV_METHODS = ("eagle", "eagle3", "dflash", "draft_model")
 KV_SHARING_METHODS = ("mtp_assistant",)
 

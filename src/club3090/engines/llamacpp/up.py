@@ -36,8 +36,6 @@ if TYPE_CHECKING:
 
 __all__ = ["LlamaPlan", "NoLlamaPlan", "launch_llamacpp", "plan_llamacpp", "up_llamacpp"]
 
-
-
 WONT_FIT = "wont-fit"
 DISPLAY = "llama.cpp"
 
