@@ -18,8 +18,8 @@ from typing import Any
 
 import yaml
 
-from club3090.interpolate import interpolate
 from club3090.errors import InterpolationError
+from club3090.interpolate import interpolate
 
 _SAFE = getattr(yaml, "CSafeLoader", yaml.SafeLoader)       # both are the safe loader
 GB = 10 ** 9

@@ -28,7 +28,7 @@ from .checks import Spec, enum, list_of, opt, req, t_decimal, t_id, t_mapping, t
 from .collector import Collector
 
 __all__ = ["INDEX_FILE", "INDEX_SCHEMA_VERSIONS", "INDEX_SPECS", "TASKS", "GgufQuant", "OpenIndex", "OpenModel",
-           "OpenVariant", "load_open_index", "parse_open_index"]
+           "OpenVariant", "load_open_index", "parse_open_index", "trim_config"]
 
 INDEX_FILE = "open_models.yaml"
 INDEX_SCHEMA_VERSIONS = (1,)
@@ -135,6 +135,29 @@ def _frozen(value: Any) -> Any:
     if isinstance(value, list):
         return tuple(_frozen(v) for v in value)
     return value
+
+
+def trim_config(config: dict[str, Any]) -> dict[str, Any]:
+    """``config`` less every key (top level, or one level into ``text_config`` / ``vision_config`` /
+    ``llm_config``) the architecture parser does not need: the parse of the result equals the parse
+    of the whole config, key by key checked."""
+    import copy
+
+    from club3090.model.architecture import parse_config
+
+    want = parse_config(config)
+    out = copy.deepcopy(config)
+    paths = [(k,) for k in config] + [(t, k) for t in ("text_config", "vision_config", "llm_config")
+                                      if isinstance(config.get(t), dict) for k in config[t]]
+    for path in paths:
+        trial = copy.deepcopy(out)
+        node = trial if len(path) == 1 else trial.get(path[0])
+        if not isinstance(node, dict) or path[-1] not in node:
+            continue
+        del node[path[-1]]
+        if parse_config(trial) == want:
+            out = trial
+    return out
 
 
 def _thawed(value: Any) -> Any:
