@@ -38,7 +38,7 @@ if (ROOT / "src" / "club3090").is_dir():
 from club3090.catalog.open_index import INDEX_FILE, parse_open_index, trim_config  # noqa: E402
 from club3090.errors import CatalogError, Club3090Error  # noqa: E402
 
-INDEX = ROOT / "src" / "club3090" / "catalog" / "data" / INDEX_FILE
+INDEX = ROOT / "src" / "club3090" / "catalog" / "data" / "index" / INDEX_FILE
 HEADER = ("# The open-model index: see docs/CATALOG.md (\"The open-model index\"). Seeded from the public\n"
           "# sources each row names; refreshed from the Hub by tools/refresh_index.py. Every row is estimated.\n")
 

@@ -266,7 +266,7 @@ def parse_open_index(blob: bytes, name: str = INDEX_FILE) -> OpenIndex:
 def _shipped() -> OpenIndex:
     from importlib import resources
 
-    return parse_open_index(resources.files("club3090.catalog").joinpath("data").joinpath(INDEX_FILE).read_bytes())
+    return parse_open_index(resources.files("club3090.catalog").joinpath("data").joinpath("index").joinpath(INDEX_FILE).read_bytes())
 
 
 def load_open_index(path: Path | None = None) -> OpenIndex:

@@ -27,18 +27,20 @@ from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 from club3090.fit.memory import FitResult, ServeShape, Unpriceable, predict
-from club3090.fit.offload import DEFAULT_RAM_BANDWIDTH_GB_S, OffloadPlan, gguf_from_arch, plan_offload
+from club3090.fit.offload import DEFAULT_RAM_BANDWIDTH_GB_S, OffloadPlan, fit_quant, gguf_from_arch, plan_offload
 from club3090.fit.speed import SpeedEstimate, estimate_speed
 from club3090.model.architecture import Architecture, parse_config
 from club3090.model.param_estimate import estimate_weights
 from club3090.units import GiB
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
+    from club3090.catalog.model import Catalog
     from club3090.catalog.open_index import GgufQuant, OpenIndex, OpenModel, OpenVariant
+    from club3090.pipeline.provider import Provider
     from club3090.rig.gpus import GpuSet
 
-__all__ = ["DEFAULT_MAX_QUANT_LOSS", "ENGINES", "OpenFitsRequest", "OpenRow", "admitted_quants", "open_fits",
-           "open_rank_key"]
+__all__ = ["DEFAULT_MAX_QUANT_LOSS", "ENGINES", "OpenFitsReport", "OpenFitsRequest", "OpenRow", "admitted_quants",
+           "answer_curated", "open_fits", "open_rank_key", "open_report"]
 
 ENGINES = ("vllm", "llamacpp")
 DEFAULT_MAX_QUANT_LOSS = Decimal("0.7")    # +ppl @ Llama-3-8B: Q3_K_M (0.66) and better
@@ -82,14 +84,20 @@ class OpenRow:
     def offloaded(self) -> bool:
         return self.plan is not None and self.plan.offloaded
 
-    def serve(self) -> str | None:
-        """The command that serves this row as priced."""
+    def serve(self, rig: str = "") -> str | None:
+        """The ``club3090 up`` command that serves this row as priced (``rig``: the ``--gpus`` flags as
+        given); for llama.cpp it asks for the planned quant and context, and ``up``'s memory model
+        puts the same layers and experts on the host (``fit.offload.fit_quant`` finds its layout)."""
         if not self.fits:
             return None
         if self.engine == "vllm":
-            tp = f" --tensor-parallel-size {self.tp}" if self.tp > 1 else ""
-            return f"vllm serve {self.repo}{tp} --max-model-len {self.context}"
-        assert self.plan is not None
+            return f"club3090 up {self.repo}{rig} --dir run/"
+        return f"club3090 up {self.gguf_repo} --quant {self.variant} --ctx-size {self.context}{rig} --dir run/"
+
+    def llama_server(self) -> str | None:
+        """The plain ``llama-server`` line of the planned layout."""
+        if not self.fits or self.plan is None:
+            return None
         return f"llama-server -hf {self.gguf_repo}:{self.variant} " + " ".join(self.plan.to_json()["flags"])
 
     def to_json(self) -> dict[str, Any]:
@@ -99,7 +107,8 @@ class OpenRow:
                 "params": self.params or None, "weights_bytes": self.weights_bytes,
                 "tensor_parallel_size": self.tp, "reason": self.reason,
                 "offload": self.plan.to_json() if self.plan is not None else None,
-                "speed": self.speed.to_json() if self.speed is not None else None, "serve": self.serve()}
+                "speed": self.speed.to_json() if self.speed is not None else None,
+                "llama_server": self.llama_server()}
 
 
 def open_rank_key(row: OpenRow) -> tuple[int, int, int]:
@@ -269,3 +278,102 @@ def open_fits(index: "OpenIndex", rig: "GpuSet", request: OpenFitsRequest) -> tu
         rows = [r for r in rows if r.engine == "llama.cpp"]
     rows.sort(key=open_rank_key)
     return tuple(rows)
+
+
+# ---------------------------------------------------------------------------------------------
+# curated rows nothing answered, and the report
+
+
+@dataclass(frozen=True, slots=True)
+class OpenFitsReport:
+    rows: tuple[OpenRow, ...]
+    ram_bytes: int | None                    # usable host memory planned with
+    ram_source: str                          # "--ram", "detected" or "none"
+    index_version: str
+
+
+def _curated_gguf_row(row: Any, catalog: "Catalog", rig: "GpuSet", request: OpenFitsRequest) -> Any:
+    """A curated model whose default weights are a GGUF, priced offline for llama.cpp from its
+    catalog config and recorded size (the listing ``fits REPO`` would read from the Hub, estimated)."""
+    from club3090.edges.gguf_remote import list_quants
+    from club3090.edges.hub import RepoInfo
+    from club3090.fit.llamacpp import LlamaCppArgs
+    from club3090.model.spec import RepoFile
+    from club3090.pipeline.gguf_fits import GgufListing, QuantRow
+
+    model = catalog.models[row.model]
+    variant = model.weights[model.default_weight_variant]
+    if not variant.size_bytes or not variant.hf_repos:
+        return row
+    arch = parse_config(dict(model.hf_config))
+    files = tuple(f for f in variant.files if not f.split("/")[-1].startswith("mtp-")) or variant.files
+    share = variant.size_bytes // max(len(files), 1)
+    info = RepoInfo(repo_id=variant.hf_repos[0], revision=None, commit=None,
+                    files=tuple(RepoFile(name=f, size_bytes=share) for f in files))
+    found = next(iter(list_quants(info)), None)
+    label = found.label if found is not None else variant.id
+    target = request.min_context or DEFAULT_CONTEXT
+    gguf = gguf_from_arch(arch, variant.size_bytes, label=label)
+    if isinstance(gguf, Unpriceable):
+        return replace(row, stop=f"no-fit-model: llama.cpp's memory model cannot price it: {gguf.reason}")
+    args = LlamaCppArgs(ctx_size=target)
+    fit = fit_quant(gguf, args, list(rig.memory_bytes), request.ram_bytes or 0)
+    if isinstance(fit, Unpriceable):
+        return replace(row, stop=f"no-fit-model: {fit.reason}")
+    planned = _plan_row(OpenRow(model=row.model, repo=variant.hf_repos[0], engine="llama.cpp", variant="",
+                                weights_bytes=0, fits=False), arch, label, variant.size_bytes, rig, request, target)
+    quant = QuantRow(label=label, files=files, size_bytes=variant.size_bytes, model=gguf, fit=fit)
+    listing = GgufListing(repo=variant.hf_repos[0], commit=None, args=args, rows=(quant,), header_bytes_read=0,
+                          confidence="estimated")
+    return replace(row, repo=variant.hf_repos[0], fits=fit.runs, confidence="estimated", shape_source="gguf",
+                   gguf=listing, stop=None, speed=planned.speed)
+
+
+def _one_gpu_row(row: Any, catalog: "Catalog", rig: "GpuSet") -> Any:
+    """A row the shape search found no parallel size for (the weights exceed one GPU): priced at
+    TP 1, so it reads as what it is, a model that does not fit."""
+    from club3090.pipeline.auto_profile import weights_of
+
+    facts = row.facts
+    if facts is None:
+        return row
+    fit = predict(facts.arch, weights_bytes=int(weights_of(facts, catalog) or 0),
+                  gpu_memory_bytes=list(rig.memory_bytes[:1]), shape=ServeShape(tp=1),
+                  confidence=facts.confidence)
+    if isinstance(fit, Unpriceable):
+        return row
+    return replace(row, fit=fit, fits=False, tp=1, stop=None, kv_cache_dtype=fit.settings.kv_cache_dtype)
+
+
+def answer_curated(rows: Sequence[Any], catalog: "Catalog", rig: "GpuSet", request: OpenFitsRequest) -> list[Any]:
+    """Curated rows the vLLM path could not answer, answered: GGUF defaults under llama.cpp, and
+    a model too large for any parallel size priced as not fitting."""
+    out = []
+    for row in rows:
+        stop = row.stop or ""
+        if row.fit is None and row.gguf is None and row.model in catalog.models:
+            variant = catalog.models[row.model].weights[catalog.models[row.model].default_weight_variant]
+            if stop.startswith("unsupported-format") and variant.format == "gguf":
+                row = _curated_gguf_row(row, catalog, rig, request)
+            elif "no valid parallel size" in stop:
+                row = _one_gpu_row(row, catalog, rig)
+        out.append(row)
+    return out
+
+
+def open_report(provider: "Provider", rig: "GpuSet", request: OpenFitsRequest,
+                ram_gib: float | None = None) -> tuple[OpenFitsReport, OpenFitsRequest]:
+    """The index ranked on ``rig`` with the host memory ``--ram`` names (GiB), else the detected one."""
+    from club3090.fit.offload import usable_ram
+
+    total: int | None
+    if ram_gib is not None:
+        total, source = int(ram_gib * GiB), "--ram"
+    else:
+        total = provider.system_memory_bytes()
+        source = "detected" if total is not None else "none"
+    request = replace(request, ram_bytes=usable_ram(total))
+    index = provider.open_index()
+    rows = open_fits(index, rig, request)
+    return OpenFitsReport(rows=rows, ram_bytes=request.ram_bytes, ram_source=source,
+                          index_version=index.version), request
