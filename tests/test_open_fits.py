@@ -20,7 +20,7 @@ from club3090.pipeline.open_fits import (
     open_fits,
     open_rank_key,
 )
-from club3090.pipeline.stages import gpu_set
+from club3090.rig.gpus import parse_gpus
 from club3090.units import GiB
 
 
@@ -30,7 +30,7 @@ def index():
 
 
 def rig(spec: str):
-    return gpu_set(spec, load_catalog())
+    return parse_gpus(spec, load_catalog())
 
 
 def test_two_3090s_rank_every_index_model_with_a_value(index):

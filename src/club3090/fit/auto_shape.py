@@ -360,6 +360,19 @@ def _parallel_layouts(spec: "ModelSpec", row: "ArchRow | None", count: int,
 
 def _solve(spec: "ModelSpec", weights: int, mems: list[int], shape: ServeShape, concurrency: int,
            floor: int, *, solve: bool) -> Candidate | Unpriceable:
+    """The candidate at ``shape`` (its length solved when asked), priced at the ``max_num_seqs``
+    its launch passes: vLLM's default when none was asked, so the verdict counts every sequence
+    the server admits, exactly as ``pull`` prices the same shape."""
+    got = _solve_length(spec, weights, mems, shape, concurrency, floor, solve=solve)
+    if isinstance(got, Unpriceable) or got.shape.max_num_seqs is not None:
+        return got
+    served = replace(got.shape, max_num_seqs=got.fit.settings.max_num_seqs)
+    fit = predict(spec.arch, weights_bytes=weights, gpu_memory_bytes=mems, shape=served, confidence=spec.confidence)
+    return got if isinstance(fit, Unpriceable) else Candidate(served, fit)
+
+
+def _solve_length(spec: "ModelSpec", weights: int, mems: list[int], shape: ServeShape, concurrency: int,
+                  floor: int, *, solve: bool) -> Candidate | Unpriceable:
     fit = predict(spec.arch, weights_bytes=weights, gpu_memory_bytes=mems, shape=shape,
                   confidence=spec.confidence)
     if isinstance(fit, Unpriceable) or not solve:

@@ -3,8 +3,8 @@ facts (``ModelSpec``) on a GPU set at that shape.
 
 The serving shape is the ``--profile``'s (:func:`fit.shape.profile_shape`) with the overrides on
 top, else vLLM's defaults plus the overrides; the profile's drafter comes with it unless the model
-is a catalog model that drafter does not serve (``model_compat``). GPUs default to the profile's
-reference card (else RTX 3090) x TP x PP: :func:`default_gpus` names them, the pipeline parses.
+is a catalog model that drafter does not serve (``model_compat``). The GPUs are the pipeline's
+(``--gpus``, detected, or a profile's reference card, said so); nothing here assumes a card.
 
 ``estimate(...) -> Estimate | NoFit`` (``NoFit``: the model or shape cannot be priced, a verdict).
 Raises ``UsageError`` (fewer GPUs than TP x PP; weights unknown with no config to estimate them
@@ -31,10 +31,7 @@ if TYPE_CHECKING:
     from club3090.model.spec import ModelSpec
     from club3090.rig.gpus import GpuSet
 
-__all__ = ["DEFAULT_GPU", "Estimate", "NoFit", "Overrides", "default_gpus", "estimate", "serving_shape",
-           "weights_note", "weights_per_rank_bytes"]
-
-DEFAULT_GPU = "rtx-3090"
+__all__ = ["Estimate", "NoFit", "Overrides", "estimate", "serving_shape", "weights_note", "weights_per_rank_bytes"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,12 +70,15 @@ class Estimate:
     nodes: int = 1                           # nodes the shape spans (a rig of several nodes)
     gpus_per_node: int = 0                   # 0: one machine
     interconnect: str | None = None          # the link between nodes, as given or assumed
+    shape_note: str | None = None            # the shape is not the one `fits` and `pull` choose, and why
+    rig_note: str | None = None              # the GPUs were not named: where they came from
 
     def to_json(self) -> dict[str, Any]:
         out = self.result.to_json()
         out.update({"ok": True, "model": self.model, "architecture": self.architecture, "gpus": self.gpus,
                     "tp": self.tp, "pp": self.pp, "profile": self.profile, "weights_source": self.weights_source,
-                    "shape": self.choice.to_json() if self.choice is not None else None})
+                    "shape": self.choice.to_json() if self.choice is not None else None,
+                    "shape_note": self.shape_note, "rig_note": self.rig_note})
         if self.gpus_per_node:
             out.update({"nodes": self.nodes, "gpus_per_node": self.gpus_per_node, "interconnect": self.interconnect})
         return out
@@ -120,12 +120,6 @@ def serving_shape(spec: "ModelSpec", profile: "Profile | None", overrides: Overr
         num_speculative_tokens=o.num_speculative_tokens if o.num_speculative_tokens is not None else num_spec,
         speculative_method=o.speculative_method, extra_weights_bytes=extra,
         enable_prefix_caching=o.enable_prefix_caching)
-
-
-def default_gpus(shape: ServeShape, profile: "Profile | None") -> str:
-    """The ``--gpus`` kv-calc assumes when none is given: the profile's reference card x TP x PP."""
-    card = profile.reference_gpu if profile is not None and profile.reference_gpu else DEFAULT_GPU
-    return f"{shape.tp * shape.pp}x{card}"
 
 
 def weights_note(spec: "ModelSpec", catalog: "Catalog | None") -> str:

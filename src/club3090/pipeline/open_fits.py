@@ -297,9 +297,9 @@ def _curated_gguf_row(row: Any, catalog: "Catalog", rig: "GpuSet", request: Open
     catalog config and recorded size (the listing ``fits REPO`` would read from the Hub, estimated)."""
     from club3090.edges.gguf_remote import list_quants
     from club3090.edges.hub import RepoInfo
+    from club3090.engines.llamacpp.fits import GgufListing, QuantRow
     from club3090.fit.llamacpp import LlamaCppArgs
     from club3090.model.spec import RepoFile
-    from club3090.pipeline.gguf_fits import GgufListing, QuantRow
 
     model = catalog.models[row.model]
     variant = model.weights[model.default_weight_variant]

@@ -64,11 +64,14 @@ class Extended:
 
 
 def _rig(report: Any, catalog: Any) -> Any:
-    from club3090.rig.gpus import GpuSet
+    """The GPUs asked about (``--gpus``), else the detected ones as a GPU set."""
+    from club3090.rig.gpus import card_set
 
+    if report.gpus is not None:
+        return report.gpus
     hw = report.hardware
-    return GpuSet(count=len(hw.names), memory_bytes=tuple(hw.memory_bytes), names=tuple(hw.names), sm=hw.sm,
-                  gpu=None, gpus=tuple(catalog.gpu(n) for n in hw.names))
+    return card_set(tuple(hw.memory_bytes), tuple(hw.names), tuple(catalog.gpu(n) for n in hw.names), hw.sm,
+                    "detected")
 
 
 def _engine_of(row: Any) -> str:

@@ -27,17 +27,9 @@ if TYPE_CHECKING:
     from club3090.pipeline.provider import Provider
     from club3090.pipeline.up import UpRequest, UpResult, UpSeams
 
-__all__ = ["llamacpp_profile", "up_llamacpp"]
+__all__ = ["up_llamacpp"]
 
 WONT_FIT = "wont-fit"
-
-
-def llamacpp_profile(catalog: "Catalog", req: "UpRequest") -> "Profile | None":
-    """The llama.cpp-family profile ``up`` serves: ``--profile-like KEY``, or SOURCE naming one."""
-    from club3090.edges.gguf_source import llamacpp_profile as family_profile
-
-    found: Profile | None = family_profile(catalog, req.profile_like) or family_profile(catalog, req.source)
-    return found
 
 
 def _pick_quant(quants: list["QuantFile"], quant: str | None, repo_id: str) -> list["QuantFile"]:
@@ -55,17 +47,15 @@ def _pick_quant(quants: list["QuantFile"], quant: str | None, repo_id: str) -> l
 
 def _gpu_bytes(req: "UpRequest", provider: "Provider", catalog: "Catalog",
                profile: "Profile | None") -> tuple[list[int], str]:
-    from club3090.pipeline.stages import gpu_set
     from club3090.rig.hardware import resolve_hardware
 
-    spec = req.gpus
-    given = gpu_set(spec, catalog)
+    given = req.gpus
     detected = provider.detect_gpus() if given is None else None
     count = given.count if given is not None else len(detected.gpus) if detected is not None else 0
     hw = resolve_hardware(tp=max(count, 1), gpu_set=given, detected=detected)
     if not hw.memory_bytes:
         raise UsageError("no GPU detected and no --gpus given: name your GPUs, e.g. --gpus 1x3090")
-    label = spec or f"{len(hw.memory_bytes)}x {', '.join(sorted(set(hw.names)))} (detected)"
+    label = given.spec if given is not None else f"{len(hw.memory_bytes)}x {', '.join(sorted(set(hw.names)))} (detected)"
     return list(hw.memory_bytes), label
 
 
@@ -76,10 +66,10 @@ def up_llamacpp(req: "UpRequest", provider: "Provider", seams: "UpSeams", *, cat
     from club3090.edges.gguf_remote import list_quants, load_remote
     from club3090.edges.hf_cache import fetch_into_cache
     from club3090.edges.hub import HubClient
+    from club3090.engines.llamacpp.bundle import container_model_path, plan
     from club3090.fit.llamacpp import LlamaCppArgs, cache_types
     from club3090.fit.memory import Unpriceable
     from club3090.pipeline.bundle_start import not_started
-    from club3090.pipeline.llamacpp_bundle import container_model_path, plan
     from club3090.pipeline.up import UpResult
 
     if req.launcher not in ("docker", "native"):
