@@ -129,3 +129,49 @@ def test_ram_probe_reads_memtotal(tmp_path):
     assert total_ram_bytes(meminfo) is None
     assert total_ram_bytes(tmp_path / "absent") is None
     assert total_ram_bytes() is None or total_ram_bytes() > 0      # this machine's own file, if any
+
+
+def test_up_writes_the_planned_expert_offload(tmp_path, monkeypatch, fake_hub, capsys):
+    """The flags `fits` plans for a MoE that needs expert offload are the ones `up --quant Q
+    --ctx-size N` writes into the launch (up's own llama.cpp memory model, same layout order)."""
+    import yaml
+
+    from club3090 import cli
+    from club3090.edges.provider import LiveProvider
+    from club3090.fit.llamacpp import predict
+    from club3090.model.gguf import parse_header
+    from club3090.model.gguf_model import from_files
+    from tests import gguf_fixtures as gf
+    from tests.test_up_llamacpp import fake_docker
+
+    path = gf.write(tmp_path / "gguf", "tiny-moe-F16", gf.Spec(n_layer=4, n_embd=256, n_head=4, n_head_kv=2,
+                                                               n_ff=512, n_expert=8, n_expert_used=2,
+                                                               n_ff_exp=1024, ctx_train=4096))[0]
+    blob = path.read_bytes()
+    model = from_files([parse_header(blob, file=path.name, file_size=len(blob))])
+    ctx = 2048
+    full = predict(model, LlamaCppArgs(ctx_size=ctx), [1 << 40])
+    need = full.devices[0].total_bytes
+    mib = (need - sum(model.expert_bytes) // 2) // (1 << 20)            # room for about half the experts
+    planned = fit_quant(model, LlamaCppArgs(ctx_size=ctx), [mib << 20], None)
+    assert planned.offloaded and planned.n_cpu_moe > 0
+
+    repo = "club3090-tests/tiny-moe-GGUF"
+    fake_hub.add_repo(repo, {path.name: blob, "README.md": b"tiny\n"})
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    monkeypatch.setenv("HF_ENDPOINT", fake_hub.url)
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake_docker(bin_dir)
+    monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
+    run = tmp_path / "run"
+    code = cli.main(["up", repo, "--quant", "F16", "--ctx-size", str(ctx), "--gpus", f"1x{mib}MiB",
+                     "--dir", str(run), "--no-start"],
+                    provider=lambda s: LiveProvider(s, free_disk=lambda _p: 10**15))
+    assert code == 0, capsys.readouterr()
+    service = next(iter(yaml.safe_load((run / "compose.yml").read_text(encoding="utf-8"))["services"].values()))
+    words = service["command"]
+    assert words[words.index("--n-cpu-moe") + 1] == str(planned.n_cpu_moe)
+    assert words[words.index("--ctx-size") + 1] == str(ctx)
