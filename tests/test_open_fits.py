@@ -15,6 +15,7 @@ from club3090.catalog.open_index import load_open_index
 from club3090.edges.provider import LiveProvider
 from club3090.pipeline.open_fits import (
     DEFAULT_CONTEXT,
+    GGUF,
     OpenFitsRequest,
     admitted_quants,
     open_fits,
@@ -49,7 +50,7 @@ def test_two_3090s_rank_every_index_model_with_a_value(index):
 
 
 def test_one_3090_with_64_gib_offloads_moe_experts(index):
-    rows = open_fits(index, rig("1x3090"), OpenFitsRequest(engine="llamacpp", ram_bytes=60 * GiB))
+    rows = open_fits(index, rig("1x3090"), OpenFitsRequest(engine=GGUF, ram_bytes=60 * GiB))
     assert rows and all(r.engine == "llama.cpp" for r in rows)
     moe = [r for r in rows if r.offloaded and r.plan.fit.n_cpu_moe > 0]
     assert moe, "no MoE row needs expert offload"
@@ -60,7 +61,7 @@ def test_one_3090_with_64_gib_offloads_moe_experts(index):
     assert f"--quant {row.variant} --ctx-size {row.context}" in row.serve(" --gpus 1x3090")
     assert 1 < row.speed.decode_tps < 100 and row.speed.label == "estimated"
     # without host memory the same model does not run, and says why
-    bare = {r.model: r for r in open_fits(index, rig("1x3090"), OpenFitsRequest(engine="llamacpp"))}
+    bare = {r.model: r for r in open_fits(index, rig("1x3090"), OpenFitsRequest(engine=GGUF))}
     assert not bare["gpt-oss-120b"].fits and "--ram" in bare["gpt-oss-120b"].reason
 
 
@@ -71,7 +72,7 @@ def test_quant_quality_order_and_the_loss_limit(index):
     assert "Q2_K" not in default and "Q3_K_S" not in default and "IQ4_XS" in default
     strict = [q.label for q in admitted_quants(quants, Decimal("0.06"))]
     assert set(strict) >= {"BF16", "Q8_0", "Q6_K", "Q5_K_M"} and "Q4_K_M" not in strict
-    rows = open_fits(index, rig("1x3090"), OpenFitsRequest(engine="llamacpp", max_quant_loss=Decimal("0.06"),
+    rows = open_fits(index, rig("1x3090"), OpenFitsRequest(engine=GGUF, max_quant_loss=Decimal("0.06"),
                                                            ram_bytes=60 * GiB))
     assert all(r.variant in strict for r in rows if r.fits)
 

@@ -31,18 +31,20 @@ from club3090.fit.offload import DEFAULT_RAM_BANDWIDTH_GB_S, OffloadPlan, fit_qu
 from club3090.fit.speed import SpeedEstimate, estimate_speed
 from club3090.model.architecture import Architecture, parse_config
 from club3090.model.param_estimate import estimate_weights
+from club3090.pipeline.engines import for_format
 from club3090.units import GiB
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from club3090.catalog.model import Catalog
     from club3090.catalog.open_index import GgufQuant, OpenIndex, OpenModel, OpenVariant
+    from club3090.engines import Engine
     from club3090.pipeline.provider import Provider
     from club3090.rig.gpus import GpuSet
 
-__all__ = ["DEFAULT_MAX_QUANT_LOSS", "ENGINES", "OpenFitsReport", "OpenFitsRequest", "OpenRow", "admitted_quants",
+__all__ = ["DEFAULT_MAX_QUANT_LOSS", "OpenFitsReport", "OpenFitsRequest", "OpenRow", "admitted_quants",
            "answer_curated", "open_fits", "open_rank_key", "open_report"]
 
-ENGINES = ("vllm", "llamacpp")
+SAFETENSORS, GGUF = for_format("safetensors"), for_format("gguf")   # the engines that read each format
 DEFAULT_MAX_QUANT_LOSS = Decimal("0.7")    # +ppl @ Llama-3-8B: Q3_K_M (0.66) and better
 DEFAULT_CONTEXT = 4096                      # a row runs when it holds this many tokens (else --min-context)
 VLLM_QUALITY = ("bf16", "fp8", "autoround", "awq", "gptq", "w4a16", "nvfp4")
@@ -52,7 +54,7 @@ OVERHEAD_BYTES = 2 * GiB                    # activations, CUDA context: the clo
 
 @dataclass(frozen=True, slots=True)
 class OpenFitsRequest:
-    engine: str | None = None                # vllm | llamacpp | None (the best per model)
+    engine: "Engine | None" = None           # only this engine's rows (None: the best engine per model)
     min_context: int | None = None
     task: str | None = None
     max_quant_loss: Decimal | None = None    # llama.cpp: the largest +ppl a quant may cost
@@ -90,7 +92,7 @@ class OpenRow:
         puts the same layers and experts on the host (``fit.offload.fit_quant`` finds its layout)."""
         if not self.fits:
             return None
-        if self.engine == "vllm":
+        if self.plan is None:                      # a safetensors row: up derives its vLLM shape
             return f"club3090 up {self.repo}{rig} --dir run/"
         return f"club3090 up {self.gguf_repo} --quant {self.variant} --ctx-size {self.context}{rig} --dir run/"
 
@@ -178,7 +180,7 @@ def _vllm_row(model: "OpenModel", arch: Architecture, params: int, rig: "GpuSet"
     last: OpenRow | None = None
     for variant in usable:
         weights = variant_bytes(variant, arch, params)
-        base = OpenRow(model=model.id, repo=variant.repo or model.repo, engine="vllm", variant=variant.id,
+        base = OpenRow(model=model.id, repo=variant.repo or model.repo, engine=SAFETENSORS.name, variant=variant.id,
                        weights_bytes=weights, fits=False, tasks=model.tasks, params=params, geometry=model.geometry)
         if weights + OVERHEAD_BYTES > sum(mems) * 0.9:       # cannot fit: no pricing needed
             last = replace(base, reason=f"{weights / GiB:.1f} GiB of weights exceed the GPUs' memory")
@@ -212,7 +214,7 @@ def _gguf_row(model: "OpenModel", arch: Architecture, params: int, rig: "GpuSet"
     sized = [(q, int((variant.quants or {}).get(q.label) or params * q.bits_per_weight / 8)) for q in quants]
     on_gpu = [qs for qs in sized if qs[1] + OVERHEAD_BYTES <= vram]
     with_host = [qs for qs in sized if qs[1] + OVERHEAD_BYTES <= vram + ram and qs not in on_gpu]
-    base = OpenRow(model=model.id, repo=model.repo, engine="llama.cpp", variant="", weights_bytes=0, fits=False,
+    base = OpenRow(model=model.id, repo=model.repo, engine=GGUF.name, variant="", weights_bytes=0, fits=False,
                    tasks=model.tasks, params=params, gguf_repo=variant.repos[0], geometry=model.geometry)
     # on the GPUs: the best quality that fits; with offload a MoE keeps its best quality (only the
     # experts a token picks are read from the host), a dense model its leanest quant (every host
@@ -256,17 +258,17 @@ def model_row(model: "OpenModel", index: "OpenIndex", rig: "GpuSet", request: Op
     arch = parse_config(model.config_dict())
     params = _params(model, arch)
     target = request.min_context or DEFAULT_CONTEXT
-    vllm = _vllm_row(model, arch, params, rig, target) if request.engine in (None, "vllm") else None
+    vllm = _vllm_row(model, arch, params, rig, target) if request.engine in (None, SAFETENSORS) else None
     if vllm is not None and vllm.fits:
         return vllm
-    gguf = _gguf_row(model, arch, params, rig, index, request, target) if request.engine in (None, "llamacpp") \
+    gguf = _gguf_row(model, arch, params, rig, index, request, target) if request.engine in (None, GGUF) \
         else None
     if gguf is not None and (gguf.fits or vllm is None):
         return gguf
     if vllm is not None:
         return vllm
-    why = "no GGUF repository is known for it" if request.engine == "llamacpp" else "no variant to price"
-    return OpenRow(model=model.id, repo=model.repo, engine=request.engine or "vllm", variant="", weights_bytes=0,
+    why = "no GGUF repository is known for it" if request.engine is GGUF else "no variant to price"
+    return OpenRow(model=model.id, repo=model.repo, engine=(request.engine or SAFETENSORS).name, variant="", weights_bytes=0,
                    fits=False, tasks=model.tasks, params=params, reason=why, geometry=model.geometry)
 
 
@@ -274,8 +276,8 @@ def open_fits(index: "OpenIndex", rig: "GpuSet", request: OpenFitsRequest) -> tu
     """Every index model (of ``request.task``) on ``rig``, ranked by :func:`open_rank_key`."""
     models = [m for m in index.models.values() if request.task is None or request.task in m.tasks]
     rows = [model_row(m, index, rig, request) for m in models]
-    if request.engine == "llamacpp":
-        rows = [r for r in rows if r.engine == "llama.cpp"]
+    if request.engine is not None:
+        rows = [r for r in rows if r.engine == request.engine.name]
     rows.sort(key=open_rank_key)
     return tuple(rows)
 
@@ -320,7 +322,7 @@ def _curated_gguf_row(row: Any, catalog: "Catalog", rig: "GpuSet", request: Open
     fit = fit_quant(gguf, args, list(rig.memory_bytes), request.ram_bytes or 0)
     if isinstance(fit, Unpriceable):
         return replace(row, stop=f"no-fit-model: {fit.reason}")
-    planned = _plan_row(OpenRow(model=row.model, repo=variant.hf_repos[0], engine="llama.cpp", variant="",
+    planned = _plan_row(OpenRow(model=row.model, repo=variant.hf_repos[0], engine=GGUF.name, variant="",
                                 weights_bytes=0, fits=False), arch, label, variant.size_bytes, rig, request, target)
     quant = QuantRow(label=label, files=files, size_bytes=variant.size_bytes, model=gguf, fit=fit)
     listing = GgufListing(repo=variant.hf_repos[0], commit=None, args=args, rows=(quant,), header_bytes_read=0,

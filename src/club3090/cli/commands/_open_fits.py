@@ -42,9 +42,16 @@ def _count(text: str) -> int:
     return int(text)
 
 
+def _engine_flags() -> dict[str, Any]:
+    """``--engine`` values -> the registry's engine (``llamacpp``: llama.cpp without the dot)."""
+    from club3090.pipeline.engines import ENGINES
+
+    return {e.name.replace(".", ""): e for e in ENGINES}
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("ranking (without MODEL): curated models and the open-model index")
-    g.add_argument("--engine", choices=("vllm", "llamacpp"), help="only rows this engine serves")
+    g.add_argument("--engine", choices=tuple(_engine_flags()), help="only rows this engine serves")
     g.add_argument("--task", choices=TASKS, help="only index models tagged with this task")
     g.add_argument("--max-quant-loss", type=_decimal, metavar="PPL",
                    help="llama.cpp: the largest perplexity cost a GGUF quant may have (llama-quantize's "
@@ -74,8 +81,10 @@ def _rig(report: Any, catalog: Any) -> Any:
                     "detected")
 
 
-def _engine_of(row: Any) -> str:
-    return "llamacpp" if getattr(row, "gguf", None) is not None else "vllm"
+def _engine_of(row: Any) -> Any:
+    from club3090.pipeline.engines import for_format
+
+    return for_format("gguf" if getattr(row, "gguf", None) is not None else "safetensors")
 
 
 def extend(report: Any, args: argparse.Namespace, provider: Any) -> Extended:
@@ -87,12 +96,13 @@ def extend(report: Any, args: argparse.Namespace, provider: Any) -> Extended:
         return Extended(report=report, index=None)
     catalog = provider.catalog()
     rig = _rig(report, catalog)
-    request = OpenFitsRequest(engine=args.engine, min_context=args.min_context, task=args.task,
+    engine = _engine_flags()[args.engine] if args.engine else None
+    request = OpenFitsRequest(engine=engine, min_context=args.min_context, task=args.task,
                               max_quant_loss=args.max_quant_loss, ram_bandwidth_gb_s=args.ram_bandwidth)
     index, request = open_report(provider, rig, request, args.ram) if not args.no_index else (None, request)
     rows = sorted(answer_curated(report.rows, catalog, rig, request), key=rank_key)
-    if args.engine is not None:
-        rows = [r for r in rows if _engine_of(r) == args.engine]
+    if engine is not None:
+        rows = [r for r in rows if _engine_of(r) is engine]
     if args.task not in (None, "chat", "reasoning"):      # curated models are chat/reasoning LLMs
         rows = []
     return Extended(report=replace(report, rows=tuple(rows)), index=index)
@@ -119,7 +129,7 @@ def row_text(row: Any) -> str:
     if not row.fits:
         what = f"{row.engine} {row.variant}".strip()
         return f"{row.model}: does not fit ({what}) - estimated: {row.reason}"
-    if row.engine == "vllm":
+    if row.plan is None:
         tp = f", TP {row.tp}" if row.tp > 1 else ""
         return f"{row.model}: fits (vLLM, {row.variant}{tp}): {row.context:,} context{speed} - estimated"
     plan = row.plan
