@@ -83,3 +83,23 @@ def test_the_curated_profile_is_the_default_only_on_cards_of_its_memory(capsys):
     assert small["models"][0]["shape_source"] == "curated-default"
     assert big["models"][0]["shape_source"] == "derived"
     assert big["models"][0]["max_model_len"] > small["models"][0]["max_model_len"]
+
+
+def test_one_model_maximum_rule_for_rope_scaled_models():
+    """vLLM's rule (``_get_and_verify_max_len``): yarn scales ``original_max_position_embeddings``
+    by its factor. The automatic shape, vLLM's settings and the gate's cap all ask model_max_len."""
+    from pathlib import Path
+
+    from club3090.model.architecture import parse_config
+    from club3090.model.context import model_max_len
+
+    cfg = json.loads((Path(__file__).parent / "fixtures" / "hub" / "Qwen--Qwen3-8B" / "config.json").read_text())
+    cfg["rope_scaling"] = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768}
+    arch = parse_config(cfg)
+    assert arch.max_position_embeddings == 40960 and model_max_len(arch) == 131072
+    src = Path(__file__).resolve().parents[1] / "src" / "club3090"
+    rule = re.compile(r"derived_max_model_len or \S*max_position_embeddings")
+    rules = sorted(str(p.relative_to(src)) for p in src.rglob("*.py") if rule.search(p.read_text(encoding="utf-8")))
+    assert rules == ["model/context.py"]
+    users = {str(p.relative_to(src)) for p in src.rglob("*.py") if "model_max_len(" in p.read_text(encoding="utf-8")}
+    assert {"fit/auto_shape.py", "fit/serve_settings.py", "pipeline/pull_gate.py"} <= users

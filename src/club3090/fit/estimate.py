@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from club3090.errors import UsageError
 from club3090.fit.memory import FitResult, ServeShape, Unpriceable, predict
-from club3090.fit.shape import drafter_terms, profile_shape
+from club3090.fit.shape import NO_SHAPE_REQUEST, ShapeRequest, drafter_terms, profile_shape
 from club3090.model.param_estimate import estimate_weights
 from club3090.rig.interconnect import advisories
 from club3090.units import GiB
@@ -31,21 +31,17 @@ if TYPE_CHECKING:
     from club3090.model.spec import ModelSpec
     from club3090.rig.gpus import GpuSet
 
-__all__ = ["Estimate", "NoFit", "Overrides", "estimate", "serving_shape", "weights_note", "weights_per_rank_bytes"]
+__all__ = ["Estimate", "NoFit", "PriceSettings", "estimate", "serving_shape", "weights_note", "weights_per_rank_bytes"]
 
 
 @dataclass(frozen=True, slots=True)
-class Overrides:
-    """kv-calc's flags. ``None`` = not given (the profile's setting, else vLLM's default)."""
+class PriceSettings:
+    """kv-calc's flags: the serving shape (``ShapeRequest``, the one ``pull`` and ``fits`` take) and
+    the engine settings only kv-calc exposes. ``None`` = not given (the profile's, else vLLM's)."""
 
-    tp: int | None = None
-    pp: int | None = None
-    mem_util: float | None = None
-    max_model_len: int | None = None
-    max_num_seqs: int | None = None
+    shape: ShapeRequest = NO_SHAPE_REQUEST
     max_num_batched_tokens: int | None = None
     block_size: int | None = None
-    kv_cache_dtype: str | None = None
     dtype: str | None = None
     vllm_version: str | None = None
     num_speculative_tokens: int | None = None
@@ -100,7 +96,7 @@ def weights_per_rank_bytes(weights_gib: float | None) -> int | None:
     return int(weights_gib * GiB) if weights_gib is not None else None
 
 
-def serving_shape(spec: "ModelSpec", profile: "Profile | None", overrides: Overrides,
+def serving_shape(spec: "ModelSpec", profile: "Profile | None", overrides: PriceSettings,
                   catalog: "Catalog | None") -> ServeShape:
     """The shape kv-calc prices: the profile's (its drafter only if it serves this model), the
     overrides on top."""
@@ -112,10 +108,9 @@ def serving_shape(spec: "ModelSpec", profile: "Profile | None", overrides: Overr
         if curated is None or curated.model_id == profile.model or curated.model_id in drafter.model_compat:
             num_spec, extra = drafter_terms(drafter)
     return profile_shape(
-        profile, catalog if profile is not None else None, drafter=False,
-        tp=o.tp, pp=o.pp, mem_util=o.mem_util, max_model_len=o.max_model_len, max_num_seqs=o.max_num_seqs,
+        profile, catalog if profile is not None else None, drafter=False, **o.shape.serve_fields(),
         max_num_batched_tokens=o.max_num_batched_tokens, block_size=o.block_size,
-        kv_cache_dtype=o.kv_cache_dtype, enforce_eager=True if o.enforce_eager else None,
+        enforce_eager=True if o.enforce_eager else None,
         vllm_version=o.vllm_version, dtype=o.dtype,
         num_speculative_tokens=o.num_speculative_tokens if o.num_speculative_tokens is not None else num_spec,
         speculative_method=o.speculative_method, extra_weights_bytes=extra,
@@ -131,7 +126,7 @@ def weights_note(spec: "ModelSpec", catalog: "Catalog | None") -> str:
     return f"{len(spec.weight_files)} safetensors header(s)"
 
 
-def estimate(spec: "ModelSpec", shape: ServeShape, gpus: "GpuSet", overrides: Overrides, *, label: str,
+def estimate(spec: "ModelSpec", shape: ServeShape, gpus: "GpuSet", overrides: PriceSettings, *, label: str,
              gpus_spec: str, profile: "Profile | None" = None, catalog: "Catalog | None" = None,
              drafter: "Architecture | None" = None) -> Estimate | NoFit:
     """The fit of ``spec`` on ``gpus`` at ``shape`` (and, with ``solve_max_ctx``, at the largest

@@ -11,17 +11,59 @@ Pure: no I/O, no environment, no printing. Reads only the catalog records it is 
 from __future__ import annotations
 
 import json
-from dataclasses import fields
-from typing import Any
+from dataclasses import dataclass, fields
+from typing import Any, Final
 
 from club3090.errors import CatalogError, InterpolationError, Problem
 from club3090.fit.memory import ServeShape
 from club3090.interpolate import interpolate
 
-__all__ = ["SHAPE_FIELDS", "drafter_terms", "profile_batched_tokens", "profile_encoder_profiling",
+__all__ = ["AUTO", "NO_SHAPE_REQUEST", "SHAPE_FIELDS", "ShapeRequest", "drafter_terms", "profile_batched_tokens", "profile_encoder_profiling",
            "profile_prefix_caching", "profile_shape", "shipped_flag"]
 
 SHAPE_FIELDS = tuple(f.name for f in fields(ServeShape))
+
+
+class _Auto:
+    """vLLM's ``--max-model-len auto`` (-1 on its command line): the largest length that fits."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "AUTO"
+
+
+AUTO: Final = _Auto()
+VLLM_AUTO_LEN = -1                 # how vLLM spells AUTO in its own settings (``ServeShape``)
+
+
+@dataclass(frozen=True, slots=True)
+class ShapeRequest:
+    """The serving-shape flags a person gave, in vLLM's names; ``None``: not given (the profile's
+    setting, else the automatic shape's, else vLLM's default). ``max_model_len=AUTO``: the largest
+    length that fits, said explicitly (never a magic number)."""
+
+    tensor_parallel_size: int | None = None
+    pipeline_parallel_size: int | None = None
+    gpu_memory_utilization: float | None = None
+    max_model_len: int | _Auto | None = None
+    kv_cache_dtype: str | None = None
+    max_num_seqs: int | None = None
+
+    @property
+    def length(self) -> int | None:
+        """The context pinned to a number (None: not given, or AUTO)."""
+        return self.max_model_len if isinstance(self.max_model_len, int) else None
+
+    def serve_fields(self) -> dict[str, Any]:
+        """The given flags as :class:`ServeShape` fields (AUTO as vLLM's -1), for ``profile_shape``."""
+        length = VLLM_AUTO_LEN if self.max_model_len is AUTO else self.max_model_len
+        return {"tp": self.tensor_parallel_size, "pp": self.pipeline_parallel_size,
+                "mem_util": self.gpu_memory_utilization, "max_model_len": length,
+                "kv_cache_dtype": self.kv_cache_dtype, "max_num_seqs": self.max_num_seqs}
+
+
+NO_SHAPE_REQUEST = ShapeRequest()
 SPECULATIVE_METHODS = ("mtp", "mtp_assistant", "dflash", "eagle3")
 
 

@@ -12,7 +12,8 @@ from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import TYPE_CHECKING
 
-from club3090.fit.auto_shape import NO_OVERRIDES, Candidate, ShapeChoice, ShapeOverrides, choose_shape, pick_engine
+from club3090.fit.auto_shape import Candidate, ShapeChoice, choose_shape, pick_engine
+from club3090.fit.shape import NO_SHAPE_REQUEST, ShapeRequest
 from club3090.gate.engine_support import find_arch_row
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
@@ -67,7 +68,7 @@ class AutoShape:
 
 
 def automatic_shape(spec: "ModelSpec", hw: "HardwareFacts", catalog: "Catalog",
-                    overrides: ShapeOverrides = NO_OVERRIDES, *, min_context: int | None = None,
+                    overrides: ShapeRequest = NO_SHAPE_REQUEST, *, min_context: int | None = None,
                     curated: bool = True) -> AutoShape:
     """The one shape stage ``pull``, ``fits`` and ``kv-calc`` share when no profile is named: the
     curated profile upstream serves this model with on a rig of this GPU count and card memory
@@ -75,7 +76,7 @@ def automatic_shape(spec: "ModelSpec", hw: "HardwareFacts", catalog: "Catalog",
     profile is one machine's: on a rig of several nodes it is the default for one node."""
     per_node = hw.gpus_per_node if hw.nodes > 1 else hw.count
     key = curated_default(catalog, spec, per_node, hw.memory_bytes) \
-        if curated and overrides == NO_OVERRIDES else None
+        if curated and overrides == NO_SHAPE_REQUEST else None
     if key is not None:
         return AutoShape(profile=key)
     return AutoShape(choice=derive_choice(spec, hw, catalog, overrides=overrides, min_context=min_context))
@@ -91,7 +92,7 @@ def weights_of(spec: "ModelSpec", catalog: "Catalog") -> int | None:
 
 
 def derive_choice(spec: "ModelSpec", hw: "HardwareFacts", catalog: "Catalog", *,
-                  overrides: ShapeOverrides = NO_OVERRIDES, target_concurrency: int = 1,
+                  overrides: ShapeRequest = NO_SHAPE_REQUEST, target_concurrency: int = 1,
                   min_context: int | None = None) -> ShapeChoice:
     """The derived shape for ``spec`` on the rig ``hw`` (all its GPUs are candidates; on a rig of
     several nodes one node first, more only when one does not fit)."""

@@ -14,9 +14,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from club3090.fit.auto_shape import ShapeChoice, ShapeOverrides
+from club3090.fit.auto_shape import ShapeChoice
 from club3090.fit.memory import FitResult, Unpriceable, predict
-from club3090.fit.shape import profile_shape
+from club3090.fit.shape import ShapeRequest, profile_shape
 from club3090.fit.speed import SpeedEstimate, estimate_speed
 from club3090.gate.advisories import advise
 from club3090.outcome import Notice, Outcome, Reason, Stop, Stratum
@@ -41,7 +41,7 @@ class FitsRequest:
     models: tuple[str, ...] = ()             # none: every catalog model
     gpus: GpuSet | None = None               # --gpus, parsed once by the CLI (None: detect)
     min_context: int | None = None
-    overrides: ShapeOverrides = field(default_factory=ShapeOverrides)
+    shape: ShapeRequest = field(default_factory=ShapeRequest)   # the shape flags (vLLM's names)
     # GGUF repos, in llama.cpp's terms: -c (else --min-context, else 4096) and the cache types
     ctx_size: int | None = None
     cache_type_k: str | None = None
@@ -199,12 +199,12 @@ def vllm_row(name: str, provider: "Provider", hw: HardwareFacts, request: FitsRe
                            stop=f"{resolved.token}: {resolved.detail.get('message', '')}".rstrip(": "))
         facts = resolved
     repo = repo_of(facts, catalog)
-    auto = automatic_shape(facts, hw, catalog, request.overrides, min_context=request.min_context)
+    auto = automatic_shape(facts, hw, catalog, request.shape, min_context=request.min_context)
     if auto.profile is not None:
         curated = _curated_row(name, repo, facts, catalog, hw, auto.profile, request.min_context)
         if curated.fits or hw.nodes == 1:
             return curated
-        auto = automatic_shape(facts, hw, catalog, request.overrides, min_context=request.min_context,
+        auto = automatic_shape(facts, hw, catalog, request.shape, min_context=request.min_context,
                                curated=False)
     choice = auto.choice
     assert choice is not None

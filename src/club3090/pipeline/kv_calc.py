@@ -15,8 +15,8 @@ from dataclasses import dataclass, field, fields, replace
 from typing import TYPE_CHECKING
 
 from club3090.errors import UsageError
-from club3090.fit.auto_shape import ShapeChoice, ShapeOverrides
-from club3090.fit.estimate import Estimate, NoFit, Overrides, estimate, serving_shape
+from club3090.fit.auto_shape import ShapeChoice
+from club3090.fit.estimate import Estimate, NoFit, PriceSettings, estimate, serving_shape
 from club3090.model.param_estimate import estimate_weights
 from club3090.outcome import Outcome, Reason, Stop, Stratum
 from club3090.pipeline import engines
@@ -47,13 +47,13 @@ class PriceRequest:
     model: str | None = None
     profile: str | None = None
     gpus: GpuSet | None = None               # --gpus, parsed once by the CLI (None: detect)
-    overrides: Overrides = field(default_factory=Overrides)
+    overrides: PriceSettings = field(default_factory=PriceSettings)
     drafter: str | None = None               # --speculative-config's model: the draft checkpoint
     llamacpp: "LlamaFlags" = field(default_factory=_no_llama_flags)   # llama.cpp's own flags (a GGUF model)
 
 
-# the settings the automatic shape chooses (vLLM's names); any other kv-calc flag pins what it does not
-SHAPE_FIELDS = ("tp", "pp", "mem_util", "max_model_len", "kv_cache_dtype", "max_num_seqs", "solve_max_ctx")
+# besides the shape request: flags that ask a question of the shape, not pin a setting it does not choose
+ASKS = ("shape", "solve_max_ctx")
 
 
 def price(request: PriceRequest, provider: "Provider") -> object:
@@ -86,8 +86,8 @@ def price_vllm(request: PriceRequest, provider: "Provider") -> Estimate | NoFit 
     if isinstance(facts, Stop):
         return facts
     o = request.overrides
-    rig = _rig(request, provider, catalog, profile, (o.tp or (profile.tp if profile else 1))
-               * (o.pp or (profile.pp if profile else 1)))
+    rig = _rig(request, provider, catalog, profile, (o.shape.tensor_parallel_size or (profile.tp if profile else 1))
+               * (o.shape.pipeline_parallel_size or (profile.pp if profile else 1)))
     if isinstance(rig, Stop):
         return rig
     gpus, rig_note = rig
@@ -114,13 +114,13 @@ def _device(gpus: GpuSet) -> str | None:
     return gpus.gpus[0].display_name if gpus.gpus and gpus.gpus[0] is not None else None
 
 
-def pinned_flags(o: Overrides) -> tuple[str, ...]:
+def pinned_flags(o: PriceSettings) -> tuple[str, ...]:
     """The kv-calc flags given that the automatic shape does not choose (vLLM's flag names)."""
-    return tuple("--" + f.name.replace("_", "-") for f in fields(Overrides)
-                 if f.name not in SHAPE_FIELDS and getattr(o, f.name) not in (None, False))
+    return tuple("--" + f.name.replace("_", "-") for f in fields(PriceSettings)
+                 if f.name not in ASKS and getattr(o, f.name) not in (None, False))
 
 
-def _shape(facts: "ModelSpec", profile: "Profile | None", gpus: GpuSet, o: Overrides, catalog: "Catalog",
+def _shape(facts: "ModelSpec", profile: "Profile | None", gpus: GpuSet, o: PriceSettings, catalog: "Catalog",
            ) -> "tuple[ServeShape | NoFit, Profile | None, ShapeChoice | None, str | None]":
     """(the shape, the profile it came from, the derived choice, what the first line says about it)."""
     if profile is not None:
@@ -133,7 +133,7 @@ def _shape(facts: "ModelSpec", profile: "Profile | None", gpus: GpuSet, o: Overr
                 f"shape: vLLM's defaults with the flags given ({why}), not the automatic shape `fits` and `pull` "
                 "choose")
     hw = resolve_hardware(tp=gpus.count, gpu_set=gpus)
-    auto = automatic_shape(facts, hw, catalog, shape_request(o))
+    auto = automatic_shape(facts, hw, catalog, o.shape)
     if auto.profile is not None:
         chosen = catalog.profiles[auto.profile]
         return serving_shape(facts, chosen, o, catalog), chosen, None, \
@@ -143,13 +143,6 @@ def _shape(facts: "ModelSpec", profile: "Profile | None", gpus: GpuSet, o: Overr
     if pick is None:
         return NoFit(model=facts.ref, error=auto.choice.unpriceable or auto.choice.reason), None, None, None
     return pick.shape, None, auto.choice, None
-
-
-def shape_request(o: Overrides) -> ShapeOverrides:
-    """kv-calc's shape flags as the automatic shape takes them (``-1``, vLLM's auto length, is None)."""
-    length = o.max_model_len if o.max_model_len is not None and o.max_model_len > 0 else None
-    return ShapeOverrides(tensor_parallel_size=o.tp, pipeline_parallel_size=o.pp, gpu_memory_utilization=o.mem_util,
-                          max_model_len=length, kv_cache_dtype=o.kv_cache_dtype, max_num_seqs=o.max_num_seqs)
 
 
 def _rig(request: PriceRequest, provider: "Provider", catalog: "Catalog", profile: "Profile | None",
@@ -212,4 +205,4 @@ def price_outcome(result: object) -> Outcome:
     return Outcome.OK if getattr(result, "fits", False) is True else Outcome.REFUSED
 
 
-__all__ = ["PriceRequest", "pinned_flags", "price", "price_outcome", "price_vllm", "shape_request"]
+__all__ = ["PriceRequest", "pinned_flags", "price", "price_outcome", "price_vllm"]

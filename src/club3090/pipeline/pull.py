@@ -13,7 +13,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from club3090.fit.auto_shape import ShapeOverrides
+from club3090.fit.shape import ShapeRequest
 from club3090.gate.flags import given_flags
 from club3090.outcome import STRATUM_NAMES, Notice, NoticeCode, Outcome, Stratum
 from club3090.pipeline.pull_gate import EFFECTIVE_CAP_NOTICE, ComposeStep, PathName, Verdict, decide, select_path
@@ -50,7 +50,7 @@ class PullRequest:
     gpus: "GpuSet | None" = None             # --gpus, parsed once by the CLI (nodes and link included)
     downloads_here: bool = True              # False: `up --launcher ray|k8s` (each node downloads)
     path: PathName | None = None             # explicit path (library callers and tests)
-    shape_overrides: ShapeOverrides = field(default_factory=ShapeOverrides)   # vLLM flags pinning the shape
+    shape_request: ShapeRequest = field(default_factory=ShapeRequest)   # vLLM flags pinning the shape
 
     @property
     def given(self) -> frozenset[str]:

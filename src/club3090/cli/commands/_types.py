@@ -77,16 +77,17 @@ def add_shape_flags(p: argparse.ArgumentParser, *, aliases: bool = False) -> Non
                    help="concurrent sequences (default: vLLM's for the version)")
 
 
-def shape_overrides(args: argparse.Namespace) -> Any:
-    from club3090.fit.auto_shape import ShapeOverrides
+def shape_request(args: argparse.Namespace) -> Any:
+    """The shape flags as the one :class:`club3090.fit.shape.ShapeRequest` every command takes."""
+    from club3090.fit.shape import AUTO, ShapeRequest
 
     length = getattr(args, "max_model_len", None)
-    return ShapeOverrides(tensor_parallel_size=getattr(args, "tp", None),
-                          pipeline_parallel_size=getattr(args, "pp", None),
-                          gpu_memory_utilization=getattr(args, "mem_util", None),
-                          max_model_len=None if length == "auto" else length,
-                          kv_cache_dtype=getattr(args, "kv_cache_dtype", None),
-                          max_num_seqs=getattr(args, "max_num_seqs", None))
+    return ShapeRequest(tensor_parallel_size=getattr(args, "tp", None),
+                        pipeline_parallel_size=getattr(args, "pp", None),
+                        gpu_memory_utilization=getattr(args, "mem_util", None),
+                        max_model_len=AUTO if length == "auto" else length,
+                        kv_cache_dtype=getattr(args, "kv_cache_dtype", None),
+                        max_num_seqs=getattr(args, "max_num_seqs", None))
 
 
 def add_rig_flags(p: argparse.ArgumentParser) -> None:

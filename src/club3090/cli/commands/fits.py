@@ -23,7 +23,7 @@ from club3090.cli.commands._types import (
     add_shape_flags,
     gpu_set,
     positive_int,
-    shape_overrides,
+    shape_request,
 )
 from club3090.cli.render import concurrency_text, confidence_text, safe
 
@@ -58,7 +58,7 @@ def run(args: argparse.Namespace, provider: Any) -> int:
     from club3090.pipeline.fits import FitsRequest, fits
 
     report = fits(FitsRequest(models=tuple(args.models), gpus=gpu_set(args, provider.catalog()),
-                              min_context=args.min_context, overrides=shape_overrides(args), ctx_size=args.ctx_size,
+                              min_context=args.min_context, shape=shape_request(args), ctx_size=args.ctx_size,
                               cache_type_k=args.cache_type_k, cache_type_v=args.cache_type_v,
                               gguf=args.gguf, quant=args.quant), provider)
     extended = open_flags.extend(report, args, provider)

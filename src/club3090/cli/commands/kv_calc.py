@@ -31,6 +31,7 @@ from club3090.cli.commands._types import (
     non_negative_int,
     positive_int,
     positive_number,
+    shape_request,
 )
 from club3090.cli.render import concurrency_text, confidence_text, safe, terminal_console
 from club3090.fit.kv_formats import KV_FORMATS, MODEL_DTYPES, canonical_dtype, kv_format
@@ -295,16 +296,14 @@ def run_calibration(args: argparse.Namespace, catalog: Any, receipts: Any = ()) 
 
 
 def request_of(args: argparse.Namespace, catalog: Any) -> Any:
-    from club3090.fit.estimate import Overrides
+    from club3090.fit.estimate import PriceSettings
     from club3090.pipeline.kv_calc import PriceRequest
 
-    auto_len = args.max_model_len == "auto"       # vLLM's -1: the largest that fits
     spec = getattr(args, "speculative_config", None)
     return PriceRequest(model=args.model, profile=args.profile, gpus=gpu_set(args, catalog),
-                        llamacpp=_llamacpp.flags_of(args), overrides=Overrides(
-        tp=args.tp, pp=args.pp, mem_util=args.mem_util, max_model_len=-1 if auto_len else args.max_model_len,
-        max_num_seqs=args.max_num_seqs, max_num_batched_tokens=args.max_num_batched_tokens,
-        block_size=args.block_size, kv_cache_dtype=args.kv_cache_dtype, dtype=args.dtype,
+                        llamacpp=_llamacpp.flags_of(args), overrides=PriceSettings(
+        shape=shape_request(args), max_num_batched_tokens=args.max_num_batched_tokens,
+        block_size=args.block_size, dtype=args.dtype,
         vllm_version=args.vllm_version,
         num_speculative_tokens=spec["num_speculative_tokens"] if spec else args.num_speculative_tokens,
         speculative_method=spec["method"] if spec else None,

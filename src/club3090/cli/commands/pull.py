@@ -17,7 +17,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from club3090.cli.commands._types import add_gpus_flag, add_rig_flags, add_shape_flags, gpu_set, shape_overrides
+from club3090.cli.commands._types import add_gpus_flag, add_rig_flags, add_shape_flags, gpu_set, shape_request
 from club3090.cli.exit_codes import UNAVAILABLE, exit_code
 from club3090.cli.render import concurrency_text, confidence_text, safe
 from club3090.outcome import Outcome
@@ -113,9 +113,9 @@ def run(args: argparse.Namespace, provider: Any) -> int:
     if args.profile_like is not None and not args.profile_like.strip():
         raise UsageError("--profile-like needs a KEY (see `club3090 profiles`), or leave it out for the "
                          "automatic shape")
-    from club3090.fit.auto_shape import NO_OVERRIDES
+    from club3090.fit.shape import NO_SHAPE_REQUEST
 
-    if args.profile_like and shape_overrides(args) != NO_OVERRIDES:
+    if args.profile_like and shape_request(args) != NO_SHAPE_REQUEST:
         raise UsageError("--profile-like gives the whole serving shape; drop it to choose the shape "
                          "with vLLM flags (-tp, --max-model-len, ...)")
     if args.out is not None and not args.dry_run and getattr(args, "out_bundle", False):
@@ -169,7 +169,7 @@ def request_of(args: argparse.Namespace, catalog: Any) -> Any:
                        force_download=args.force_download, experimental_arch=args.experimental_arch,
                        trust_remote_code=args.trust_remote_code, out=args.out, force=args.force,
                        hardware_sm=args.hardware, gpus=gpu_set(args, catalog),
-                       shape_overrides=shape_overrides(args))
+                       shape_request=shape_request(args))
 
 
 def _e_stages(args: argparse.Namespace, provider: Any) -> Any:

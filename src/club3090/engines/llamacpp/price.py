@@ -25,9 +25,10 @@ if TYPE_CHECKING:  # pragma: no cover - typing only
 
 __all__ = ["LlamaFlags", "LlamaNoFit", "LlamaPrice", "price"]
 
-# vLLM-only kv-calc settings (``Overrides`` fields): a GGUF model refuses them rather than ignoring them
-VLLM_ONLY = ("pp", "mem_util", "max_num_batched_tokens", "block_size", "dtype", "weights_gib", "vllm_version",
-             "num_speculative_tokens")
+# vLLM-only kv-calc settings (``PriceSettings`` and ``ShapeRequest`` fields): a GGUF model refuses them
+VLLM_ONLY = ("max_num_batched_tokens", "block_size", "dtype", "weights_gib", "vllm_version", "num_speculative_tokens")
+VLLM_ONLY_SHAPE = {"pipeline_parallel_size": "pipeline_parallel_size (--pp)",
+                   "gpu_memory_utilization": "gpu_memory_utilization (--mem-util)"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,6 +103,7 @@ def check_request(request: "PriceRequest") -> None:
     of several nodes are usage errors, not a silently different answer."""
     o = request.overrides
     given = [name for name in VLLM_ONLY if getattr(o, name, None) is not None]
+    given += [said for name, said in VLLM_ONLY_SHAPE.items() if getattr(o.shape, name) is not None]
     if o.enforce_eager:
         given.append("enforce_eager")
     if given:
@@ -116,7 +118,7 @@ def check_request(request: "PriceRequest") -> None:
 def llama_args(request: "PriceRequest", profile: "Profile | None") -> LlamaCppArgs | Unpriceable:
     """The profile's llama.cpp settings, the shared kv-calc flags in llama.cpp's terms, then the
     llama.cpp flags as given."""
-    o, f = request.overrides, request.llamacpp
+    o, f = request.overrides.shape, request.llamacpp
     base = LlamaCppArgs(ctx_size=4096)
     if profile is not None:
         pair = cache_types(profile.kv_format)
@@ -124,8 +126,8 @@ def llama_args(request: "PriceRequest", profile: "Profile | None") -> LlamaCppAr
             return pair
         base = replace(base, ctx_size=profile.max_model_len, parallel=profile.max_num_seqs,
                        cache_type_k=pair[0], cache_type_v=pair[1])
-    if o.max_model_len is not None and o.max_model_len > 0:
-        base = replace(base, ctx_size=o.max_model_len)
+    if o.length is not None:
+        base = replace(base, ctx_size=o.length)
     if o.max_num_seqs is not None:
         base = replace(base, parallel=o.max_num_seqs)
     if o.kv_cache_dtype is not None:
@@ -158,7 +160,7 @@ def rig(request: "PriceRequest", provider: "Provider", profile: "Profile | None"
     catalog = provider.catalog()
     card = catalog.gpus.get(profile.reference_gpu) if profile is not None and profile.reference_gpu else None
     if card is not None and profile is not None:
-        count = request.overrides.tp or profile.tp
+        count = request.overrides.shape.tensor_parallel_size or profile.tp
         return ([card.usable_memory_bytes] * count, f"{count}x{card.id}",
                 f"no GPU detected and no --gpus given: priced on {profile.key}'s reference card "
                 f"({card.display_name} x {count}); pass --gpus to price your own")
