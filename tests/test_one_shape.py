@@ -63,6 +63,9 @@ def test_concurrency_is_what_the_profile_serves_with_the_kv_room_apart(capsys):
     assert room >= 1
     _, doc = _json(capsys, *argv)
     assert int(doc["fit"]["max_concurrency"]) == room       # the pool's room, named apart from what is served
+    _, kv = _json(capsys, "kv-calc", "Lorbus/Qwen3.6-27B-int4-AutoRound", "--profile", "vllm/minimal",
+                  "--gpus", "1x3090")
+    assert kv["concurrent_requests"] == 1 and int(kv["max_concurrency"]) >= 1
 
 
 def test_no_gpus_asks_in_kv_calc_as_in_fits_and_pull(hub, capsys):

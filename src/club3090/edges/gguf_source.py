@@ -57,16 +57,13 @@ def _pick(quants: list["QuantFile"], quant: str | None, repo_id: str) -> QuantFi
 def _from_repo(repo_id: str, files: tuple[str, ...], revision: str | None, settings: Any,
                quant: str | None, hub: "Callable[[], Any] | None" = None,
                ) -> tuple["GgufModel", str, str | None, tuple["QuantFile", ...]]:
-    from club3090.edges.gguf_remote import QuantFile, list_quants, load_remote, read_cached
-    from club3090.edges.hub import HubClient
+    from club3090.edges.gguf_remote import QuantFile, list_quants, load_remote, ranged_client, read_cached
 
     if files:
         cached = read_cached(repo_id, files, revision, settings.hub_cache)
         if cached is not None:
             return cached, "HF cache", cached.quant, ()
-    client = hub() if hub is not None else None
-    if not isinstance(client, HubClient):     # the header reads need the real client's ranged GETs
-        client = HubClient(settings)
+    client = ranged_client(hub, settings)
     info = client.repo_info(repo_id, revision)
     quants = list_quants(info)
     if files:

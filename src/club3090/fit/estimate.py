@@ -31,7 +31,8 @@ if TYPE_CHECKING:
     from club3090.model.spec import ModelSpec
     from club3090.rig.gpus import GpuSet
 
-__all__ = ["Estimate", "NoFit", "PriceSettings", "estimate", "serving_shape", "weights_note", "weights_per_rank_bytes"]
+__all__ = ["Estimate", "NoFit", "PriceSettings", "estimate", "served_concurrency", "serving_shape", "weights_note",
+           "weights_per_rank_bytes"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,7 +75,8 @@ class Estimate:
         out.update({"ok": True, "model": self.model, "architecture": self.architecture, "gpus": self.gpus,
                     "tp": self.tp, "pp": self.pp, "profile": self.profile, "weights_source": self.weights_source,
                     "shape": self.choice.to_json() if self.choice is not None else None,
-                    "shape_note": self.shape_note, "rig_note": self.rig_note})
+                    "shape_note": self.shape_note, "rig_note": self.rig_note,
+                    "concurrent_requests": served_concurrency(self.result)})
         if self.gpus_per_node:
             out.update({"nodes": self.nodes, "gpus_per_node": self.gpus_per_node, "interconnect": self.interconnect})
         return out
@@ -89,6 +91,12 @@ class NoFit:
 
     def to_json(self) -> dict[str, Any]:
         return {"ok": False, "reason": "no-fit-model", "error": self.error, "model": self.model}
+
+
+def served_concurrency(fit: FitResult) -> int:
+    """Full-length requests the server serves at once: ``min(max_num_seqs, KV room)`` (the room,
+    ``max_concurrency``, is what the pool could hold; the scheduler admits ``max_num_seqs``)."""
+    return min(int(fit.settings.max_num_seqs), int(fit.max_concurrency))
 
 
 def weights_per_rank_bytes(weights_gib: float | None) -> int | None:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from club3090.fit.auto_shape import ShapeChoice
+from club3090.fit.estimate import served_concurrency
 from club3090.fit.memory import FitResult, Unpriceable, predict
 from club3090.fit.shape import ShapeRequest, profile_shape
 from club3090.fit.speed import SpeedEstimate, estimate_speed
@@ -92,6 +93,7 @@ class FitsRow:
                 "max_model_len": fit.max_model_len if fit else None,
                 "max_model_len_fit": fit.max_model_len_fit if fit else None,
                 "max_concurrency": round(fit.max_concurrency, 2) if fit else None,
+                "concurrent_requests": served_concurrency(fit) if fit else None,
                 "raw_verdict": fit.raw_verdict if fit else None,
                 "calibration": fit.calibration.to_json() if fit is not None and fit.calibration else None,
                 "shape": self.choice.to_json() if self.choice is not None else None, "stop": self.stop,

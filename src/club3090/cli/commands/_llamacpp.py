@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from typing import Any
 
 from club3090.cli.commands._types import non_negative_int, positive_int
@@ -82,15 +81,10 @@ def _mib(n: int) -> str:
 
 
 def render(price: Any, *, as_json: bool) -> None:
-    """kv-calc's llama.cpp answer (``engines.llamacpp.price``): JSON, or the human tables."""
-    from club3090.cli.render import safe
-    from club3090.engines.llamacpp.price import LlamaPrice
-
-    priced = isinstance(price, LlamaPrice)
+    """kv-calc's llama.cpp answer (``engines.llamacpp.price.LlamaPrice``): JSON, or the human tables
+    (its ``NoFit`` is kv-calc's own, rendered there)."""
     if as_json:
-        print(json.dumps(price.to_json(), indent=1) if priced else json.dumps(price.to_json()))
-    elif not priced:     # LlamaNoFit: a verdict about the model or flags, not a crash
-        print(safe(f"no-fit-model: {price.model}: {price.error}"), file=sys.stderr)
+        print(json.dumps(price.to_json(), indent=1))
     else:
         _render(price)
 

@@ -150,13 +150,11 @@ def gguf_row(name: str, provider: "Provider", hw: "HardwareFacts", request: "Fit
              label: str | None = None, only: tuple[str, ...] = ()) -> "FitsRow":
     """``fits``' row for ``name``'s GGUF quants priced for llama.cpp (``only``: the quants made of
     these files, when the repo has them; ``label``: what the user asked for, when not the repo)."""
-    from club3090.edges.hub import HubClient
+    from club3090.edges.gguf_remote import ranged_client
     from club3090.edges.resolve import split_source
     from club3090.pipeline.fits import FitsRow
 
-    client = provider.hub()
-    if not isinstance(client, HubClient):
-        client = HubClient(provider.settings)
+    client = ranged_client(provider.hub, provider.settings)
     repo, revision = split_source(name)
     listing = gguf_listing(client, repo, revision, gguf_args(request), list(hw.memory_bytes), only=only,
                            quant=request.quant)

@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from club3090.errors import UsageError
+from club3090.fit.estimate import NoFit
 from club3090.fit.llamacpp import LlamaCppArgs, cache_types, fewest_offloaded, largest_context, predict
 from club3090.fit.memory import Unpriceable
 from club3090.outcome import Reason, Stop, Stratum
@@ -23,7 +24,7 @@ if TYPE_CHECKING:  # pragma: no cover - typing only
     from club3090.pipeline.kv_calc import PriceRequest
     from club3090.pipeline.provider import Provider
 
-__all__ = ["LlamaFlags", "LlamaNoFit", "LlamaPrice", "price"]
+__all__ = ["LlamaFlags", "LlamaPrice", "price"]
 
 # vLLM-only kv-calc settings (``PriceSettings`` and ``ShapeRequest`` fields): a GGUF model refuses them
 VLLM_ONLY = ("max_num_batched_tokens", "block_size", "dtype", "weights_gib", "vllm_version", "num_speculative_tokens")
@@ -85,17 +86,6 @@ class LlamaPrice:
             "fits_with": None if rescue is None else {"n_gpu_layers": rescue.args.n_gpu_layers,
                                                       "n_cpu_moe": rescue.args.n_cpu_moe},
         }
-
-
-@dataclass(frozen=True, slots=True)
-class LlamaNoFit:
-    """``no-fit-model`` for a GGUF model: its layout or the flags cannot be priced (why in ``error``)."""
-
-    model: str
-    error: str
-
-    def to_json(self) -> dict[str, Any]:
-        return {"ok": False, "reason": "no-fit-model", "error": self.error, "model": self.model}
 
 
 def check_request(request: "PriceRequest") -> None:
@@ -167,7 +157,7 @@ def rig(request: "PriceRequest", provider: "Provider", profile: "Profile | None"
     return [], "", None
 
 
-def price(request: "PriceRequest", provider: "Provider") -> LlamaPrice | LlamaNoFit | Stop:
+def price(request: "PriceRequest", provider: "Provider") -> LlamaPrice | NoFit | Stop:
     """kv-calc's answer for a GGUF model (``request.llamacpp``: llama.cpp's flags)."""
     from club3090.engines.llamacpp import LLAMACPP
     from club3090.pipeline.engines import profile_of
@@ -183,7 +173,7 @@ def price(request: "PriceRequest", provider: "Provider") -> LlamaPrice | LlamaNo
     largs = llama_args(request, src.profile)
     result = largs if isinstance(largs, Unpriceable) else predict(src.model, largs, gpu_bytes)
     if isinstance(result, Unpriceable):      # a verdict about the model or flags (no-fit-model), not a crash
-        return LlamaNoFit(model=src.label, error=result.reason)
+        return NoFit(model=src.label, error=result.reason)
     assert isinstance(largs, LlamaCppArgs)
     best = largest_context(src.model, largs, gpu_bytes, limit=max(src.model.ctx_train or 0, largs.ctx_size))
     if request.overrides.solve_max_ctx and best:

@@ -154,12 +154,11 @@ def plan_llamacpp(req: "UpRequest", provider: "Provider", catalog: "Catalog",
     """What to serve (the repo, its commit, the quant) priced with llama.cpp's memory model on the
     rig: the first candidate quant with every layer on the GPUs, else the one that offloads least."""
     from club3090.compose import llamacpp as lc
-    from club3090.edges.gguf_remote import list_quants, load_remote
-    from club3090.edges.hub import HubClient
+    from club3090.edges.gguf_remote import list_quants, load_remote, ranged_client
     from club3090.fit.memory import Unpriceable
 
     repo_id, revision, files = _source(req, catalog, profile)
-    client = HubClient(provider.settings)
+    client = ranged_client(provider.hub, provider.settings)
     info: RepoInfo = client.repo_info(repo_id, revision)
     if not info.commit:
         raise InputError(repo_id, "the Hub named no commit for this repo; refusing an unpinned download")
