@@ -253,8 +253,9 @@ def _plan_row(base: OpenRow, arch: Architecture, label: str, weights: int, rig: 
 # the ranking
 
 
-def model_row(model: "OpenModel", index: "OpenIndex", rig: "GpuSet", request: OpenFitsRequest) -> OpenRow:
-    """``model`` under the engine that serves it best on ``rig`` (see the module docstring)."""
+def model_row(model: "OpenModel", index: "OpenIndex", rig: "GpuSet", request: OpenFitsRequest) -> OpenRow | None:
+    """``model`` under the engine that serves it best on ``rig`` (see the module docstring); None
+    when ``request.engine`` reads none of its variants (no GGUF repository for llama.cpp)."""
     arch = parse_config(model.config_dict())
     params = _params(model, arch)
     target = request.min_context or DEFAULT_CONTEXT
@@ -265,19 +266,13 @@ def model_row(model: "OpenModel", index: "OpenIndex", rig: "GpuSet", request: Op
         else None
     if gguf is not None and (gguf.fits or vllm is None):
         return gguf
-    if vllm is not None:
-        return vllm
-    why = "no GGUF repository is known for it" if request.engine is GGUF else "no variant to price"
-    return OpenRow(model=model.id, repo=model.repo, engine=(request.engine or SAFETENSORS).name, variant="", weights_bytes=0,
-                   fits=False, tasks=model.tasks, params=params, reason=why, geometry=model.geometry)
+    return vllm
 
 
 def open_fits(index: "OpenIndex", rig: "GpuSet", request: OpenFitsRequest) -> tuple[OpenRow, ...]:
     """Every index model (of ``request.task``) on ``rig``, ranked by :func:`open_rank_key`."""
     models = [m for m in index.models.values() if request.task is None or request.task in m.tasks]
-    rows = [model_row(m, index, rig, request) for m in models]
-    if request.engine is not None:
-        rows = [r for r in rows if r.engine == request.engine.name]
+    rows = [row for row in (model_row(m, index, rig, request) for m in models) if row is not None]
     rows.sort(key=open_rank_key)
     return tuple(rows)
 
