@@ -183,7 +183,8 @@ def test_pull_prices_a_multi_node_shape_and_writes_nothing(hub, capsys, tmp_path
     assert code == 0 and doc["raw_verdict"] != "wont-fit" and doc["emitted"] is False
     one = main(["pull", "microsoft/phi-4", "--gpus", "2x(1x3090)", "-tp", "1", "--dry-run", "--json"])
     doc = json.loads(capsys.readouterr().out)
-    assert one == 3 and doc["raw_verdict"] == "wont-fit" and "multi-node-shape" not in doc["notice_codes"]
+    # a dry run's no-fit exits 2, as `fits` does (docs/DESIGN.md §16)
+    assert one == 2 and doc["raw_verdict"] == "wont-fit" and "multi-node-shape" not in doc["notice_codes"]
 
 
 def test_speed_pays_the_node_hop():
