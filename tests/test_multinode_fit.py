@@ -129,6 +129,11 @@ def test_deepseek_v3_on_two_h100_nodes_is_tp8_pp2(hub, capsys):
     code, doc = _fits(capsys, "deepseek-ai/DeepSeek-V3", "--gpus", "2x(8xH100)")
     row = doc["models"][0]
     assert code == 0 and doc["summary"] == "FITS"
+    # the rig as values, never a command-line fragment (issue 27 item 2)
+    gpus = doc["gpus"]
+    assert (gpus["spec"], gpus["nodes"], gpus["gpus_per_node"], gpus["interconnect"]) == \
+        ("2x(8xH100)", 2, 8, "ethernet-10g") and gpus["interconnect_assumed"] is True
+    assert not any(isinstance(v, str) and "--" in v for v in gpus.values()), gpus
     assert (row["tensor_parallel_size"], row["pipeline_parallel_size"]) == (8, 2)
     assert row["shape"]["nodes"] == 2 and row["shape"]["gpus_per_node"] == 8
     assert row["shape"]["reason"].startswith("one node of 8 GPU(s) does not fit")
