@@ -150,6 +150,7 @@ def test_download_verifies_hashes_into_the_pulls_folder(catalog, hub, tmp_path):
     text = r.e.compose_path.read_text(encoding="utf-8")
     assert r.e.compose_path == dest.parent / f"{dest.name}.compose.yml" and str(dest) in text
     assert "--max-model-len" in text and r.e.boot_skipped == "--no-boot" and r.e.outcome == "partial"
+    assert r.to_json()["e"]["capture_outcome"] == "partial" and "outcome" not in r.to_json()["e"]
     files = _bundle(r)
     assert set(files) == {"pt1-gate.json", "pt2-download.json", "manifest.json"}
     assert files["pt2-download.json"]["sha_verified"] is True and files["pt2-download.json"]["failure"] is None

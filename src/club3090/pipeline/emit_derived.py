@@ -117,7 +117,8 @@ class EReport:
             "boot": self.boot.to_point() if self.boot is not None else None,
             "boot_skipped": self.boot_skipped,
             "smoke": self.smoke.to_point() if self.smoke is not None else None,
-            "outcome": self.outcome if self.ran else None,
+            # the capture bundle's outcome (ok | partial | failed), not the command's `outcome`
+            "capture_outcome": self.outcome if self.ran else None,
             "bundle": str(self.bundle) if self.bundle is not None else None,
         }
 
