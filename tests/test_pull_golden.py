@@ -177,7 +177,8 @@ def test_golden_api(case: dict[str, Any], index: int, tmp_path: Path, hub_for) -
     argv = _argv(run, out)
     args = cli.build_parser().parse_args(["pull", *argv])
     settings = hub.settings() if hub is not None else Settings.from_env()
-    result = evaluate(request_of(args), _provider(run, settings), captures_root=tmp_path / ".pull-captures")
+    provider = _provider(run, settings)
+    result = evaluate(request_of(args, provider.catalog()), provider, captures_root=tmp_path / ".pull-captures")
     _check(json.loads(json.dumps(result.to_json(), default=str)), run["expect"], out, tmp_path)
 
 

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from club3090.catalog.model import Catalog, Patch, Profile
+    from club3090.edges.gguf_source import GgufSource
     from club3090.edges.gpu_probe import DetectedGpus
     from club3090.edges.hub import HubSource
     from club3090.model.spec import ModelSpec
@@ -50,6 +51,13 @@ class LiveProvider:
 
         return resolve(source, self.settings, catalog, hub_factory=self.hub, progress=progress or self.progress,
                        weights_optional=weights_optional)
+
+    def resolve_gguf(self, source: str | None, catalog: "Catalog", *, profile: "Profile | None" = None,
+                     quant: str | None = None) -> "GgufSource":
+        """llama.cpp's facts: a GGUF file, repo or llama.cpp-family profile (headers only)."""
+        from club3090.edges.gguf_source import resolve_gguf
+
+        return resolve_gguf(source, catalog, self.settings, profile=profile, quant=quant, hub=self.hub)
 
     def hub(self) -> "HubSource":
         if self.hub_source is not None:

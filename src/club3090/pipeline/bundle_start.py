@@ -145,10 +145,10 @@ def _verify(result: UpResult, state: dict[str, Any], seams: UpSeams) -> UpResult
     smoke = boot.smoke(url, model, http=http)
     result.lines.append("[up] smoke " + " ".join(f"{c}={v}" for c, v in smoke.results.items()))
     client = OpenAIClient(f"{url}/v1", timeout=300.0, http=http, deadline_s=900.0)
-    # a launch without vLLM's tool flags serves no tool calls: probing them would fail by construction
-    llama = state.get("engine") == "llama.cpp"
-    # llama-server serves tool calls only with --jinja (the chat template's tool format)
-    tools_flag = "--jinja" if llama else "--enable-auto-tool-choice"
+    # a launch without its engine's tool flag serves no tool calls: probing them would fail by construction
+    from club3090.pipeline import engines
+
+    tools_flag = (engines.by_type(str(state.get("engine", ""))) or engines.DEFAULT).tools_flag
     skip_tools = state.get("skip_tools", False) or tools_flag not in state.get("argv", [])
     report = verify(client, model=model, skip_tools=skip_tools, progress=seams.say)
     if skip_tools and not state.get("skip_tools"):

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from club3090.catalog.model import Catalog, Patch, Profile
+    from club3090.edges.gguf_source import GgufSource
     from club3090.edges.gpu_probe import DetectedGpus
     from club3090.edges.hub import HubSource
     from club3090.model.spec import ModelSpec
@@ -51,6 +52,9 @@ class Provider(Protocol):
 
     def resolve(self, source: str, catalog: "Catalog", *, weights_optional: bool = False,
                 progress: "Callable[[int, int], None] | None" = None) -> "ModelSpec | Stop": ...
+
+    def resolve_gguf(self, source: str | None, catalog: "Catalog", *, profile: "Profile | None" = None,
+                     quant: str | None = None) -> "GgufSource": ...
 
     def hub(self) -> "HubSource": ...
 

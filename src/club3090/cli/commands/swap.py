@@ -14,7 +14,7 @@ import json
 import sys
 from typing import Any
 
-from club3090.cli.commands._types import add_bundle_flags
+from club3090.cli.commands._types import add_bundle_flags, add_gpus_flag, gpu_set
 from club3090.cli.render import safe
 
 
@@ -34,7 +34,7 @@ def add_parser(sub: Any) -> None:
                    help="write the bundle only: no weight download, no start")
     p.add_argument("--launcher", choices=("docker", "native"), default="docker",
                    help="docker (docker compose, default) or native (vllm on this host)")
-    p.add_argument("--gpus", metavar="SPEC", help="the GPUs the fit is re-priced on: 1x3090, 2x24GiB, ...")
+    add_gpus_flag(p)
     p.add_argument("--served-model-name", metavar="NAME",
                    help="the name clients ask for (default: REPO's name, lower-cased)")
     p.add_argument("--json", action="store_true", help="print the result as one JSON object")
@@ -57,7 +57,7 @@ def run(args: argparse.Namespace, provider: Any) -> int:
     if callable(seams_hook):
         seams = seams_hook(seams)
     req = SwapRequest(source=args.source, profile_like=args.profile_like, directory=args.directory,
-                      emit_only=args.emit_only, launcher=args.launcher, gpus=args.gpus, port=args.port,
+                      emit_only=args.emit_only, launcher=args.launcher, gpus=gpu_set(args, provider.catalog()), port=args.port,
                       served_model_name=args.served_model_name, no_start=args.no_start, vllm=args.vllm,
                       force=args.force, skip_tools=args.skip_tools)
     result = swap(req, provider, seams)
