@@ -22,7 +22,7 @@ from club3090.fit.speed import SpeedEstimate, estimate_speed
 from club3090.gate.advisories import advise
 from club3090.outcome import Notice, Outcome, Reason, Stop, Stratum
 from club3090.pipeline import engines
-from club3090.pipeline.auto_profile import automatic_shape, weights_of
+from club3090.pipeline.auto_profile import AutoShape, automatic_shape, weights_of
 from club3090.pipeline.stages import calibrated
 from club3090.rig.gpus import GpuSet, card_set
 from club3090.rig.hardware import HardwareFacts, resolve_hardware
@@ -49,6 +49,7 @@ class FitsRequest:
     cache_type_v: str | None = None
     gguf: bool = False                       # price a repo's GGUF files even when it has safetensors
     quant: str | None = None                 # --quant: only this quant of a GGUF repo
+    user_defaults: Mapping[str, str] = field(default_factory=dict)   # model id -> the person's default profile
 
 
 @dataclass(frozen=True, slots=True)
@@ -201,7 +202,9 @@ def vllm_row(name: str, provider: "Provider", hw: HardwareFacts, request: FitsRe
                            stop=f"{resolved.token}: {resolved.detail.get('message', '')}".rstrip(": "))
         facts = resolved
     repo = repo_of(facts, catalog)
-    auto = automatic_shape(facts, hw, catalog, request.shape, min_context=request.min_context)
+    mine = _own_default(facts, catalog, request)
+    auto = AutoShape(profile=mine) if mine is not None else \
+        automatic_shape(facts, hw, catalog, request.shape, min_context=request.min_context)
     if auto.profile is not None:
         curated = _curated_row(name, repo, facts, catalog, hw, auto.profile, request.min_context)
         if curated.fits or hw.nodes == 1:
@@ -218,6 +221,17 @@ def vllm_row(name: str, provider: "Provider", hw: HardwareFacts, request: FitsRe
                    choice=choice, fit=pick.fit, tp=pick.shape.tp, pp=pick.shape.pp,
                    kv_cache_dtype=pick.shape.kv_cache_dtype, facts=facts, shape=pick.shape,
                    gguf_files=facts.gguf_files)
+
+
+def _own_default(facts: "ModelSpec", catalog: "Catalog", request: FitsRequest) -> str | None:
+    """The person's default profile for this curated model (``profiles --set-default``), when it is a
+    vLLM profile of these weights and no shape flag was given."""
+    if facts.curated is None or request.shape != ShapeRequest():
+        return None
+    key = catalog.profile_key(request.user_defaults.get(facts.curated.model_id) or "")
+    if key is None or engines.for_profile(catalog, key) is not engines.DEFAULT:
+        return None
+    return key if catalog.profiles[key].weights_variant == facts.curated.variant_id else None
 
 
 def _is_hub_repo(name: str) -> bool:

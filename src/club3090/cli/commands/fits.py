@@ -52,13 +52,16 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace, provider: Any) -> int:
+    from club3090.cli.commands._routing import default_notes, user_defaults
     from club3090.cli.exit_codes import exit_code
     from club3090.pipeline.fits import FitsRequest, fits
 
+    mine = user_defaults()
+    default_notes(provider.catalog(), args.models, mine)
     report = fits(FitsRequest(models=tuple(args.models), gpus=gpu_set(args, provider.catalog()),
                               min_context=args.min_context, shape=shape_request(args), ctx_size=args.ctx_size,
                               cache_type_k=args.cache_type_k, cache_type_v=args.cache_type_v,
-                              gguf=args.gguf, quant=args.quant), provider)
+                              gguf=args.gguf, quant=args.quant, user_defaults=mine), provider)
     code = exit_code(report.outcome)
     single = len(args.models) == 1
     if args.json:

@@ -118,6 +118,10 @@ def run(args: argparse.Namespace, provider: Any) -> int:
     if args.profile_like and shape_request(args) != NO_SHAPE_REQUEST:
         raise UsageError("--profile-like gives the whole serving shape; drop it to choose the shape "
                          "with vLLM flags (-tp, --max-model-len, ...)")
+    if args.profile_like is None and shape_request(args) == NO_SHAPE_REQUEST:   # the person's own default
+        from club3090.cli.commands._routing import routed_profile
+
+        args.profile_like = routed_profile(args, provider)
     if args.out is not None and not args.dry_run and getattr(args, "out_bundle", False):
         return _bundle(args, provider)
     if args.out is not None and not args.dry_run:  # fail fast, before the gate runs (exit 64)

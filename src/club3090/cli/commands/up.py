@@ -51,6 +51,8 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--yes", "-y", action="store_true", help="accept a confirm→proceed terminal")
     p.add_argument("--force-download", action="store_true", help="accept a low-confidence wont-fit")
     p.add_argument("--trust-remote-code", action="store_true", help="acknowledge custom modelling code")
+    p.add_argument("--allow-deprecated", action="store_true",
+                   help="launch a profile upstream deprecated (default: stop and name its replacement)")
     g = p.add_argument_group("GGUF / llama.cpp family (a GGUF repo or a llama.cpp-family profile)")
     g.add_argument("--quant", metavar="QUANT", help="which quant of a GGUF repo to serve (default: the largest "
                                                     "that fits with every layer on the GPUs)")
@@ -105,7 +107,10 @@ def run_request(args: argparse.Namespace, provider: Any, *, directory: Path, no_
     cluster = ClusterOptions(nodes=nodes, head_ip=getattr(args, "head_ip", ""),
                              network_interface=getattr(args, "network_interface", ""),
                              ray_port=getattr(args, "ray_port", 6379), model_cache=getattr(args, "model_cache", "pvc"))
-    req = UpRequest(source=args.source, directory=directory, profile_like=args.profile_like,
+    from club3090.cli.commands._routing import routed_profile
+
+    profile_like = routed_profile(args, provider, up=args.command == "up")
+    req = UpRequest(source=args.source, directory=directory, profile_like=profile_like,
                     launcher=launcher, gpus=gpu_set(args, provider.catalog()), port=port, no_start=no_start,
                     vllm=vllm, yes=args.yes, force_download=args.force_download,
                     trust_remote_code=args.trust_remote_code, force=args.force, skip_tools=skip_tools,

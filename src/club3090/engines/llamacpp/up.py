@@ -122,12 +122,12 @@ def up_llamacpp(req: "UpRequest", provider: "Provider", seams: "UpSeams", *, cat
 
 def _source(req: "UpRequest", catalog: "Catalog", profile: "Profile | None",
             ) -> tuple[str, str | None, tuple[str, ...]]:
-    """(repo, revision, files): the profile's weight variant when SOURCE names it, else SOURCE."""
+    """(repo, revision, files): the profile's weight variant when SOURCE names it (or its model), else SOURCE."""
     if profile is not None:
         variant = catalog.models[profile.model].weights.get(profile.weights_variant)
         if variant is None or not variant.hf_repos:
             raise UsageError(f"{profile.key}: its weight variant names no Hub repository")
-        if req.source in (profile.key, *variant.hf_repos):
+        if req.source in (profile.key, profile.model, *variant.hf_repos):   # the model id: routing chose it
             return variant.hf_repos[0], variant.revision, tuple(variant.files)
     return req.source, None, ()
 
