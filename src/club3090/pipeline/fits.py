@@ -31,6 +31,7 @@ if TYPE_CHECKING:  # pragma: no cover - typing only
     from club3090.catalog.model import Catalog
     from club3090.engines.llamacpp.fits import GgufListing
     from club3090.fit.memory import ServeShape
+    from club3090.gate.cliffs import Cliff
     from club3090.model.spec import ModelSpec
     from club3090.pipeline.provider import Provider
 
@@ -73,6 +74,7 @@ class FitsRow:
     shape: "ServeShape | None" = field(default=None, compare=False, repr=False)
     gguf: "GgufListing | None" = None        # a GGUF repo: every quant priced for llama.cpp
     gguf_files: tuple[str, ...] = ()         # a safetensors repo that also holds GGUF files
+    cliffs: "tuple[Cliff, ...]" = ()         # known failure modes from the catalog (gate.cliffs), shown first
 
     @property
     def context(self) -> int:
@@ -102,6 +104,7 @@ class FitsRow:
                 "gguf": self.gguf.to_json() if self.gguf is not None else None,
                 "gguf_files": list(self.gguf_files),
                 "advisories": [n.to_json() for n in self.advisories],
+                "cliffs": [c.to_json() for c in self.cliffs],
                 "worst_rank": worst_rank(fit, self.tp, self.gpus_per_node) if fit else None}
 
 
@@ -284,12 +287,26 @@ def with_speed(row: FitsRow, catalog: "Catalog", cards: GpuSet) -> FitsRow:
 
 
 def with_advice(row: FitsRow, catalog: "Catalog", hw: HardwareFacts) -> FitsRow:
-    """The row with the stratum-5 advisories that apply to it (none for a curated model that fits)."""
+    """The row with the known cliffs and the stratum-5 advisories that apply to it (no advisory for a
+    curated model that fits)."""
+    row = with_cliffs(row, catalog)
     if row.facts is None or row.facts.source == "local" or (row.fits and row.facts.curated is not None):
         return row
     notes = advise(row.facts, catalog, fit=row.fit, memory=hw.memory_bytes,
                    device_name=hw.names[0] if hw.names else None, gpu_count=hw.count)
     return replace(row, advisories=notes) if notes else row
+
+
+def with_cliffs(row: FitsRow, catalog: "Catalog") -> FitsRow:
+    from club3090.gate.cliffs import known_cliffs
+
+    facts = row.facts
+    if facts is None:
+        return row
+    cliffs = known_cliffs(catalog, profile=catalog.profiles.get(row.profile or ""),
+                          curated_model=facts.curated.model_id if facts.curated else None,
+                          architecture=facts.arch.architecture)
+    return replace(row, cliffs=cliffs) if cliffs else row
 
 
 def repo_of(facts: "ModelSpec", catalog: "Catalog") -> str | None:

@@ -76,14 +76,15 @@ def run(args: argparse.Namespace, provider: Any) -> int:
     if single:
         row = report.rows[0]
         print(safe(sentence(row, rig)))
-        for line in detail_lines(row, rig, report.gpus, verbose=True):
+        for line in [c.line() for c in row.cliffs] + detail_lines(row, rig, report.gpus, verbose=True):
             print(safe(line))
         return code
     print(safe(f"On {rig}: {sum(r.fits for r in report.rows)} of {len(report.rows)} models fit "
                "(estimates from the memory model, not measurements)"))
     for i, row in enumerate(report.rows, 1):
         print(safe(f"{i:>2}. {sentence(row, rig, short=True)}"))
-        for line in detail_lines(row, rig, report.gpus, verbose=args.verbose):
+        cliffs = [c.line() for c in row.cliffs] if args.verbose else []
+        for line in cliffs + detail_lines(row, rig, report.gpus, verbose=args.verbose):
             print(safe(f"    {line}"))
     return code
 

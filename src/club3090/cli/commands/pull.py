@@ -344,7 +344,7 @@ def _c0_stop(result: Any) -> bool:
 
 
 def render(result: Any, *, recommend: bool = False, verbose: bool = False) -> str:
-    lines = [headline(result)]
+    lines = [headline(result), *(c.line() for c in result.cliffs)]   # known cliffs at the top (gate.cliffs)
     if verbose:
         status = "OK" if result.ok else "ABORT" if not result.dry_run or result.exit_code else "DRY-RUN"
         lines.append(f"[pull] {status} path={result.path or '-'} stratum={result.stratum_name} "
