@@ -12,7 +12,7 @@ from club3090 import cli
 from club3090.catalog import load_catalog
 from club3090.rig.gpus import parse_gpus
 from club3090.rig.hardware import mixed_generations, resolve_hardware
-from tests.providers import plenty_of_disk
+from tests.providers import offline_here, plenty_of_disk
 
 CURATED = "Lorbus/Qwen3.6-27B-int4-AutoRound"
 MIXED = "1x3090,1x4090"
@@ -20,9 +20,7 @@ MIXED = "1x3090,1x4090"
 
 @pytest.fixture(autouse=True)
 def _offline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    offline_here(tmp_path, monkeypatch)
 
 
 def _pull(capsys, profile: str, gpus: str) -> tuple[int, dict]:

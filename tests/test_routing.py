@@ -20,7 +20,7 @@ from club3090.pipeline.routing import choose_profile
 from tests import test_up as up_tests
 from tests import test_up_llamacpp as llama
 from tests.llama_server import free_port
-from tests.providers import plenty_of_disk
+from tests.providers import offline_here, plenty_of_disk
 
 env, gguf, stopper = llama.env, llama.gguf, up_tests.stopper          # the real llama.cpp server fixtures
 MODEL = "qwen3.6-27b"
@@ -111,10 +111,8 @@ def test_up_of_a_deprecated_profile_stops_before_anything_is_written(tmp_path, m
 
 @pytest.fixture
 def state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.chdir(tmp_path)
+    offline_here(tmp_path, monkeypatch)
     monkeypatch.setenv("CLUB3090_STATE_DIR", str(tmp_path / "state"))
-    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     return tmp_path / "state"
 
 

@@ -11,16 +11,14 @@ import pytest
 
 from club3090 import cli
 from club3090.catalog import load_catalog
-from tests.providers import plenty_of_disk
+from tests.providers import offline_here, plenty_of_disk
 
 CURATED = "Lorbus/Qwen3.6-27B-int4-AutoRound"
 
 
 @pytest.fixture(autouse=True)
 def _offline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    offline_here(tmp_path, monkeypatch)
 
 
 @pytest.mark.parametrize("archived, status", [(True, "archived: not in upstream's registry"),
