@@ -128,6 +128,10 @@ def test_set_default_is_stored_and_used_by_pull_and_fits(state, capsys):
     assert cli.main(["fits", MODEL, "--gpus", "2x3090", "--json"], provider=plenty_of_disk) == 0
     out = capsys.readouterr()
     assert "vllm/dual" in out.out and "your default profile vllm/dual" in out.err
+    # a default for more GPUs than the rig has is not used, and says so
+    assert cli.main(["pull", MODEL, "--gpus", "1x3090", "--json"], provider=plenty_of_disk) in (0, 2, 3)
+    out = capsys.readouterr()
+    assert json.loads(out.out)["profile_like"] != "vllm/dual" and "needs 2 GPUs, the rig has 1" in out.err
     # --profile-like wins; 'none' forgets
     assert cli.main(["pull", MODEL, "--gpus", "2x3090", "--profile-like", "vllm/qwen-27b-dual-fast", "--json"],
                     provider=plenty_of_disk) in (0, 2, 3)

@@ -205,7 +205,7 @@ def vllm_row(name: str, provider: "Provider", hw: HardwareFacts, request: FitsRe
                            stop=f"{resolved.token}: {resolved.detail.get('message', '')}".rstrip(": "))
         facts = resolved
     repo = repo_of(facts, catalog)
-    mine = _own_default(facts, catalog, request)
+    mine = _own_default(facts, catalog, request, hw.count)
     auto = AutoShape(profile=mine) if mine is not None else \
         automatic_shape(facts, hw, catalog, request.shape, min_context=request.min_context)
     if auto.profile is not None:
@@ -226,15 +226,16 @@ def vllm_row(name: str, provider: "Provider", hw: HardwareFacts, request: FitsRe
                    gguf_files=facts.gguf_files)
 
 
-def _own_default(facts: "ModelSpec", catalog: "Catalog", request: FitsRequest) -> str | None:
+def _own_default(facts: "ModelSpec", catalog: "Catalog", request: FitsRequest, gpus: int) -> str | None:
     """The person's default profile for this curated model (``profiles --set-default``), when it is a
-    vLLM profile of these weights and no shape flag was given."""
+    vLLM profile of these weights for at most ``gpus`` GPUs and no shape flag was given."""
     if facts.curated is None or request.shape != ShapeRequest():
         return None
     key = catalog.profile_key(request.user_defaults.get(facts.curated.model_id) or "")
     if key is None or engines.for_profile(catalog, key) is not engines.DEFAULT:
         return None
-    return key if catalog.profiles[key].weights_variant == facts.curated.variant_id else None
+    p = catalog.profiles[key]
+    return key if p.weights_variant == facts.curated.variant_id and p.tp * p.pp <= gpus else None
 
 
 def _is_hub_repo(name: str) -> bool:

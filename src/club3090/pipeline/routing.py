@@ -40,13 +40,14 @@ def curated_model(catalog: "Catalog", source: str) -> tuple[str, str | None] | N
 
 def choose_profile(catalog: "Catalog", source: str, profile_like: str | None, *,
                    user_defaults: Mapping[str, str] | None = None,
-                   gpu_count: Callable[[], int] | None = None,
+                   gpu_count: Callable[[], int] | None = None, gpus_given: int | None = None,
                    allow_deprecated: bool | None = None) -> Choice:
-    """``gpu_count`` given (``up``): route between engines; ``allow_deprecated`` given (``up``):
-    a deprecated profile raises UsageError naming its replacement unless it is True."""
+    """``gpu_count`` given (``up``): route between engines; ``gpus_given`` (``--gpus``): a default
+    needing more GPUs is ignored; ``allow_deprecated`` given (``up``): a deprecated profile raises
+    UsageError naming its replacement unless it is True."""
     key, notes = profile_like, list[str]()
     if key is None:
-        key, notes = _defaulted(catalog, source, user_defaults, gpu_count)
+        key, notes = _defaulted(catalog, source, user_defaults, gpu_count, gpus_given)
     key = catalog.profile_key(key) or key if key is not None else None
     named = key if key is not None else catalog.profile_key(source)     # `up PROFILE` names one too
     if allow_deprecated is not None and named is not None and named in catalog.profiles:
@@ -57,7 +58,7 @@ def choose_profile(catalog: "Catalog", source: str, profile_like: str | None, *,
 
 
 def _defaulted(catalog: "Catalog", source: str, user_defaults: Mapping[str, str] | None,
-               gpu_count: Callable[[], int] | None) -> tuple[str | None, list[str]]:
+               gpu_count: Callable[[], int] | None, gpus_given: int | None) -> tuple[str | None, list[str]]:
     from club3090.pipeline import engines
 
     curated = curated_model(catalog, source)
@@ -67,6 +68,10 @@ def _defaulted(catalog: "Catalog", source: str, user_defaults: Mapping[str, str]
     mine = (user_defaults or {}).get(model_id)
     if mine is not None:
         key = catalog.profile_key(mine)
+        needs = catalog.profiles[key].tp * catalog.profiles[key].pp if key is not None else 0
+        if key is not None and gpus_given is not None and needs > gpus_given:
+            return None, [f"note: {model_id}: your default profile {key} needs {needs} GPUs, the rig has "
+                          f"{gpus_given}: not used"]
         if key is not None:
             return key, [f"note: {model_id}: your default profile {key} (`club3090 profiles --set-default`; "
                          "--profile-like overrides it)"]

@@ -30,18 +30,19 @@ def routed_profile(args: argparse.Namespace, provider: Any, *, up: bool = False)
         gpus = gpu_set(args, catalog)
         return gpus.count if gpus is not None else max(len(provider.detect_gpus().gpus), 1)
 
+    given = gpu_set(args, catalog)
     choice = choose_profile(catalog, args.source, args.profile_like, user_defaults=user_defaults(),
-                            gpu_count=count if up else None,
+                            gpu_count=count if up else None, gpus_given=given.count if given else None,
                             allow_deprecated=bool(getattr(args, "allow_deprecated", False)) if up else None)
     for note in choice.notes:
         print(safe(note), file=sys.stderr)
     return choice.profile_like
 
 
-def default_notes(catalog: Any, sources: Any, defaults: dict[str, str]) -> None:
+def default_notes(catalog: Any, sources: Any, defaults: dict[str, str], gpus: int | None) -> None:
     """``fits``: one stderr note per named curated model the person's default applies to."""
     from club3090.pipeline.routing import choose_profile
 
     for source in sources:
-        for note in choose_profile(catalog, source, None, user_defaults=defaults).notes:
+        for note in choose_profile(catalog, source, None, user_defaults=defaults, gpus_given=gpus).notes:
             print(safe(note), file=sys.stderr)

@@ -56,8 +56,8 @@ def run(args: argparse.Namespace, provider: Any) -> int:
     from club3090.cli.exit_codes import exit_code
     from club3090.pipeline.fits import FitsRequest, fits
 
-    mine = user_defaults()
-    default_notes(provider.catalog(), args.models, mine)
+    mine, gpus = user_defaults(), gpu_set(args, provider.catalog())
+    default_notes(provider.catalog(), args.models, mine, gpus.count if gpus is not None else None)
     report = fits(FitsRequest(models=tuple(args.models), gpus=gpu_set(args, provider.catalog()),
                               min_context=args.min_context, shape=shape_request(args), ctx_size=args.ctx_size,
                               cache_type_k=args.cache_type_k, cache_type_v=args.cache_type_v,
