@@ -44,6 +44,8 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     "PriceSettings": ("club3090.fit.estimate", "PriceSettings"),
     "ShapeRequest": ("club3090.fit.shape", "ShapeRequest"),
     "AUTO": ("club3090.fit.shape", "AUTO"),
+    "GpuSet": ("club3090.rig.gpus", "GpuSet"),
+    "parse_gpus": ("club3090.rig.gpus", "parse_gpus"),
     "Estimate": ("club3090.fit.estimate", "Estimate"),
     "NoFit": ("club3090.fit.estimate", "NoFit"),
     "FitResult": ("club3090.fit.memory", "FitResult"),

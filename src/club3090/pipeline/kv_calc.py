@@ -54,6 +54,8 @@ class PriceRequest:
 
 # besides the shape request: flags that ask a question of the shape, not pin a setting it does not choose
 ASKS = ("shape", "solve_max_ctx")
+# settings whose flag is not their field's name
+FLAG_NAMES = {"speculative_method": "--speculative-config", "enable_prefix_caching": "--[no-]enable-prefix-caching"}
 
 
 def price(request: PriceRequest, provider: "Provider") -> object:
@@ -117,8 +119,8 @@ def _device(gpus: GpuSet) -> str | None:
 
 def pinned_flags(o: PriceSettings) -> tuple[str, ...]:
     """The kv-calc flags given that the automatic shape does not choose (vLLM's flag names)."""
-    return tuple("--" + f.name.replace("_", "-") for f in fields(PriceSettings)
-                 if f.name not in ASKS and getattr(o, f.name) not in (None, False))
+    given = [f.name for f in fields(PriceSettings) if f.name not in ASKS and getattr(o, f.name) != f.default]
+    return tuple(dict.fromkeys(FLAG_NAMES.get(name, "--" + name.replace("_", "-")) for name in given))
 
 
 def _shape(facts: "ModelSpec", profile: "Profile | None", gpus: GpuSet, o: PriceSettings, catalog: "Catalog",
