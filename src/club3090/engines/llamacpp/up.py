@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from club3090.compose.llamacpp import ENGINE_TYPE
 from club3090.edges import launchers
-from club3090.errors import HubUnreachable, InputError, IntegrityError, UsageError
+from club3090.errors import InputError, UsageError
 from club3090.pipeline import bundle as bundle_mod
 
 if TYPE_CHECKING:
@@ -262,17 +262,14 @@ def _write_bundle(bundle: Any, seams: "UpSeams", directory: Path, what: str) -> 
 
 def _fetch(planned: LlamaPlan, provider: "Provider", seams: "UpSeams", hub_cache: Path) -> Any:
     """The served GGUF into the HF cache at the planned commit, sha256-verified."""
+    from club3090.edges.download import raise_for
     from club3090.edges.hf_cache import fetch_into_cache
 
     repo_id, commit, quant = planned.repo_id, planned.commit, planned.quant
     wanted = [f for f in planned.info.files if f.name in quant.files]
     seams.say(f"[up] weights: {quant.files[0]} of {repo_id}@{commit[:12]} into {hub_cache}")
     report = fetch_into_cache(provider.settings, repo_id, commit, wanted, progress=seams.say, bar=seams.bar)
-    if not report.ok:
-        if report.failure == "sha-mismatch":
-            raise IntegrityError(report.failed_file or repo_id, f"{report.detail}; the file was deleted, nothing "
-                                                                "was started (re-run to download it again)")
-        raise HubUnreachable(repo_id, f"download failed ({report.failure}): {report.detail}")
+    raise_for(report, repo_id)
     return report
 
 
