@@ -91,6 +91,9 @@ def test_up_serves_a_model_whose_preference_names_llamacpp_on_llamacpp(env, stop
     assert code == 0, captured.out + captured.err
     assert f"note: routing {MODEL}: engine_preference[single] = ['llamacpp', 'vllm']" in captured.err
     assert "[up] SERVING" in captured.out
+    arch = routed.arch_row_for_model(MODEL)
+    cliffs = [t for t in arch.kernel_constraints if "not by this row" not in t]
+    assert cliffs and captured.out.splitlines()[0] == f"known cliff (arch:{arch.arch}): {cliffs[0]}"
     state = json.loads((run / "state.json").read_text(encoding="utf-8"))
     assert state["engine"] == "llama.cpp", state
     assert llama.PROFILE in json.dumps(state) + (run / "launch.json").read_text(encoding="utf-8"), state

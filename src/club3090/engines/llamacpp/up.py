@@ -104,7 +104,10 @@ def up_llamacpp(req: "UpRequest", provider: "Provider", seams: "UpSeams", *, cat
 
     if req.launcher not in ("docker", "native"):
         raise UsageError(f"--launcher {req.launcher}: a llama.cpp launch runs with docker or native")
-    result = UpResult(2, list(gate_lines or []))
+    from club3090.gate.cliffs import known_cliffs
+
+    cliffs = known_cliffs(catalog, profile=profile) if profile is not None else ()   # known cliffs first
+    result = UpResult(2, [*(c.line() for c in cliffs), *(gate_lines or [])])
     if provider.settings.offline:
         raise UsageError("`up` for a GGUF reads its headers from the Hub; unset HF_HUB_OFFLINE")
     planned = plan_llamacpp(req, provider, catalog, profile)
