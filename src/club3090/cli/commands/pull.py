@@ -17,7 +17,14 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from club3090.cli.commands._types import add_gpus_flag, add_rig_flags, add_shape_flags, gpu_set, shape_request
+from club3090.cli.commands._types import (
+    add_gpus_flag,
+    add_rig_flags,
+    add_shape_flags,
+    add_xet_flag,
+    gpu_set,
+    shape_request,
+)
 from club3090.cli.exit_codes import UNAVAILABLE, exit_code
 from club3090.cli.render import concurrency_text, confidence_text, safe
 from club3090.outcome import Outcome
@@ -71,6 +78,7 @@ def add_parser(sub: Any) -> None:
                         "$XDG_STATE_HOME/club3090/pull-captures, else ~/.local/state/club3090/pull-captures)")
     p.add_argument("--verbose", "-v", action="store_true", help="also print the gate's tokens and strata")
     p.add_argument("--yes", "-y", action="store_true", help="accept a confirm→proceed terminal")
+    add_xet_flag(p)
     p.add_argument("--force-download", action="store_true",
                    help="accept a low-confidence wont-fit (override-accepted; a calibration signal, not a fit)")
     p.add_argument("--experimental-arch", action="store_true",

@@ -20,7 +20,14 @@ from pathlib import Path
 from typing import Any
 
 from club3090.cli.commands._llamacpp import cache_type
-from club3090.cli.commands._types import add_bundle_flags, add_gpus_flag, add_rig_flags, gpu_set, positive_int
+from club3090.cli.commands._types import (
+    add_bundle_flags,
+    add_gpus_flag,
+    add_rig_flags,
+    add_xet_flag,
+    gpu_set,
+    positive_int,
+)
 from club3090.cli.render import safe
 
 
@@ -49,6 +56,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--model-cache", choices=("pvc", "hostpath"), default="pvc",
                    help="k8s: the model cache volume, a ReadWriteMany PVC (default) or a hostPath on every node")
     p.add_argument("--yes", "-y", action="store_true", help="accept a confirm→proceed terminal")
+    add_xet_flag(p)
     p.add_argument("--force-download", action="store_true", help="accept a low-confidence wont-fit")
     p.add_argument("--trust-remote-code", action="store_true", help="acknowledge custom modelling code")
     p.add_argument("--allow-deprecated", action="store_true",
