@@ -157,8 +157,11 @@ def test_profiles_model_prints_a_quick_start(state, capsys):
     single = cat.models[MODEL].serving_defaults["single"]
     assert out.startswith(f"{cat.models[MODEL].display_name} ({MODEL}): quick start")
     assert f"1 GPU: {single}" in out and "2 GPUs: " in out and "4 GPUs: " in out
-    assert f"club3090 pull {MODEL} --gpus 1x3090 --profile-like {single}" in out
-    assert f"club3090 up {MODEL} --gpus 1x3090 --dir ./{MODEL} --profile-like {single}" in out
+    card = cat.profiles[single].reference_gpu
+    assert f"club3090 pull {MODEL} --gpus 1x{card} --profile-like {single}" in out
+    assert f"club3090 up {MODEL} --gpus 1x{card} --dir ./{MODEL} --profile-like {single}" in out
+    assert cli.main(["profiles", "qwen3.6-40b-deckard"]) == 0      # a llama.cpp profile: priced by kv-calc
+    assert "club3090 kv-calc llamacpp/" in capsys.readouterr().out
     assert cli.main(["profiles", MODEL, "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert [r["gpus"] for r in doc["rigs"]] == [1, 2, 4] and doc["rigs"][0]["profile"] == single

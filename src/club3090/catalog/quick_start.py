@@ -36,9 +36,13 @@ def quick_start(catalog: "Catalog", model_id: str, user_default: str | None = No
     for count in GPU_COUNTS:
         key, why = _chosen(catalog, model_id, count, user_default)
         others = sorted(p.key for p in mine if p.launchable and p.tp * p.pp == count and p.key != key)
-        gpus = f"{count}x3090"
-        rigs.append({"gpus": count, "profile": key, "why": why, "others": others,
-                     "pull": f"club3090 pull {model_id} --gpus {gpus}" + (f" --profile-like {key}" if key else ""),
+        profile = catalog.profiles.get(key or "")
+        gpus = f"{count}x{profile.reference_gpu if profile is not None and profile.reference_gpu else 'rtx-3090'}"
+        vllm = profile is None or catalog.engines[profile.engine].type == "vllm"
+        # pull's gate prices vLLM profiles only; another engine's profile is priced by kv-calc
+        ask = (f"club3090 pull {model_id} --gpus {gpus}" + (f" --profile-like {key}" if key else "") if vllm
+               else f"club3090 kv-calc {key} --gpus {gpus}")
+        rigs.append({"gpus": count, "profile": key, "why": why, "others": others, "pull": ask,
                      "up": f"club3090 up {model_id} --gpus {gpus} --dir ./{model_id}"
                            + (f" --profile-like {key}" if key else "")})
     return {"model": model_id, "display_name": model.display_name,
