@@ -2,10 +2,11 @@
 
 The library API, usable from a notebook without the CLI::
 
-    from club3090 import LiveProvider, PullRequest, Settings, evaluate_pull
+    from club3090 import LiveProvider, PullRequest, Settings, evaluate_pull, parse_gpus
 
     provider = LiveProvider(Settings.from_env())
-    result = evaluate_pull(PullRequest("Qwen/Qwen3-8B", "vllm/minimal", gpus="1x3090"), provider)
+    gpus = parse_gpus("1x3090", provider.catalog())
+    result = evaluate_pull(PullRequest("Qwen/Qwen3-8B", "vllm/minimal", gpus=gpus), provider)
     result.outcome, result.raw_verdict, result.notices
 
 Entry points (each runs the stages of docs/DESIGN.md and returns a value; refusals are values,

@@ -17,7 +17,7 @@ if TYPE_CHECKING:  # pragma: no cover - typing only
     from club3090.pipeline.fits import FitsRequest, FitsRow
     from club3090.pipeline.kv_calc import PriceRequest
     from club3090.pipeline.provider import Provider
-    from club3090.pipeline.up import UpRequest, UpResult, UpSeams
+    from club3090.pipeline.up import UpRequest, UpResult
     from club3090.rig.hardware import HardwareFacts
 
 __all__ = ["Engine"]
@@ -48,7 +48,7 @@ class Engine(Protocol):
         """``fits``: the model's best shape on the rig (``only``: these files of the repo)."""
         ...
 
-    def up(self, req: "UpRequest", provider: "Provider", seams: "UpSeams", *, catalog: "Catalog",
+    def up(self, req: "UpRequest", provider: "Provider", *, catalog: "Catalog",
            profile: "Profile | None") -> "UpResult":
         """``up`` past the gate: launch description -> preflight -> bundle -> start -> verify."""
         ...

@@ -22,10 +22,9 @@ Pure: no I/O.
 
 from __future__ import annotations
 
-from club3090.fit.vllm_rules import SPECULATIVE_METHODS  # the one list, re-exported
 from club3090.model.architecture import Architecture, LayerSpec
 
-__all__ = ["KV_SHARING_METHODS", "OWN_KV_METHODS", "SPECULATIVE_METHODS", "drafter_kv_layers", "drafter_method"]
+__all__ = ["KV_SHARING_METHODS", "OWN_KV_METHODS", "drafter_kv_layers", "drafter_method"]
 
 OWN_KV_METHODS = ("eagle", "eagle3", "dflash", "draft_model")
 KV_SHARING_METHODS = ("mtp_assistant",)

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Final
 from club3090.argv import flag_value
 from club3090.errors import CatalogError, InterpolationError, Problem
 from club3090.fit.memory import ServeShape
+from club3090.fit.vllm_rules import SPECULATIVE_METHODS
 from club3090.interpolate import interpolate
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
@@ -68,9 +69,6 @@ class ShapeRequest:
 
 
 NO_SHAPE_REQUEST = ShapeRequest()
-# the catalog drafters whose ``n_default`` speculative tokens a profile prices (a subset of vLLM's
-# ``vllm_rules.SPECULATIVE_METHODS``: the methods the curated profiles ship)
-PRICED_DRAFTER_METHODS = ("mtp", "mtp_assistant", "dflash", "eagle3")
 
 
 def _shipped_value(token: str) -> str | None:
@@ -149,7 +147,7 @@ def drafter_terms(drafter: "Drafter | None") -> tuple[int, int]:
     """
     if drafter is None:
         return 0, 0
-    spec = int(drafter.n_default or 0) if drafter.method in PRICED_DRAFTER_METHODS else 0
+    spec = int(drafter.n_default or 0) if drafter.method in SPECULATIVE_METHODS else 0
     return spec, int(drafter.vram_footprint_bytes or 0)
 
 

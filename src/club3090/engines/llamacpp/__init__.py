@@ -18,7 +18,7 @@ if TYPE_CHECKING:  # pragma: no cover - typing only
     from club3090.pipeline.fits import FitsRequest, FitsRow
     from club3090.pipeline.kv_calc import PriceRequest
     from club3090.pipeline.provider import Provider
-    from club3090.pipeline.up import UpRequest, UpResult, UpSeams
+    from club3090.pipeline.up import UpRequest, UpResult
     from club3090.rig.hardware import HardwareFacts
 
 __all__ = ["LLAMACPP", "LlamaCppEngine"]
@@ -50,11 +50,11 @@ class LlamaCppEngine:
 
         return gguf_row(name, provider, hw, request, label=label, only=only)
 
-    def up(self, req: "UpRequest", provider: "Provider", seams: "UpSeams", *, catalog: "Catalog",
+    def up(self, req: "UpRequest", provider: "Provider", *, catalog: "Catalog",
            profile: "Profile | None") -> "UpResult":
         from club3090.engines.llamacpp.up import up_llamacpp
 
-        return up_llamacpp(req, provider, seams, catalog=catalog, profile=profile)
+        return up_llamacpp(req, provider, catalog=catalog, profile=profile)
 
     @property
     def log_parser(self) -> Callable[[str], Any] | None:

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from club3090.compose.llamacpp import ENGINE_TYPE
 from club3090.edges import launchers
 from club3090.errors import InputError, UsageError
+from club3090.outcome import Outcome
 from club3090.pipeline import bundle as bundle_mod
 
 if TYPE_CHECKING:
@@ -29,11 +30,9 @@ if TYPE_CHECKING:
     from club3090.fit.llamacpp import LlamaCppArgs
     from club3090.model.gguf_model import GgufModel
     from club3090.pipeline.provider import Provider
-    from club3090.pipeline.up import UpRequest, UpResult, UpSeams
+    from club3090.pipeline.up import UpRequest, UpResult
 
 __all__ = ["LlamaPlan", "NoLlamaPlan", "launch_llamacpp", "plan_llamacpp", "up_llamacpp"]
-
-
 
 WONT_FIT = "wont-fit"
 
@@ -63,6 +62,7 @@ def _gpu_bytes(req: "UpRequest", provider: "Provider", catalog: "Catalog",
         raise UsageError("no GPU detected and no --gpus given: name your GPUs, e.g. --gpus 1x3090")
     label = given.spec if given is not None else f"{len(hw.memory_bytes)}x {', '.join(sorted(set(hw.names)))} (detected)"
     return list(hw.memory_bytes), label
+
 
 
 @dataclass(frozen=True)
@@ -97,30 +97,32 @@ class NoLlamaPlan:
     why: str
 
 
-def up_llamacpp(req: "UpRequest", provider: "Provider", seams: "UpSeams", *, catalog: "Catalog",
+def up_llamacpp(req: "UpRequest", provider: "Provider", *, catalog: "Catalog",
                 profile: "Profile | None", gate_lines: list[str] | None = None) -> "UpResult":
     """``up`` for a GGUF: the plan (what to serve, priced on the rig), then the launch."""
     from club3090.pipeline.up import UpResult
 
-    if req.launcher not in ("docker", "native"):
-        raise UsageError(f"--launcher {req.launcher}: a llama.cpp launch runs with docker or native")
+    launcher = provider.launcher(req.launcher)
+    if not launcher.starts:
+        raise UsageError(f"--launcher {req.launcher}: a llama.cpp launch runs on this machine "
+                         f"({' or '.join(launchers.names(multi_node=False))})")
     from club3090.gate.cliffs import known_cliffs
 
     cliffs = known_cliffs(catalog, profile=profile) if profile is not None else ()   # known cliffs first
-    result = UpResult(2, [*(c.line() for c in cliffs), *(gate_lines or [])])
+    result = UpResult(Outcome.REFUSED, [*(c.line() for c in cliffs), *(gate_lines or [])])
     if provider.settings.offline:
         raise UsageError("`up` for a GGUF reads its headers from the Hub; unset HF_HUB_OFFLINE")
     planned = plan_llamacpp(req, provider, catalog, profile)
     if isinstance(planned, NoLlamaPlan):
-        repo_id, rig, why = planned.repo_id, planned.rig, planned.why
-        result.lines.append(f"[up] {repo_id} does not fit on {rig} (llama.cpp, estimated): {why}")
+        repo_id = planned.repo_id
+        result.lines.append(f"[up] {repo_id} does not fit on {planned.rig} (llama.cpp, estimated): {planned.why}")
         result.lines.append("[up] try a smaller --quant, a smaller --ctx-size, or q8_0/q4_0 cache types "
                             "(--cache-type-k/-v); `club3090 kv-calc " + repo_id + " --quant QUANT` shows the "
                             "breakdown")
-        result.state = {"engine": ENGINE_TYPE, "verdict": WONT_FIT, "reason": why}
+        result.state = {"engine": ENGINE_TYPE, "verdict": WONT_FIT, "reason": planned.why}
         return result
     result.lines.append(planned.line)
-    return launch_llamacpp(planned, req, provider, seams, catalog=catalog, profile=profile, result=result)
+    return launch_llamacpp(planned, req, provider, launcher, catalog=catalog, profile=profile, result=result)
 
 
 def _source(req: "UpRequest", catalog: "Catalog", profile: "Profile | None",
@@ -191,19 +193,6 @@ def plan_llamacpp(req: "UpRequest", provider: "Provider", catalog: "Catalog",
                      gpu_bytes=tuple(gpu_bytes), rig=rig)
 
 
-def _preflight(req: "UpRequest", seams: "UpSeams", run: Any) -> tuple[tuple[str, ...], str]:
-    """The launcher works before anything is written: (the server argv, its flag dialect)."""
-    if not req.no_start and req.launcher == "docker":
-        launchers.preflight_docker(run=run, which=seams.which)
-    elif req.launcher == "native":
-        found = launchers.preflight_llama_server(req.llama_server_bin, run=run, which=seams.which)
-        if found.dialect == "llama-cpp-python":
-            seams.say("[up] note: no llama-server found; serving with llama-cpp-python's server "
-                      "(python -m llama_cpp.server)")
-        return found.argv, found.dialect
-    return ("llama-server",), "llama-server"
-
-
 def _launch(planned: LlamaPlan, req: "UpRequest", catalog: "Catalog", profile: "Profile | None",
             result: "UpResult", port: int, served: str) -> tuple[Any, str]:
     """(the launch description, the upstream folder its mounts are relative to): the profile's
@@ -242,80 +231,58 @@ def _prediction(planned: LlamaPlan) -> dict[str, Any]:
                         for d in choice.breakdown.devices]}
 
 
-def _write_bundle(bundle: Any, seams: "UpSeams", directory: Path, what: str) -> Any:
-    """The bundle with its mounted upstream files, written atomically into DIR."""
-    from club3090.edges.files import atomic_write_bytes, atomic_write_text
-
-    if bundle.unresolved:
-        raise UsageError(f"{what} also loads {', '.join(bundle.unresolved)} "
-                         "(a drafter or projector GGUF); `up` fetches only the served GGUF: use a profile "
-                         "without one, or `club3090 compose` and place it yourself")
-    payloads: dict[str, bytes] = {}
-    for _inside, upstream in bundle.upstream_files.items():
-        if seams.payload is None:
-            raise UsageError(f"{upstream} is mounted by {what} but no payload source is configured")
-        for name, data in seams.payload(upstream).items():
-            payloads[f"{bundle_mod.FILES}/{name}"] = data
-    bundle = replace(bundle, payloads=payloads)
-    directory.mkdir(parents=True, exist_ok=True)
-    (directory / bundle_mod.LOGS).mkdir(exist_ok=True)
-    bundle_mod.write(bundle, atomic_write_text, atomic_write_bytes, lambda p, m: os.chmod(p, m))
-    return bundle
-
-
-def _fetch(planned: LlamaPlan, provider: "Provider", seams: "UpSeams", hub_cache: Path) -> Any:
-    """The served GGUF into the HF cache at the planned commit, sha256-verified."""
-    from club3090.edges.download import raise_for
-    from club3090.edges.hf_cache import fetch_into_cache
-
-    repo_id, commit, quant = planned.repo_id, planned.commit, planned.quant
-    wanted = [f for f in planned.info.files if f.name in quant.files]
-    seams.say(f"[up] weights: {quant.files[0]} of {repo_id}@{commit[:12]} into {hub_cache}")
-    report = fetch_into_cache(provider.settings, repo_id, commit, wanted, progress=seams.say, bar=seams.bar)
-    raise_for(report, repo_id)
-    return report
-
-
-def launch_llamacpp(planned: LlamaPlan, req: "UpRequest", provider: "Provider", seams: "UpSeams", *,
+def launch_llamacpp(planned: LlamaPlan, req: "UpRequest", provider: "Provider", launcher: Any, *,
                     catalog: "Catalog", profile: "Profile | None", result: "UpResult") -> "UpResult":
     """The plan launched: launcher preflight (nothing written before it passes) -> the launch
     description -> the bundle -> the weights -> start, readiness, verify (``up``'s own steps)."""
     from club3090.engines.llamacpp.bundle import plan
     from club3090.pipeline.bundle_start import not_started, start_bundle
+    from club3090.pipeline.up import fetch_verified
 
-    run = seams.run or launchers.run_process
     directory = Path(req.directory).absolute()
-    server, dialect = _preflight(req, seams, run)
+    pre = launcher.preflight(launchers.llama_server(req.llama_server_bin), starting=not req.no_start)
+    server, dialect = (pre.server.argv, pre.server.dialect) if pre.server is not None else (("llama-server",),
+                                                                                         "llama-server")
+    for note in pre.notes:
+        req.progress.say(f"[up] note: {note}")
     port = req.port or (profile.port if profile is not None else 8080)
     served = f"{planned.repo_id}:{planned.quant.label}" if profile is None else profile.key
     launch, base_dir = _launch(planned, req, catalog, profile, result, port, served)
     prediction = _prediction(planned)
-    hub_cache = Path(provider.settings.hub_cache).absolute()
     bundle = plan(launch, directory=directory, repo_id=planned.repo_id, commit=planned.commit,
-                  model_file=planned.quant.files[0], hub_cache=hub_cache, port=port, served=served, server=server,
-                  dialect=dialect, upstream_base=base_dir, prediction=prediction)
-    bundle = _write_bundle(bundle, seams, directory, profile.key if profile else planned.repo_id)
+                  model_file=planned.quant.files[0], hub_cache=Path(provider.settings.hub_cache).absolute(),
+                  port=port, served=served, server=server, dialect=dialect, upstream_base=base_dir,
+                  prediction=prediction)
+    if bundle.unresolved:
+        raise UsageError(f"{profile.key if profile else planned.repo_id} also loads {', '.join(bundle.unresolved)} "
+                         "(a drafter or projector GGUF); `up` fetches only the served GGUF: use a profile "
+                         "without one, or `club3090 compose` and place it yourself")
+    payloads: dict[str, bytes] = {}
+    for _inside, upstream in bundle.upstream_files.items():
+        for name, data in provider.payloads(upstream).items():
+            payloads[f"{bundle_mod.FILES}/{name}"] = data
+    bundle = replace(bundle, payloads=payloads)
+    bundle_mod.write(bundle, provider)
     result.lines.append(f"[up] bundle written to {directory} (compose.yml, .env, serve.sh, launch.json)")
     for note in bundle.container_only:
         result.lines.append(f"[up] note: natively, {note}")
-    report = _fetch(planned, provider, seams, hub_cache)
+    wanted = [f for f in planned.info.files if f.name in planned.quant.files]
+    report = fetch_verified(provider, req.progress, planned.repo_id, planned.commit, wanted)
     result.lines.append(f"[up] weights: {report.bytes / 2**30:.2f} GiB in the HF cache"
                         + (", sha256 verified" if report.sha_verified else ""))
-    from datetime import datetime, timezone
-
-    state: dict[str, Any] = {"launcher": req.launcher, "engine": ENGINE_TYPE,
-                             "url": f"http://127.0.0.1:{port}", "served_model": bundle.served_model,
-                             "repo_id": planned.repo_id, "commit": planned.commit, "quant": planned.quant.label,
+    state: dict[str, Any] = {"launcher": req.launcher, "engine": ENGINE_TYPE, "url": f"http://127.0.0.1:{port}",
+                             "served_model": bundle.served_model, "repo_id": planned.repo_id,
+                             "commit": planned.commit, "quant": planned.quant.label,
                              "profile_like": profile.key if profile is not None else None,
                              "argv": list(bundle.native_argv), "skip_tools": req.skip_tools,
                              "container": bundle.container_name, "pid": None, "state": "written",
                              "directory": str(directory), "prediction": prediction,
-                             "written_at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+                             "written_at": provider.now().isoformat(timespec="seconds")}
     result.state = state
     if req.no_start:
-        return not_started(directory, state, result)
-    native = launchers.NativeEngine(bundle.native_argv[0], None, None) if req.launcher == "native" else None
-    return start_bundle(req, bundle, state, result, native, run, seams, receipt=False)
+        return not_started(directory, state, result, provider)
+    command = launchers.Preflighted(launchers.ServerCommand(bundle.native_argv[:1]))
+    return start_bundle(req, bundle, state, result, launcher, command, provider, receipt=False)
 
 
 def _variant_repos(catalog: "Catalog", profile: "Profile") -> tuple[str, ...]:

@@ -17,7 +17,7 @@ if TYPE_CHECKING:  # pragma: no cover - typing only
     from club3090.pipeline.fits import FitsRequest, FitsRow
     from club3090.pipeline.kv_calc import PriceRequest
     from club3090.pipeline.provider import Provider
-    from club3090.pipeline.up import UpRequest, UpResult, UpSeams
+    from club3090.pipeline.up import UpRequest, UpResult
     from club3090.rig.hardware import HardwareFacts
 
 __all__ = ["VLLM", "VllmEngine"]
@@ -45,11 +45,11 @@ class VllmEngine:
 
         return vllm_row(name, provider, hw, request)
 
-    def up(self, req: "UpRequest", provider: "Provider", seams: "UpSeams", *, catalog: "Catalog",
+    def up(self, req: "UpRequest", provider: "Provider", *, catalog: "Catalog",
            profile: "Profile | None") -> "UpResult":
         from club3090.pipeline.up import up
 
-        return up(req, provider, seams)    # the pull gate's path: its strata are vLLM's
+        return up(req, provider)    # the pull gate's path: its strata are vLLM's
 
     @property
     def log_parser(self) -> Callable[[str], Any] | None:
