@@ -59,6 +59,9 @@ def add_parser(sub: Any) -> None:
     add_xet_flag(p)
     p.add_argument("--force-download", action="store_true", help="accept a low-confidence wont-fit")
     p.add_argument("--trust-remote-code", action="store_true", help="acknowledge custom modelling code")
+    p.add_argument("--stress", action="store_true",
+                   help="after verify --full, also run verify-stress (needle ladder, ~25K tool-result prefill, "
+                        "probes); SERVING only when both are green")
     p.add_argument("--allow-deprecated", action="store_true",
                    help="launch a profile upstream deprecated (default: stop and name its replacement)")
     g = p.add_argument_group("GGUF / llama.cpp family (a GGUF repo or a llama.cpp-family profile)")
@@ -118,6 +121,7 @@ def run_request(args: argparse.Namespace, provider: Any, *, directory: Path, no_
                     launcher=launcher, gpus=gpu_set(args, provider.catalog()), port=port, no_start=no_start,
                     vllm=vllm, yes=args.yes, force_download=args.force_download,
                     trust_remote_code=args.trust_remote_code, force=args.force, skip_tools=skip_tools,
+                    stress=bool(getattr(args, "stress", False)),
                     llamacpp=args.command == "up", quant=getattr(args, "quant", None),
                     ctx_size=getattr(args, "ctx_size", None), cache_type_k=getattr(args, "cache_type_k", None),
                     cache_type_v=getattr(args, "cache_type_v", None),
