@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from club3090.catalog.model import Catalog, Patch, Profile
+    from club3090.catalog.open_index import OpenIndex
     from club3090.edges.boot import Runner
     from club3090.edges.download import DownloadReport
     from club3090.edges.gguf_source import GgufSource
@@ -45,6 +46,8 @@ class LiveProvider:
     which: Callable[[str], str | None] | None = None             # default: shutil.which
     payload: Callable[[str], Mapping[str, bytes]] | None = None  # default: the catalog's pinned payloads
     http_client: "Http | None" = None                            # default: urllib
+    ram: Callable[[], int | None] | None = None                  # default: /proc/meminfo MemTotal
+    index: "Callable[[], OpenIndex] | None" = None               # default: the packaged open-model index
 
     def catalog(self) -> "Catalog":
         if self.load is not None:
@@ -87,6 +90,20 @@ class LiveProvider:
         from club3090.edges.disk import free_bytes_at
 
         return free_bytes_at(path)
+
+    def system_memory_bytes(self) -> int | None:
+        if self.ram is not None:
+            return self.ram()
+        from club3090.edges.host_memory import total_ram_bytes
+
+        return total_ram_bytes()
+
+    def open_index(self) -> "OpenIndex":
+        if self.index is not None:
+            return self.index()
+        from club3090.catalog.open_index import load_open_index
+
+        return load_open_index()
 
     def now(self) -> datetime:
         return self.clock() if self.clock is not None else datetime.now(timezone.utc)

@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from club3090.catalog.model import Catalog, Patch, Profile
+    from club3090.catalog.open_index import OpenIndex
     from club3090.edges.download import DownloadReport
     from club3090.edges.gguf_source import GgufSource
     from club3090.edges.gpu_probe import DetectedGpus
@@ -72,6 +73,10 @@ class Provider(Protocol):
     def detect_gpus(self) -> "DetectedGpus": ...
 
     def free_bytes(self, path: Path) -> int | None: ...
+
+    def system_memory_bytes(self) -> int | None: ...
+
+    def open_index(self) -> "OpenIndex": ...
 
     def now(self) -> datetime: ...
 

@@ -41,6 +41,7 @@ _TERMS = re.compile(r"model weights take " + _NUM + r" ?(GiB|GB); non_torch_memo
 _PROFILE_RESULTS = re.compile(r"Memory profiling results: (.*)")
 _AVAILABLE = re.compile(r"Available KV cache memory: (-?)" + _NUM + r" ?(GiB|GB)")   # negative: the shortfall
 _KV_SIZE = re.compile(r"GPU KV cache size: " + _NUM + r" tokens")
+_CPU_KV_SIZE = re.compile(r"CPU KV cache size: " + _NUM + r" tokens")
 _GPU_BLOCKS = re.compile(r"# (?:GPU|cuda|CUDA) blocks: " + _NUM)
 _CONCURRENCY = re.compile(r"Maximum concurrency for " + _NUM + r" tokens per request: " + _NUM + r"x")
 _GRAPHS = re.compile(r"Graph capturing finished in " + _NUM + r" secs?, took " + _NUM + r" ?(GiB|GB|MiB)")
@@ -80,6 +81,7 @@ class StartupLog:
     measured: dict[str, Any] = field(default_factory=dict)
     gpu_total_memory_gib: float | None = None
     local_model: str | None = None            # a local folder the log served, replaced by a given model
+    device: str | None = None                 # "cpu": vLLM's CPU build (its KV pool is host memory)
 
     @property
     def found(self) -> bool:
@@ -92,7 +94,8 @@ class StartupLog:
             return {"max_seq_len_larger_than_kv_tokens": "kv_error_max_len_too_large",
                     "kv_needed_gt_available": "kv_error_needed_gt_available",
                     "no_available_kv_memory": "kv_error_no_available_memory"}.get(str(error.get("type")), "oom")
-        if any(k in self.measured for k in ("gpu_kv_cache_tokens", "max_concurrency", "num_gpu_blocks")):
+        if any(k in self.measured for k in ("gpu_kv_cache_tokens", "cpu_kv_cache_tokens", "max_concurrency",
+                                            "num_gpu_blocks")):
             return "ok"
         return None
 
@@ -133,6 +136,13 @@ def _config_items(text: str) -> dict[str, Any]:
                     value = raw.rstrip(",")
         out[key] = value
     return out
+
+
+def cpu_kv_cache_tokens(line: str) -> int | None:
+    """The KV pool of vLLM's CPU build, ``CPU KV cache size: N tokens``: host memory sized by
+    ``VLLM_CPU_KVCACHE_SPACE``, never a GPU pool, so it is kept apart from ``gpu_kv_cache_tokens``."""
+    m = _CPU_KV_SIZE.search(line)
+    return _i(m.group(1)) if m is not None else None
 
 
 def parse_startup(text: str) -> StartupLog:
@@ -186,6 +196,8 @@ def parse_startup(text: str) -> StartupLog:
             m_["available_kv_cache_gib"] = (-1 if m.group(1) else 1) * _gib(m.group(2), m.group(3))
         if (m := _KV_SIZE.search(line)) is not None:
             m_["gpu_kv_cache_tokens"] = _i(m.group(1))
+        if (cpu_tokens := cpu_kv_cache_tokens(line)) is not None:
+            m_["cpu_kv_cache_tokens"], log.device = cpu_tokens, "cpu"
         if (m := _GPU_BLOCKS.search(line)) is not None:
             m_["num_gpu_blocks"] = _i(m.group(1))
         if (m := _CONCURRENCY.search(line)) is not None:

@@ -16,6 +16,7 @@ import json
 from typing import Any
 
 from club3090.cli.commands import _gguf_fits as gguf_flags
+from club3090.cli.commands import _open_fits as open_flags
 from club3090.cli.commands._types import (
     add_gpus_flag,
     add_rig_flags,
@@ -46,6 +47,7 @@ def add_parser(sub: Any) -> None:
     add_rig_flags(p)
     add_shape_flags(p)
     gguf_flags.add_arguments(p)
+    open_flags.add_arguments(p)
     p.add_argument("--verbose", "-v", action="store_true", help="also print each shape's reason and runner-ups")
     p.add_argument("--json", action="store_true", help="print the answer as one JSON object")
     p.set_defaults(run=run)
@@ -62,12 +64,14 @@ def run(args: argparse.Namespace, provider: Any) -> int:
                               min_context=args.min_context, shape=shape_request(args), ctx_size=args.ctx_size,
                               cache_type_k=args.cache_type_k, cache_type_v=args.cache_type_v,
                               gguf=args.gguf, quant=args.quant, user_defaults=mine), provider)
+    extended = open_flags.extend(report, args, provider)
+    report = extended.report
     code = exit_code(report.outcome)
     single = len(args.models) == 1
     if args.json:
-        print(safe(json.dumps(to_json(report, code, single),
-                              ensure_ascii=False, indent=1),
-                   multiline=True))
+        doc = to_json(report, code, single)
+        open_flags.add_json(doc, extended, args.limit, rig_args(report.gpus))
+        print(safe(json.dumps(doc, ensure_ascii=False, indent=1), multiline=True))
         return code
     if report.stop is not None:
         print(safe(f"Cannot tell which GPUs to price: {report.stop.detail.get('message', '')}"))
@@ -81,11 +85,12 @@ def run(args: argparse.Namespace, provider: Any) -> int:
         return code
     print(safe(f"On {rig}: {sum(r.fits for r in report.rows)} of {len(report.rows)} models fit "
                "(estimates from the memory model, not measurements)"))
-    for i, row in enumerate(report.rows, 1):
+    for i, row in enumerate(report.rows[:args.limit], 1):
         print(safe(f"{i:>2}. {sentence(row, rig, short=True)}"))
         cliffs = [c.line() for c in row.cliffs] if args.verbose else []
         for line in cliffs + detail_lines(row, rig, report.gpus, verbose=args.verbose):
             print(safe(f"    {line}"))
+    open_flags.print_rows(extended, len(report.rows) + 1, args.limit, rig_args(report.gpus))
     return code
 
 
