@@ -82,7 +82,8 @@ def catalog_with_capture(repo: str = REPO, files: tuple[str, ...] = (FILE,)) -> 
         changes["hf_repo"] = repo
     weights = {**model.weights, profile.weights_variant: dataclasses.replace(variant, **changes)}
     models = {**base.models, profile.model: dataclasses.replace(model, weights=weights)}
-    profiles = {**base.profiles, PROFILE: dataclasses.replace(profile, runtime=runtime, max_model_len=N_CTX)}
+    profiles = {**base.profiles, PROFILE: dataclasses.replace(profile, runtime=runtime, max_model_len=N_CTX,
+                                                                   status="production")}
     return dataclasses.replace(base, profiles=profiles, models=models)
 
 

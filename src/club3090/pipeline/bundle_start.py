@@ -158,24 +158,45 @@ def _verify(req: UpRequest, result: UpResult, state: dict[str, Any], provider: P
 
     tools_flag = (engines.by_type(str(state.get("engine", ""))) or engines.DEFAULT).tools_flag
     skip_tools = state.get("skip_tools", False) or tools_flag not in state.get("argv", [])
-    report = verify(client, model=model, skip_tools=skip_tools, progress=req.progress.say)
+    report = verify(client, model=model, full=True, skip_tools=skip_tools, progress=req.progress.say)
     if skip_tools and not state.get("skip_tools"):
         result.lines.append(f"[up] tool calls not verified: the launch has no {tools_flag}")
     result.verify = report
     for c in report.checks:
         result.lines.append(f"[up] verify {c.status.upper():4s} {c.name:16s} {c.detail}")
-    ok = smoke.floor_green and report.ok
-    state.update(verified=ok)
+    stressed = _stress(req, client, model, skip_tools) if req.stress and smoke.floor_green and report.ok else None
+    for c in stressed.checks if stressed is not None else ():
+        result.lines.append(f"[up] verify-stress {c.status.upper():4s} {c.name:16s} {c.detail}")
+    full_ok = smoke.floor_green and report.ok
+    ok = full_ok and (not req.stress or (stressed is not None and stressed.ok))
+    state.update(verified=full_ok, verified_stress=stressed.ok if stressed is not None else None)
     if state.get("directory"):
         write_state(Path(state["directory"]), state, provider.write_file)
     result.lines += [f"[up] URL: {url}/v1", f"[up] served model: {model}",
                      f"[up] try: curl -s {url}/v1/chat/completions -H 'Content-Type: application/json' "
                      f"-d '{{\"model\": \"{model}\", \"messages\": [{{\"role\": \"user\", \"content\": \"Hello\"}}]}}'",
                      f"[up] stop it with: club3090 down {result_dir(state)}"]
-    result.lines.append("[up] SERVING: verified" if ok else "[up] SERVING, but verification FAILED (see above)")
+    result.lines.append(serving_line(full_ok, req.stress, stressed is not None and stressed.ok))
     result.outcome = Outcome.OK if ok else Outcome.FAILED
     result.failure = None if ok else VERIFY_FAILED
     return result
+
+
+def _stress(req: UpRequest, client: Any, model: str, skip_tools: bool) -> Any:
+    """``up --stress``: verify-stress (the needle ladder, the tool-result prefill, the probes)."""
+    from club3090.validate.stress import stress
+
+    return stress(client, model=model, skip_tools=skip_tools, progress=req.progress.say)
+
+
+def serving_line(full_ok: bool, stress: bool, stress_ok: bool = False) -> str:
+    """Design rule 5: ``SERVING`` only when verify --full (and, with ``--stress``, verify-stress) is
+    green; anything less is said as what it is."""
+    if not full_ok:
+        return "[up] serving, not verified: verify --full failed (see above)"
+    if stress and not stress_ok:
+        return "[up] serving, not verified under stress: verify-stress failed (see above)"
+    return "[up] SERVING: verified (verify --full" + (", verify-stress)" if stress else ")")
 
 
 def result_dir(state: dict[str, Any]) -> str:

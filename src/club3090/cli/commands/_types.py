@@ -144,3 +144,10 @@ def add_bundle_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--force", action="store_true", help="rewrite a bundle folder that is not serving")
     p.add_argument("--skip-tools", action="store_true",
                    help="verify without the tool-call checks (an engine without tool calling)")
+
+
+def add_xet_flag(p: Any) -> None:
+    """``--allow-xet`` (pull, up): let huggingface_hub use its Xet transfer rung (off by default)."""
+    p.add_argument("--allow-xet", action="store_true",
+                   help="let huggingface_hub use its Xet transfer (hf_xet) for downloads; off by default, "
+                        "and HF_HUB_DISABLE_XET=1 keeps it off")
