@@ -59,6 +59,7 @@ class ShapeOverrides:
     max_model_len: int | None = None          # None or vLLM's ``auto``: solved
     kv_cache_dtype: str | None = None
     max_num_seqs: int | None = None
+    vllm_version: str | None = None           # ``--vllm-version``: the release to price instead of the pin
 
 
 NO_OVERRIDES = ShapeOverrides()
@@ -322,7 +323,7 @@ def _choose(spec: "ModelSpec", gpu_memory_bytes: Sequence[int], catalog: "Catalo
     start = replace(start, mem_util=o.gpu_memory_utilization if o.gpu_memory_utilization is not None
                     else start.mem_util,
                     max_num_seqs=o.max_num_seqs if o.max_num_seqs is not None else start.max_num_seqs,
-                    vllm_version=start.vllm_version or (engine.vllm_version if engine else None),
+                    vllm_version=o.vllm_version or start.vllm_version or (engine.vllm_version if engine else None),
                     device_name=device_name or start.device_name)
     priced: list[Candidate] = []
     unpriceable: str | None = None
