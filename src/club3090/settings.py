@@ -19,6 +19,9 @@ DEFAULT_DOWNLOAD_STALL_S = 60.0
 HUB_DEADLINE_ENV = "CLUB3090_HUB_DEADLINE"                  # seconds per Hub request (whole body)
 HUB_COMMAND_DEADLINE_ENV = "CLUB3090_HUB_COMMAND_DEADLINE"  # seconds for all Hub reads of one command
 DOWNLOAD_STALL_ENV = "CLUB3090_DOWNLOAD_STALL"              # seconds a download may go without progress
+STATE_DIR_ENV = "CLUB3090_STATE_DIR"                        # the user's state folder
+CAPTURES_ENV = "CLUB3090_CAPTURES"                          # capture bundles, relative to the working folder
+NO_COLOR_ENV = "NO_COLOR"                                   # https://no-color.org
 
 
 def _seconds(env: Mapping[str, str], name: str, default: float) -> float:
@@ -63,6 +66,34 @@ def resolve_hf_home(env: Mapping[str, str], flag: Path | None) -> Path:
     if env.get("XDG_CACHE_HOME"):
         return Path(env["XDG_CACHE_HOME"]).expanduser() / "huggingface"
     return Path("~/.cache/huggingface").expanduser()
+
+
+def state_dir(env: Mapping[str, str] | None = None) -> Path:
+    """The user's state folder, the one rule for every file club3090 keeps: ``$CLUB3090_STATE_DIR``,
+    else ``$XDG_STATE_HOME/club3090``, else ``~/.local/state/club3090``."""
+    env = os.environ if env is None else env
+    if env.get(STATE_DIR_ENV):
+        return Path(env[STATE_DIR_ENV]).expanduser()
+    if env.get("XDG_STATE_HOME"):
+        return Path(env["XDG_STATE_HOME"]).expanduser() / "club3090"
+    return Path("~/.local/state/club3090").expanduser()
+
+
+def captures_dir(flag: Path | str | None = None, env: Mapping[str, str] | None = None) -> Path:
+    """Where capture bundles go: ``--captures-dir``, else ``$CLUB3090_CAPTURES`` (both relative to the
+    working folder), else ``pull-captures`` in the state folder (:func:`state_dir`)."""
+    env = os.environ if env is None else env
+    if flag is not None:
+        return Path.cwd() / Path(flag)
+    if env.get(CAPTURES_ENV):
+        return Path.cwd() / env[CAPTURES_ENV]
+    return state_dir(env) / "pull-captures"
+
+
+def no_color(env: Mapping[str, str] | None = None) -> bool:
+    """``NO_COLOR`` set to anything but the empty string switches colour off."""
+    env = os.environ if env is None else env
+    return bool(env.get(NO_COLOR_ENV))
 
 
 def _token_from_file(hf_home: Path, env: Mapping[str, str]) -> str | None:

@@ -8,10 +8,10 @@ Narrow terminals get a shorter bar, never a wrapped one; the legend wraps at wor
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from typing import Any
 
+from club3090.settings import no_color
 from club3090.units import GiB
 
 MIN_BAR = 10
@@ -29,7 +29,7 @@ STYLE = {
 
 def colour_wanted(console: Any) -> bool:
     """Colour only on a colour terminal and without ``NO_COLOR`` (https://no-color.org)."""
-    if os.environ.get("NO_COLOR"):
+    if no_color():
         return False
     return bool(getattr(console, "is_terminal", False)) and getattr(console, "color_system", None) is not None
 

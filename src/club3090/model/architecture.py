@@ -44,7 +44,15 @@ from club3090.model.config_reading import (
     _over_caps,
 )
 from club3090.model.families import _DSV4_CSA, FAMILIES, GENERIC, Family, _derived_max_len, family
-from club3090.model.layer_layout import ATTENTION_KINDS, LAYER_KINDS, STATE_KINDS, LayerSpec, layer_layout
+from club3090.model.layer_layout import (
+    ATTENTION_KINDS,
+    LAYER_KINDS,
+    STATE_KINDS,
+    Dimensions,
+    LayerLayout,
+    LayerSpec,
+    layer_layout,
+)
 from club3090.model.vision import VisionSpec, vision_spec
 
 __all__ = [
@@ -149,53 +157,99 @@ def _empty(config: Mapping[str, Any], reason: str) -> Architecture:
 
 def _parse(config: Mapping[str, Any]) -> Architecture:
     cfg, inner, has_vision = _merged_text_config(config)
-    archs_raw = config.get("architectures")
-    archs = tuple(a for a in archs_raw if isinstance(a, str)) if isinstance(archs_raw, list) else ()
-    architecture = archs[0] if archs else ""
+    archs = _architectures(config)
     model_type = str(config.get("model_type") or cfg.get("model_type") or "")
     text_model_type = str(cfg.get("model_type") or model_type)
     fam = family(text_model_type)      # the language model's family drives its layout and defaults
+    _apply_family_defaults(cfg, fam)
+    notes: list[str] = []
+    problems: list[str] = _out_of_range(cfg)
+    dims = _dimensions(cfg, fam, notes)
+    moe = _moe(cfg, dims.intermediate)
+    oversized = _oversized(cfg, dims, moe)
+    problems.extend(oversized)
+    problems.extend(_unmodelled(cfg, archs[0] if archs else "", model_type, text_model_type, fam, dims.use_mla))
+    layout = layer_layout(cfg, fam, dims, oversized=bool(oversized))
+    problems.extend(layout.problems)
+    notes.extend(layout.notes)
+    _check_required(dims, layout, problems, notes)
+    return _assemble(config, cfg, inner, has_vision=has_vision, archs=archs, model_type=model_type, fam=fam,
+                     dims=dims, moe=moe, layout=layout, problems=problems, notes=notes)
+
+
+def _architectures(config: Mapping[str, Any]) -> tuple[str, ...]:
+    archs_raw = config.get("architectures")
+    return tuple(a for a in archs_raw if isinstance(a, str)) if isinstance(archs_raw, list) else ()
+
+
+def _apply_family_defaults(cfg: dict[str, Any], fam: Family) -> None:
+    """A key the config leaves out takes the family's default (transformers' class default)."""
     for key, value in fam.defaults.items():
         if cfg.get(key) is None:
             cfg[key] = value
-    notes: list[str] = []
-    problems: list[str] = _out_of_range(cfg)
 
-    num_layers = _first_int(cfg, "num_hidden_layers", "n_layer", "num_layers", "n_layers") or 0
+
+def _dimensions(cfg: Mapping[str, Any], fam: Family, notes: list[str]) -> Dimensions:
+    """The generic dimensions: sizes, heads, context, attention window, MLA and MTP."""
     hidden = _first_int(cfg, "hidden_size", "n_embd", "d_model", "dim", "model_dim") or 0
     heads = _first_int(cfg, "num_attention_heads", "n_head", "num_heads", "n_heads") or 0
+    head_dim = _first_int(cfg, "head_dim", "kv_channels", "attention_head_dim", "head_size")
+    if not head_dim and hidden and heads:
+        head_dim = hidden // heads
+    kv_lora_rank = _first_int(cfg, "kv_lora_rank")
+    qk_rope = _first_int(cfg, "qk_rope_head_dim")
+    use_mla = bool(kv_lora_rank and kv_lora_rank > 0)
+    if use_mla:
+        head_dim = (_first_int(cfg, "qk_nope_head_dim") or 0) + (qk_rope or 0) or head_dim
+    sliding = _first_int(cfg, "sliding_window", "sliding_window_size")
+    if cfg.get("use_sliding_window") is False or (sliding is not None and sliding <= 0):
+        sliding = None
+    return Dimensions(
+        num_layers=_first_int(cfg, "num_hidden_layers", "n_layer", "num_layers", "n_layers") or 0,
+        hidden=hidden, heads=heads, kv_heads=_kv_heads(cfg, heads), head_dim=head_dim or 0,
+        intermediate=_intermediate(cfg, fam, hidden), vocab=_vocab(cfg), max_pos=_max_position(cfg, notes),
+        sliding=sliding, chunk=_first_int(cfg, "attention_chunk_size"),
+        k_eq_v=cfg.get("attention_k_eq_v") is True, use_mla=use_mla, kv_lora_rank=kv_lora_rank,
+        qk_rope=qk_rope, v_head_dim=_first_int(cfg, "v_head_dim"),
+        mtp=_first_int(cfg, "num_nextn_predict_layers", "mtp_num_hidden_layers", "num_mtp_layers",
+                       "n_mtp_layers") or 0)
 
+
+def _kv_heads(cfg: Mapping[str, Any], heads: int) -> int:
     kv_heads = _first_int(cfg, "num_key_value_heads", "n_head_kv", "num_kv_heads", "n_kv_heads")
     if kv_heads is None and cfg.get("multi_query_attention") is True:
         kv_heads = _first_int(cfg, "multi_query_group_num")
     if kv_heads is None and (cfg.get("multi_query") is True):
         kv_heads = 1
-    if kv_heads is None:
-        kv_heads = heads
+    return heads if kv_heads is None else kv_heads
 
-    head_dim = _first_int(cfg, "head_dim", "kv_channels", "attention_head_dim", "head_size")
-    if not head_dim and hidden and heads:
-        head_dim = hidden // heads
-    head_dim = head_dim or 0
 
+def _intermediate(cfg: Mapping[str, Any], fam: Family, hidden: int) -> int:
     intermediate = _first_int(cfg, "intermediate_size", "ffn_hidden_size", "ff_intermediate_size",
                               "n_inner", "ffn_dim", "mlp_dim") or 0
     if not intermediate and hidden and fam.mlp_hidden_ratio:
         intermediate = fam.mlp_hidden_ratio * hidden
+    return intermediate
+
+
+def _vocab(cfg: Mapping[str, Any]) -> int:
     vocab = _first_int(cfg, "vocab_size", "padded_vocab_size", "embedding_size", "n_vocab") or 0
     padded = _first_int(cfg, "padded_vocab_size", "embedding_size")
-    if padded and padded > vocab:
-        vocab = padded
-    max_pos = None
+    return padded if padded and padded > vocab else vocab
+
+
+def _max_position(cfg: Mapping[str, Any], notes: list[str]) -> int | None:
     for key in ("max_position_embeddings", "n_positions", "seq_length", "max_sequence_length", "n_ctx",
                 "max_seq_len"):
         value = _int(cfg.get(key))
         if value is not None and value <= 0:
             notes.append(f"{key} {value} is invalid (not positive): ignored, as if absent")
         elif value is not None:
-            max_pos = value
-            break
-    derived_max_len = _derived_max_len(cfg, max_pos, fam)
+            return value
+    return None
+
+
+def _torch_dtype(config: Mapping[str, Any], inner: Mapping[str, Any], cfg: Mapping[str, Any]) -> str | None:
     # the outer config's dtype first (vLLM reads the top-level config), then the text model's
     torch_dtype = _first_str(config, "torch_dtype", "dtype") or _first_str(inner, "torch_dtype", "dtype")
     if torch_dtype is None:
@@ -203,12 +257,27 @@ def _parse(config: Mapping[str, Any]) -> Architecture:
             torch_dtype = "bfloat16"
         elif cfg.get("fp16") is True:
             torch_dtype = "float16"
+    return torch_dtype
+
+
+def _tie_word_embeddings(config: Mapping[str, Any], cfg: Mapping[str, Any], fam: Family) -> bool:
     tie = cfg.get("tie_word_embeddings")
     if not isinstance(tie, bool):
         tie = config.get("tie_word_embeddings") if isinstance(config.get("tie_word_embeddings"), bool) else \
             fam.tie_word_embeddings
+    return bool(tie)
 
-    # --- MoE -------------------------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class _Moe:
+    num_experts: int
+    top_k: int
+    moe_inter: int | None
+    shared_inter: int | None
+    num_dense: int
+
+
+def _moe(cfg: Mapping[str, Any], intermediate: int) -> _Moe:
     num_experts = _first_int(cfg, "num_experts", "num_local_experts", "n_routed_experts",
                              "moe_num_experts", "num_routed_experts") or 0
     if cfg.get("enable_moe_block") is False:
@@ -225,46 +294,30 @@ def _parse(config: Mapping[str, Any]) -> Architecture:
     if shared_inter is None and n_shared and moe_inter:
         shared_inter = n_shared * moe_inter
     num_dense = (_first_int(cfg, "first_k_dense_replace") or 0) if num_experts else 0
+    return _Moe(num_experts, top_k, moe_inter, shared_inter, num_dense)
 
-    # --- MLA -------------------------------------------------------------------------------
-    kv_lora_rank = _first_int(cfg, "kv_lora_rank")
-    qk_rope = _first_int(cfg, "qk_rope_head_dim")
-    v_head_dim = _first_int(cfg, "v_head_dim")
-    use_mla = bool(kv_lora_rank and kv_lora_rank > 0)
-    if use_mla:
-        qk_nope = _first_int(cfg, "qk_nope_head_dim") or 0
-        head_dim = qk_nope + (qk_rope or 0) or head_dim
 
-    # --- MTP -------------------------------------------------------------------------------
-    mtp = _first_int(cfg, "num_nextn_predict_layers", "mtp_num_hidden_layers", "num_mtp_layers",
-                     "n_mtp_layers") or 0
-
-    # --- sliding window --------------------------------------------------------------------
-    sliding = _first_int(cfg, "sliding_window", "sliding_window_size")
-    if cfg.get("use_sliding_window") is False:
-        sliding = None
-    if sliding is not None and sliding <= 0:
-        sliding = None
-    chunk = _first_int(cfg, "attention_chunk_size")
-    k_eq_v = cfg.get("attention_k_eq_v") is True
-
-    # --- sanity caps: checked before any per-layer table is built ---------------------------
-    layer_types = cfg.get("layer_types")
-    pattern = cfg.get("hybrid_override_pattern")
+def _oversized(cfg: Mapping[str, Any], dims: Dimensions, moe: _Moe) -> list[str]:
+    """The sanity caps, checked before any per-layer table is built."""
     oversized = _over_caps({
-        "num_hidden_layers": num_layers, "mtp_layers": mtp, "num_attention_heads": heads,
-        "num_key_value_heads": kv_heads, "head_dim": head_dim, "kv_lora_rank": kv_lora_rank,
-        "qk_rope_head_dim": qk_rope, "hidden_size": hidden, "intermediate_size": intermediate,
-        "moe_intermediate_size": moe_inter, "shared_expert_intermediate_size": shared_inter,
-        "vocab_size": vocab, "num_experts": num_experts, "num_experts_per_tok": top_k,
+        "num_hidden_layers": dims.num_layers, "mtp_layers": dims.mtp, "num_attention_heads": dims.heads,
+        "num_key_value_heads": dims.kv_heads, "head_dim": dims.head_dim, "kv_lora_rank": dims.kv_lora_rank,
+        "qk_rope_head_dim": dims.qk_rope, "hidden_size": dims.hidden, "intermediate_size": dims.intermediate,
+        "moe_intermediate_size": moe.moe_inter, "shared_expert_intermediate_size": moe.shared_inter,
+        "vocab_size": dims.vocab, "num_experts": moe.num_experts, "num_experts_per_tok": moe.top_k,
     })
-    for key, value in (("layer_types", layer_types), ("hybrid_override_pattern", pattern)):
+    for key in ("layer_types", "hybrid_override_pattern"):
+        value = cfg.get(key)
         if isinstance(value, (list, str)) and len(value) > DIMENSION_CAPS["num_hidden_layers"]:
             oversized.append(f"{key} lists {len(value)} layers, over the sanity cap of "
                              f"{DIMENSION_CAPS['num_hidden_layers']}")
-    problems.extend(oversized)
+    return oversized
 
-    # --- unmodelled stateful families -----------------------------------------------------
+
+def _unmodelled(cfg: Mapping[str, Any], architecture: str, model_type: str, text_model_type: str, fam: Family,
+                use_mla: bool) -> list[str]:
+    """Stateful families and caches the fit engine does not model."""
+    problems = []
     refused = next(((name.lower(), f.unmodelled) for name, f in ((model_type, family(model_type)),
                                                                  (text_model_type, fam)) if f.unmodelled), None)
     if refused is not None:
@@ -277,73 +330,70 @@ def _parse(config: Mapping[str, Any]) -> Architecture:
         problems.append(_DSV4_CSA)
     elif use_mla and _first_int(cfg, "index_topk") is not None and refused is None:
         problems.append("DeepSeek sparse-attention indexer cache (index_topk) is not modelled")
+    return problems
 
-    # --- layer list ------------------------------------------------------------------------
-    layout = layer_layout(cfg, fam, num_layers=num_layers, oversized=bool(oversized), layer_types=layer_types,
-                          pattern=pattern, use_mla=use_mla, sliding=sliding, chunk=chunk, max_pos=max_pos,
-                          kv_heads=kv_heads, head_dim=head_dim, k_eq_v=k_eq_v, kv_lora_rank=kv_lora_rank,
-                          qk_rope=qk_rope, hidden=hidden, mtp=mtp)
-    num_layers, layers, mtp_layer = layout.num_hidden_layers, layout.layers, layout.mtp_layer
-    problems.extend(layout.problems)
-    notes.extend(layout.notes)
 
-    # --- required dimensions ---------------------------------------------------------------
-    if num_layers <= 0:
+def _check_required(dims: Dimensions, layout: LayerLayout, problems: list[str], notes: list[str]) -> None:
+    """The dimensions every priced model needs, and those its attention layers need."""
+    if layout.num_hidden_layers <= 0:
         problems.append("num_hidden_layers missing or not positive")
-    if hidden <= 0:
+    if dims.hidden <= 0:
         problems.append("hidden_size missing or not positive")
-    if vocab <= 0:
+    if dims.vocab <= 0:
         problems.append("vocab_size missing or not positive")
-    if any(layer.kind in ("full", "sliding", "chunked") for layer in layers):
+    if any(layer.kind in ("full", "sliding", "chunked") for layer in layout.layers):
+        heads, kv_heads = dims.heads, dims.kv_heads
         if heads <= 0:
             problems.append("num_attention_heads missing or not positive")
-        if kv_heads <= 0 or head_dim <= 0:
+        if kv_heads <= 0 or dims.head_dim <= 0:
             problems.append("KV heads / head_dim missing or not positive")
-        elif heads > 0 and heads % kv_heads != 0 and not k_eq_v:
+        elif heads > 0 and heads % kv_heads != 0 and not dims.k_eq_v:
             notes.append(f"{heads} attention heads are not a multiple of {kv_heads} KV heads")
 
-    ssm_dtype = _first_str(cfg, "mamba_ssm_cache_dtype", "mamba_ssm_dtype")
-    auto_map = _declares_auto_map(config)
+
+def _assemble(config: Mapping[str, Any], cfg: Mapping[str, Any], inner: Mapping[str, Any], *, has_vision: bool,
+              archs: tuple[str, ...], model_type: str, fam: Family, dims: Dimensions, moe: _Moe,
+              layout: LayerLayout, problems: list[str], notes: list[str]) -> Architecture:
     qc = config.get("quantization_config") if isinstance(config.get("quantization_config"), Mapping) \
         else (cfg.get("quantization_config") if isinstance(cfg.get("quantization_config"), Mapping) else None)
-
-    # dedupe problems, keep order
-    unique = list(dict.fromkeys(problems))
+    unique = list(dict.fromkeys(problems))  # dedupe, keep order
+    experts = moe.num_experts
+    mla = dims.use_mla
     return Architecture(
-        architecture=architecture,
+        architecture=archs[0] if archs else "",
         model_type=model_type,
         config_architectures=archs,
-        num_hidden_layers=num_layers,
-        hidden_size=hidden,
-        num_attention_heads=heads,
-        num_key_value_heads=kv_heads,
-        head_dim=head_dim,
-        intermediate_size=intermediate,
-        vocab_size=vocab,
-        max_position_embeddings=max_pos,
-        torch_dtype=torch_dtype,
-        tie_word_embeddings=bool(tie),
-        num_experts=num_experts,
-        num_experts_per_tok=top_k if num_experts else 0,
-        moe_intermediate_size=moe_inter if num_experts else None,
-        shared_expert_intermediate_size=shared_inter if num_experts else None,
-        kv_lora_rank=kv_lora_rank if use_mla else None,
-        qk_rope_head_dim=qk_rope if use_mla else None,
-        sliding_window=sliding,
-        mtp_layers=mtp,
+        num_hidden_layers=layout.num_hidden_layers,
+        hidden_size=dims.hidden,
+        num_attention_heads=dims.heads,
+        num_key_value_heads=dims.kv_heads,
+        head_dim=dims.head_dim,
+        intermediate_size=dims.intermediate,
+        vocab_size=dims.vocab,
+        max_position_embeddings=dims.max_pos,
+        torch_dtype=_torch_dtype(config, inner, cfg),
+        tie_word_embeddings=_tie_word_embeddings(config, cfg, fam),
+        num_experts=experts,
+        num_experts_per_tok=moe.top_k if experts else 0,
+        moe_intermediate_size=moe.moe_inter if experts else None,
+        shared_expert_intermediate_size=moe.shared_inter if experts else None,
+        kv_lora_rank=dims.kv_lora_rank if mla else None,
+        qk_rope_head_dim=dims.qk_rope if mla else None,
+        sliding_window=dims.sliding,
+        mtp_layers=dims.mtp,
         has_vision=has_vision,
-        auto_map=auto_map,
+        auto_map=_declares_auto_map(config),
         quantization_config=qc,
-        layers=layers,
-        layer_kinds=tuple(sorted({layer.kind for layer in layers})),
+        layers=layout.layers,
+        layer_kinds=tuple(sorted({layer.kind for layer in layout.layers})),
         unpriceable_reason="; ".join(unique) if unique else None,
-        v_head_dim=v_head_dim if use_mla else None,
-        attention_chunk_size=chunk,
-        attention_k_eq_v=k_eq_v,
-        num_dense_layers=num_dense,
-        mamba_ssm_cache_dtype=ssm_dtype,
-        mtp_layer=mtp_layer,
-        derived_max_model_len=derived_max_len,
+        v_head_dim=dims.v_head_dim if mla else None,
+        attention_chunk_size=dims.chunk,
+        attention_k_eq_v=dims.k_eq_v,
+        num_dense_layers=moe.num_dense,
+        mamba_ssm_cache_dtype=_first_str(cfg, "mamba_ssm_cache_dtype", "mamba_ssm_dtype"),
+        mtp_layer=layout.mtp_layer,
+        derived_max_model_len=_derived_max_len(cfg, dims.max_pos, fam),
         notes=tuple(notes),
         vision=vision_spec(config) if has_vision else None,
     )

@@ -13,7 +13,6 @@ silent skip. Writes are atomic.
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
@@ -23,8 +22,8 @@ from club3090.edges.files import atomic_write_text, read_json_capped
 from club3090.errors import InputError
 from club3090.reports.capture import dump_json
 from club3090.reports.receipt import validate_receipt
+from club3090.settings import state_dir
 
-STATE_ENV = "CLUB3090_STATE_DIR"
 RECEIPTS = "receipts"
 PROMOTED = "promoted"
 LOOP_STATE = "loop-state.json"
@@ -36,12 +35,8 @@ _ID = re.compile(r"[a-z0-9][a-z0-9._-]{0,127}\Z")
 
 
 def overlay_root(env: Mapping[str, str] | None = None) -> Path:
-    env = os.environ if env is None else env
-    if env.get(STATE_ENV):
-        return Path(env[STATE_ENV]).expanduser()
-    if env.get("XDG_STATE_HOME"):
-        return Path(env["XDG_STATE_HOME"]).expanduser() / "club3090"
-    return Path("~/.local/state/club3090").expanduser()
+    """The state folder (``settings.state_dir``: one rule for the overlay and the capture bundles)."""
+    return state_dir(env)
 
 
 def save_receipt(root: Path, receipt: Mapping[str, Any]) -> Path:

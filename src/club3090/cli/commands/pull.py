@@ -152,15 +152,10 @@ def _bundle(args: argparse.Namespace, provider: Any) -> int:
 
 
 def captures_root(args: argparse.Namespace) -> Path:
-    """--captures-dir, else $CLUB3090_CAPTURES, else the XDG state folder (never the working folder)."""
-    import os
+    """--captures-dir, else $CLUB3090_CAPTURES, else the state folder (``settings.captures_dir``)."""
+    from club3090.settings import captures_dir
 
-    if getattr(args, "captures_dir", None) is not None:
-        return Path.cwd() / Path(args.captures_dir)
-    if os.environ.get("CLUB3090_CAPTURES"):
-        return Path.cwd() / os.environ["CLUB3090_CAPTURES"]
-    state = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
-    return Path(state) / "club3090" / "pull-captures"
+    return captures_dir(getattr(args, "captures_dir", None))
 
 
 def request_of(args: argparse.Namespace) -> Any:
