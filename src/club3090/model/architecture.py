@@ -32,6 +32,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from club3090.model.class_defaults import complete_text_config
 from club3090.model.config_reading import (
     DIMENSION_CAPS,
     SIGNED_DIMENSIONS,
@@ -156,13 +157,14 @@ def _empty(config: Mapping[str, Any], reason: str) -> Architecture:
 
 
 def _parse(config: Mapping[str, Any]) -> Architecture:
+    config, completed = complete_text_config(config)     # a wrapper's text_config left to class defaults
     cfg, inner, has_vision = _merged_text_config(config)
     archs = _architectures(config)
     model_type = str(config.get("model_type") or cfg.get("model_type") or "")
     text_model_type = str(cfg.get("model_type") or model_type)
     fam = family(text_model_type)      # the language model's family drives its layout and defaults
     _apply_family_defaults(cfg, fam)
-    notes: list[str] = []
+    notes: list[str] = list(completed)
     problems: list[str] = _out_of_range(cfg)
     dims = _dimensions(cfg, fam, notes)
     moe = _moe(cfg, dims.intermediate)
