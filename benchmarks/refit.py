@@ -31,7 +31,7 @@ import statistics
 import sys
 from collections import Counter
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -58,11 +58,16 @@ def _line(case: Case) -> str:
     return FORWARD_LINE if case.graphs_in_budget else "<=0.20"
 
 
+def _graph_data(case: Case) -> bool:
+    """The pool's graph term matters (subtracted from 0.21), or the log measured the graph pool."""
+    return _line(case) == FORWARD_LINE or "cudagraph_gib" in case.terms
+
+
 TERMS: dict[str, tuple[list[float], Callable[[Case], bool]]] = {
     "ACT_FORWARD_COEF": ([0.5 + 0.1 * i for i in range(16)], lambda c: _line(c) == "<=0.20"),
     "ACT_FORWARD_COEF_GRAPHS": ([0.5 + 0.1 * i for i in range(11)], lambda c: _line(c) == FORWARD_LINE),
-    "CUDAGRAPH_BASE_TOKENS": ([512.0 * i for i in range(13)], lambda c: _line(c) == FORWARD_LINE),
-    "CUDAGRAPH_PER_GRAPH_TOKENS": ([6.0 * i for i in range(9)], lambda c: _line(c) == FORWARD_LINE),
+    "CUDAGRAPH_BASE_TOKENS": ([512.0 * i for i in range(13)], lambda c: _graph_data(c)),
+    "CUDAGRAPH_PER_GRAPH_TOKENS": ([6.0 * i for i in range(9)], lambda c: _graph_data(c)),
     "NON_TORCH_TP1": ([0.05 * i for i in range(13)], lambda c: True),
     "NON_TORCH_MULTI": ([0.1 * i for i in range(11)], lambda c: c.world > 1),
     "NON_TORCH_NVSWITCH": ([0.25 * i for i in range(9)], lambda c: c.tp > 1),
@@ -113,6 +118,7 @@ class Case:
     measured_tokens: int | None
     outcome: str | None
     result: FitResult
+    terms: dict[str, float] = field(default_factory=dict)    # the log's breakdown: MEASURED_TERMS
     stage_calls: list[dict[str, tuple[tuple[Any, ...], dict[str, Any]]]] = field(default_factory=list)
 
 
@@ -154,11 +160,12 @@ def probe(run: Callable[[], Any]) -> tuple[FitResult | None, list[dict[str, Any]
     return result, stages
 
 
-def surrogate(case: Case) -> tuple[float, int, bool]:
-    """(pool GiB, KV tokens, fits) of the limiting rank at the module's current constants."""
+def surrogate(case: Case) -> tuple[float, int, bool, dict[str, float]]:
+    """(pool GiB, KV tokens, fits, the profile terms in GiB) of the limiting rank at the module's
+    current constants."""
     res = case.result
     tp = max(1, case.tp)
-    best: tuple[int, int] | None = None
+    best: tuple[int, int, dict[str, float]] | None = None
     for rank in res.ranks:
         if not rank.bytes_per_block:
             continue
@@ -170,14 +177,19 @@ def surrogate(case: Case) -> tuple[float, int, bool]:
         pool = max(0, rank.budget_bytes - rank.weights_bytes - nt - act - subtracted)
         blocks = pool // rank.bytes_per_block
         if best is None or blocks < best[0]:
-            best = (blocks, pool)
-    blocks, pool = best or (0, 0)
+            best = (blocks, pool, {"non_torch_gib": nt / GiB, "activation_peak_gib": act / GiB,
+                                   "cudagraph_gib": graphs / GiB})
+    blocks, pool, terms = best or (0, 0, {})
     tokens = round(res.kv_cache_tokens * blocks / res.num_blocks) if res.num_blocks else 0
-    return pool / GiB, tokens, blocks >= res.blocks_per_request and blocks > 0
+    return pool / GiB, tokens, blocks >= res.blocks_per_request and blocks > 0, terms
+
+
+# the terms a log's breakdown measures (``reports/vllm_log``), compared one by one
+MEASURED_TERMS = ("non_torch_gib", "activation_peak_gib", "cudagraph_gib")
 
 
 def evaluate(case: Case) -> dict[str, Any]:
-    pool, tokens, fits = surrogate(case)
+    pool, tokens, fits, terms = surrogate(case)
     row: dict[str, Any] = {"id": case.id, "source": case.source, "gpu_class": case.gpu_class,
                            "release": case.release, "kind": case.kind, "predicted_kv_gib": pool}
     measured = case.measured_tokens
@@ -187,6 +199,9 @@ def evaluate(case: Case) -> dict[str, Any]:
         row["kv_error_gib"] = pool - pool * measured / tokens      # implied measured pool
     if measured and case.outcome == "ok" and tokens:
         row["token_error_pct"] = 100.0 * (tokens - measured) / measured
+    for term in MEASURED_TERMS:
+        if term in case.terms and term in terms:
+            row[f"{term}_error"] = terms[term] - case.terms[term]
     started = case.outcome == "ok"
     row["false_fit"] = fits and not started and str(case.outcome).startswith("kv_error")
     row["false_wont_fit"] = started and not fits
@@ -238,8 +253,20 @@ def release_of(version: str | None, engine: str | None = None) -> str:
     return f"{major}.{minor}"
 
 
-def _case(run: Callable[[], Any], **fields: Any) -> Case | None:
-    result, stages = probe(run)
+def logged_terms(case: dict[str, Any]) -> dict[str, float]:
+    """The case's breakdown terms, read from its quoted log lines by ``calibrate``'s parser."""
+    from club3090.reports.vllm_log import parse_startup
+
+    measured = parse_startup("\n".join(str(q) for q in case.get("quote") or ())).measured
+    return {t: float(measured[t]) for t in MEASURED_TERMS if isinstance(measured.get(t), (int, float))}
+
+
+def _case(run: Callable[[str | None], Any], **fields: Any) -> Case | None:
+    """A version-less case is probed on the release line its answer assumed (the tightest)."""
+    first = run(None)
+    if not isinstance(first, FitResult):
+        return None
+    result, stages = probe(lambda: run(first.settings.vllm_version))
     if result is None or len(stages) * max(1, fields["tp"]) < len(result.ranks):
         return None
     ver = parse_version(fields.pop("version"))
@@ -264,11 +291,13 @@ def public_cases() -> list[Case]:
         arch = parse_config({k: v for k, v in config.items() if not k.startswith("config_")})
         shape = accuracy._shape(case)
 
-        def run(arch: Any = arch, shape: Any = shape, gpu: float = gpu, weights: float = weights) -> Any:
+        def run(version: str | None, arch: Any = arch, shape: Any = shape, gpu: float = gpu,
+                weights: float = weights) -> Any:
             return predict(arch, weights_bytes=0, weights_bytes_per_rank=int(weights * GiB),
-                           gpu_memory_bytes=[int(gpu * GiB)], shape=shape)
+                           gpu_memory_bytes=[int(gpu * GiB)],
+                           shape=replace(shape, vllm_version=version or shape.vllm_version))
 
-        built = _case(run, id=case["id"], source=source_of(case), gpu_class=gpu_class(case.get("gpu_model"), gpu),
+        built = _case(run, id=case["id"], source=source_of(case), terms=logged_terms(case), gpu_class=gpu_class(case.get("gpu_model"), gpu),
                       release=release_of(case.get("vllm_version")), kind=attention_kind(arch),
                       tp=shape.tp, world=shape.tp * shape.pp, version=shape.vllm_version,
                       measured_kv_gib=float(measured["available_kv_cache_gib"]),
@@ -290,9 +319,10 @@ def anchor_cases() -> list[Case]:
             continue
         arch = parse_config(inputs.model.hf_config)
 
-        def run(arch: Any = arch, inputs: Any = inputs) -> Any:
+        def run(version: str | None, arch: Any = arch, inputs: Any = inputs) -> Any:
             return predict(arch, weights_bytes=int(inputs.weights_bytes),
-                           gpu_memory_bytes=[inputs.gpu.memory_bytes] * inputs.world, shape=inputs.shape)
+                           gpu_memory_bytes=[inputs.gpu.memory_bytes] * inputs.world,
+                           shape=replace(inputs.shape, vllm_version=version or inputs.shape.vllm_version))
 
         built = _case(run, id=anchor.id, source="club3090 anchors (noonghunna/club-3090 composes)",
                       gpu_class="RTX 3090", release=release_of(inputs.shape.vllm_version), kind=attention_kind(arch),
@@ -336,6 +366,10 @@ def _loss(rows: list[dict[str, Any]], weight: dict[str, float]) -> float:
         if e is not None:
             loss += w * (2 * e if e > 0 else -e)
         loss += w * (10.0 * r["false_fit"] + 2.0 * r["false_wont_fit"])
+        for term in MEASURED_TERMS:
+            t = r.get(f"{term}_error")
+            if t is not None:      # a term under-stated leaves the pool too large: twice
+                loss += w * (-2 * t if t < 0 else t)
     return loss
 
 
@@ -391,7 +425,10 @@ def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
             "over_05_gib": sum(1 for r in rows if r.get("kv_error_gib", 0) > 0.5),
             "token_median_pct": statistics.median(tok) if tok else None,
             "false_fits": sum(r["false_fit"] for r in rows),
-            "false_wont_fits": sum(r["false_wont_fit"] for r in rows)}
+            "false_wont_fits": sum(r["false_wont_fit"] for r in rows),
+            "terms": {t: {"cases": len(e), "median_abs_gib": statistics.median(abs(x) for x in e) if e else None,
+                          "mean_signed_gib": statistics.mean(e) if e else None}
+                      for t in MEASURED_TERMS for e in [[r[f"{t}_error"] for r in rows if f"{t}_error" in r]]}}
 
 
 def surrogate_check(cases: list[Case]) -> float:
@@ -449,6 +486,11 @@ def print_headline(report: dict[str, Any]) -> None:
           f"(cap {SOURCE_CAP:.0%}); held at the module's value (cases from < {MIN_SOURCES} sources): "
           + (", ".join(held) or "none"))
     print("cases per source: " + ", ".join(f"{s} {n}" for s, n in report["source_counts"]))
+    terms = report["shipped"]["terms"]
+    print("per-term error of the shipped constants, against the logs' breakdowns (predicted - measured): "
+          + "; ".join(f"{t.removesuffix('_gib')} {v['cases']} case(s), median |err| "
+                      f"{_fmt(v['median_abs_gib'], '.3f')}, mean {_fmt(v['mean_signed_gib'], '+.3f')} GiB"
+                      for t, v in terms.items()))
     print("in-sample fit:", json.dumps({k: round(v, 3) for k, v in report["in_sample_fit"].items()}),
           " module:", json.dumps({k: round(v, 3) for k, v in report["module"].items()}))
 

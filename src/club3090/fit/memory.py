@@ -277,7 +277,8 @@ def _predict(arch: Architecture, *, weights_bytes: int, gpu_memory_bytes: Sequen
     ssm_bytes = dtype_bytes(ssm_name) if ssm_name and ssm_name != "auto" else model_bytes
     num_spec = int(shape.num_speculative_tokens or 0)
     inflight = res.max_num_batched_tokens * (pp if pp > 1 else 1)
-    nvswitch = shape.nvswitch if shape.nvswitch is not None else (min(mems) >= 70 * GiB)
+    nvswitch = shape.nvswitch if shape.nvswitch is not None else (
+        min(mems) >= 70 * GiB and profiling.nvls_capable(shape.device_name, shape.compute_capability))
     util = Fraction(res.mem_util).limit_denominator(10_000)
 
     # layers per PP stage (MTP layers sit on the last stage when speculative decoding is on)

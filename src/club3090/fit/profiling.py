@@ -41,6 +41,7 @@ __all__ = [
     "cudagraph_bytes",
     "encoder_items",
     "non_torch_bytes",
+    "nvls_capable",
 ]
 
 
@@ -133,6 +134,22 @@ def activation(arch: Architecture, *, tp: int, tokens: int, num_seqs: int, last_
             + (SPEC_SAMPLER_COEF if num_spec > 0 else 0.0)
         sampler = int(rows * reqs * arch.vocab_size * 4)
     return Activation(forward, sampler, enc_peak)
+
+
+# NCCL's NVLS (NVLink SHARP multicast) buffers need Hopper-generation NVSwitch (sm 9.0+): an A100
+# SXM board has NVSwitch but no multicast, so its TP ranks do not pay them
+_NO_NVLS_NAMES = ("a100", "a800", "v100", "a40", "a30", "a10", "a6000", "l40", "l4", "l20")
+
+
+def nvls_capable(device_name: str | None, compute_capability: str | None) -> bool:
+    """Whether NCCL allocates NVLS buffers on this GPU (unknown: assumed, the safe side)."""
+    if compute_capability:
+        try:
+            return int(str(compute_capability).split(".")[0]) >= 9
+        except ValueError:
+            return True
+    name = (device_name or "").lower()
+    return not any(part in name for part in _NO_NVLS_NAMES)
 
 
 def non_torch_bytes(tp: int, pp: int, nvswitch: bool) -> int:
