@@ -16,6 +16,7 @@ from typing import Any
 
 from club3090.errors import CatalogError, InterpolationError, Problem
 from club3090.fit.memory import ServeShape
+from club3090.fit.vllm_rules import engine_release
 from club3090.interpolate import interpolate
 
 __all__ = ["SHAPE_FIELDS", "drafter_terms", "profile_batched_tokens", "profile_encoder_profiling",
@@ -140,7 +141,7 @@ def profile_shape(profile: Any, catalog: Any, *, drafter: bool = True, **overrid
             "max_model_len": profile.max_model_len, "max_num_seqs": profile.max_num_seqs,
             "max_num_batched_tokens": profile_batched_tokens(profile),
             "kv_cache_dtype": profile.kv_format or "auto",
-            "vllm_version": engine.vllm_version,
+            "vllm_version": engine_release(engine),
             "mm_encoder_profiling": profile_encoder_profiling(profile),
             "enable_prefix_caching": profile_prefix_caching(profile),
         }

@@ -68,6 +68,7 @@ __all__ = [
     "batch_defaults",
     "capture_sizes",
     "choose_engine",
+    "engine_release",
     "fp8_marlin_scale_ratio",
     "mamba_cache_mode",
     "mla_block_size",
@@ -122,6 +123,14 @@ def parse_version(version: str | None) -> Version:
         match = VERSION_RE.match(NEWEST_KNOWN_VLLM)
         assert match is not None
     return int(match.group(1)), int(match.group(2)), int(match.group(3) or 0)
+
+
+def engine_release(engine: Any) -> str | None:
+    """The release a catalog engine runs: its tag's version; a vLLM nightly is today's line (it
+    is not a version-less answer: the build is known to be at least the newest release)."""
+    if engine is None:
+        return None
+    return engine.vllm_version or (NEWEST_KNOWN_VLLM if engine.type == "vllm" else None)
 
 
 def version_note(version: str | None) -> str | None:
