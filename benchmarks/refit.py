@@ -459,7 +459,8 @@ def run(with_anchors: bool = True) -> dict[str, Any]:
 
 
 def _fmt(value: Any, spec: str) -> str:
-    return accuracy._fmt(value, spec)
+    width = "".join(ch for ch in spec.split(".")[0] if ch.isdigit())
+    return accuracy._fmt(value, spec).rjust(int(width or 0))
 
 
 def _summary_line(label: str, s: dict[str, Any]) -> str:
