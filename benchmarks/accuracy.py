@@ -103,8 +103,15 @@ def _weights_per_rank(case: dict[str, Any], cases: list[dict[str, Any]]) -> tupl
 
 
 def _gpu_gib(case: dict[str, Any]) -> float | None:
+    """The card's memory: the case's, else what its quoted log lines state (the profiling
+    summary's total, "Free memory on device (F/T GiB)"), else the table for the named GPU."""
     if case.get("gpu_total_memory_gib"):
         return float(case["gpu_total_memory_gib"])
+    from club3090.reports.vllm_log import parse_startup
+
+    logged = parse_startup("\n".join(str(q) for q in case.get("quote") or ())).gpu_total_memory_gib
+    if logged:
+        return float(logged)
     name = (case.get("gpu_model") or "").strip().lower()
     return GPU_TOTAL_GIB.get(name)
 

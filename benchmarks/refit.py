@@ -257,8 +257,12 @@ def logged_terms(case: dict[str, Any]) -> dict[str, float]:
     """The case's breakdown terms, read from its quoted log lines by ``calibrate``'s parser."""
     from club3090.reports.vllm_log import parse_startup
 
-    measured = parse_startup("\n".join(str(q) for q in case.get("quote") or ())).measured
-    return {t: float(measured[t]) for t in MEASURED_TERMS if isinstance(measured.get(t), (int, float))}
+    recorded = dict(case.get("measured") or {})
+    if "peak_activation_gib" in recorded:                      # the fixture's spelling
+        recorded.setdefault("activation_peak_gib", recorded["peak_activation_gib"])
+    measured = {**recorded, **parse_startup("\n".join(str(q) for q in case.get("quote") or ())).measured}
+    return {t: float(measured[t]) for t in MEASURED_TERMS
+            if isinstance(measured.get(t), (int, float)) and not isinstance(measured.get(t), bool)}
 
 
 def _case(run: Callable[[str | None], Any], **fields: Any) -> Case | None:
