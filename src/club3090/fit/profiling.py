@@ -3,7 +3,8 @@ of the profile run (forward pass, sampler and speculative rejection sampler, mul
 and the CUDA-graph pool.
 
 Each term is a small physical formula; its coefficient is fitted to public start-up logs with
-leave-one-group-out validation (``benchmarks/accuracy.py``, docs/ACCURACY.md). Module constants,
+grouped cross-validation (``benchmarks/refit.py``: leave one source, GPU class or release line out;
+docs/ACCURACY.md). Module constants,
 no per-model values.
 
 What the profile run does (``v1/worker/gpu_model_runner.py::profile_run``): encoder profiling for
