@@ -4,8 +4,7 @@ and the CUDA-graph pool.
 
 Each term is a small physical formula; its coefficient is fitted to public start-up logs with
 grouped cross-validation (``benchmarks/refit.py``: leave one source, GPU class or release line out;
-docs/ACCURACY.md). Module constants,
-no per-model values.
+docs/ACCURACY.md). Module constants, no per-model values.
 
 What the profile run does (``v1/worker/gpu_model_runner.py::profile_run``): encoder profiling for
 multimodal models (a dummy batch of ``encoder budget // tokens per item`` maximal images, the
