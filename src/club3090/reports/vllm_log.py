@@ -289,41 +289,42 @@ def _set(key: str, number: Callable[[str], float | int] = _f, unit: bool = False
     return handler
 
 
-# (pattern, handler) per line, in order: a later handler on the same line may read an earlier one
-_LINE_RULES: tuple[tuple[re.Pattern[str], Handler], ...] = (
-    (_VERSION_LINE, _version),
-    (_SERVER_VERSION, _server_version),
-    (_WEIGHTS_TOOK, _weights_took),
-    (_MODEL_LOADING, _model_loading),
-    (_LOADING_SECONDS, _set("weights_loading_seconds")),
-    (_TOTAL, _total),
-    (_TERMS, _terms),
-    (_PROFILE_RESULTS, _profile_results),
-    (_NON_KV_TOTAL, _set("non_kv_gib", unit=True)),
-    (_TORCH_PEAK, _set("activation_peak_gib", unit=True)),
-    (_NON_TORCH_FORWARD, _set("non_torch_gib", unit=True)),
-    (_WEIGHTS_MEMORY, _set("profile_weights_gib", unit=True)),
-    (_FREE_ON_DEVICE, _free_on_device),
-    (_DESIRED, _desired),
-    (_FOR_WEIGHT, _set("profile_weights_gib", unit=True)),
-    (_FOR_CONSUMED, _set("weights_plus_non_torch_gib", unit=True)),
-    (_FOR_ACTIVATION, _set("activation_peak_gib", unit=True)),
-    (_FOR_NON_TORCH, _set("non_torch_gib", unit=True)),
-    (_FOR_GRAPHS, _set("cudagraph_gib", unit=True)),
-    (_KV_IN_USE, _set("kv_cache_in_use_gib", unit=True)),
-    (_GRAPH_ESTIMATE, _set("cudagraph_estimate_gib", unit=True)),
-    (_GRAPH_POOL, _graph_pool),
-    (_AVAILABLE, _available),
-    (_KV_SIZE, _set("gpu_kv_cache_tokens", _i)),
-    (_GPU_BLOCKS, _set("num_gpu_blocks", _i)),
-    (_CONCURRENCY, _concurrency),
-    (_GRAPHS, lambda log, m: log.measured.__setitem__("cudagraph_gib", _gib(m.group(2), m.group(3)))),
-    (_CAPTURE_SIZES, _capture_sizes),
-    (_MAX_LEN_ERROR, _max_len_error),
-    (_NEEDED_ERROR, _needed_error),
-    (_OOM, _oom),
-    (_CUDA_OOM, _error_once({"type": "cuda_oom", "attempted_alloc_gib": None})),
-    (_NO_KV_MEMORY, _error_once({"type": "no_available_kv_memory"})),
+# (literal the line must hold, pattern, handler), in order: a later handler on the same line may read
+# an earlier one; the literal is a fast substring test that skips the pattern on most lines
+_LINE_RULES: tuple[tuple[str, re.Pattern[str], Handler], ...] = (
+    ('LLM engine (v', _VERSION_LINE, _version),
+    ('API server version', _SERVER_VERSION, _server_version),
+    ('oading model weights took', _WEIGHTS_TOOK, _weights_took),
+    ('odel loading took', _MODEL_LOADING, _model_loading),
+    ('oading weights took', _LOADING_SECONDS, _set("weights_loading_seconds")),
+    ('total_gpu_memory (', _TOTAL, _total),
+    ('model weights take', _TERMS, _terms),
+    ('Memory profiling results:', _PROFILE_RESULTS, _profile_results),
+    ('Total non KV cache memory', _NON_KV_TOTAL, _set("non_kv_gib", unit=True)),
+    ('torch peak memory increase', _TORCH_PEAK, _set("activation_peak_gib", unit=True)),
+    ('non-torch forward increase', _NON_TORCH_FORWARD, _set("non_torch_gib", unit=True)),
+    ('weights memory: ', _WEIGHTS_MEMORY, _set("profile_weights_gib", unit=True)),
+    ('Free memory on device', _FREE_ON_DEVICE, _free_on_device),
+    ('Desired GPU memory utilization', _DESIRED, _desired),
+    (' for weight', _FOR_WEIGHT, _set("profile_weights_gib", unit=True)),
+    (' for consumed memory', _FOR_CONSUMED, _set("weights_plus_non_torch_gib", unit=True)),
+    (' for peak activation', _FOR_ACTIVATION, _set("activation_peak_gib", unit=True)),
+    (' for non-torch memory', _FOR_NON_TORCH, _set("non_torch_gib", unit=True)),
+    (' for CUDAGraph memory', _FOR_GRAPHS, _set("cudagraph_gib", unit=True)),
+    ('kv cache memory in use', _KV_IN_USE, _set("kv_cache_in_use_gib", unit=True)),
+    ('Estimated CUDA graph memory', _GRAPH_ESTIMATE, _set("cudagraph_estimate_gib", unit=True)),
+    ('CUDA graph pool memory', _GRAPH_POOL, _graph_pool),
+    ('Available KV cache memory', _AVAILABLE, _available),
+    ('KV cache size: ', _KV_SIZE, _set("gpu_kv_cache_tokens", _i)),
+    (' blocks: ', _GPU_BLOCKS, _set("num_gpu_blocks", _i)),
+    ('Maximum concurrency for', _CONCURRENCY, _concurrency),
+    ('Graph capturing finished', _GRAPHS, lambda log, m: log.measured.__setitem__("cudagraph_gib", _gib(m.group(2), m.group(3)))),
+    ('cudagraph_capture_sizes', _CAPTURE_SIZES, _capture_sizes),
+    ('max seq len (', _MAX_LEN_ERROR, _max_len_error),
+    ('max seq len (', _NEEDED_ERROR, _needed_error),
+    ('OutOfMemoryError', _OOM, _oom),
+    ('CUDA error: out of memory', _CUDA_OOM, _error_once({"type": "cuda_oom", "attempted_alloc_gib": None})),
+    ('No available memory for the cache blocks', _NO_KV_MEMORY, _error_once({"type": "no_available_kv_memory"})),
 )
 _NON_DEFAULT_MARK = "non-default args: "
 
@@ -352,8 +353,8 @@ def parse_startup(text: str) -> StartupLog:
         if n >= MAX_LINES:
             break
         line = raw[:MAX_LINE]
-        for pattern, handler in _LINE_RULES:
-            if (m := pattern.search(line)) is not None:
+        for key, pattern, handler in _LINE_RULES:
+            if key in line and (m := pattern.search(line)) is not None:
                 handler(log, m)
         _non_default_args(log, line)
     _derived_terms(log.measured)
