@@ -43,7 +43,7 @@ import accuracy  # noqa: E402
 
 from club3090.fit import profiling  # noqa: E402
 from club3090.fit.memory import FitResult, predict  # noqa: E402
-from club3090.fit.vllm_rules import GRAPH_ESTIMATE_FROM, parse_version  # noqa: E402
+from club3090.fit.vllm_rules import GRAPH_ESTIMATE_FROM, native_sampler, parse_version  # noqa: E402
 from club3090.model.architecture import parse_config  # noqa: E402
 from club3090.units import GiB  # noqa: E402
 
@@ -68,6 +68,8 @@ TERMS: dict[str, tuple[list[float], Callable[[Case], bool]]] = {
     "ACT_FORWARD_COEF_GRAPHS": ([0.5 + 0.1 * i for i in range(11)], lambda c: _line(c) == FORWARD_LINE),
     "CUDAGRAPH_BASE_TOKENS": ([512.0 * i for i in range(13)], lambda c: _graph_data(c)),
     "CUDAGRAPH_PER_GRAPH_TOKENS": ([6.0 * i for i in range(9)], lambda c: _graph_data(c)),
+    "SAMPLER_COEF": ([2.0 + 0.25 * i for i in range(13)], lambda c: c.sampler == "kernel"),
+    "SAMPLER_NATIVE_COEF": ([6.0 + 0.5 * i for i in range(13)], lambda c: c.sampler == "native"),
     "NON_TORCH_TP1": ([0.05 * i for i in range(13)], lambda c: True),
     "NON_TORCH_MULTI": ([0.1 * i for i in range(11)], lambda c: c.world > 1),
     "NON_TORCH_NVSWITCH": ([0.25 * i for i in range(9)], lambda c: c.tp > 1),
@@ -114,6 +116,7 @@ class Case:
     tp: int
     world: int
     graphs_in_budget: bool
+    sampler: str                   # "kernel" | "native" (V1 before 0.17: a full sort) | "v0"
     measured_kv_gib: float | None
     measured_tokens: int | None
     outcome: str | None
@@ -273,9 +276,12 @@ def _case(run: Callable[[str | None], Any], **fields: Any) -> Case | None:
     result, stages = probe(lambda: run(first.settings.vllm_version))
     if result is None or len(stages) * max(1, fields["tp"]) < len(result.ranks):
         return None
-    ver = parse_version(fields.pop("version"))
-    graphs = result.settings.engine == "v1" and ver >= GRAPH_ESTIMATE_FROM
-    return Case(result=result, stage_calls=stages, graphs_in_budget=graphs, **fields)
+    ver = parse_version(result.settings.vllm_version)
+    fields.pop("version")
+    engine = result.settings.engine
+    graphs = engine == "v1" and ver >= GRAPH_ESTIMATE_FROM
+    sampler = "v0" if engine == "v0" else "native" if native_sampler(ver, engine) else "kernel"
+    return Case(result=result, stage_calls=stages, graphs_in_budget=graphs, sampler=sampler, **fields)
 
 
 def public_cases() -> list[Case]:
