@@ -155,12 +155,12 @@ def probe(run: Callable[[], Any]) -> tuple[FitResult | None, list[dict[str, Any]
         result = run()
     if not isinstance(result, FitResult):
         return None, []
-    stages: list[dict[str, Any]] = []
+    # each term is priced once per PP stage: its k-th call belongs to stage k, whatever the order
+    per_term: dict[str, list[tuple[tuple[Any, ...], dict[str, Any]]]] = {name: [] for name in _RECORDED}
     for name, args, kwargs in calls:
-        if name == "non_torch_bytes":
-            stages.append({})
-        stages[-1][name] = (args, kwargs)
-    return result, stages
+        per_term[name].append((args, kwargs))
+    count = min(len(v) for v in per_term.values())
+    return result, [{name: per_term[name][k] for name in _RECORDED} for k in range(count)]
 
 
 def surrogate(case: Case) -> tuple[float, int, bool, dict[str, float]]:

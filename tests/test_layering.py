@@ -18,7 +18,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "src" / "club3090"
 # (layer, the modules under club3090 it holds), bottom first. A module belongs to the layer of its
 # longest listed prefix: ``catalog.model`` (the records) sits far below ``catalog`` (the loader).
 ORDER: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("vocabulary", ("errors", "outcome", "units", "interpolate", "version")),
+    ("vocabulary", ("errors", "outcome", "units", "interpolate", "argv", "version")),
     ("model", ("model",)),
     ("catalog records", ("catalog.model",)),
     ("rig", ("rig",)),
@@ -130,7 +130,7 @@ def _tree(tmp_path: Path) -> Path:
                     "pipeline", "cli"):
         (root / package).mkdir(parents=True)
         (root / package / "__init__.py").write_text("")
-    for module in ("__init__", "errors", "outcome", "units", "interpolate", "version", "settings",
+    for module in ("__init__", "errors", "outcome", "units", "interpolate", "argv", "version", "settings",
                    "catalog/model", "edges/provider"):
         (root / f"{module}.py").write_text("")
     return root

@@ -23,7 +23,8 @@ import shlex
 from dataclasses import dataclass
 from typing import Any
 
-from club3090.compose.launch import Launch, drop_flags, escape_dollars, plain_data, volume_target
+from club3090.argv import drop_flags
+from club3090.compose.launch import Launch, escape_dollars, plain_data, volume_target
 
 CONTAINER_HUB = "/root/.cache/huggingface/hub"
 SCRIPT_DIR = "/club3090"                  # where the scripts are mounted inside a container

@@ -23,7 +23,7 @@ from club3090.outcome import Notice, NoticeCode, Outcome
 from club3090.version import __version__
 
 if TYPE_CHECKING:
-    from club3090.catalog.model import Catalog
+    from club3090.catalog.model import Catalog, Engine, Profile
     from club3090.model.spec import ModelSpec
 
 DERIVED_KV_FORMATS = ("bf16", "fp16", "fp8_e5m2", "fp8_e4m3")
@@ -55,94 +55,19 @@ def derived_compose(spec: "ModelSpec", profile_key: str, catalog: "Catalog", *, 
     profile = catalog.profiles.get(profile_key)
     if profile is None:
         raise UsageError(f"unknown profile {profile_key!r}")
-    for label, value in (("model reference", spec.ref), ("snapshot path", str(snapshot_dir)),
-                         ("HF_HOME", str(hf_home))):
-        if has_control_chars(value):
-            raise InputError(label, "contains control characters; refusing to write a compose")
-    if not str(snapshot_dir).startswith("/"):
-        raise InputError("snapshot path", f"{snapshot_dir} is not absolute; a relative bind mount "
-                                          "would resolve from the compose file's folder")
+    _check_paths(spec, snapshot_dir, hf_home)
     engine = catalog.engines.get(profile.engine)
-    if (engine is None or engine.type != "vllm" or engine.install_method != "docker_image"
-            or engine.required_genesis or engine.vendored_overlays):
-        return _derived_refuse(profile_key, "engine-install-method",
-                               f"engine {profile.engine} is not an overlay-free docker image")
-    if profile.required_engine_features:
-        return _derived_refuse(profile_key, "overlay-feature",
-                               "profile requires " + ", ".join(profile.required_engine_features))
-    if profile.kv_format not in DERIVED_KV_FORMATS:
-        return _derived_refuse(profile_key, "kv", f"kv format {profile.kv_format}")
-    if profile.drafter is not None:
-        return _derived_refuse(profile_key, "drafter", f"profile uses drafter {profile.drafter}")
-    tp = profile.tp
-    if len(gpu_indices) < tp or tp < 1:
-        return _derived_refuse(profile_key, "gpu-count",
-                               f"{len(gpu_indices)} GPU(s) visible, tp {tp} needs {tp}")
-    selected = [int(g) for g in list(gpu_indices)[:tp]]
-
-    compute = canonical_dtype(spec.compute_dtype or spec.arch.torch_dtype or "")
-    if compute not in DERIVED_COMPUTE_DTYPES:
-        compute = None
-    quant_args: list[str] = []
-    method = (spec.quantization.method.lower() if spec.quantization is not None else None)
-    if method is not None:
-        if method in AUTOROUND_METHODS:
-            return _derived_refuse(profile_key, "unsupported-quant-for-derived:autoround",
-                                   "AutoRound checkpoints are not dispatched in derived composes")
-        if method not in DERIVED_QUANT_METHODS:
-            return _derived_refuse(profile_key, "unsupported-quant-for-derived",
-                                   f"quantization {method}")
-        if compute is None:
-            return _derived_refuse(profile_key, "unsupported-quant-for-derived:missing-torch-dtype",
-                                   f"no compute dtype for {method}")
-        quant_args = ["--quantization", method, "--dtype", compute]
-    else:
-        raw = (spec.compute_dtype or spec.arch.torch_dtype or "")
-        if not raw:
-            return _derived_refuse(profile_key, "unsupported-quant-for-derived:missing-torch-dtype",
-                                   "no torch_dtype in the checkpoint")
-        if compute is None:
-            return _derived_refuse(profile_key, "unsupported-quant-for-derived",
-                                   f"dtype {raw}")
-        quant_args = ["--dtype", compute]
-
-    kv_arg = catalog.kv_formats[profile.kv_format].vllm_arg if profile.kv_format in catalog.kv_formats else None
+    refused = _runtime_refusal(profile_key, profile, engine, len(gpu_indices))
+    if refused is not None:
+        return refused
+    assert engine is not None
+    dtype_args = _dtype_args(spec, profile_key)
+    if isinstance(dtype_args, ComposeOutcome):
+        return dtype_args
     slug = sanitize_slug(spec.ref, max_len=MAX_SLUG)
-    served = slug[:MAX_SERVED_NAME]
-    model_path = f"{PULLS_MOUNT_ROOT}/{slug}"
-    ctx = max_model_len if max_model_len is not None else profile.max_model_len
-    port = str(profile.port)
-    devices = ",".join(str(g) for g in selected)
-
-    command = [model_path, "--served-model-name", served,
-               "--tensor-parallel-size", str(tp),
-               "--max-model-len", str(int(ctx))]
-    if profile.mem_util is not None:
-        command += ["--gpu-memory-utilization", format_number(profile.mem_util)]
-    command += ["--max-num-seqs", str(profile.max_num_seqs)]
-    if kv_arg is not None:
-        command += ["--kv-cache-dtype", kv_arg]
-    command += quant_args
-    if trust_remote_code:
-        command.append("--trust-remote-code")
-    command += ["--host", "0.0.0.0", "--port", port]
-
-    service: dict[str, Any] = {
-        "image": escape_dollars(engine.image),
-        "container_name": f"club3090-{slug}"[:128],
-        "restart": "no",
-        "ports": [f"{port}:{port}"],
-        "volumes": [{"type": "bind", "source": escape_dollars(str(snapshot_dir)),
-                     "target": model_path, "read_only": True}],
-        "environment": [f"NVIDIA_VISIBLE_DEVICES={devices}", "HF_HUB_OFFLINE=1",
-                        "TRANSFORMERS_OFFLINE=1", "VLLM_NO_USAGE_STATS=1"],
-        "shm_size": "16gb",
-        "ipc": "host",
-        "deploy": {"resources": {"reservations": {"devices": [
-            {"driver": "nvidia", "device_ids": [str(g) for g in selected], "capabilities": ["gpu"]}]}}},
-        "entrypoint": ["vllm", "serve"],
-        "command": [escape_dollars(a) for a in command],
-    }
+    selected = [int(g) for g in list(gpu_indices)[:profile.tp]]
+    command = _command(profile, catalog, slug, max_model_len, dtype_args, trust_remote_code)
+    service = _service(engine, slug, str(profile.port), snapshot_dir, selected, command)
     notices: list[Notice] = []
     snap = PurePosixPath(posixpath.normpath(str(snapshot_dir)))
     if PurePosixPath(posixpath.normpath(str(hf_home))) not in (snap, *snap.parents):
@@ -164,3 +89,100 @@ def derived_compose(spec: "ModelSpec", profile_key: str, catalog: "Catalog", *, 
                           text=render(launch, fmt), format=fmt, launch=launch,
                           notices=tuple(notices), trust_remote_code=trc_note)
 
+
+def _check_paths(spec: "ModelSpec", snapshot_dir: Path, hf_home: Path) -> None:
+    for label, value in (("model reference", spec.ref), ("snapshot path", str(snapshot_dir)),
+                         ("HF_HOME", str(hf_home))):
+        if has_control_chars(value):
+            raise InputError(label, "contains control characters; refusing to write a compose")
+    if not str(snapshot_dir).startswith("/"):
+        raise InputError("snapshot path", f"{snapshot_dir} is not absolute; a relative bind mount "
+                                          "would resolve from the compose file's folder")
+
+
+def _runtime_refusal(profile_key: str, profile: "Profile", engine: "Engine | None",
+                     visible_gpus: int) -> ComposeOutcome | None:
+    """Why a derived compose cannot run this profile's runtime (engine, features, KV, drafter, GPUs)."""
+    if (engine is None or engine.type != "vllm" or engine.install_method != "docker_image"
+            or engine.required_genesis or engine.vendored_overlays):
+        return _derived_refuse(profile_key, "engine-install-method",
+                               f"engine {profile.engine} is not an overlay-free docker image")
+    if profile.required_engine_features:
+        return _derived_refuse(profile_key, "overlay-feature",
+                               "profile requires " + ", ".join(profile.required_engine_features))
+    if profile.kv_format not in DERIVED_KV_FORMATS:
+        return _derived_refuse(profile_key, "kv", f"kv format {profile.kv_format}")
+    if profile.drafter is not None:
+        return _derived_refuse(profile_key, "drafter", f"profile uses drafter {profile.drafter}")
+    tp = profile.tp
+    if visible_gpus < tp or tp < 1:
+        return _derived_refuse(profile_key, "gpu-count", f"{visible_gpus} GPU(s) visible, tp {tp} needs {tp}")
+    return None
+
+
+def _dtype_args(spec: "ModelSpec", profile_key: str) -> list[str] | ComposeOutcome:
+    """``--quantization``/``--dtype`` for the checkpoint, or the refusal of one we do not dispatch."""
+    compute = canonical_dtype(spec.compute_dtype or spec.arch.torch_dtype or "")
+    if compute not in DERIVED_COMPUTE_DTYPES:
+        compute = None
+    method = (spec.quantization.method.lower() if spec.quantization is not None else None)
+    if method is not None:
+        if method in AUTOROUND_METHODS:
+            return _derived_refuse(profile_key, "unsupported-quant-for-derived:autoround",
+                                   "AutoRound checkpoints are not dispatched in derived composes")
+        if method not in DERIVED_QUANT_METHODS:
+            return _derived_refuse(profile_key, "unsupported-quant-for-derived",
+                                   f"quantization {method}")
+        if compute is None:
+            return _derived_refuse(profile_key, "unsupported-quant-for-derived:missing-torch-dtype",
+                                   f"no compute dtype for {method}")
+        return ["--quantization", method, "--dtype", compute]
+    raw = (spec.compute_dtype or spec.arch.torch_dtype or "")
+    if not raw:
+        return _derived_refuse(profile_key, "unsupported-quant-for-derived:missing-torch-dtype",
+                               "no torch_dtype in the checkpoint")
+    if compute is None:
+        return _derived_refuse(profile_key, "unsupported-quant-for-derived", f"dtype {raw}")
+    return ["--dtype", compute]
+
+
+def _command(profile: "Profile", catalog: "Catalog", slug: str, max_model_len: int | None, dtype_args: list[str],
+             trust_remote_code: bool) -> list[str]:
+    """``vllm serve``'s arguments, in vLLM's own flag names."""
+    kv_arg = catalog.kv_formats[profile.kv_format].vllm_arg if profile.kv_format in catalog.kv_formats else None
+    ctx = max_model_len if max_model_len is not None else profile.max_model_len
+    command = [f"{PULLS_MOUNT_ROOT}/{slug}", "--served-model-name", slug[:MAX_SERVED_NAME],
+               "--tensor-parallel-size", str(profile.tp),
+               "--max-model-len", str(int(ctx))]
+    if profile.mem_util is not None:
+        command += ["--gpu-memory-utilization", format_number(profile.mem_util)]
+    command += ["--max-num-seqs", str(profile.max_num_seqs)]
+    if kv_arg is not None:
+        command += ["--kv-cache-dtype", kv_arg]
+    command += dtype_args
+    if trust_remote_code:
+        command.append("--trust-remote-code")
+    return [*command, "--host", "0.0.0.0", "--port", str(profile.port)]
+
+
+def _service(engine: "Engine", slug: str, port: str, snapshot_dir: Path, selected: list[int],
+             command: list[str]) -> dict[str, Any]:
+    """The compose service: the engine's image, the snapshot mounted read-only, the selected GPUs."""
+    model_path = f"{PULLS_MOUNT_ROOT}/{slug}"
+    devices = ",".join(str(g) for g in selected)
+    return {
+        "image": escape_dollars(engine.image),
+        "container_name": f"club3090-{slug}"[:128],
+        "restart": "no",
+        "ports": [f"{port}:{port}"],
+        "volumes": [{"type": "bind", "source": escape_dollars(str(snapshot_dir)),
+                     "target": model_path, "read_only": True}],
+        "environment": [f"NVIDIA_VISIBLE_DEVICES={devices}", "HF_HUB_OFFLINE=1",
+                        "TRANSFORMERS_OFFLINE=1", "VLLM_NO_USAGE_STATS=1"],
+        "shm_size": "16gb",
+        "ipc": "host",
+        "deploy": {"resources": {"reservations": {"devices": [
+            {"driver": "nvidia", "device_ids": [str(g) for g in selected], "capabilities": ["gpu"]}]}}},
+        "entrypoint": ["vllm", "serve"],
+        "command": [escape_dollars(a) for a in command],
+    }

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
+from club3090.argv import set_flag
 from club3090.interpolate import interpolate_tree
 
 FORMATS = ("compose", "vllm-serve", "json")
@@ -88,7 +89,7 @@ class Launch:
         args = [_host_path(a, mounts) for a in command]
         host_port = _host_port(svc.get("ports"))
         if host_port is not None:
-            args = _set_flag(args, "--port", host_port)
+            args = set_flag(args, "--port", host_port, append=False)
         out_env: list[tuple[str, str]] = []
         for name, value in env:
             if name == "NVIDIA_VISIBLE_DEVICES":
@@ -198,22 +199,6 @@ def split_volume(spec: str) -> tuple[str, str, str]:
     return parts[0], parts[1], ":".join(parts[2:])
 
 
-def drop_flags(args: Sequence[str], flags: Sequence[str]) -> list[str]:
-    """``args`` without each of ``flags`` and the value after it (or its ``--flag=value`` form)."""
-    out: list[str] = []
-    skip = False
-    for a in args:
-        if skip:
-            skip = False
-            continue
-        if a in flags:
-            skip = True
-            continue
-        if not any(a.startswith(f + "=") for f in flags):
-            out.append(a)
-    return out
-
-
 def volume_parts(entry: Any) -> tuple[str, str, str]:
     """(source, target, mode) of a volume in either compose syntax (long-form mapping or ``src:dst[:mode]``)."""
     if isinstance(entry, Mapping):
@@ -261,13 +246,3 @@ def _host_port(ports: Any) -> str | None:
             return parts[-2]
         return None
     return None
-
-
-def _set_flag(args: list[str], flag: str, value: str) -> list[str]:
-    out = list(args)
-    for i, a in enumerate(out):
-        if a == flag and i + 1 < len(out):
-            out[i + 1] = value
-        elif a.startswith(flag + "="):
-            out[i] = f"{flag}={value}"
-    return out

@@ -11,6 +11,7 @@ import json
 import re
 from typing import TYPE_CHECKING, Any
 
+from club3090.argv import flag_index
 from club3090.compose.launch import split_volume
 from club3090.compose.outcome import ReplayError
 from club3090.interpolate import interpolate
@@ -59,13 +60,6 @@ def format_number(value: float | int) -> str:
     return repr(value) if isinstance(value, float) else str(value)
 
 
-def flag_index(args: list[Any], flag: str) -> int | None:
-    for i, a in enumerate(args):
-        if a == flag or (isinstance(a, str) and a.startswith(flag + "=")):
-            return i
-    return None
-
-
 def set_slot(args: list[Any], flag: str, value: str) -> None:
     i = flag_index(args, flag)
     if i is None:
@@ -75,15 +69,6 @@ def set_slot(args: list[Any], flag: str, value: str) -> None:
             args[i + 1] = with_default(str(args[i + 1]), value)
     else:
         args[i] = f"{flag}={with_default(str(args[i]).split('=', 1)[1], value)}"
-
-
-def drop_flag(args: list[Any], flag: str, *, takes_value: bool) -> None:
-    while True:
-        i = flag_index(args, flag)
-        if i is None:
-            return
-        count = 2 if takes_value and args[i] == flag and i + 1 < len(args) else 1
-        del args[i:i + count]
 
 
 def speculative_config(shipped: str, drafter: "Drafter") -> str:

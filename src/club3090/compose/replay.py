@@ -12,8 +12,10 @@ from __future__ import annotations
 import posixpath
 import re
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from club3090.argv import drop_flags, flag_index
 from club3090.compose.launch import Launch, plain_data, render
 from club3090.compose.outcome import (
     DEGRADED_DRIFT,
@@ -31,8 +33,6 @@ from club3090.compose.outcome import (
 from club3090.compose.param_slots import (
     NVLINK_REQUIRED,
     PARAM_SLOTS,
-    drop_flag,
-    flag_index,
     set_host_port,
     set_slot,
     slot_value,
@@ -51,7 +51,7 @@ from club3090.compose.provenance import curated_header
 from club3090.outcome import Notice, NoticeCode, Outcome
 
 if TYPE_CHECKING:
-    from club3090.catalog.model import Catalog, Patch, Profile
+    from club3090.catalog.model import ArchRow, Catalog, Engine, Patch, Profile, ProfileRuntime
 
 def dry_run(profile_key: str, catalog: "Catalog", *, guard_runner: GuardRunner | None = None,
             accept_degraded: bool = False) -> ComposeOutcome:
@@ -81,7 +81,43 @@ def generate(profile_key: str, catalog: "Catalog", *, guard_runner: GuardRunner 
     if llamacpp.is_llamacpp(catalog, profile_key):     # the llama.cpp family replays its own way
         return llamacpp.replay(profile_key, catalog, out_name=out_name,
                                fmt="llama-server" if fmt == "vllm-serve" else fmt)
+    checked = _checks(profile_key, profile, catalog)
+    if isinstance(checked, ComposeOutcome):
+        return checked
+    # 6-8 patches
+    patches = _guarded_patches(profile_key, profile, catalog, checked.row, guard)
+    if isinstance(patches, ComposeOutcome):
+        return patches
+    report, wired, omitted, degraded = patches
+    if degraded and not accept_degraded:
+        return ComposeOutcome(ok=False, outcome=Outcome.NEEDS_ACK, profile=profile_key,
+                              refusal=DEGRADED_DRIFT, degraded=True, patches=report,
+                              failed_patches=tuple(p for p, _c in degraded),
+                              detail="capability-degraded drift: "
+                                     + ", ".join(f"{p} ({c})" for p, c in degraded),
+                              trust_remote_code=checked.trc_note)
+    # 9 build the service
+    runtime = checked.runtime
+    try:
+        service = _replay_service(runtime.service, profile, catalog, runtime.insertion_points,
+                                  wired, omitted, repo_prefix(profile.compose_path))
+    except ReplayError as exc:
+        return refuse(profile_key, OTHER, str(exc), patches=report)
+    return _render(profile_key, profile, catalog, checked, service, report, degraded, out_name, fmt)
 
+
+@dataclass(frozen=True, slots=True)
+class _Checked:
+    """What checks 1-5 found: the engine, the captured runtime, the arch row, the trust-remote-code note."""
+
+    engine: "Engine"
+    runtime: "ProfileRuntime"
+    row: "ArchRow"
+    trc_note: str
+
+
+def _checks(profile_key: str, profile: "Profile", catalog: "Catalog") -> _Checked | ComposeOutcome:
+    """Checks 1-5 in table order (scope, arch, pin, shape, trust-remote-code): the first failure refuses."""
     # 1 scope (Catalog.emittable owns the rule)
     emittable, why = catalog.emittable(profile_key)
     if not emittable:
@@ -121,9 +157,16 @@ def generate(profile_key: str, catalog: "Catalog", *, guard_runner: GuardRunner 
         return refuse(profile_key, TRC,
                        f"{row.arch} trust_remote_code is {row.trust_remote_code!r} "
                        f"without cited evidence for 'false'")
-    trc_note = "not emitted (arch evidence: false)"
+    return _Checked(engine=engine, runtime=runtime, row=row, trc_note="not emitted (arch evidence: false)")
 
-    # 6-8 patches
+
+_Guarded = tuple[PatchReport, list["Patch"], list["Patch"], list[tuple[str, str]]]
+
+
+def _guarded_patches(profile_key: str, profile: "Profile", catalog: "Catalog", row: "ArchRow",
+                     guard: GuardRunner) -> _Guarded | ComposeOutcome:
+    """(the patch report, the wired patches, the omitted ones, the degraded (id, capability) pairs),
+    or the refusal of a foundational drift."""
     selected: list[Patch] = []
     excluded: list[tuple[str, str]] = []
     undelivered: list[tuple[str, str]] = []
@@ -156,23 +199,14 @@ def generate(profile_key: str, catalog: "Catalog", *, guard_runner: GuardRunner 
                                                tuple(excluded)))
         degraded.append((patch.id, patch.capability or "unknown capability"))
         omitted.append(patch)
-    report = PatchReport(tuple(p.id for p in wired), tuple(undelivered), tuple(excluded),
-                         tuple(degraded))
-    if degraded and not accept_degraded:
-        return ComposeOutcome(ok=False, outcome=Outcome.NEEDS_ACK, profile=profile_key,
-                              refusal=DEGRADED_DRIFT, degraded=True, patches=report,
-                              failed_patches=tuple(p for p, _c in degraded),
-                              detail="capability-degraded drift: "
-                                     + ", ".join(f"{p} ({c})" for p, c in degraded),
-                              trust_remote_code=trc_note)
+    report = PatchReport(tuple(p.id for p in wired), tuple(undelivered), tuple(excluded), tuple(degraded))
+    return report, wired, omitted, degraded
 
-    # 9 build the service
-    try:
-        service = _replay_service(runtime.service, profile, catalog, runtime.insertion_points,
-                                  wired, omitted, repo_prefix(profile.compose_path))
-    except ReplayError as exc:
-        return refuse(profile_key, OTHER, str(exc), patches=report)
 
+def _render(profile_key: str, profile: "Profile", catalog: "Catalog", checked: _Checked, service: dict[str, Any],
+            report: PatchReport, degraded: list[tuple[str, str]], out_name: str | None,
+            fmt: str) -> ComposeOutcome:
+    """The launch description, rendered, with its notices (project folder, degraded patches)."""
     notices: list[Notice] = []
     project_dir = f"<club-3090 checkout>/{posixpath.dirname(profile.compose_path)}"
     if has_relative_mounts(service):
@@ -183,8 +217,9 @@ def generate(profile_key: str, catalog: "Catalog", *, guard_runner: GuardRunner 
         notices.append(Notice(NoticeCode.DEGRADED, "DEGRADED: drift guard failed, patch omitted: "
                               + ", ".join(f"{p} ({c})" for p, c in degraded),
                               {"patches": tuple({"id": p, "capability": c} for p, c in degraded)}))
-    header = curated_header(profile, catalog, engine.pin, row.arch, trc_note, report,
-                             project_dir, out_name or "<out>")
+    header = curated_header(profile, catalog, checked.engine.pin, checked.row.arch, checked.trc_note, report,
+                            project_dir, out_name or "<out>")
+    runtime = checked.runtime
     launch = Launch(kind="curated", service_name=runtime.service_name, service=service,
                     header=header, top_level=runtime.top_level, profile=profile_key)
     text = render(launch, fmt)
@@ -193,8 +228,7 @@ def generate(profile_key: str, catalog: "Catalog", *, guard_runner: GuardRunner 
     return ComposeOutcome(ok=True, outcome=Outcome.OK, profile=profile_key, degraded=bool(degraded),
                           text=text, format=fmt, launch=launch, patches=report,
                           notices=tuple(notices), failed_patches=tuple(p for p, _c in degraded),
-                          trust_remote_code=trc_note)
-
+                          trust_remote_code=checked.trc_note)
 
 
 def _replay_service(shipped: Mapping[str, Any], profile: "Profile", catalog: "Catalog",
@@ -216,7 +250,7 @@ def _replay_service(shipped: Mapping[str, Any], profile: "Profile", catalog: "Ca
             set_slot(args, flag, value)
     i = flag_index(args, "--speculative-config")
     if profile.drafter is None:
-        drop_flag(args, "--speculative-config", takes_value=True)
+        args = drop_flags(args, "--speculative-config")
     elif i is not None:
         drafter = catalog.drafters.get(profile.drafter)
         if drafter is None:
@@ -226,7 +260,7 @@ def _replay_service(shipped: Mapping[str, Any], profile: "Profile", catalog: "Ca
         elif args[i] != "--speculative-config":
             args[i] = "--speculative-config=" + speculative_config(str(args[i]).split("=", 1)[1], drafter)
     # governed slot: always stripped
-    drop_flag(args, "--trust-remote-code", takes_value=False)
+    args = drop_flags(args, "--trust-remote-code", takes_value=False)
     args = [a for a in args if not (isinstance(a, str) and a.startswith("--trust-remote-code"))]
 
     # NVLink env <- requires_nvlink: the shipped NVLINK_MODE entry keeps its override chain,

@@ -35,6 +35,7 @@ from itertools import accumulate
 from club3090.fit.memory import Unpriceable
 from club3090.model.gguf import TYPE_BY_NAME, GgmlType
 from club3090.model.gguf_model import GgufModel
+from club3090.units import MiB
 
 __all__ = [
     "CELL_PAD",
@@ -52,7 +53,6 @@ __all__ = [
     "predict",
 ]
 
-MiB = 1 << 20
 CELL_PAD = 256                         # llama.cpp pads the context (and each stream) to 256 cells
 MASK_TOKEN_PAD = 64                    # GGML_KQ_MASK_PAD: the attention mask's token rows
 OP_OFFLOAD_MIN_BATCH = 32              # ggml-cuda offloads host-weight ops from this batch size

@@ -27,7 +27,7 @@ from typing import Any
 from club3090.fit import profiling
 from club3090.fit.correction import Calibration
 from club3090.fit.drafter_kv import drafter_kv_layers, drafter_method
-from club3090.fit.kv_formats import dtype_bytes, kv_format
+from club3090.fit.kv_formats import KvFormat, dtype_bytes, kv_format
 from club3090.fit.kv_layout import (
     CannotPrice,
     KvGroup,
@@ -57,7 +57,7 @@ from club3090.fit.vllm_rules import (
     version_note,
 )
 from club3090.model.architecture import Architecture, LayerSpec
-from club3090.units import GiB
+from club3090.units import GiB, MiB
 
 __all__ = [
     "NEWEST_KNOWN_VLLM",
@@ -80,7 +80,6 @@ __all__ = [
     "tp_geometry_problem",
 ]
 
-MiB = 1 << 20
 VERDICTS = ("fits-clean", "fits-constrained", "wont-fit")
 CONSTRAINED_SLACK = Fraction(105, 100)   # requested concurrency may exceed the pool by 5 % and stay "clean"
 
@@ -225,12 +224,93 @@ def _tightest_release(arch: Architecture, shape: ServeShape, kwargs: dict[str, A
     return replace(worst, notes=(note, *worst.notes))
 
 
+@dataclass(frozen=True, slots=True)
+class _Run:
+    """What every stage and rank of one prediction shares."""
+
+    arch: Architecture
+    shape: ServeShape
+    res: Resolved
+    ver: tuple[int, int, int]
+    fmt: KvFormat
+    tp: int
+    pp: int
+    mems: tuple[int, ...]
+    model_bytes: int
+    ssm_bytes: int
+    num_spec: int
+    nvswitch: bool
+    util: Fraction
+    block_size: int | None
+    repack: Fraction                 # FP8-Marlin scale growth of the weights (``_with_block_size``)
+    weights_bytes: int
+    weights_bytes_per_rank: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class _Ranks:
+    """The per-rank breakdowns, each rank's page layout, and each PP stage's graph estimate."""
+
+    ranks: tuple[RankBreakdown, ...]
+    layouts: tuple[Layout, ...]
+    stage_graphs: tuple[int, ...]
+
+
 def _predict(arch: Architecture, *, weights_bytes: int, gpu_memory_bytes: Sequence[int], shape: ServeShape,
              weights_bytes_per_rank: int | None, confidence: str,
              drafter: Architecture | None = None) -> FitResult:
-    if arch.unpriceable_reason:
-        raise CannotPrice(arch.unpriceable_reason)
-    tp, pp = int(shape.tp), int(shape.pp)
+    notes: list[str] = []
+    run = _prepare(arch, shape, gpu_memory_bytes, weights_bytes, weights_bytes_per_rank, notes)
+    arch, res = run.arch, run.res
+    spec_layers = _speculative_layers(arch, shape, drafter, run.num_spec, notes)
+    run = _with_block_size(run, notes)
+    if res.mamba_cache_mode == "align":
+        notes.append(f"vLLM {res.vllm_version} keeps 2 state pages per request with prefix caching on "
+                     "(mamba_cache_mode align)")
+    per = _ranks(run, spec_layers)
+    if not any(lay.groups for lay in per.layouts):
+        raise CannotPrice("the model has no KV cache or state layers to size")
+    # a PP stage holding no cache layers (Nemotron-H's trailing MLP stages) allocates no KV and
+    # cannot limit the pool: only stages with groups compete
+    limiting = min((i for i in range(len(per.ranks)) if per.layouts[i].groups),
+                   key=lambda i: (per.ranks[i].num_blocks, i))
+    lim, layout = per.ranks[limiting], per.layouts[limiting]
+    num_blocks = lim.num_blocks
+    inflight = res.max_num_batched_tokens * (run.pp if run.pp > 1 else 1)
+    length = res.max_model_len
+    max_fit = _longest_fit(per, inflight, run.num_spec, max(length, arch.derived_max_model_len or 0))
+    if res.max_model_len_auto and not _fits(per, length, inflight, run.num_spec) and max_fit > 0:
+        notes.append(f"vLLM {res.vllm_version} auto-fits max_model_len: reduced from {length} to {max_fit}")
+        length = max_fit
+        res = replace(res, max_model_len=max_fit)
+    per_request = max(blocks_per_request(lay, length, inflight, run.num_spec) for lay in per.layouts if lay.groups)
+    concurrency = num_blocks / per_request if per_request else 0.0
+    if res.kv_tokens_formula == "concurrency":
+        kv_tokens = int(concurrency * length)
+    else:
+        kv_tokens = num_blocks // len(layout.groups) * min(g.block_size for g in layout.groups)
+    requested = shape.max_num_seqs or 1
+    if not _fits(per, length, inflight, run.num_spec):
+        verdict = "wont-fit"
+    elif requested * per_request > num_blocks * CONSTRAINED_SLACK:
+        verdict = "fits-constrained"
+    else:
+        verdict = "fits-clean"
+    outside = 0 if res.cudagraphs_subtracted or shape.enforce_eager else per.stage_graphs[limiting // run.tp]
+    _closing_notes(arch, shape, res, outside, notes)
+    band = max(ERROR_BAND_FLOOR, int(lim.budget_bytes * ERROR_BAND_FRACTION))
+    return FitResult(
+        per_gpu=lim, ranks=per.ranks, kv_bytes_per_token=lim.kv_bytes_per_token,
+        state_bytes_per_request=layout.state_bytes_per_request, block_size=layout.attn_block_size,
+        bytes_per_block=layout.bytes_per_block, num_blocks=num_blocks, blocks_per_request=per_request,
+        kv_cache_tokens=kv_tokens, max_concurrency=concurrency, raw_verdict=verdict,
+        max_model_len=length, max_model_len_fit=max_fit, confidence=confidence,
+        error_band_bytes=band, groups=layout.groups, settings=res, notes=tuple(notes),
+        cudagraph_outside_budget_bytes=outside, requested_concurrency=requested)
+
+
+def _memories(gpu_memory_bytes: Sequence[int], tp: int, pp: int) -> tuple[int, ...]:
+    """One memory size per rank: a single size stands for every GPU."""
     if tp < 1 or pp < 1:
         raise CannotPrice("tensor and pipeline parallel sizes must be >= 1")
     world = tp * pp
@@ -241,18 +321,25 @@ def _predict(arch: Architecture, *, weights_bytes: int, gpu_memory_bytes: Sequen
         mems = mems * world
     if len(mems) < world:
         raise CannotPrice(f"{len(mems)} GPUs given for TP {tp} x PP {pp}")
-    mems = mems[:world]
+    return tuple(mems[:world])
+
+
+def _prepare(arch: Architecture, shape: ServeShape, gpu_memory_bytes: Sequence[int], weights_bytes: int,
+             weights_bytes_per_rank: int | None, notes: list[str]) -> _Run:
+    """Checks the request, resolves vLLM's defaults, and notes the engine and MLA choices."""
+    if arch.unpriceable_reason:
+        raise CannotPrice(arch.unpriceable_reason)
+    tp, pp = int(shape.tp), int(shape.pp)
+    mems = _memories(gpu_memory_bytes, tp, pp)
     fmt = kv_format(shape.kv_cache_dtype)
     if fmt is None:
         raise CannotPrice(f"unknown KV cache dtype {shape.kv_cache_dtype!r}")
     if fmt.mla_bytes_per_token is not None and not any(layer.kind == "mla" for layer in arch.layers):
         raise CannotPrice(f"KV cache dtype {fmt.name} applies to MLA models only")
-
-    res = resolve_defaults(arch, shape, mems)
+    res = resolve_defaults(arch, shape, list(mems))
     if shape.max_model_len is not None and shape.max_model_len < 0 and \
             parse_version(shape.vllm_version) < AUTO_FIT_FLAG_FROM:
         raise CannotPrice(f"--max-model-len auto needs vLLM >= 0.12.0 (priced as {res.vllm_version})")
-    notes: list[str] = []
     unread = version_note(shape.vllm_version)
     if unread:
         notes.append(unread)
@@ -274,143 +361,139 @@ def _predict(arch: Architecture, *, weights_bytes: int, gpu_memory_bytes: Sequen
         raise CannotPrice("max_model_len unknown: the config has no max_position_embeddings")
     model_bytes = dtype_bytes(res.model_dtype)
     ssm_name = shape.mamba_ssm_cache_dtype or arch.mamba_ssm_cache_dtype
-    ssm_bytes = dtype_bytes(ssm_name) if ssm_name and ssm_name != "auto" else model_bytes
-    num_spec = int(shape.num_speculative_tokens or 0)
-    inflight = res.max_num_batched_tokens * (pp if pp > 1 else 1)
-    nvswitch = shape.nvswitch if shape.nvswitch is not None else (
-        min(mems) >= 70 * GiB and profiling.nvls_capable(shape.device_name, shape.compute_capability))
-    util = Fraction(res.mem_util).limit_denominator(10_000)
+    return _Run(arch=arch, shape=shape, res=res, ver=ver, fmt=fmt, tp=tp, pp=pp, mems=mems,
+                model_bytes=model_bytes,
+                ssm_bytes=dtype_bytes(ssm_name) if ssm_name and ssm_name != "auto" else model_bytes,
+                num_spec=int(shape.num_speculative_tokens or 0),
+                nvswitch=shape.nvswitch if shape.nvswitch is not None else (
+                    min(mems) >= 70 * GiB and profiling.nvls_capable(shape.device_name, shape.compute_capability)),
+                util=Fraction(res.mem_util).limit_denominator(10_000), block_size=shape.block_size, repack=Fraction(0),
+                weights_bytes=int(weights_bytes), weights_bytes_per_rank=weights_bytes_per_rank)
 
-    # layers per PP stage (MTP layers sit on the last stage when speculative decoding is on)
-    counts = pp_layer_counts(arch.num_hidden_layers, pp, shape.pp_layer_partition)
-    mtp_layers: list[LayerSpec] = []
+
+def _speculative_layers(arch: Architecture, shape: ServeShape, drafter: Architecture | None, num_spec: int,
+                        notes: list[str]) -> list[LayerSpec]:
+    """The cache layers speculative decoding adds to the last stage: a drafter's, or the MTP layers."""
     method = shape.speculative_method or (drafter_method(drafter) if drafter is not None else None)
     if num_spec > 0 and drafter is not None and method != "mtp":
-        mtp_layers = list(drafter_kv_layers(method, drafter))
-        if mtp_layers:
-            notes.append(f"{len(mtp_layers)} {method} drafter layer(s) join the KV cache groups")
+        layers = list(drafter_kv_layers(method, drafter))
+        if layers:
+            notes.append(f"{len(layers)} {method} drafter layer(s) join the KV cache groups")
         else:
             notes.append(f"the {method} drafter adds no KV of its own")
-    elif num_spec > 0 and arch.mtp_layers and arch.mtp_layer is not None:
-        mtp_layers = [arch.mtp_layer] * arch.mtp_layers
+        return layers
+    if num_spec > 0 and arch.mtp_layers and arch.mtp_layer is not None:
         notes.append(f"{arch.mtp_layers} MTP layer(s) add their own KV")
+        return [arch.mtp_layer] * arch.mtp_layers
+    return []
 
-    block_size = shape.block_size
+
+def _with_block_size(run: _Run, notes: list[str]) -> _Run:
+    """vLLM's forced MLA block size, and the FP8-Marlin scale repack of the weights."""
+    arch, shape, res = run.arch, run.shape, run.res
+    block_size = run.block_size
     if block_size is None and res.use_mla and any(layer.kind == "mla" for layer in arch.layers):
-        block_size = mla_block_size(ver, shape.compute_capability)
+        block_size = mla_block_size(run.ver, shape.compute_capability)
         if block_size:
             notes.append(f"vLLM {res.vllm_version} forces {block_size}-token KV blocks for MLA on compute "
                          f"capability {shape.compute_capability}")
     repack = fp8_marlin_scale_ratio(quant_method(arch, shape),
                                     (arch.quantization_config or {}).get("weight_block_size"),
                                     shape.compute_capability)
-    if repack and weights_bytes_per_rank is None:
+    if repack and run.weights_bytes_per_rank is None:
         notes.append(f"FP8 weights run as Marlin W8A16 on compute capability {shape.compute_capability}: "
                      f"block scales expand to 16-bit groups (+{float(repack):.1%} of the quantized weights)")
+    return replace(run, block_size=block_size, repack=repack)
 
-    if res.mamba_cache_mode == "align":
-        notes.append(f"vLLM {res.vllm_version} keeps 2 state pages per request with prefix caching on "
-                     "(mamba_cache_mode align)")
+
+def _ranks(run: _Run, spec_layers: list[LayerSpec]) -> _Ranks:
+    """Each PP stage's page layout and graphs, and the memory breakdown of each of its TP ranks."""
+    arch, res, shape = run.arch, run.res, run.shape
+    counts = pp_layer_counts(arch.num_hidden_layers, run.pp, shape.pp_layer_partition)
     ranks: list[RankBreakdown] = []
     layouts: list[Layout] = []
     stage_graphs: list[int] = []
     start = 0
-    for stage in range(pp):
-        stage_layers = list(arch.layers[start:start + counts[stage]])
-        start += counts[stage]
-        last = stage == pp - 1
-        if last:
-            stage_layers += mtp_layers
-        layout = kv_page_layout(stage_layers, tp=tp, fmt=fmt, model_bytes=model_bytes,
-                                block_size=block_size, num_spec=num_spec,
-                                conv_bytes=model_bytes, ssm_bytes=ssm_bytes,
+    for stage in range(run.pp):
+        last = stage == run.pp - 1
+        # MTP and drafter layers sit on the last stage, and capture their own graphs there
+        stage_layers = list(arch.layers[start:start + counts[stage]]) + (spec_layers if last else [])
+        layout = kv_page_layout(stage_layers, tp=run.tp, fmt=run.fmt, model_bytes=run.model_bytes,
+                                block_size=run.block_size, num_spec=run.num_spec,
+                                conv_bytes=run.model_bytes, ssm_bytes=run.ssm_bytes,
                                 disable_hybrid=shape.disable_hybrid_kv_cache_manager,
                                 max_model_len=res.max_model_len,
                                 state_pages=2 if res.mamba_cache_mode == "align" else 1)
-        if weights_bytes_per_rank is not None:
-            weights = int(weights_bytes_per_rank)
-        else:
-            weights = weights_per_rank(arch, int(weights_bytes), tp, pp, stage, start - counts[stage],
-                                        counts[stage], model_bytes, repack)
-        if last and shape.extra_weights_bytes:
-            weights += int(shape.extra_weights_bytes) // tp
-        non_torch = profiling.non_torch_bytes(tp, pp, nvswitch)
-        act = profiling.activation(arch, tp=tp, tokens=res.max_num_batched_tokens, num_seqs=res.max_num_seqs,
-                                   last_stage=last, num_spec=num_spec, engine=res.engine,
-                                   encoder=shape.mm_encoder_profiling and stage == 0,
-                                   graphs_in_budget=res.engine == "v1" and ver >= GRAPH_ESTIMATE_FROM,
-                                   native_sampler=native_sampler(ver, res.engine))
-        # drafter layers capture their own graphs on the last stage
-        graph_layers = counts[stage] + (len(mtp_layers) if last else 0)
-        graphs = profiling.cudagraph_bytes(arch, res.capture_sizes, graph_layers, tp)
+        graphs = profiling.cudagraph_bytes(arch, res.capture_sizes, counts[stage] + (len(spec_layers) if last else 0),
+                                           run.tp)
         stage_graphs.append(graphs)
-        for tp_rank in range(tp):
-            idx = stage * tp + tp_rank
-            budget = int(mems[idx] * util)
-            subtracted = graphs if res.cudagraphs_subtracted else 0
-            if shape.kv_cache_memory_bytes is not None:
-                pool = int(shape.kv_cache_memory_bytes)
-            else:
-                pool = max(0, budget - weights - non_torch - act.total - subtracted)
-            blocks = pool // layout.bytes_per_block if layout.bytes_per_block else 0
-            ranks.append(RankBreakdown(rank=idx, gpu_memory_bytes=int(mems[idx]), budget_bytes=budget,
-                                       weights_bytes=weights, non_torch_bytes=non_torch,
-                                       activation_bytes=act.total, cudagraph_bytes=subtracted,
-                                       kv_pool_bytes=pool, num_blocks=blocks,
-                                       bytes_per_block=layout.bytes_per_block,
-                                       kv_bytes_per_token=layout.kv_bytes_per_token,
-                                       num_layers=len(stage_layers)))
+        for rank in _stage_ranks(run, stage, start, counts[stage], layout, graphs, len(stage_layers)):
+            ranks.append(rank)
             layouts.append(layout)
+        start += counts[stage]
+    return _Ranks(tuple(ranks), tuple(layouts), tuple(stage_graphs))
 
-    if not any(lay.groups for lay in layouts):
-        raise CannotPrice("the model has no KV cache or state layers to size")
-    # a PP stage holding no cache layers (Nemotron-H's trailing MLP stages) allocates no KV and
-    # cannot limit the pool: only stages with groups compete
-    limiting = min((i for i in range(len(ranks)) if layouts[i].groups),
-                   key=lambda i: (ranks[i].num_blocks, i))
-    lim, layout = ranks[limiting], layouts[limiting]
-    num_blocks = lim.num_blocks
 
-    def fits(candidate: int) -> bool:
-        for rank, lay in zip(ranks, layouts, strict=True):
-            if not lay.groups:
-                continue
-            if rank.kv_pool_bytes <= 0 or bytes_needed(lay, candidate, inflight, num_spec) > rank.kv_pool_bytes:
-                return False
-        return True
+def _stage_ranks(run: _Run, stage: int, first_layer: int, num_layers: int, layout: Layout, graphs: int,
+                 cache_layers: int) -> list[RankBreakdown]:
+    """The TP ranks of one PP stage: budget, weights, non-torch, activation, graphs and the KV pool."""
+    arch, res, shape, tp = run.arch, run.res, run.shape, run.tp
+    last = stage == run.pp - 1
+    if run.weights_bytes_per_rank is not None:
+        weights = int(run.weights_bytes_per_rank)
+    else:
+        weights = weights_per_rank(arch, run.weights_bytes, tp, run.pp, stage, first_layer, num_layers,
+                                   run.model_bytes, run.repack)
+    if last and shape.extra_weights_bytes:
+        weights += int(shape.extra_weights_bytes) // tp
+    non_torch = profiling.non_torch_bytes(tp, run.pp, run.nvswitch)
+    act = profiling.activation(arch, tp=tp, tokens=res.max_num_batched_tokens, num_seqs=res.max_num_seqs,
+                               last_stage=last, num_spec=run.num_spec, engine=res.engine,
+                               encoder=shape.mm_encoder_profiling and stage == 0,
+                               graphs_in_budget=res.engine == "v1" and run.ver >= GRAPH_ESTIMATE_FROM,
+                               native_sampler=native_sampler(run.ver, res.engine))
+    subtracted = graphs if res.cudagraphs_subtracted else 0
+    ranks = []
+    for tp_rank in range(tp):
+        idx = stage * tp + tp_rank
+        budget = int(run.mems[idx] * run.util)
+        if shape.kv_cache_memory_bytes is not None:
+            pool = int(shape.kv_cache_memory_bytes)
+        else:
+            pool = max(0, budget - weights - non_torch - act.total - subtracted)
+        ranks.append(RankBreakdown(rank=idx, gpu_memory_bytes=int(run.mems[idx]), budget_bytes=budget,
+                                   weights_bytes=weights, non_torch_bytes=non_torch,
+                                   activation_bytes=act.total, cudagraph_bytes=subtracted,
+                                   kv_pool_bytes=pool,
+                                   num_blocks=pool // layout.bytes_per_block if layout.bytes_per_block else 0,
+                                   bytes_per_block=layout.bytes_per_block,
+                                   kv_bytes_per_token=layout.kv_bytes_per_token, num_layers=cache_layers))
+    return ranks
 
-    length = res.max_model_len
-    upper = max(length, arch.derived_max_model_len or 0)
+
+def _fits(per: _Ranks, length: int, inflight: int, num_spec: int) -> bool:
+    """Every rank that holds cache layers has the pages one request of ``length`` tokens needs."""
+    for rank, lay in zip(per.ranks, per.layouts, strict=True):
+        if not lay.groups:
+            continue
+        if rank.kv_pool_bytes <= 0 or bytes_needed(lay, length, inflight, num_spec) > rank.kv_pool_bytes:
+            return False
+    return True
+
+
+def _longest_fit(per: _Ranks, inflight: int, num_spec: int, upper: int) -> int:
+    """The largest length that fits, by bisection (vLLM's estimate_max_model_len)."""
     lo, hi = 0, upper
-    while lo < hi:                               # largest length that fits (estimate_max_model_len)
+    while lo < hi:
         mid = (lo + hi + 1) // 2
-        if fits(mid):
+        if _fits(per, mid, inflight, num_spec):
             lo = mid
         else:
             hi = mid - 1
-    max_fit = lo
-    if res.max_model_len_auto and not fits(length) and max_fit > 0:
-        notes.append(f"vLLM {res.vllm_version} auto-fits max_model_len: reduced from {length} to {max_fit}")
-        length = max_fit
-        res = replace(res, max_model_len=max_fit)
-    per_request = max(blocks_per_request(lay, length, inflight, num_spec) for lay in layouts if lay.groups)
-    concurrency = num_blocks / per_request if per_request else 0.0
-    if res.kv_tokens_formula == "concurrency":
-        kv_tokens = int(concurrency * length)
-    else:
-        min_block = min(g.block_size for g in layout.groups)
-        kv_tokens = num_blocks // len(layout.groups) * min_block
+    return lo
 
-    requested = shape.max_num_seqs or 1
-    if not fits(length):
-        verdict = "wont-fit"
-    elif requested * per_request > num_blocks * CONSTRAINED_SLACK:
-        verdict = "fits-constrained"
-    else:
-        verdict = "fits-clean"
 
-    cg_est = stage_graphs[limiting // tp]
-    outside = 0 if res.cudagraphs_subtracted or shape.enforce_eager else cg_est
+def _closing_notes(arch: Architecture, shape: ServeShape, res: Resolved, outside: int, notes: list[str]) -> None:
     if outside:
         notes.append(f"vLLM {res.vllm_version} captures CUDA graphs outside the budget "
                      f"(~{outside / GiB:.2f} GiB in the remaining {1 - res.mem_util:.0%})")
@@ -419,15 +502,6 @@ def _predict(arch: Architecture, *, weights_bytes: int, gpu_memory_bytes: Sequen
     if shape.kv_cache_memory_bytes is not None:
         notes.append("--kv-cache-memory-bytes sets the pool; util does not size the cache")
     notes.extend(arch.notes)
-    band = max(ERROR_BAND_FLOOR, int(lim.budget_bytes * ERROR_BAND_FRACTION))
-    return FitResult(
-        per_gpu=lim, ranks=tuple(ranks), kv_bytes_per_token=lim.kv_bytes_per_token,
-        state_bytes_per_request=layout.state_bytes_per_request, block_size=layout.attn_block_size,
-        bytes_per_block=layout.bytes_per_block, num_blocks=num_blocks, blocks_per_request=per_request,
-        kv_cache_tokens=kv_tokens, max_concurrency=concurrency, raw_verdict=verdict,
-        max_model_len=length, max_model_len_fit=max_fit, confidence=confidence,
-        error_band_bytes=band, groups=layout.groups, settings=res, notes=tuple(notes),
-        cudagraph_outside_budget_bytes=outside, requested_concurrency=requested)
 
 
 def _check_geometry(arch: Architecture, tp: int, pp: int) -> None:

@@ -14,6 +14,7 @@ import json
 from dataclasses import fields
 from typing import Any
 
+from club3090.argv import flag_value
 from club3090.errors import CatalogError, InterpolationError, Problem
 from club3090.fit.memory import ServeShape
 from club3090.fit.vllm_rules import engine_release
@@ -45,13 +46,8 @@ def _shipped_args(profile: Any) -> list[str]:
 
 def shipped_flag(profile: Any, flag: str) -> str | None:
     """The value a profile's shipped compose passes for ``flag`` (its ${VAR:-default} resolved), if any."""
-    args = _shipped_args(profile)
-    for i, arg in enumerate(args):
-        if arg == flag and i + 1 < len(args):
-            return _shipped_value(args[i + 1])
-        if arg.startswith(flag + "="):
-            return _shipped_value(arg.split("=", 1)[1])
-    return None
+    value = flag_value(_shipped_args(profile), flag)
+    return None if value is None else _shipped_value(value)
 
 
 def profile_batched_tokens(profile: Any) -> int | None:

@@ -35,7 +35,7 @@ from club3090.fit.kv_formats import dtype_bytes, kv_format
 from club3090.fit.kv_layout import CannotPrice, _attn_token_bytes, _state_bytes
 from club3090.fit.memory import ServeShape
 from club3090.model.architecture import Architecture
-from club3090.rig.interconnect import DEFAULT_INTERCONNECT, crossings
+from club3090.rig.interconnect import DEFAULT_INTERCONNECT, Interconnect, crossings
 from club3090.rig.interconnect import INTERCONNECTS as NODE_LINKS
 
 __all__ = ["BAND", "INTERCONNECTS", "PROMPT_TOKENS", "SpeedEstimate", "active_weight_bytes",
@@ -196,13 +196,7 @@ def estimate_speed(arch: Architecture, weights_bytes: int, shape: ServeShape, gp
     per_node = int(gpus.gpus_per_node) if nodes > 1 else tp * pp
     node_link = NODE_LINKS[getattr(gpus, "interconnect", None) or DEFAULT_INTERCONNECT] if nodes > 1 else None
     tp_spans, node_hops = crossings(tp, pp, per_node) if node_link is not None else (False, 0)
-    comm = 0.0
-    if tp > 1:
-        message = arch.hidden_size * 2 * 2 * (tp - 1) / tp
-        if tp_spans and node_link is not None:
-            comm = layers * 2 * (node_link.latency_s + message / node_link.bytes_per_s)
-        else:
-            comm = layers * 2 * (ALLREDUCE_LATENCY_S[link] + message / LINK_BYTES_PER_S[link])
+    comm = _allreduce_s(arch, tp, layers, link, node_link if tp_spans else None)
     # pipeline stages run one after another for one request; each holds 1/pp of the layers
     step = per_rank / bandwidth + layers * LAYER_OVERHEAD_S + moe_layers * MOE_LAYER_OVERHEAD_S + comm
     hop = 0.0
@@ -220,7 +214,33 @@ def estimate_speed(arch: Architecture, weights_bytes: int, shape: ServeShape, gp
     prefill = max(prefill_flops / (flops * tp), (body + head) / tp / bandwidth)
     chunks = max(1, -(-prompt // max(int(shape.max_num_batched_tokens or 2048), 1)))
     ttft = prefill + chunks * (comm * 4 + layers * LAYER_OVERHEAD_S) + STEP_FIXED_S
+    notes = _notes(arch, card, gpus, tp=tp, pp=pp, link=link, layers=layers, context=context, prompt=prompt,
+                   per_rank=per_rank)
+    if node_link is not None and (node_hops or tp_spans):
+        notes.append(_node_note(gpus, nodes, node_link, node_hops, tp_spans, hop, comm))
+    if speculative_speedup is not None and speculative_speedup > 0:
+        decode *= speculative_speedup
+        notes.append(f"speculative decoding: x{speculative_speedup:.2f} (measured speed-up of the drafter)")
+    else:
+        speculative_speedup = None
+        notes.append("no speculative decoding applied (no measured speed-up for a drafter)")
+    return SpeedEstimate(decode_tps=decode, ttft_s=ttft, band_low=decode * BAND[0], band_high=decode * BAND[1],
+                         assumptions=tuple(notes), prompt_tokens=prompt, context_tokens=context,
+                         speculative_speedup=speculative_speedup, bytes_per_token=int(per_rank))
 
+
+def _allreduce_s(arch: Architecture, tp: int, layers: int, link: str, node_link: Interconnect | None) -> float:
+    """Seconds of TP all-reduces per decoded token: two per layer, over the node link when TP spans nodes."""
+    if tp <= 1:
+        return 0.0
+    message = arch.hidden_size * 2 * 2 * (tp - 1) / tp
+    if node_link is not None:
+        return layers * 2 * (node_link.latency_s + message / node_link.bytes_per_s)
+    return layers * 2 * (ALLREDUCE_LATENCY_S[link] + message / LINK_BYTES_PER_S[link])
+
+
+def _notes(arch: Architecture, card: Any, gpus: Any, *, tp: int, pp: int, link: str, layers: int, context: int,
+           prompt: int, per_rank: int) -> list[str]:
     notes = [
         f"{card.display_name}: {card.memory_bandwidth_gb_s} GB/s at {BANDWIDTH_EFFICIENCY:.0%} reached, "
         f"{card.bf16_tflops} dense bf16 TFLOP/s at {COMPUTE_EFFICIENCY:.0%}",
@@ -233,19 +253,13 @@ def estimate_speed(arch: Architecture, weights_bytes: int, shape: ServeShape, gp
         notes.append(f"TP {tp} over {link}: {layers * 2} all-reduces per token")
     if pp > 1:
         notes.append(f"PP {pp}: stages run in turn for one request (no decode speed-up)")
-    if node_link is not None and (node_hops or tp_spans):
-        assumed = " (assumed: --interconnect not given)" if getattr(gpus, "interconnect_assumed", False) else ""
-        notes.append(f"{nodes} nodes over {node_link.name}{assumed}: "
-                     + (f"{node_hops} stage hand-off(s) across nodes, ~{hop * 1e6:.0f} µs per token"
-                        if node_hops else "")
-                     + ("; " if node_hops and tp_spans else "")
-                     + (f"TP all-reduces cross the network (~{comm * 1e3:.1f} ms per token)" if tp_spans else ""))
-    if speculative_speedup is not None and speculative_speedup > 0:
-        decode *= speculative_speedup
-        notes.append(f"speculative decoding: x{speculative_speedup:.2f} (measured speed-up of the drafter)")
-    else:
-        speculative_speedup = None
-        notes.append("no speculative decoding applied (no measured speed-up for a drafter)")
-    return SpeedEstimate(decode_tps=decode, ttft_s=ttft, band_low=decode * BAND[0], band_high=decode * BAND[1],
-                         assumptions=tuple(notes), prompt_tokens=prompt, context_tokens=context,
-                         speculative_speedup=speculative_speedup, bytes_per_token=int(per_rank))
+    return notes
+
+
+def _node_note(gpus: Any, nodes: int, node_link: Interconnect, node_hops: int, tp_spans: bool, hop: float,
+               comm: float) -> str:
+    assumed = " (assumed: --interconnect not given)" if getattr(gpus, "interconnect_assumed", False) else ""
+    return (f"{nodes} nodes over {node_link.name}{assumed}: "
+            + (f"{node_hops} stage hand-off(s) across nodes, ~{hop * 1e6:.0f} µs per token" if node_hops else "")
+            + ("; " if node_hops and tp_spans else "")
+            + (f"TP all-reduces cross the network (~{comm * 1e3:.1f} ms per token)" if tp_spans else ""))

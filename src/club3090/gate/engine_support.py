@@ -7,7 +7,7 @@ order; the caller applies the bypass subset rule and moves on to the next findin
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from decimal import Decimal
 from enum import Enum
@@ -140,14 +140,39 @@ def engine_findings(inputs: EngineInputs, catalog: "Catalog") -> tuple[EngineFin
     The first finding is what [C0] emits. A caller that bypasses a finding (subset rule) moves
     on to the next one, so a bypassed trust-remote-code ack never hides a runtime problem.
     """
-    p, eng, hw = inputs.profile, inputs.engine, inputs.hardware
+    p, eng = inputs.profile, inputs.engine
     kv_format = inputs.kv_format or p.kv_format
     tp = int(inputs.tp or p.tp or 1)
     row = find_arch_row(catalog, curated_model=inputs.curated_model, architecture=inputs.architecture)
     arch_name = row.arch if row is not None else (inputs.architecture or None)
     found: list[EngineFinding] = []
-
     # 1. trust-remote-code, fail closed
+    trc = _trust_remote_code_finding(inputs, row, arch_name)
+    if trc is not None:
+        found.append(trc)
+    # 2. no arch row (already covered by a trc finding that carries both tags)
+    elif row is None:
+        found.append(EngineFinding(EngineState.ENGINE_SUPPORT_UNKNOWN, EngineSubReason.NO_ARCH_ROW,
+                              frozenset({BYPASS_EXPERIMENTAL_ARCH}),
+                              f"no arch row for {inputs.architecture or '(config has no architectures)'}; "
+                              "nobody has validated that this engine loads it", arch_name,
+                              Reason.ENGINE_SUPPORT_UNKNOWN))
+    # 3. runtime / hardware
+    need = required_sm(p, eng, catalog, kv_format)
+
+    def incompatible(why: str) -> EngineFinding:
+        return EngineFinding(EngineState.ENGINE_SUPPORT_UNKNOWN, EngineSubReason.RUNTIME_INCOMPATIBLE, frozenset(), why,
+                        arch_name, Reason.ENGINE_SUPPORT_UNKNOWN, need)
+
+    runtime = _runtime_problems(inputs, row, kv_format, tp)
+    if runtime:
+        return (*found, incompatible(runtime[0]))
+    hardware = _hardware_finding(inputs, catalog, kv_format, tp, need, arch_name, incompatible)
+    return (*found, hardware) if hardware is not None else tuple(found)
+
+
+def _trust_remote_code_finding(inputs: EngineInputs, row: "ArchRow | None",
+                               arch_name: str | None) -> EngineFinding | None:
     trc_why = []
     row_trc = row.trust_remote_code if row is not None else None
     if row_trc == "unverified" and no_code_evidence(inputs) is not None:
@@ -156,78 +181,66 @@ def engine_findings(inputs: EngineInputs, catalog: "Catalog") -> tuple[EngineFin
         trc_why.append(f"arch row {row.arch} says trust_remote_code={row.trust_remote_code}")
     if inputs.auto_map:
         trc_why.append("config.json declares auto_map (custom modelling code)")
-    if trc_why:
-        tags = {BYPASS_TRUST_REMOTE_CODE}
-        if row is None:
-            tags.add(BYPASS_EXPERIMENTAL_ARCH)
-            trc_why.append(f"no arch row for {inputs.architecture or 'this model'}")
-        found.append(EngineFinding(EngineState.NEEDS_TRC_ACK, None, frozenset(tags), "; ".join(trc_why), arch_name,
-                              Reason.NEEDS_TRC_ACK))
+    if not trc_why:
+        return None
+    tags = {BYPASS_TRUST_REMOTE_CODE}
+    if row is None:
+        tags.add(BYPASS_EXPERIMENTAL_ARCH)
+        trc_why.append(f"no arch row for {inputs.architecture or 'this model'}")
+    return EngineFinding(EngineState.NEEDS_TRC_ACK, None, frozenset(tags), "; ".join(trc_why), arch_name,
+                         Reason.NEEDS_TRC_ACK)
 
-    # 2. no arch row (already covered by a trc finding that carries both tags)
-    if row is None and not trc_why:
-        found.append(EngineFinding(EngineState.ENGINE_SUPPORT_UNKNOWN, EngineSubReason.NO_ARCH_ROW,
-                              frozenset({BYPASS_EXPERIMENTAL_ARCH}),
-                              f"no arch row for {inputs.architecture or '(config has no architectures)'}; "
-                              "nobody has validated that this engine loads it", arch_name,
-                              Reason.ENGINE_SUPPORT_UNKNOWN))
 
-    # 3. runtime / hardware
-    need = required_sm(p, eng, catalog, kv_format)
-
-    def incompatible(why: str) -> EngineFinding:
-        return EngineFinding(EngineState.ENGINE_SUPPORT_UNKNOWN, EngineSubReason.RUNTIME_INCOMPATIBLE, frozenset(), why,
-                        arch_name, Reason.ENGINE_SUPPORT_UNKNOWN, need)
-
-    runtime: list[EngineFinding] = []
+def _runtime_problems(inputs: EngineInputs, row: "ArchRow | None", kv_format: str, tp: int) -> list[str]:
+    """Why the engine pin cannot run this model at this TP and KV format (the first one is reported)."""
+    eng = inputs.engine
+    problems: list[str] = []
     if row is not None:
         pin = row.pin_for(eng.pin)
         if pin is None:
-            runtime.append(incompatible(f"engine pin {eng.pin} is not validated for {row.arch}"))
+            problems.append(f"engine pin {eng.pin} is not validated for {row.arch}")
         elif not pin.loads:
-            runtime.append(incompatible(f"engine pin {eng.pin} does not load {row.arch}"
-                                        + (f": {pin.reason}" if pin.reason else "")))
+            problems.append(f"engine pin {eng.pin} does not load {row.arch}" + (f": {pin.reason}" if pin.reason else ""))
         if row.tp_divisors and tp not in row.tp_divisors:
-            runtime.append(incompatible(f"tp={tp} is not among {row.arch}'s valid TP sizes "
-                                        f"{list(row.tp_divisors)}"))
+            problems.append(f"tp={tp} is not among {row.arch}'s valid TP sizes {list(row.tp_divisors)}")
     geometry = tp_geometry_problem(tp, inputs.num_attention_heads, inputs.num_key_value_heads)
     if geometry:
-        runtime.append(incompatible(geometry))
+        problems.append(geometry)
     if kv_format not in eng.supported_kv_formats:
-        runtime.append(incompatible(f"KV format {kv_format} is not supported by engine {eng.id} "
-                                    f"({', '.join(eng.supported_kv_formats)})"))
+        problems.append(f"KV format {kv_format} is not supported by engine {eng.id} "
+                        f"({', '.join(eng.supported_kv_formats)})")
     if (inputs.weight_format or "").lower() == "gguf" and "gguf" not in eng.supported_weight_formats:
-        runtime.append(incompatible(f"GGUF weights cannot be served by {eng.id}; use a safetensors variant"))
-    if runtime:
-        found.append(runtime[0])
-        return tuple(found)
+        problems.append(f"GGUF weights cannot be served by {eng.id}; use a safetensors variant")
+    return problems
 
+
+def _hardware_finding(inputs: EngineInputs, catalog: "Catalog", kv_format: str, tp: int, need: Decimal,
+                      arch_name: str | None,
+                      incompatible: Callable[[str], EngineFinding]) -> EngineFinding | None:
+    """The rig against the runtime: a known SM inside the KV window and above the need, memory, GPU count."""
+    p, eng, hw = inputs.profile, inputs.engine, inputs.hardware
     if hw.sm is None:
         why = ("no GPU detected and --gpus gives memory sizes, not a known card; add --hardware SM "
                "(e.g. 8.6)" if hw.memory_source == "gpus-flag" else "no GPU detected and neither --hardware nor --gpus given")
-        found.append(EngineFinding(EngineState.ENGINE_SUPPORT_UNKNOWN, None, frozenset(),
-                              f"{why}; refusing to judge the runtime blind", arch_name,
-                              Reason.HARDWARE_SM_UNDETERMINED, need))
-        return tuple(found)
+        return EngineFinding(EngineState.ENGINE_SUPPORT_UNKNOWN, None, frozenset(),
+                             f"{why}; refusing to judge the runtime blind", arch_name,
+                             Reason.HARDWARE_SM_UNDETERMINED, need)
     kv_floor, kv_ceiling = catalog.kv_sm_window(kv_format)
     if kv_ceiling is not None and hw.sm > kv_ceiling:
-        found.append(incompatible(f"{kv_format} KV is only built for SM {kv_floor or 0} to {kv_ceiling}; "
-                                  f"this rig is SM {hw.sm}"))
-        return tuple(found)
+        return incompatible(f"{kv_format} KV is only built for SM {kv_floor or 0} to {kv_ceiling}; "
+                            f"this rig is SM {hw.sm}")
     if hw.sm < need:
-        found.append(incompatible(
+        return incompatible(
             f"SM {hw.sm} ({hw.sm_source}) is below the {need} this runtime needs "
             f"(engine {eng.min_sm}, profile {p.fallback_sm or p.required_sm or 0}, "
-            f"KV {kv_format} {kv_floor or 0})"))
-        return tuple(found)
+            f"KV {kv_format} {kv_floor or 0})")
     if not hw.memory_bytes:
-        found.append(EngineFinding(EngineState.ENGINE_SUPPORT_UNKNOWN, None, frozenset(),
-                              "per-GPU memory unknown: no NVIDIA GPU detected and no --gpus given",
-                              arch_name, Reason.HARDWARE_VRAM_UNDETERMINED, need))
-        return tuple(found)
+        return EngineFinding(EngineState.ENGINE_SUPPORT_UNKNOWN, None, frozenset(),
+                             "per-GPU memory unknown: no NVIDIA GPU detected and no --gpus given",
+                             arch_name, Reason.HARDWARE_VRAM_UNDETERMINED, need)
     if hw.count < tp:
-        found.append(incompatible(f"the profile needs tp={tp} GPUs but only {hw.count} are available"))
-    return tuple(found)
+        return incompatible(f"the profile needs tp={tp} GPUs but only {hw.count} are available")
+    return None
 
 
 def engine_support(inputs: EngineInputs, catalog: "Catalog") -> EngineFinding:

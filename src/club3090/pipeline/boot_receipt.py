@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from club3090.argv import flag_value as _flag_value
 from club3090.compose.param_slots import PARAM_SLOTS
-from club3090.pipeline.bundle import _flag_value
 
 RECEIPT_NAME = "receipt.json"
 LOG_LIMIT = 64 * 1024 * 1024

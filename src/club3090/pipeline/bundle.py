@@ -25,10 +25,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from club3090.argv import drop_flags, flag_value, set_flag
 from club3090.compose.generate import PULLS_MOUNT_ROOT
 from club3090.compose.launch import (
     Launch,
-    drop_flags,
     launch_json,
     plain_data,
     render_compose,
@@ -113,8 +113,8 @@ def plan(launch: Launch, *, directory: Path, repo_id: str, commit: str, snapshot
     command = _swap_model(command, model_target, repo_id)
     command = [*drop_flags(command, ("--revision",)), "--revision", commit]
     if served_model is not None:
-        command = _set_flag(command, "--served-model-name", served_model)
-    served = _flag_value(command, "--served-model-name") or repo_id
+        command = set_flag(command, "--served-model-name", served_model)
+    served = flag_value(command, "--served-model-name") or repo_id
     container_port = _container_port(svc, command)
     svc["command"] = command
     svc["ports"] = [f"127.0.0.1:${{PORT:-{port}}}:{container_port}"]
@@ -164,28 +164,6 @@ def _swap_model(command: list[str], model_target: str, repo_id: str) -> list[str
     return ["--model", repo_id, *out]
 
 
-def _flag_value(args: list[str], flag: str) -> str | None:
-    for i, a in enumerate(args):
-        if a == flag and i + 1 < len(args):
-            return args[i + 1]
-        if a.startswith(flag + "="):
-            return a.split("=", 1)[1]
-    return None
-
-
-def _set_flag(args: list[str], flag: str, value: str) -> list[str]:
-    """``flag value`` in place of the flag's current value (kept where it stands), else appended."""
-    out = list(args)
-    for i, a in enumerate(out):
-        if a == flag and i + 1 < len(out):
-            out[i + 1] = value
-            return out
-        if a.startswith(flag + "="):
-            out[i] = f"{flag}={value}"
-            return out
-    return [*out, flag, value]
-
-
 def _path_pattern(path: str) -> re.Pattern[str]:
     """``path`` as a whole path inside any text: not preceded by a path character, followed by
     nothing, ``/``, a quote, a space, a comma or a closing brace."""
@@ -215,7 +193,7 @@ def relocate(launch: Launch, old: str, new: str) -> Launch:
 
 
 def _container_port(svc: Mapping[str, Any], command: list[str]) -> str:
-    value = _flag_value(command, "--port")
+    value = flag_value(command, "--port")
     if value and value.isdigit():
         return value
     for entry in svc.get("ports") or []:

@@ -37,6 +37,7 @@ from club3090.edges.openai_client import Http
 from club3090.errors import Club3090Error
 from club3090.outcome import Notice, NoticeCode
 from club3090.reports import capture
+from club3090.units import MiB
 
 if TYPE_CHECKING:
     from club3090.catalog.model import Catalog, Profile
@@ -163,137 +164,182 @@ def chosen_context(fit: Any) -> tuple[int, Notice | None]:
     return ctx, None
 
 
-def run(*, spec: "ModelSpec", profile: "Profile", catalog: "Catalog", settings: "Settings",
-        hardware: "HardwareFacts | None", fit: Any, terminal: str | None, trust_remote_code: bool,
-        out: Path | None, force: bool, stages: EStages, gate: Mapping[str, Any],
-        manifest_fields: Mapping[str, Any], captures_root: Path | None,
-        now: Callable[[], datetime]) -> EReport:
+@dataclass(frozen=True)
+class EInput:
+    """What ``[E]`` runs on: the satisfied Path-B verdict's facts and where its files go."""
+
+    spec: "ModelSpec"
+    profile: "Profile"
+    catalog: "Catalog"
+    settings: "Settings"
+    hardware: "HardwareFacts | None"
+    fit: Any
+    terminal: str | None
+    trust_remote_code: bool
+    out: Path | None                          # --out: the compose goes there (not our pulls folder)
+    force: bool
+    gate: Mapping[str, Any]                   # the capture bundle's gate and manifest fields
+    manifest_fields: Mapping[str, Any]
+    captures_root: Path | None                # None: no capture bundle
+
+
+@dataclass(frozen=True)
+class _Paths:
+    hf_home: Path
+    local: bool                               # a local folder: nothing to download
+    snapshot: Path
+    compose: Path
+
+
+def run(job: EInput, stages: EStages, now: Callable[[], datetime]) -> EReport:
     """Run ``[E]`` for one satisfied Path-B verdict; see the module docstring."""
-    st = _State()
-    hw = hardware
+    hw = job.hardware
     if hw is None or hw.memory_source not in _TOPOLOGY_SOURCES or not hw.count:
         return EReport(ran=False, notices=(Notice(NoticeCode.GPU_TOPOLOGY_UNDETERMINED,
                                                   f"{GPU_TOPOLOGY_UNDETERMINED}: [E] skipped (name the GPUs "
                                                   "with --gpus, or run where they are visible)"),))
+    st = _State()
     say = stages.progress or (lambda _m: None)
-
-    # emit
-    ctx, ctx_note = chosen_context(fit)
+    ctx, ctx_note = chosen_context(job.fit)
     if ctx_note:
         st.notices.append(ctx_note)
-    hf_home = Path(settings.hf_home).expanduser().absolute()
-    local = spec.source == "local" and spec.local_path is not None
-    pull_dir = download.pull_dir(hf_home, spec.ref)
-    snapshot = Path(spec.local_path).absolute() if local and spec.local_path is not None else pull_dir
-    # without --out the compose lives in our own pulls folder, never next to a user's folder
-    compose_path = out if out is not None else pull_dir.parent / f"{pull_dir.name}.compose.yml"
-    text: str | None = None
-    served: str | None = None
-    try:
-        outcome = derived_compose(spec, profile.key, catalog, snapshot_dir=snapshot, hf_home=hf_home,
-                                  max_model_len=ctx, trust_remote_code=trust_remote_code,
-                                  gpu_indices=tuple(range(hw.count)), out_name=str(compose_path))
-        if outcome.refusal is not None or not outcome.text:
-            st.fail("emit", outcome.refusal or STAGE_ERROR, outcome.detail or "")
-        else:
-            text = outcome.text
-            served = served_name(outcome)
-            st.notices.extend(outcome.notices)
-            if out is not None:
-                write_output_text(compose_path, text, force=force)
-            else:
-                atomic_write_text(compose_path, text)
-            say(f"[pull] e: compose written to {compose_path}")
-    except (Club3090Error, OSError) as exc:
-        st.fail("emit", WRITE_FAILED, str(exc))
-        text = None
-    except Exception as exc:  # noqa: BLE001 - recorded, never raised
-        st.fail("emit", STAGE_ERROR, f"{type(exc).__name__}: {exc}")
-        text = None
-
+    paths = _paths(job)
+    text, served = _emit(job, paths, ctx, hw.count, st, say)
+    written = EReport(ran=True, compose_path=paths.compose if text is not None else None, compose_text=text,
+                      wrote_out=text is not None and job.out is not None, max_model_len=ctx)
     if stages.emit_only:
-        return EReport(ran=True, stage=st.stage, failure=st.failure, detail=st.detail,
-                       compose_path=compose_path if text is not None else None, compose_text=text,
-                       wrote_out=text is not None and out is not None, max_model_len=ctx,
-                       boot_skipped="emit-only", notices=tuple(st.notices))
-
-    # download
-    dl = None
-    if st.stage is None and not local:
-        try:
-            fetch = stages.fetch or _fetcher(spec, settings)
-            dl = download.download(spec.ref, spec.download_files, snapshot, fetch=fetch, progress=say)
-        except Exception as exc:  # noqa: BLE001
-            dl = download.DownloadReport(False, snapshot, failure=STAGE_ERROR, detail=f"{type(exc).__name__}: {exc}")
-        if not dl.ok:
-            st.fail("download", dl.failure or STAGE_ERROR, dl.detail)
-    elif st.stage is None:
-        st.notices.append(Notice(NoticeCode.LOCAL_FOLDER,
-                                 f"[E] local folder: nothing to download; the compose mounts {snapshot}",
-                                 {"snapshot": str(snapshot)}))
-
-    # boot + smoke
-    booted = smoked = None
-    skipped = None
-    runner = None
-    log_for_actual = ""
+        return replace(written, stage=st.stage, failure=st.failure, detail=st.detail, boot_skipped="emit-only",
+                       notices=tuple(st.notices))
+    dl = _download(job, paths, stages, st, say)
+    skipped = _boot_skipped(paths, stages, st) if st.stage is None else None
+    runner = _compose_boot(job.profile, paths, stages) if st.stage is None and skipped is None else None
     try:
-        if st.stage is None:
-            if stages.no_boot:
-                skipped = "--no-boot"
-            elif stages.runner is None and stages.which("docker") is None:
-                skipped = "docker-not-on-path"
-            if skipped:
-                st.notices.append(Notice(
-                    NoticeCode.BOOT_SKIPPED,
-                    f"[E] boot and smoke skipped ({skipped}); start it yourself with: docker compose "
-                    f"--project-directory {compose_path.parent} -f {compose_path} up -d",
-                    {"why": skipped, "compose": str(compose_path), "project_directory": str(compose_path.parent)}))
-            else:
-                endpoint = f"http://127.0.0.1:{profile.port}"
-                runner = boot_mod.ComposeBoot(
-                    compose_path, compose_path.parent, endpoint,
-                    runner=stages.runner or boot_mod.subprocess_runner, http=stages.http or boot_mod.urllib_http,
-                    clock=stages.clock, sleep=stages.sleep, deadline_s=stages.boot_deadline_s,
-                    interval_s=stages.poll_interval_s)
-                say(f"[pull] e: booting {compose_path} (waiting up to {stages.boot_deadline_s:.0f}s for "
-                    f"{endpoint}/v1/models)")
-                try:
-                    booted = runner.start()
-                except Exception as exc:  # noqa: BLE001
-                    booted = boot_mod.BootReport(False, 0.0, STAGE_ERROR, f"{type(exc).__name__}: {exc}")
-                if not booted.ok:
-                    st.fail("boot", booted.failure or STAGE_ERROR, booted.detail)
-                    log_for_actual = booted.log_excerpt or ""
-                else:
-                    say(f"[pull] e: ready after {booted.seconds:.0f}s; smoke test")
-                    smoked = boot_mod.smoke(endpoint, served or "", http=stages.http or boot_mod.urllib_http)
-                    if not smoked.floor_green:
-                        st.fail("smoke", boot_mod.FLOOR_RED,
-                                "; ".join(f"{c}: {smoked.detail[c]['error']}" for c in smoked.red))
-                    log_for_actual = runner.logs()   # start-up lines: the boot's calibration receipt
-
-        report = EReport(ran=True, stage=st.stage, failure=st.failure, detail=st.detail,
-                         compose_path=compose_path if text is not None else None, compose_text=text,
-                         wrote_out=text is not None and out is not None, max_model_len=ctx, download=dl,
-                         boot=booted, smoke=smoked, boot_skipped=skipped, notices=tuple(st.notices))
-        if captures_root is not None:
-            try:
-                bundle = _write(report, gate=gate, manifest_fields=manifest_fields, captures_root=captures_root,
-                                fit=fit, terminal=terminal, log=log_for_actual, slug=spec.ref, now=now,
-                                secrets=settings.redaction_secrets)
-                report = replace(report, bundle=bundle)
-            except (OSError, ValueError, TypeError) as exc:
-                failed = Notice(NoticeCode.BUNDLE_WRITE_FAILED, f"could not write the capture bundle: {exc}",
-                                {"error": str(exc)})
-                report = replace(report, notices=(*report.notices, failed))
-        return report
+        booted = smoked = None
+        log = ""
+        if runner is not None:
+            booted, smoked, log = _boot_and_smoke(runner, paths.compose, served or "", stages, st, say)
+        report = replace(written, stage=st.stage, failure=st.failure, detail=st.detail, download=dl, boot=booted,
+                         smoke=smoked, boot_skipped=skipped, notices=tuple(st.notices))
+        return _with_bundle(report, job, log, now) if job.captures_root is not None else report
     finally:
         if runner is not None:
             with contextlib.suppress(Exception):  # teardown is best effort, after capture
                 down = runner.teardown()
                 if down is not None and down.returncode != 0:
                     say(f"[pull] e: docker compose down exited {down.returncode}")
+
+
+def _paths(job: EInput) -> _Paths:
+    spec = job.spec
+    hf_home = Path(job.settings.hf_home).expanduser().absolute()
+    local = spec.source == "local" and spec.local_path is not None
+    pull_dir = download.pull_dir(hf_home, spec.ref)
+    snapshot = Path(spec.local_path).absolute() if local and spec.local_path is not None else pull_dir
+    # without --out the compose lives in our own pulls folder, never next to a user's folder
+    compose = job.out if job.out is not None else pull_dir.parent / f"{pull_dir.name}.compose.yml"
+    return _Paths(hf_home=hf_home, local=local, snapshot=snapshot, compose=compose)
+
+
+def _emit(job: EInput, paths: _Paths, ctx: int, gpu_count: int, st: _State,
+          say: Callable[[str], None]) -> tuple[str | None, str | None]:
+    """The derived compose, written: (its text, its served model name), or (None, None) on a failure."""
+    try:
+        outcome = derived_compose(job.spec, job.profile.key, job.catalog, snapshot_dir=paths.snapshot,
+                                  hf_home=paths.hf_home, max_model_len=ctx, trust_remote_code=job.trust_remote_code,
+                                  gpu_indices=tuple(range(gpu_count)), out_name=str(paths.compose))
+        if outcome.refusal is not None or not outcome.text:
+            st.fail("emit", outcome.refusal or STAGE_ERROR, outcome.detail or "")
+            return None, None
+        text = outcome.text
+        served = served_name(outcome)
+        st.notices.extend(outcome.notices)
+        if job.out is not None:
+            write_output_text(paths.compose, text, force=job.force)
+        else:
+            atomic_write_text(paths.compose, text)
+        say(f"[pull] e: compose written to {paths.compose}")
+        return text, served
+    except (Club3090Error, OSError) as exc:
+        st.fail("emit", WRITE_FAILED, str(exc))
+    except Exception as exc:  # noqa: BLE001 - recorded, never raised
+        st.fail("emit", STAGE_ERROR, f"{type(exc).__name__}: {exc}")
+    return None, None
+
+
+def _download(job: EInput, paths: _Paths, stages: EStages, st: _State,
+              say: Callable[[str], None]) -> download.DownloadReport | None:
+    if st.stage is not None:
+        return None
+    if paths.local:
+        st.notices.append(Notice(NoticeCode.LOCAL_FOLDER,
+                                 f"[E] local folder: nothing to download; the compose mounts {paths.snapshot}",
+                                 {"snapshot": str(paths.snapshot)}))
+        return None
+    try:
+        fetch = stages.fetch or _fetcher(job.spec, job.settings)
+        dl = download.download(job.spec.ref, job.spec.download_files, paths.snapshot, fetch=fetch, progress=say)
+    except Exception as exc:  # noqa: BLE001
+        dl = download.DownloadReport(False, paths.snapshot, failure=STAGE_ERROR, detail=f"{type(exc).__name__}: {exc}")
+    if not dl.ok:
+        st.fail("download", dl.failure or STAGE_ERROR, dl.detail)
+    return dl
+
+
+def _boot_skipped(paths: _Paths, stages: EStages, st: _State) -> str | None:
+    """Why boot and smoke do not run (``--no-boot``, no docker), with the notice to start it by hand."""
+    skipped = None
+    if stages.no_boot:
+        skipped = "--no-boot"
+    elif stages.runner is None and stages.which("docker") is None:
+        skipped = "docker-not-on-path"
+    if skipped:
+        compose = paths.compose
+        st.notices.append(Notice(
+            NoticeCode.BOOT_SKIPPED,
+            f"[E] boot and smoke skipped ({skipped}); start it yourself with: docker compose "
+            f"--project-directory {compose.parent} -f {compose} up -d",
+            {"why": skipped, "compose": str(compose), "project_directory": str(compose.parent)}))
+    return skipped
+
+
+def _compose_boot(profile: "Profile", paths: _Paths, stages: EStages) -> boot_mod.ComposeBoot:
+    return boot_mod.ComposeBoot(
+        paths.compose, paths.compose.parent, f"http://127.0.0.1:{profile.port}",
+        runner=stages.runner or boot_mod.subprocess_runner, http=stages.http or boot_mod.urllib_http,
+        clock=stages.clock, sleep=stages.sleep, deadline_s=stages.boot_deadline_s,
+        interval_s=stages.poll_interval_s)
+
+
+def _boot_and_smoke(runner: boot_mod.ComposeBoot, compose: Path, served: str, stages: EStages, st: _State,
+                    say: Callable[[str], None]) -> tuple[boot_mod.BootReport, boot_mod.SmokeReport | None, str]:
+    """(the boot, the smoke test or None, the start-up log lines the capture bundle keeps)."""
+    say(f"[pull] e: booting {compose} (waiting up to {stages.boot_deadline_s:.0f}s for "
+        f"{runner.endpoint}/v1/models)")
+    try:
+        booted = runner.start()
+    except Exception as exc:  # noqa: BLE001
+        booted = boot_mod.BootReport(False, 0.0, STAGE_ERROR, f"{type(exc).__name__}: {exc}")
+    if not booted.ok:
+        st.fail("boot", booted.failure or STAGE_ERROR, booted.detail)
+        return booted, None, booted.log_excerpt or ""
+    say(f"[pull] e: ready after {booted.seconds:.0f}s; smoke test")
+    smoked = boot_mod.smoke(runner.endpoint, served, http=stages.http or boot_mod.urllib_http)
+    if not smoked.floor_green:
+        st.fail("smoke", boot_mod.FLOOR_RED, "; ".join(f"{c}: {smoked.detail[c]['error']}" for c in smoked.red))
+    return booted, smoked, runner.logs()   # start-up lines: the boot's calibration receipt
+
+
+def _with_bundle(report: EReport, job: EInput, log: str, now: Callable[[], datetime]) -> EReport:
+    assert job.captures_root is not None
+    try:
+        bundle = _write(report, gate=job.gate, manifest_fields=job.manifest_fields, captures_root=job.captures_root,
+                        fit=job.fit, terminal=job.terminal, log=log, slug=job.spec.ref, now=now,
+                        secrets=job.settings.redaction_secrets)
+        return replace(report, bundle=bundle)
+    except (OSError, ValueError, TypeError) as exc:
+        failed = Notice(NoticeCode.BUNDLE_WRITE_FAILED, f"could not write the capture bundle: {exc}",
+                        {"error": str(exc)})
+        return replace(report, notices=(*report.notices, failed))
 
 
 def _fetcher(spec: "ModelSpec", settings: "Settings") -> download.Fetch:
@@ -334,7 +380,7 @@ def _override_point(report: EReport, fit: Any, log: str) -> dict[str, Any]:
         per_gpu = breakdown["per_gpu"]
         predicted = sum(per_gpu[k] for k in ("weights_bytes", "non_torch_bytes", "activation_bytes",
                                              "cudagraph_bytes", "kv_pool_bytes"))
-        delta = round(got["boot_peak_mib"] - predicted / 2**20, 1)
+        delta = round(got["boot_peak_mib"] - predicted / MiB, 1)
     summary = None
     if report.stage is not None:
         summary = f"{report.stage}: {report.failure}" + (f": {report.detail}" if report.detail else "")

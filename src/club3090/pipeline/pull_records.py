@@ -75,11 +75,11 @@ def _derived(verdict: "Verdict", catalog: "Catalog", provider: "Provider", stage
     assert at.spec is not None and at.profile is not None
     gate, manifest = bundle_fields(verdict)
     gate.pop("abort_reason", None)
-    return emit_derived.run(spec=at.spec, profile=at.profile, catalog=catalog, settings=provider.settings,
-                            hardware=at.hardware, fit=at.fit, terminal=at.terminal,
-                            trust_remote_code=at.trust_remote_code, out=at.request.out, force=at.request.force,
-                            stages=stages, gate=gate, manifest_fields=manifest, captures_root=captures_root,
-                            now=provider.now)
+    job = emit_derived.EInput(spec=at.spec, profile=at.profile, catalog=catalog, settings=provider.settings,
+                              hardware=at.hardware, fit=at.fit, terminal=at.terminal,
+                              trust_remote_code=at.trust_remote_code, out=at.request.out, force=at.request.force,
+                              gate=gate, manifest_fields=manifest, captures_root=captures_root)
+    return emit_derived.run(job, stages, provider.now)
 
 
 def _run_e(verdict: "Verdict", catalog: "Catalog", provider: "Provider", stages: "EStages",

@@ -165,78 +165,112 @@ def submit(bundle_dir: Path, *, ask: Callable[[str], str], out: TextIO, gh: str 
     bundle = read_bundle(Path(bundle_dir))
     if gh is _DETECT:
         gh = shutil.which("gh")
-    queues = Path(queue_root) if queue_root is not None else bundle.path.parent.parent
     redactor = Redactor(home=home, user=user, host=host, secrets=secrets)
     verdict = classify(bundle, table)
     payload, failure_class, key = build_payload(bundle, redactor, verdict)
-    digest = dedup_hash(key)
-    manifest = bundle.manifest
-
-    def say(text: str = "") -> None:
-        out.write(text + "\n")
-
-    say(redactor.text(f"bundle: {bundle.path}"))
-    say(redactor.text(f"  slug={manifest.get('slug')} captured={manifest.get('utc_ts')} "
-                      f"outcome={manifest.get('outcome')} class={failure_class} dedup={digest}"))
-    say(f"  submission_fingerprint={manifest.get('submission_fingerprint')}")
-    if verdict.error_text:
-        say(redactor.text(f"  error: {verdict.error_text}"))
-
-    def result(action: str, **kw: Any) -> SubmitResult:
-        return SubmitResult(action, False, failure_class, digest, payload, classification=verdict, **kw)
-
-    if verdict.route == ROUTE_LOCAL:
-        say(f"[loop] this is a problem of this machine ({verdict.environment}), not of the model or of "
-            f"club3090: {verdict.next_step}. Nothing is filed.")
-        return result("local")
-    if verdict.route == ROUTE_SUPPRESSED:
-        say(f"[loop] {failure_class}: the server came up; nothing to report. Nothing is filed.")
-        return result("suppressed")
-    if verdict.route == ROUTE_REVIEW:
-        reason = (bundle.gate or {}).get("abort_reason")
-        path = spool(queues / REVIEW_QUEUE, digest, payload, key, failure_class, manifest, redactor)
-        say(redactor.text(f"[loop] class unknown{f' (stop: {reason})' if reason else ''}: kept for review "
-                          f"in {path}; it is never filed as a public issue."))
-        return result("review-queued", spool=path)
+    sub = _Submission(bundle=bundle, verdict=verdict, payload=payload, failure_class=failure_class, key=key,
+                      digest=dedup_hash(key), redactor=redactor, out=out,
+                      queues=Path(queue_root) if queue_root is not None else bundle.path.parent.parent)
+    _summary(sub)
+    routed = _not_filed(sub)
+    if routed is not None:
+        return routed
     assert verdict.route == ROUTE_FILE
-
-    if gh:
-        say(f"This exact text will be sent to github.com/{CLUB3090_ISSUES_REPO} with the GitHub CLI: "
-            "a new issue, or a '+1' comment carrying the same text on an existing issue with "
-            "the same dedup key.")
-    else:
-        say(f"The GitHub CLI (gh) was not found: nothing will be sent; with your consent the report is "
-            f"queued in {redactor.text(str(queues / DEDUP_QUEUE))} and a prefilled issue link is printed.")
-    say("----- title -----")
-    say(payload.title)
-    say("----- labels -----")
-    say(", ".join(payload.labels))
-    say("----- body -----")
-    out.write(payload.body)
-    say("----- end -----")
-
+    _show(sub, gh)
     try:
         reply = ask(PROMPT)
     except (EOFError, KeyboardInterrupt):
         reply = ""
     if not isinstance(reply, str) or reply.lstrip()[:1] not in ("y", "Y"):
-        say("nothing sent")
-        return result("declined")
-
+        sub.say("nothing sent")
+        return sub.result("declined")
     if not gh:
-        path = spool(queues / DEDUP_QUEUE, digest, payload, key, failure_class, manifest, redactor)
+        path = sub.spool(DEDUP_QUEUE)
         url = prefilled_issue_url(payload)
-        say(redactor.text(f"queued in {path} (nothing has been sent). To file it now, open:"))
-        say(url)
-        return result("spooled", url=url, spool=path)
-    done = _file_with_gh(gh, run, payload, list(key), failure_class, digest, say)
+        sub.say(redactor.text(f"queued in {path} (nothing has been sent). To file it now, open:"))
+        sub.say(url)
+        return sub.result("spooled", url=url, spool=path)
+    done = _file_with_gh(gh, run, payload, list(key), failure_class, sub.digest, sub.say)
     if done.action == "gh-failed":
-        path = spool(queues / DEDUP_QUEUE, digest, payload, key, failure_class, manifest, redactor)
-        say(redactor.text(f"queued in {path} for a later try"))
-        return SubmitResult("gh-failed", False, failure_class, digest, payload, url=done.url, error=done.error,
-                            spool=path, classification=verdict)
-    return SubmitResult(done.action, done.sent, failure_class, digest, payload, issue=done.issue, url=done.url,
+        path = sub.spool(DEDUP_QUEUE)
+        sub.say(redactor.text(f"queued in {path} for a later try"))
+        return sub.result("gh-failed", url=done.url, error=done.error, spool=path)
+    return SubmitResult(done.action, done.sent, failure_class, sub.digest, payload, issue=done.issue, url=done.url,
                         classification=verdict)
+
+
+@dataclass(frozen=True, slots=True)
+class _Submission:
+    """One bundle on its way out: its classification, its redacted payload, and where queues live."""
+
+    bundle: Bundle
+    verdict: Classification
+    payload: Payload
+    failure_class: str
+    key: tuple[str, ...]
+    digest: str
+    redactor: Redactor
+    out: TextIO
+    queues: Path
+
+    def say(self, text: str = "") -> None:
+        self.out.write(text + "\n")
+
+    def result(self, action: str, **kw: Any) -> SubmitResult:
+        return SubmitResult(action, False, self.failure_class, self.digest, self.payload,
+                            classification=self.verdict, **kw)
+
+    def spool(self, queue: str) -> Path:
+        return spool(self.queues / queue, self.digest, self.payload, self.key, self.failure_class,
+                     self.bundle.manifest, self.redactor)
+
+
+def _summary(sub: _Submission) -> None:
+    manifest, redactor = sub.bundle.manifest, sub.redactor
+    sub.say(redactor.text(f"bundle: {sub.bundle.path}"))
+    sub.say(redactor.text(f"  slug={manifest.get('slug')} captured={manifest.get('utc_ts')} "
+                          f"outcome={manifest.get('outcome')} class={sub.failure_class} dedup={sub.digest}"))
+    sub.say(f"  submission_fingerprint={manifest.get('submission_fingerprint')}")
+    if sub.verdict.error_text:
+        sub.say(redactor.text(f"  error: {sub.verdict.error_text}"))
+
+
+def _not_filed(sub: _Submission) -> SubmitResult | None:
+    """The routes that file nothing: this machine's problem, a suppressed class, the review queue."""
+    verdict = sub.verdict
+    if verdict.route == ROUTE_LOCAL:
+        sub.say(f"[loop] this is a problem of this machine ({verdict.environment}), not of the model or of "
+                f"club3090: {verdict.next_step}. Nothing is filed.")
+        return sub.result("local")
+    if verdict.route == ROUTE_SUPPRESSED:
+        sub.say(f"[loop] {sub.failure_class}: the server came up; nothing to report. Nothing is filed.")
+        return sub.result("suppressed")
+    if verdict.route == ROUTE_REVIEW:
+        reason = (sub.bundle.gate or {}).get("abort_reason")
+        path = sub.spool(REVIEW_QUEUE)
+        sub.say(sub.redactor.text(f"[loop] class unknown{f' (stop: {reason})' if reason else ''}: kept for review "
+                                  f"in {path}; it is never filed as a public issue."))
+        return sub.result("review-queued", spool=path)
+    return None
+
+
+def _show(sub: _Submission, gh: str | None) -> None:
+    """The exact text that would leave this machine, and where it would go."""
+    if gh:
+        sub.say(f"This exact text will be sent to github.com/{CLUB3090_ISSUES_REPO} with the GitHub CLI: "
+                "a new issue, or a '+1' comment carrying the same text on an existing issue with "
+                "the same dedup key.")
+    else:
+        sub.say(f"The GitHub CLI (gh) was not found: nothing will be sent; with your consent the report is "
+                f"queued in {sub.redactor.text(str(sub.queues / DEDUP_QUEUE))} and a prefilled issue link is printed.")
+    payload = sub.payload
+    sub.say("----- title -----")
+    sub.say(payload.title)
+    sub.say("----- labels -----")
+    sub.say(", ".join(payload.labels))
+    sub.say("----- body -----")
+    sub.out.write(payload.body)
+    sub.say("----- end -----")
 
 
 def spool(folder: Path, digest: str, payload: Payload, key: Sequence[str], failure_class: str,

@@ -60,6 +60,19 @@ def resolve_hardware(*, tp: int, hardware_sm: Decimal | None = None, gpu_set: An
     notices: list[Notice] = []
     tp = max(int(tp or 1), 1)
     visible = tuple(detected.gpus) if detected is not None else ()
+    memory, names, sms, memory_source = _memory(tp, hardware_sm, gpu_set, visible, reference_gpu, notices)
+    sm, sm_source = _sm(tp, hardware_sm, gpu_set, visible, sms, notices)
+    notices.extend(_non_nvidia_notices(tp, gpu_set, visible))
+    nodes = int(getattr(gpu_set, "nodes", 1) or 1) if gpu_set is not None else 1
+    return HardwareFacts(sm=sm, sm_source=sm_source, memory_bytes=memory, memory_source=memory_source,
+                         names=names, sms=sms, notices=tuple(notices),
+                         detection_notes=tuple(getattr(detected, "notes", ())), nodes=nodes,
+                         interconnect=getattr(gpu_set, "interconnect", None) if nodes > 1 else None)
+
+
+def _memory(tp: int, hardware_sm: Decimal | None, gpu_set: Any, visible: tuple[Any, ...], reference_gpu: "Gpu | None",
+            notices: list[Notice]) -> tuple[tuple[int, ...], tuple[str, ...], tuple[Decimal, ...], str]:
+    """(per-GPU memory, names, SMs, the memory source): ``--gpus`` > detected > the reference card."""
     # Memory the fit may use: detected GPUs in index order, up to the first one that is not
     # NVIDIA or whose memory the driver did not report.
     fit_gpus: list[Any] = []
@@ -67,52 +80,52 @@ def resolve_hardware(*, tp: int, hardware_sm: Decimal | None = None, gpu_set: An
         if not _is_nvidia(g) or g.memory_bytes is None:
             break
         fit_gpus.append(g)
-
-    memory: tuple[int, ...] = ()
-    names: tuple[str, ...] = ()
-    sms: tuple[Decimal, ...] = ()
-    memory_source = "none"
     if gpu_set is not None:
         memory = tuple(int(m) for m in gpu_set.memory_bytes)
-        names = tuple(str(n) for n in gpu_set.names)
         cards = tuple(gpu_set.gpus)
+        sms: tuple[Decimal, ...] = ()
         if cards and all(c is not None for c in cards):
             sms = tuple(Decimal(c.sm) for c in cards)
         elif gpu_set.sm is not None:
             sms = tuple(Decimal(gpu_set.sm) for _ in memory)
-        memory_source = "gpus-flag"
-    elif fit_gpus:
-        memory = tuple(int(g.memory_bytes) for g in fit_gpus)
-        names = tuple(str(g.name) for g in fit_gpus)
-        sms = tuple(Decimal(g.sm) for g in fit_gpus if g.sm is not None)
-        memory_source = "detected"
-    elif hardware_sm is not None and reference_gpu is not None and not visible:
-        memory = tuple(int(reference_gpu.memory_bytes) for _ in range(tp))
-        names = tuple(reference_gpu.display_name for _ in range(tp))
-        memory_source = "reference-gpu"
+        return memory, tuple(str(n) for n in gpu_set.names), sms, "gpus-flag"
+    if fit_gpus:
+        return (tuple(int(g.memory_bytes) for g in fit_gpus), tuple(str(g.name) for g in fit_gpus),
+                tuple(Decimal(g.sm) for g in fit_gpus if g.sm is not None), "detected")
+    if hardware_sm is not None and reference_gpu is not None and not visible:
         notices.append(Notice(
             NoticeCode.REFERENCE_GPU_PRICED,
             f"no GPU detected and no --gpus given: priced on the profile's reference card, "
             f"{tp} x {reference_gpu.display_name} ({_gib(reference_gpu.memory_bytes)} GiB each); "
             f"pass --gpus to price your own cards",
             {"gpu": reference_gpu.id, "count": tp, "memory_bytes": int(reference_gpu.memory_bytes)}))
+        return (tuple(int(reference_gpu.memory_bytes) for _ in range(tp)),
+                tuple(reference_gpu.display_name for _ in range(tp)), (), "reference-gpu")
+    return (), (), (), "none"
 
-    sm: Decimal | None = None
-    sm_source = "none"
+
+def _sm(tp: int, hardware_sm: Decimal | None, gpu_set: Any, visible: tuple[Any, ...], sms: tuple[Decimal, ...],
+        notices: list[Notice]) -> tuple[Decimal | None, str]:
+    """(the SM that gates the runtime, its source): ``--hardware`` > ``--gpus`` > detected > a probe."""
     in_use = visible[:tp]
     if hardware_sm is not None:
-        sm, sm_source = Decimal(hardware_sm), "hardware-flag"
-    elif gpu_set is not None and sms:
-        sm, sm_source = min(sms[:tp]), "gpus-flag"
-    elif in_use and all(g.sm is not None or not _is_nvidia(g) for g in in_use):
+        return Decimal(hardware_sm), "hardware-flag"
+    if gpu_set is not None and sms:
+        return min(sms[:tp]), "gpus-flag"
+    if in_use and all(g.sm is not None or not _is_nvidia(g) for g in in_use):
         caps = [Decimal(g.sm) if _is_nvidia(g) else NON_NVIDIA_SM for g in in_use]
-        sm = min(caps)
-        sm_source = "detected" if all(_is_nvidia(g) for g in in_use) else "probe"
         if len(set(caps)) > 1:
             notices.append(Notice(NoticeCode.MIXED_GPU_ARCH,
                                   "mixed GPU architectures among the GPUs in use "
                                   f"({', '.join(str(c) for c in caps)}); the lowest SM gates the runtime",
                                   {"sms": tuple(str(c) for c in caps)}))
+        return min(caps), "detected" if all(_is_nvidia(g) for g in in_use) else "probe"
+    return None, "none"
+
+
+def _non_nvidia_notices(tp: int, gpu_set: Any, visible: tuple[Any, ...]) -> list[Notice]:
+    notices = []
+    in_use = visible[:tp]
     if any(not _is_nvidia(g) for g in in_use) and gpu_set is None:
         other = next(g for g in in_use if not _is_nvidia(g))
         notices.append(Notice(NoticeCode.NON_NVIDIA_GPU,
@@ -127,11 +140,7 @@ def resolve_hardware(*, tp: int, hardware_sm: Decimal | None = None, gpu_set: An
                               f"as vLLM's CUDA build would use it and SM {NON_NVIDIA_SM} is assumed for the SM "
                               "gate: treat the answer as a size check, not a tested configuration",
                               {"name": other_card.display_name, "assumed_sm": str(NON_NVIDIA_SM)}))
-    nodes = int(getattr(gpu_set, "nodes", 1) or 1) if gpu_set is not None else 1
-    return HardwareFacts(sm=sm, sm_source=sm_source, memory_bytes=memory, memory_source=memory_source,
-                         names=names, sms=sms, notices=tuple(notices),
-                         detection_notes=tuple(getattr(detected, "notes", ())), nodes=nodes,
-                         interconnect=getattr(gpu_set, "interconnect", None) if nodes > 1 else None)
+    return notices
 
 
 def _is_nvidia(gpu: Any) -> bool:

@@ -292,8 +292,7 @@ def _filler(turn: int, chars: int) -> str:
 def soak(client: OpenAIClient, options: SoakOptions, *, model: str | None = None,
          gpu_sampler: GpuSampler = lambda: None, sleep: Callable[[float], None] = lambda _s: None,
          progress: Callable[[str], None] = lambda _s: None) -> SoakReport:
-    clock = client.clock
-    t0 = clock()
+    t0 = client.clock()
     listed = client.models(timeout=min(options.request_timeout_s, 30.0))
     if listed.unreachable:
         return SoakReport(client.base, model, options, (), unreachable=True, error=listed.error)
@@ -301,96 +300,109 @@ def soak(client: OpenAIClient, options: SoakOptions, *, model: str | None = None
         if not listed.ids:
             return SoakReport(client.base, None, options, (), error=listed.error or "/v1/models lists no model")
         model = listed.ids[0]
-    sessions, per_session = options.plan
-    total = sessions * per_session
-    continuous = options.mode == "continuous"
-    chars_per_token = CHARS_PER_TOKEN      # first guess; then measured from usage.prompt_tokens
+    run = _Run(client, options, model, t0, gpu_sampler, progress)
+    run.sample(0)
+    deadline_hit = not run.probe("probe-start")
+    if not deadline_hit:
+        deadline_hit = run.sessions(sleep)
+    if not deadline_hit:
+        deadline_hit = not run.probe("probe-end")
+    return SoakReport(client.base, model, options, tuple(run.turns), tuple(run.gpu), tuple(run.probes),
+                      bool(run.gpu), deadline_hit, elapsed_s=run.elapsed())
 
-    gpu: list[GpuSample] = []
 
-    def sample(after: int) -> None:
+class _Run:
+    """One soak's clock, requests and records: probes, the sessions' turns and the GPU samples."""
+
+    def __init__(self, client: OpenAIClient, options: SoakOptions, model: str, t0: float,
+                 gpu_sampler: GpuSampler, progress: Callable[[str], None]) -> None:
+        self.client, self.options, self.model, self.t0 = client, options, model, t0
+        self.gpu_sampler, self.progress = gpu_sampler, progress
+        self.gpu: list[GpuSample] = []
+        self.turns: list[Turn] = []
+        self.probes: list[Turn] = []
+
+    def elapsed(self) -> float:
+        return self.client.clock() - self.t0
+
+    def left(self) -> float:
+        return self.options.deadline_s - self.elapsed()
+
+    def sample(self, after: int) -> None:
         try:
-            used = gpu_sampler()
+            used = self.gpu_sampler()
         except Exception:  # noqa: BLE001 - sampling is optional; a failure leaves a gap, not a crash
             used = None
         if used:
-            gpu.append(GpuSample(clock() - t0, after, tuple(used)))
+            self.gpu.append(GpuSample(self.elapsed(), after, tuple(used)))
 
-    sample(0)
-    turns: list[Turn] = []
-    probes: list[Turn] = []
-    deadline_hit = False
-
-    def left() -> float:
-        return options.deadline_s - (clock() - t0)
-
-    def ask(phase: str, session: int, k: int, messages: list[dict[str, str]]) -> tuple[Turn | None, str]:
-        start = clock() - t0
+    def ask(self, phase: str, session: int, k: int, messages: list[dict[str, str]]) -> tuple[Turn | None, str]:
+        """One streamed chat turn and its reply; None when the run's deadline cut it."""
+        options = self.options
+        start = self.elapsed()
         try:
-            r = client.chat({"model": model, "messages": list(messages), "max_tokens": options.max_tokens},
-                            stream=True, timeout=min(options.request_timeout_s, left()))
+            r = self.client.chat({"model": self.model, "messages": list(messages), "max_tokens": options.max_tokens},
+                                 stream=True, timeout=min(options.request_timeout_s, self.left()))
         except Exception as exc:  # noqa: BLE001 - one broken turn is a recorded error
-            return Turn(phase, session, k, start, clock() - t0 - start, None, None, "none", None, None, False,
-                        client.scrub(f"{type(exc).__name__}: {exc}")), ""
+            return Turn(phase, session, k, start, self.elapsed() - start, None, None, "none", None, None, False,
+                        self.client.scrub(f"{type(exc).__name__}: {exc}")), ""
         tps = None
         if r.error is None and not r.empty and r.completion_tokens and r.ttft_s is not None and r.wall_s > r.ttft_s:
             tps = r.completion_tokens / (r.wall_s - r.ttft_s)
-        if r.error is not None and left() <= 0:
+        if r.error is not None and self.left() <= 0:
             return None, ""         # cut by the run's deadline: not a server error, not a measurement
         turn = Turn(phase, session, k, start, r.wall_s, r.ttft_s, r.completion_tokens, r.tokens_source,
                     r.prompt_tokens, tps, r.empty, r.error)
         return turn, (r.content if r.error is None else "")
 
-    def probe(phase: str) -> bool:
-        for i in range(options.probes):
-            if left() <= 0:
+    def probe(self, phase: str) -> bool:
+        """The short probe turns; False when the deadline stopped them."""
+        for i in range(self.options.probes):
+            if self.left() <= 0:
                 return False
-            turn, _ = ask(phase, 0, i + 1, [{"role": "system", "content": SYSTEM_PROMPT},
-                                            {"role": "user", "content": PROBE_PROMPT}])
+            turn, _ = self.ask(phase, 0, i + 1, [{"role": "system", "content": SYSTEM_PROMPT},
+                                                 {"role": "user", "content": PROBE_PROMPT}])
             if turn is None:
                 return False
-            probes.append(turn)
-            progress(f"[soak] {phase} {i + 1}/{options.probes}: " + _state(turn))
+            self.probes.append(turn)
+            self.progress(f"[soak] {phase} {i + 1}/{self.options.probes}: " + _state(turn))
         return True
 
-    deadline_hit = not probe("probe-start")
-    messages: list[dict[str, str]] = []
-    index = 0
-    for s in range(sessions):
-        if deadline_hit:
-            break
-        if s and options.pause_s:
-            sleep(max(0.0, min(options.pause_s, left())))
-        if not continuous or not messages:
-            messages = [{"role": "system", "content": SYSTEM_PROMPT}]
-        for k in range(per_session):
-            if left() <= 0:
-                deadline_hit = True
-                break
-            index += 1
-            question = QUESTIONS[(index - 1) % len(QUESTIONS)]
-            if continuous:      # top the context up to its share of the target: the last turn is at the target
-                have = sum(len(m["content"]) for m in messages) + len(question)
-                want = options.target_tokens * chars_per_token * index / total
-                content = f"{_filler(index, int(want - have))}\n\n{question}"
-            else:
-                content = question
-            messages.append({"role": "user", "content": content})
-            turn, reply = ask("turn", s + 1, k + 1, messages)
-            if turn is None:
-                deadline_hit = True
-                break
-            turns.append(turn)
-            if continuous and turn.prompt_tokens:   # the server's tokenizer, not a guess, sizes the next turn
-                sent = sum(len(m["content"]) for m in messages)
-                chars_per_token = max(0.5, min(16.0, sent / turn.prompt_tokens))
-            messages.append({"role": "assistant", "content": reply or "(no answer)"})
-            sample(index)
-            progress(f"[soak] session {s + 1}/{sessions} turn {k + 1}/{per_session}: " + _state(turn))
-    if not deadline_hit:
-        deadline_hit = not probe("probe-end")
-    return SoakReport(client.base, model, options, tuple(turns), tuple(gpu), tuple(probes), bool(gpu),
-                      deadline_hit, elapsed_s=clock() - t0)
+    def sessions(self, sleep: Callable[[float], None]) -> bool:
+        """Every session's turns; True when the deadline cut them short."""
+        options = self.options
+        sessions, per_session = options.plan
+        total = sessions * per_session
+        continuous = options.mode == "continuous"
+        chars_per_token = CHARS_PER_TOKEN      # first guess; then measured from usage.prompt_tokens
+        messages: list[dict[str, str]] = []
+        index = 0
+        for s in range(sessions):
+            if s and options.pause_s:
+                sleep(max(0.0, min(options.pause_s, self.left())))
+            if not continuous or not messages:
+                messages = [{"role": "system", "content": SYSTEM_PROMPT}]
+            for k in range(per_session):
+                if self.left() <= 0:
+                    return True
+                index += 1
+                question = QUESTIONS[(index - 1) % len(QUESTIONS)]
+                if continuous:      # top the context up to its share of the target: the last turn is at the target
+                    have = sum(len(m["content"]) for m in messages) + len(question)
+                    want = options.target_tokens * chars_per_token * index / total
+                    question = f"{_filler(index, int(want - have))}\n\n{question}"
+                messages.append({"role": "user", "content": question})
+                turn, reply = self.ask("turn", s + 1, k + 1, messages)
+                if turn is None:
+                    return True
+                self.turns.append(turn)
+                if continuous and turn.prompt_tokens:   # the server's tokenizer, not a guess, sizes the next turn
+                    sent = sum(len(m["content"]) for m in messages)
+                    chars_per_token = max(0.5, min(16.0, sent / turn.prompt_tokens))
+                messages.append({"role": "assistant", "content": reply or "(no answer)"})
+                self.sample(index)
+                self.progress(f"[soak] session {s + 1}/{sessions} turn {k + 1}/{per_session}: " + _state(turn))
+        return False
 
 
 def _state(turn: Turn) -> str:
