@@ -18,7 +18,6 @@ LIMIT = 80
 ALLOWED = {
     ("pipeline/llamacpp_up.py", "up_llamacpp"): "issue 23 item 6: split into plan and launch",
     ("pipeline/up.py", "deploy"): "issue 23 items 2-3: the Launcher protocol",
-    ("reports/vllm_log.py", "parse_startup"): "issue 23 item 6: the log parser's split",
 }
 
 
