@@ -72,6 +72,7 @@ GPU_TOTAL_GIB = {
     "nvidia l40": 44.99,             # 46068 MiB, the same board memory as the L40S
     "nvidia h100 80gb hbm3": 79.19,
     "nvidia a100-sxm4-80gb": 79.15,
+    "nvidia a100-sxm4-40gb": 39.39,  # "total_gpu_memory (39.39GiB)" in public A100 40 GB logs
 }
 
 OK_OUTCOMES = {"ok"}
