@@ -267,3 +267,17 @@ def test_mla_block_size_by_backend():
     # the user's --block-size wins
     assert run(a, max_model_len=8192, kv_cache_memory_bytes=GiB, vllm_version="0.10.1", compute_capability="9.0",
                block_size=16).block_size == 16
+
+
+def test_nvls_buffers_only_on_gpus_with_nvlink_multicast():
+    """NCCL's NVLS buffers (the NVSwitch non-torch term) need Hopper-class NVSwitch: an A100 SXM at
+    TP 2 does not pay them, an H100 does, an unnamed 80 GiB card is assumed to (the safe side)."""
+    a = arch(QWEN7)
+    shape = {"tp": 2, "max_model_len": 8192, "vllm_version": "0.19.0"}
+    a100 = run(a, gpu=80 * GiB, device_name="NVIDIA A100-SXM4-80GB", **shape)
+    h100 = run(a, gpu=80 * GiB, device_name="NVIDIA H100 80GB HBM3", **shape)
+    unnamed = run(a, gpu=80 * GiB, **shape)
+    assert h100.per_gpu.non_torch_bytes - a100.per_gpu.non_torch_bytes == profiling.NON_TORCH_NVSWITCH
+    assert unnamed.per_gpu.non_torch_bytes == h100.per_gpu.non_torch_bytes
+    assert a100.per_gpu.kv_pool_bytes > h100.per_gpu.kv_pool_bytes
+    assert not profiling.nvls_capable("NVIDIA H100", "8.0") and profiling.nvls_capable(None, "9.0")
