@@ -36,23 +36,23 @@ WRAPPER_TEXT_TYPES: Mapping[str, str] = MappingProxyType({
 _TEXT_KEY = "text_config"
 
 
-def complete_text_config(config: Mapping[str, Any]) -> tuple[Mapping[str, Any], tuple[str, ...]]:
-    """``config`` with its wrapper's text_config completed from the text class's defaults, and a
-    note naming the keys filled (none: ``config`` unchanged, no note)."""
+def complete_text_config(config: Mapping[str, Any]) -> tuple[Mapping[str, Any], tuple[str, ...], str | None]:
+    """``config`` with its wrapper's text_config completed from the text class's defaults, the
+    keys filled and a note naming them (none filled: ``config`` unchanged, no note)."""
     wrapper = str(config.get("model_type") or "")
     inner = config.get(_TEXT_KEY)
     if wrapper not in WRAPPER_TEXT_TYPES or (inner is not None and not isinstance(inner, Mapping)):
-        return config, ()
+        return config, (), None
     text: Mapping[str, Any] = inner or {}
     text_type = str(text.get("model_type") or WRAPPER_TEXT_TYPES[wrapper])
     defaults = TEXT_CLASS_DEFAULTS.get(text_type)
     if defaults is None:
-        return config, ()
+        return config, (), None
     # a stated null is a value (sliding_window: null), and a key the wrapper states at its top
     # level (vocab_size) is not missing
     filled = {k: v for k, v in defaults.items() if k not in text and k not in config}
     if not filled:
-        return config, ()
+        return config, (), None
     note = (f"{_TEXT_KEY} leaves {', '.join(sorted(filled))} to transformers' {text_type} class defaults: "
             "filled from them (" + ", ".join(f"{k}={v}" for k, v in sorted(filled.items())) + ")")
-    return {**config, _TEXT_KEY: {**text, "model_type": text_type, **filled}}, (note,)
+    return {**config, _TEXT_KEY: {**text, "model_type": text_type, **filled}}, tuple(sorted(filled)), note
