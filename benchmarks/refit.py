@@ -50,7 +50,6 @@ from club3090.units import GiB  # noqa: E402
 SOURCE_CAP = 0.15
 MIN_SOURCES = 7            # the fewest sources among which no one holds more than 15 %
 
-# constant -> (grid, the cases it is fitted on: a predicate over a case)
 FORWARD_LINE = ">=0.21"
 
 
@@ -63,6 +62,13 @@ def _graph_data(case: Case) -> bool:
     return _line(case) == FORWARD_LINE or "cudagraph_gib" in case.terms
 
 
+def _nvswitch(case: Case) -> bool:
+    """The case's ranks pay the NVSwitch (NVLS) term: TP > 1 on a card priced with it."""
+    args = case.stage_calls[0]["non_torch_bytes"][0] if case.stage_calls else ()
+    return case.tp > 1 and len(args) > 2 and bool(args[2])
+
+
+# constant -> (grid, the cases it is fitted on: a predicate over a case)
 TERMS: dict[str, tuple[list[float], Callable[[Case], bool]]] = {
     "ACT_FORWARD_COEF": ([0.5 + 0.1 * i for i in range(16)], lambda c: _line(c) == "<=0.20"),
     "ACT_FORWARD_COEF_GRAPHS": ([0.5 + 0.1 * i for i in range(11)], lambda c: _line(c) == FORWARD_LINE),
@@ -72,7 +78,7 @@ TERMS: dict[str, tuple[list[float], Callable[[Case], bool]]] = {
     "SAMPLER_NATIVE_COEF": ([6.0 + 0.5 * i for i in range(13)], lambda c: c.sampler == "native"),
     "NON_TORCH_TP1": ([0.05 * i for i in range(13)], lambda c: True),
     "NON_TORCH_MULTI": ([0.1 * i for i in range(11)], lambda c: c.world > 1),
-    "NON_TORCH_NVSWITCH": ([0.25 * i for i in range(9)], lambda c: c.tp > 1),
+    "NON_TORCH_NVSWITCH": ([0.25 * i for i in range(9)], _nvswitch),
 }
 GIB_TERMS = ("NON_TORCH_TP1", "NON_TORCH_MULTI", "NON_TORCH_NVSWITCH")     # grids in GiB, constants in bytes
 INT_TERMS = ("CUDAGRAPH_BASE_TOKENS", "CUDAGRAPH_PER_GRAPH_TOKENS", *GIB_TERMS)
