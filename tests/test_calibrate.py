@@ -121,6 +121,27 @@ def test_each_breakdown_form_yields_separate_terms():
                        "cudagraph_gib": 0.68}
 
 
+def test_the_profiling_samplers_path_is_read_and_priced(tmp_path):
+    """vLLM logs which top-k / top-p path its sampler takes (``topk_topp_sampler.py``); a receipt
+    prices the one the log names: the kernel path has no full sort of the logits."""
+    kernel = "INFO 09-22 20:31:06 [topk_topp_sampler.py:49] Using FlashInfer for top-p & top-k sampling."
+    native = ("WARNING 02-26 18:56:48 [topk_topp_sampler.py:60] FlashInfer is not available. Falling back to the "
+              "PyTorch-native implementation of top-p & top-k sampling. For the best performance, please install "
+              "FlashInfer.")
+    assert parse_startup(kernel).sampler == "FlashInfer" and parse_startup(native).sampler == "PyTorch-native"
+    assert parse_startup("INFO Available KV cache memory: 1.00 GiB").sampler is None
+    case = infsim_case()
+    config = CONFIGS[case["hf_repo"]]
+    base = "\n".join(case["quote"])
+    peaks = {}
+    for name, line in (("kernel", kernel), ("native", native)):
+        log = parse_startup(line + "\n" + base)
+        receipt = build_receipt(log, log_bytes=b"", source_name=name, redactor=Redactor(), gpu_memory_gib=79.19,
+                                config={k: v for k, v in config.items() if not k.startswith("config_")})
+        peaks[name] = receipt["predicted"]["activation_peak_gib"]
+    assert peaks["native"] > peaks["kernel"]
+
+
 def test_the_v0_breakdowns_still_yield_their_terms():
     v063 = parse_startup("INFO worker.py:262] Memory profiling results: duration=3.2 seconds, total_gpu_memory="
                          "79.10GiB, initial_memory_usage=15.70GiB, peak_torch_memory=16.23GiB, "

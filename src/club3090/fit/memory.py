@@ -451,7 +451,8 @@ def _stage_ranks(run: _Run, stage: int, first_layer: int, num_layers: int, layou
                                last_stage=last, num_spec=run.num_spec, engine=res.engine,
                                encoder=shape.mm_encoder_profiling and stage == 0,
                                graphs_in_budget=res.engine == "v1" and run.ver >= GRAPH_ESTIMATE_FROM,
-                               native_sampler=native_sampler(run.ver, res.engine))
+                               native_sampler=native_sampler(run.ver, res.engine) if shape.sampler_sorts is None
+                               else res.engine == "v1" and shape.sampler_sorts)
     subtracted = graphs if res.cudagraphs_subtracted else 0
     ranks = []
     for tp_rank in range(tp):

@@ -60,7 +60,8 @@ def predict_terms(log: StartupLog, config: Mapping[str, Any], *, gpu_memory_gib:
             block_size=shape.get("block_size"), kv_cache_dtype=str(shape.get("kv_cache_dtype") or "auto"),
             enforce_eager=bool(shape.get("enforce_eager")), vllm_version=log.vllm_version,
             dtype=shape.get("dtype") if shape.get("dtype") not in (None, "auto") else None,
-            device_name=gpu_name)
+            device_name=gpu_name,
+            sampler_sorts=None if log.sampler is None else log.sampler == "PyTorch-native")
         result = fit_memory.predict(parse_config(dict(config)), weights_bytes=0,
                                     weights_bytes_per_rank=weights_per_rank_bytes(float(weights)),
                                     gpu_memory_bytes=[int(memory * GiB)], shape=serve)

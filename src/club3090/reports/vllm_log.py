@@ -87,6 +87,10 @@ _FOR_ACTIVATION = re.compile(_LEAD + r" for peak activation")
 _FOR_NON_TORCH = re.compile(_LEAD + r" for non-torch memory")
 _FOR_GRAPHS = re.compile(_LEAD + r" for CUDAGraph memory")
 _KV_IN_USE = re.compile(r"Current kv cache memory in use is " + _NUM + r" ?(GiB|GB|bytes)")
+# the profiling sampler's top-k / top-p path (``v1/sample/ops/topk_topp_sampler.py``): "Using FlashInfer
+# for top-p & top-k sampling." (or Triton), else "... Falling back to the PyTorch-native implementation
+# of top-p & top-k sampling" (a full sort of the logits)
+_SAMPLER = re.compile(r"Using (FlashInfer|Triton) for top-p & top-k sampling|(PyTorch-native) implementation of top-p")
 # the CUDA-graph estimate subtracted from 0.21 and the pool actually captured
 _GRAPH_ESTIMATE = re.compile(r"Estimated CUDA graph memory: " + _SNUM + _UNIT)
 _GRAPH_POOL = re.compile(r"CUDA graph pool memory: " + _SNUM + _UNIT + r" \(actual\), " + _SNUM + _UNIT
@@ -115,6 +119,7 @@ class StartupLog:
     measured: dict[str, Any] = field(default_factory=dict)
     gpu_total_memory_gib: float | None = None
     local_model: str | None = None            # a local folder the log served, replaced by a given model
+    sampler: str | None = None                # "FlashInfer" | "Triton" | "PyTorch-native": top-k / top-p path
 
     @property
     def found(self) -> bool:
@@ -318,6 +323,7 @@ _LINE_RULES: tuple[tuple[str, re.Pattern[str], Handler], ...] = (
     ('KV cache size: ', _KV_SIZE, _set("gpu_kv_cache_tokens", _i)),
     (' blocks: ', _GPU_BLOCKS, _set("num_gpu_blocks", _i)),
     ('Maximum concurrency for', _CONCURRENCY, _concurrency),
+    ('top-p & top-k sampling', _SAMPLER, lambda log, m: setattr(log, "sampler", m.group(1) or m.group(2))),
     ('Graph capturing finished', _GRAPHS, lambda log, m: log.measured.__setitem__("cudagraph_gib", _gib(m.group(2), m.group(3)))),
     ('cudagraph_capture_sizes', _CAPTURE_SIZES, _capture_sizes),
     ('max seq len (', _MAX_LEN_ERROR, _max_len_error),
