@@ -108,9 +108,7 @@ def _gpu_gib(case: dict[str, Any]) -> float | None:
     summary's total, "Free memory on device (F/T GiB)"), else the table for the named GPU."""
     if case.get("gpu_total_memory_gib"):
         return float(case["gpu_total_memory_gib"])
-    from club3090.reports.vllm_log import parse_startup
-
-    logged = parse_startup("\n".join(str(q) for q in case.get("quote") or ())).gpu_total_memory_gib
+    logged = _quoted(case).gpu_total_memory_gib
     if logged:
         return float(logged)
     name = (case.get("gpu_model") or "").strip().lower()
@@ -122,6 +120,9 @@ def _shape(case: dict[str, Any], pool_bytes: int | None = None) -> ServeShape:
     util = case.get("gpu_memory_utilization")
     if case.get("gpu_memory_utilization_defaulted"):
         util = None      # vLLM's version default applies; the recorded value is the case author's assumption
+    logged = _quoted(case).args.get("gpu_memory_utilization")
+    if isinstance(logged, (int, float)) and not isinstance(logged, bool):
+        util = float(logged)         # what the log's profiling line printed wins over any record
     kv = case.get("kv_cache_dtype") or "auto"
     return profile_shape(
         None, None,
@@ -144,11 +145,16 @@ def _shape(case: dict[str, Any], pool_bytes: int | None = None) -> ServeShape:
     )
 
 
-def _sampler_sorts(case: dict[str, Any]) -> bool | None:
-    """Whether the case's log says its top-k / top-p sampler sorts (None: the log does not say)."""
+def _quoted(case: dict[str, Any]) -> Any:
+    """The case's quoted log lines, read by ``calibrate``'s parser."""
     from club3090.reports.vllm_log import parse_startup
 
-    said = parse_startup("\n".join(str(q) for q in case.get("quote") or ())).sampler
+    return parse_startup("\n".join(str(q) for q in case.get("quote") or ()))
+
+
+def _sampler_sorts(case: dict[str, Any]) -> bool | None:
+    """Whether the case's log says its top-k / top-p sampler sorts (None: the log does not say)."""
+    said = _quoted(case).sampler
     return None if said is None else said == "PyTorch-native"
 
 

@@ -70,7 +70,8 @@ def _nvswitch(case: Case) -> bool:
 
 # constant -> (grid, the cases it is fitted on: a predicate over a case)
 TERMS: dict[str, tuple[list[float], Callable[[Case], bool]]] = {
-    "ACT_FORWARD_COEF": ([0.5 + 0.1 * i for i in range(16)], lambda c: _line(c) == "<=0.20"),
+    "ACT_FORWARD_COEF": ([0.5 + 0.1 * i for i in range(16)], lambda c: _line(c) == "<=0.20" and c.sampler != "v0"),
+    "ACT_FORWARD_COEF_V0": ([0.5 + 0.1 * i for i in range(16)], lambda c: c.sampler == "v0"),
     "ACT_FORWARD_COEF_GRAPHS": ([0.5 + 0.1 * i for i in range(11)], lambda c: _line(c) == FORWARD_LINE),
     "CUDAGRAPH_BASE_TOKENS": ([512.0 * i for i in range(13)], lambda c: _graph_data(c)),
     "CUDAGRAPH_PER_GRAPH_TOKENS": ([6.0 * i for i in range(9)], lambda c: _graph_data(c)),

@@ -28,6 +28,7 @@ from club3090.units import GiB
 __all__ = [
     "ACT_FORWARD_COEF",
     "ACT_FORWARD_COEF_GRAPHS",
+    "ACT_FORWARD_COEF_V0",
     "CUDAGRAPH_BASE_TOKENS",
     "CUDAGRAPH_PER_GRAPH_TOKENS",
     "ENCODER_COEF",
@@ -50,7 +51,9 @@ NON_TORCH_TP1 = int(0.20 * GiB)            # cuBLAS/attention workspaces that ap
 NON_TORCH_MULTI = int(0.30 * GiB)          # + NCCL / custom all-reduce buffers once world size > 1
 NON_TORCH_NVSWITCH = int(1.45 * GiB)       # + NCCL NVLS (NVSwitch multicast) buffers, TP > 1 on SXM parts
 # activation peak: max(forward, sampler, encoder)
-ACT_FORWARD_COEF = 1.5                     # x the per-token activation width (bytes) x tokens, up to 0.20
+ACT_FORWARD_COEF = 1.5                     # x the per-token activation width (bytes) x tokens, V1 up to 0.20
+ACT_FORWARD_COEF_V0 = 1.5                  # the same on the V0 engine (no piecewise compilation; its profile
+                                           # batch is the whole context without chunked prefill): fitted apart
 ACT_FORWARD_COEF_GRAPHS = 1.3              # the same from 0.21, where the graph estimate is separate
 SAMPLER_COEF = 3.75                        # x fp32 logits (num_reqs x vocab x 4 B): a kernel top-k/top-p
 SAMPLER_NATIVE_COEF = 9.7                  # the same with PyTorch's full sort (values, int64 indices,
@@ -125,7 +128,8 @@ def activation(arch: Architecture, *, tp: int, tokens: int, num_seqs: int, last_
     line subtracts a CUDA-graph estimate, 0.21 on; its forward coefficient is fitted separately;
     ``native_sampler``: top-k / top-p by a full sort of the logits)."""
     enc_peak, enc_cache = _encoder_bytes(arch, tokens) if encoder else (0, 0)
-    coef = ACT_FORWARD_COEF_GRAPHS if graphs_in_budget else ACT_FORWARD_COEF
+    coef = ACT_FORWARD_COEF_GRAPHS if graphs_in_budget else ACT_FORWARD_COEF_V0 if engine == "v0" \
+        else ACT_FORWARD_COEF
     forward = int(coef * tokens * activation_width(arch, tp)) + enc_cache
     sampler = 0
     if last_stage:
