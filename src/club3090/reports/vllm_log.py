@@ -132,6 +132,8 @@ class StartupLog:
             return {"max_seq_len_larger_than_kv_tokens": "kv_error_max_len_too_large",
                     "kv_needed_gt_available": "kv_error_needed_gt_available",
                     "no_available_kv_memory": "kv_error_no_available_memory"}.get(str(error.get("type")), "oom")
+        if self.measured.get("num_gpu_blocks") == 0:    # V0 then raises "No available memory for the cache blocks"
+            return "kv_error_no_available_memory"
         if any(k in self.measured for k in ("gpu_kv_cache_tokens", "max_concurrency", "num_gpu_blocks",
                                             "kv_cache_in_use_gib")):   # printed once the cache is allocated
             return "ok"
