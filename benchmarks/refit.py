@@ -287,7 +287,9 @@ def _case(run: Callable[[str | None], Any], **fields: Any) -> Case | None:
     fields.pop("version")
     engine = result.settings.engine
     graphs = engine == "v1" and ver >= GRAPH_ESTIMATE_FROM
-    sampler = "v0" if engine == "v0" else "native" if native_sampler(ver, engine) else "kernel"
+    # the path the case was priced with (a log that names its sampler overrides the line's default)
+    sorts = stages[-1]["activation"][1].get("native_sampler", native_sampler(ver, engine)) if stages else False
+    sampler = "v0" if engine == "v0" else "native" if sorts else "kernel"
     return Case(result=result, stage_calls=stages, graphs_in_budget=graphs, sampler=sampler, **fields)
 
 
