@@ -30,6 +30,7 @@ redirected answers 307 to ``<redirect>/redirected<path>``), ``redirect_loop`` (3
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
 from collections.abc import Iterator
@@ -157,6 +158,9 @@ class OpenAIHandler(BaseHTTPRequestHandler):
             args = '{"city": "Par' if mode.get("bad_tool_args") else '{"city": "Paris"}'
             return reasoning, [], ("get_weather", args)
         max_tokens = int(body.get("max_tokens") or 16)
+        upstream = self._upstream_probe(last)
+        if upstream is not None:
+            return [], upstream, None
         if "capital of France" in text:
             if mode.get("never_stop"):
                 return reasoning, ["Paris "] * max_tokens, None
@@ -175,6 +179,23 @@ class OpenAIHandler(BaseHTTPRequestHandler):
             return [], ["OK"], None
         words = [f"word{i} " for i in range(min(max_tokens, 24))]
         return reasoning, words, None
+
+    def _upstream_probe(self, last: str) -> list[str] | None:
+        """verify-stress's needle, coding and reasoning prompts (``validate.ladder``); None otherwise.
+        ``needle_limit`` (prompt tokens, 4 characters each) is the longest haystack still read."""
+        mode = self.mode
+        if "secret passphrase" in last:
+            found = re.search(r"The secret passphrase is (\S+)\. ", last)
+            limit = mode.get("needle_limit")
+            if found is None or (limit is not None and len(last) // 4 > int(limit)):
+                return ["I ", "do ", "not ", "know."]
+            return [found.group(1)]
+        if "function named add" in last:
+            return ["def add(a, b) return a"] if mode.get("bad_code") else ["```python\n", "def add(a, b):\n",
+                                                                            "    return a + b\n", "```"]
+        if "How many marbles" in last:
+            return ["The ", "box ", "holds ", "41." if mode.get("wrong_sum") else "42."]
+        return None
 
     def _stream(self, body: dict[str, Any], n: int, reasoning: list[str], words: list[str],
                 tool: tuple[str, str] | None, prompt_tokens: int) -> None:

@@ -145,8 +145,12 @@ def test_llama_with_auto_map_still_needs_the_ack(hub, capsys):
 def test_capture_bundles_go_to_the_state_folder(capsys, tmp_path, monkeypatch):
     argv = ["pull", "Lorbus/Qwen3.6-27B-int4-AutoRound", "--profile-like", "vllm/minimal", "--gpus", "1x16GiB",
             "--hardware", "8.6"]
+    monkeypatch.setenv("CLUB3090_STATE_DIR", str(tmp_path / "own-state"))   # the one state folder rule
     code, out = _json(capsys, *argv)
     assert code == 2 and out["reason"] == "hard-block"
+    assert Path(out["bundle"]).is_relative_to(tmp_path / "own-state" / "pull-captures")
+    monkeypatch.delenv("CLUB3090_STATE_DIR")
+    code, out = _json(capsys, *argv)
     assert Path(out["bundle"]).is_relative_to(tmp_path / "state" / "club3090" / "pull-captures")
     assert not (tmp_path / ".pull-captures").exists()
     monkeypatch.setenv("CLUB3090_CAPTURES", str(tmp_path / "elsewhere"))

@@ -281,3 +281,33 @@ def test_nvls_buffers_only_on_gpus_with_nvlink_multicast():
     assert unnamed.per_gpu.non_torch_bytes == h100.per_gpu.non_torch_bytes
     assert a100.per_gpu.kv_pool_bytes > h100.per_gpu.kv_pool_bytes
     assert not profiling.nvls_capable("NVIDIA H100", "8.0") and profiling.nvls_capable(None, "9.0")
+
+
+def test_one_list_of_speculative_methods_serves_kv_calc_and_the_catalog_drafters():
+    """vLLM's methods are one tuple: kv-calc's --speculative-config accepts them, and a catalog drafter
+    adds speculative tokens to a vLLM shape exactly when its method is one (llama.cpp drafters do not)."""
+    from club3090.catalog import load_catalog
+    from club3090.cli.commands import kv_calc
+    from club3090.fit import drafter_kv, shape
+    from club3090.fit.vllm_rules import SPECULATIVE_METHODS
+
+    assert kv_calc.SPECULATIVE_METHODS is SPECULATIVE_METHODS is shape.SPECULATIVE_METHODS
+    assert set(drafter_kv.OWN_KV_METHODS) | set(drafter_kv.KV_SHARING_METHODS) <= set(SPECULATIVE_METHODS)
+    drafters = load_catalog().drafters.values()
+    vllm = {d.method for d in drafters if d.method in SPECULATIVE_METHODS}
+    assert vllm == {"mtp", "mtp_assistant", "dflash", "eagle3"} & {d.method for d in drafters}
+    for drafter in drafters:
+        tokens, _weights = shape.drafter_terms(drafter)
+        llama_cpp = drafter.method in ("mtp_gguf", "dspark")
+        assert (tokens == 0) if llama_cpp or not drafter.n_default else tokens == drafter.n_default
+
+
+def test_one_kv_format_class_per_concept():
+    """The catalog's record of a KV format and the estimator's storage table have different names."""
+    from club3090.catalog import model as catalog_model
+    from club3090.fit import kv_formats
+
+    assert not hasattr(kv_formats, "KvFormat")
+    assert {f.name for f in kv_formats.KV_FORMATS.values()} == set(kv_formats.KV_FORMATS)
+    assert isinstance(kv_formats.kv_format("fp8"), kv_formats.KvStorage)
+    assert hasattr(catalog_model, "KvFormat")

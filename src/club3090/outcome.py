@@ -10,7 +10,14 @@ from types import MappingProxyType
 from typing import Any
 
 
-class Outcome(str, Enum):
+class Token(str, Enum):
+    """A stable token: ``str()`` and formatting give its value (the base of every token enum)."""
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+
+class Outcome(Token):
     """What a command's answer amounts to; ``club3090.cli.exit_codes`` maps each to its exit code."""
 
     OK = "ok"                        # fits / accepted / emitted
@@ -19,9 +26,6 @@ class Outcome(str, Enum):
     LISTING_ONLY = "listing-only"    # compose's tuple form: nothing generated
     FAILED = "failed"                # verify / bench / soak: a check, run or criterion failed
     INCONCLUSIVE = "inconclusive"    # verify / bench: server unreachable; soak: inconclusive
-
-    def __str__(self) -> str:
-        return self.value
 
 
 class Stratum(IntEnum):
@@ -45,7 +49,7 @@ STRATUM_NAMES: Mapping[Stratum, str] = MappingProxyType({
 })
 
 
-class Reason(str, Enum):
+class Reason(Token):
     """Public reason tokens (docs/DESIGN.md). Values are stable; wording lives in the CLI."""
 
     # stratum 1
@@ -72,9 +76,6 @@ class Reason(str, Enum):
     NO_FIT_MODEL = "no-fit-model"
     # stratum 6 (rendered "d-refused:<token>")
     D_REFUSED = "d-refused"
-
-    def __str__(self) -> str:
-        return self.value
 
 
 @dataclass(frozen=True, slots=True)

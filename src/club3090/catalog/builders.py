@@ -43,99 +43,94 @@ from .schema import (
 
 # ----------------------------------------------------------------------------- builders
 
-def _build_plain(section: str, spec: Any, cls: type) -> Callable[[Collector, dict[str, Any]], dict[str, Any]]:
-    """A builder for sections whose records need no checks beyond their spec (gpus, kv_formats)."""
+# (collector, record key, its path, the raw record, the checked fields, whether they passed) ->
+# the frozen record, or None when a rule spanning its fields failed
+Finish = Callable[[Collector, str, str, Any, dict[str, Any], bool], Any]
+
+
+def _section(section: str, spec: Any, finish: Finish, nested: Any = None) -> Callable[[Collector, dict[str, Any]], dict[str, Any]]:
+    """A builder: every record of ``section`` checked against ``spec``, then ``finish`` applies the
+    rules that span its fields (and builds the nested records ``nested`` leaves raw)."""
     def build(c: Collector, body: dict[str, Any]) -> dict[str, Any]:
         out = {}
-        for rid, path, raw in c.entries(body, section):
-            rec = c.record(raw, path, spec)
-            if rec and rec.pop("__ok__"):
-                out[rid] = cls(id=rid, **rec)
+        for key, path, raw in c.entries(body, section):
+            rec = c.record(raw, path, spec, nested=nested)
+            if not rec:
+                continue
+            ok = rec.pop("__ok__")
+            value = finish(c, key, path, raw, rec, ok)
+            if value is not None:
+                out[key] = value
         return out
     return build
 
 
-_build_gpus = _build_plain("gpus", GPU_SPEC, m.Gpu)
-_build_kv = _build_plain("kv_formats", KV_SPEC, m.KvFormat)
-_build_upstream_files = _build_plain("upstream_files", UPSTREAM_FILE_SPEC, m.UpstreamFile)
-_build_upstream = _build_plain("upstream", UPSTREAM_SPEC, m.Upstream)
+def _plain(cls: type) -> Finish:
+    """Records that need no checks beyond their spec (gpus, kv_formats, upstream files)."""
+    return lambda _c, key, _path, _raw, rec, ok: cls(id=key, **rec) if ok else None
 
 
-def _build_engines(c: Collector, body: dict[str, Any]) -> dict[str, m.Engine]:
-    out = {}
-    for eid, path, raw in c.entries(body, "engines"):
-        rec = c.record(raw, path, ENGINE_SPEC, nested=ENGINE_NESTED)
-        if not rec:
-            continue
-        ok = rec.pop("__ok__")
-        overlays = []
-        raw_overlays = rec.pop("vendored_overlays") or []
-        if not isinstance(raw_overlays, list):
-            c.add(f"{path}.vendored_overlays", "expected a list")
+def _records(c: Collector, items: Any, path: str, spec: Any, make: Callable[..., Any],
+             check: Callable[[dict[str, Any], str], bool] | None = None) -> tuple[tuple[Any, ...], bool]:
+    """The nested records of a list (overlays, engine pins, delivery gaps): (the built ones, all passed)."""
+    built, ok = [], True
+    for i, item in enumerate(items):
+        rec = c.record(item, f"{path}[{i}]", spec)
+        if rec and rec.pop("__ok__") and (check is None or check(rec, f"{path}[{i}]")):
+            built.append(make(**rec))
+        else:
             ok = False
-            raw_overlays = []
-        for i, item in enumerate(raw_overlays):
-            o = c.record(item, f"{path}.vendored_overlays[{i}]", OVERLAY_SPEC)
-            if o and o.pop("__ok__"):
-                overlays.append(m.VendoredOverlay(**o))
-            else:
-                ok = False
-        if ok:
-            pin = f"{eid}@{engine_pin_tag(rec['install_method'], rec['image'])}"
-            release = engine_release(rec["type"], rec["install_method"], rec["image"])
-            out[eid] = m.Engine(id=eid, vendored_overlays=tuple(overlays), pin=pin,
-                                vllm_version=release, **rec)
-    return out
+    return tuple(built), ok
 
 
-def _build_drafters(c: Collector, body: dict[str, Any]) -> dict[str, m.Drafter]:
-    out = {}
-    for did, path, raw in c.entries(body, "drafters"):
-        rec = c.record(raw, path, DRAFTER_SPEC)
-        if not rec:
-            continue
-        ok = rec.pop("__ok__")
-        if ok and rec["n_default"] > rec["n_max"]:
-            c.add(f"{path}.n_default", f"n_default {rec['n_default']} exceeds n_max {rec['n_max']}")
+def _engine(c: Collector, eid: str, path: str, _raw: Any, rec: dict[str, Any], ok: bool) -> m.Engine | None:
+    raw_overlays = rec.pop("vendored_overlays") or []
+    if not isinstance(raw_overlays, list):
+        c.add(f"{path}.vendored_overlays", "expected a list")
+        ok = False
+        raw_overlays = []
+    overlays, ok_overlays = _records(c, raw_overlays, f"{path}.vendored_overlays", OVERLAY_SPEC, m.VendoredOverlay)
+    if not (ok and ok_overlays):
+        return None
+    pin = f"{eid}@{engine_pin_tag(rec['install_method'], rec['image'])}"
+    release = engine_release(rec["type"], rec["install_method"], rec["image"])
+    return m.Engine(id=eid, vendored_overlays=overlays, pin=pin, vllm_version=release, **rec)
+
+
+def _drafter(c: Collector, did: str, path: str, _raw: Any, rec: dict[str, Any], ok: bool) -> m.Drafter | None:
+    if ok and rec["n_default"] > rec["n_max"]:
+        c.add(f"{path}.n_default", f"n_default {rec['n_default']} exceeds n_max {rec['n_max']}")
+        ok = False
+    template = rec["speculative_config_template"]
+    if ok and template is not None and "{N}" not in template:
+        c.add(f"{path}.speculative_config_template", "expected a '{N}' placeholder")
+        ok = False
+    return m.Drafter(id=did, **rec) if ok else None
+
+
+def _model(c: Collector, mid: str, path: str, _raw: Any, rec: dict[str, Any], ok: bool) -> m.Model | None:
+    weights: dict[str, m.WeightVariant] = {}
+    raw_weights = rec.pop("weights")
+    if not isinstance(raw_weights, dict) or not raw_weights:
+        c.add(f"{path}.weights", "expected a non-empty mapping of weight variants")
+        raw_weights, ok = {}, False
+    for vid, vpath, vraw in c.entries(raw_weights, f"{path}.weights"):
+        v = c.record(vraw, vpath, VARIANT_SPEC)
+        if v and v.pop("__ok__"):
+            weights[vid] = m.WeightVariant(id=vid, **v)
+        else:
             ok = False
-        template = rec["speculative_config_template"]
-        if ok and template is not None and "{N}" not in template:
-            c.add(f"{path}.speculative_config_template", "expected a '{N}' placeholder")
-            ok = False
-        if ok:
-            out[did] = m.Drafter(id=did, **rec)
-    return out
-
-
-def _build_models(c: Collector, body: dict[str, Any]) -> dict[str, m.Model]:
-    out = {}
-    for mid, path, raw in c.entries(body, "models"):
-        rec = c.record(raw, path, MODEL_SPEC, nested=MODEL_NESTED)
-        if not rec:
-            continue
-        ok = rec.pop("__ok__")
-        weights: dict[str, m.WeightVariant] = {}
-        raw_weights = rec.pop("weights")
-        if not isinstance(raw_weights, dict) or not raw_weights:
-            c.add(f"{path}.weights", "expected a non-empty mapping of weight variants")
-            raw_weights, ok = {}, False
-        for vid, vpath, vraw in c.entries(raw_weights, f"{path}.weights"):
-            v = c.record(vraw, vpath, VARIANT_SPEC)
-            if v and v.pop("__ok__"):
-                weights[vid] = m.WeightVariant(id=vid, **v)
-            else:
-                ok = False
-        if rec["default_weight_variant"] and raw_weights and rec["default_weight_variant"] not in raw_weights:
-            c.add(f"{path}.default_weight_variant",
-                  f"names no weight variant of this model ({describe(rec['default_weight_variant'])})")
-            ok = False
-        derived = _config_facts(c, rec["hf_config"], f"{path}.hf_config")
-        rec["serving_defaults"] = MappingProxyType(dict(rec.get("serving_defaults") or {}))
-        rec["engine_defaults"] = MappingProxyType({fam: MappingProxyType(dict(rows)) for fam, rows in
-                                                   (rec.get("engine_defaults") or {}).items()})
-        if ok and derived is not None:
-            out[mid] = m.Model(id=mid, weights=MappingProxyType(weights), **derived, **rec)
-    return out
+    if rec["default_weight_variant"] and raw_weights and rec["default_weight_variant"] not in raw_weights:
+        c.add(f"{path}.default_weight_variant",
+              f"names no weight variant of this model ({describe(rec['default_weight_variant'])})")
+        ok = False
+    derived = _config_facts(c, rec["hf_config"], f"{path}.hf_config")
+    rec["serving_defaults"] = MappingProxyType(dict(rec.get("serving_defaults") or {}))
+    rec["engine_defaults"] = MappingProxyType({fam: MappingProxyType(dict(rows)) for fam, rows in
+                                               (rec.get("engine_defaults") or {}).items()})
+    if ok and derived is not None:
+        return m.Model(id=mid, weights=MappingProxyType(weights), **derived, **rec)
+    return None
 
 
 def _config_facts(c: Collector, cfg: Any, path: str) -> dict[str, Any] | None:
@@ -158,64 +153,38 @@ def _config_facts(c: Collector, cfg: Any, path: str) -> dict[str, Any] | None:
     return {"architecture": arch, "max_ctx_supported": ctx} if arch else None
 
 
-def _pins(c: Collector, raw: Any, path: str) -> tuple[tuple[m.EnginePin, ...], bool]:
-    if not isinstance(raw, list):
-        c.add(path, "expected a list")
-        return (), False
-    pins, ok = [], True
-    for i, item in enumerate(raw):
-        p = c.record(item, f"{path}[{i}]", PIN_SPEC)
-        if p and p.pop("__ok__"):
-            if "@" not in p["pin"]:
-                c.add(f"{path}[{i}].pin", f"expected '<engine-id>@<tag-or-sha>', got {describe(p['pin'])}")
-                ok = False
-                continue
-            pins.append(m.EnginePin(**p))
-        else:
-            ok = False
-    return tuple(pins), ok
+def _pin_named(c: Collector) -> Callable[[dict[str, Any], str], bool]:
+    def check(p: dict[str, Any], path: str) -> bool:
+        if "@" not in p["pin"]:
+            c.add(f"{path}.pin", f"expected '<engine-id>@<tag-or-sha>', got {describe(p['pin'])}")
+            return False
+        return True
+    return check
 
 
-def _build_arches(c: Collector, body: dict[str, Any]) -> dict[str, m.ArchRow]:
-    out = {}
-    for arch, path, raw in c.entries(body, "arches"):
-        rec = c.record(raw, path, ARCH_SPEC, nested=ARCH_NESTED)
-        if not rec:
-            continue
-        ok = rec.pop("__ok__")
-        engine_pins, ok1 = _pins(c, rec.pop("engine_pins"), f"{path}.engine_pins")
-        if rec["trust_remote_code"] == "false" and not rec["trust_remote_code_evidence"]:
-            c.add(f"{path}.trust_remote_code_evidence", "trust_remote_code 'false' needs evidence")
-            ok = False
-        if ok and ok1:
-            out[arch] = m.ArchRow(arch=arch, engine_pins=engine_pins, **rec)
-    return out
+def _arch(c: Collector, arch: str, path: str, _raw: Any, rec: dict[str, Any], ok: bool) -> m.ArchRow | None:
+    raw_pins = rec.pop("engine_pins")
+    if isinstance(raw_pins, list):
+        engine_pins, ok_pins = _records(c, raw_pins, f"{path}.engine_pins", PIN_SPEC, m.EnginePin, _pin_named(c))
+    else:
+        c.add(f"{path}.engine_pins", "expected a list")
+        engine_pins, ok_pins = (), False
+    if rec["trust_remote_code"] == "false" and not rec["trust_remote_code_evidence"]:
+        c.add(f"{path}.trust_remote_code_evidence", "trust_remote_code 'false' needs evidence")
+        ok = False
+    return m.ArchRow(arch=arch, engine_pins=engine_pins, **rec) if ok and ok_pins else None
 
 
-def _build_patches(c: Collector, body: dict[str, Any]) -> dict[str, m.Patch]:
-    out = {}
-    for pid, path, raw in c.entries(body, "patches"):
-        rec = c.record(raw, path, PATCH_SPEC, nested=PATCH_NESTED)
-        if not rec:
-            continue
-        ok = rec.pop("__ok__")
-        gaps = []
-        raw_gaps = rec.pop("delivery_gaps")
-        if raw_gaps is None:
-            c.add(f"{path}.delivery_gaps", "missing required key")
-            raw_gaps, ok = [], False
-        if not isinstance(raw_gaps, list):
-            c.add(f"{path}.delivery_gaps", "expected a list")
-            raw_gaps, ok = [], False
-        for i, item in enumerate(raw_gaps):
-            g = c.record(item, f"{path}.delivery_gaps[{i}]", GAP_SPEC)
-            if g and g.pop("__ok__"):
-                gaps.append(m.DeliveryGap(**g))
-            else:
-                ok = False
-        if ok:
-            out[pid] = m.Patch(id=pid, delivery_gaps=tuple(gaps), **rec)
-    return out
+def _patch(c: Collector, pid: str, path: str, _raw: Any, rec: dict[str, Any], ok: bool) -> m.Patch | None:
+    raw_gaps = rec.pop("delivery_gaps")
+    if raw_gaps is None:
+        c.add(f"{path}.delivery_gaps", "missing required key")
+        raw_gaps, ok = [], False
+    if not isinstance(raw_gaps, list):
+        c.add(f"{path}.delivery_gaps", "expected a list")
+        raw_gaps, ok = [], False
+    gaps, ok_gaps = _records(c, raw_gaps, f"{path}.delivery_gaps", GAP_SPEC, m.DeliveryGap)
+    return m.Patch(id=pid, delivery_gaps=gaps, **rec) if ok and ok_gaps else None
 
 
 def _build_runtime(c: Collector, raw: Any, path: str) -> m.ProfileRuntime | None:
@@ -238,24 +207,28 @@ def _build_runtime(c: Collector, raw: Any, path: str) -> m.ProfileRuntime | None
     return m.ProfileRuntime(**rec)
 
 
-def _build_profiles(c: Collector, body: dict[str, Any]) -> dict[str, m.Profile]:
-    out = {}
-    for key, path, raw in c.entries(body, "profiles"):
-        rec = c.record(raw, path, PROFILE_SPEC, nested=PROFILE_NESTED)
-        if not rec:
-            continue
-        ok = rec.pop("__ok__")
-        raw_runtime = rec.pop("runtime")
-        runtime = None
-        if raw_runtime is not None:
-            runtime = _build_runtime(c, raw_runtime, f"{path}.runtime")
-            ok = ok and runtime is not None
-        elif isinstance(raw, dict) and "runtime" not in raw:
-            c.add(f"{path}.runtime", "missing required key (use null when no runtime is captured)")
-            ok = False
-        if ok:
-            out[key] = m.Profile(key=key, runtime=runtime, **rec)
-    return out
+def _profile(c: Collector, key: str, path: str, raw: Any, rec: dict[str, Any], ok: bool) -> m.Profile | None:
+    raw_runtime = rec.pop("runtime")
+    runtime = None
+    if raw_runtime is not None:
+        runtime = _build_runtime(c, raw_runtime, f"{path}.runtime")
+        ok = ok and runtime is not None
+    elif isinstance(raw, dict) and "runtime" not in raw:
+        c.add(f"{path}.runtime", "missing required key (use null when no runtime is captured)")
+        ok = False
+    return m.Profile(key=key, runtime=runtime, **rec) if ok else None
+
+
+_build_gpus = _section("gpus", GPU_SPEC, _plain(m.Gpu))
+_build_kv = _section("kv_formats", KV_SPEC, _plain(m.KvFormat))
+_build_upstream_files = _section("upstream_files", UPSTREAM_FILE_SPEC, _plain(m.UpstreamFile))
+_build_upstream = _section("upstream", UPSTREAM_SPEC, _plain(m.Upstream))
+_build_engines = _section("engines", ENGINE_SPEC, _engine, ENGINE_NESTED)
+_build_drafters = _section("drafters", DRAFTER_SPEC, _drafter)
+_build_models = _section("models", MODEL_SPEC, _model, MODEL_NESTED)
+_build_arches = _section("arches", ARCH_SPEC, _arch, ARCH_NESTED)
+_build_patches = _section("patches", PATCH_SPEC, _patch, PATCH_NESTED)
+_build_profiles = _section("profiles", PROFILE_SPEC, _profile, PROFILE_NESTED)
 
 
 def _build_anchors(c: Collector, body: list[Any]) -> list[m.Anchor]:

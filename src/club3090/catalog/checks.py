@@ -48,66 +48,42 @@ def describe(value: Any) -> str:
 
 # ----------------------------------------------------------------------------- value checks
 
-@_labelled("string")
-def t_str(value: Any) -> str:
-    if not isinstance(value, str) or not value.strip():
-        raise Bad(f"expected a non-empty string, got {describe(value)}")
-    return value
+def _check(text: str, passes: Callable[[Any], bool], expected: str) -> Check:
+    """A labelled check that returns the value when ``passes`` holds, else raises ``Bad``."""
+    @_labelled(text)
+    def check(value: Any) -> Any:
+        if not passes(value):
+            raise Bad(f"expected {expected}, got {describe(value)}")
+        return value
+    return check
 
 
-@_labelled("text (may be empty)")
-def t_text(value: Any) -> str:
-    if not isinstance(value, str):
-        raise Bad(f"expected a string, got {describe(value)}")
-    return value
+t_str = _check("string", lambda v: isinstance(v, str) and bool(v.strip()), "a non-empty string")
+t_text = _check("text (may be empty)", lambda v: isinstance(v, str), "a string")
+t_id = _check("id (letters, digits, `. _ + / -`)", lambda v: isinstance(v, str) and bool(_ID_RE.match(v)),
+              "an identifier (letters, digits, . _ + / -)")
+t_bool = _check("boolean", lambda v: isinstance(v, bool), "true or false")
+t_int = _check("integer", lambda v: isinstance(v, int) and not isinstance(v, bool), "an integer")
 
 
-@_labelled("id (letters, digits, `. _ + / -`)")
-def t_id(value: Any) -> str:
-    if not isinstance(value, str) or not _ID_RE.match(value):
-        raise Bad(f"expected an identifier (letters, digits, . _ + / -), got {describe(value)}")
-    return value
+def _int_from(low: int) -> Check:
+    @_labelled(f"integer >= {low}")
+    def check(value: Any) -> int:
+        number: int = t_int(value)
+        if number < low:
+            raise Bad(f"expected an integer >= {low}, got {number}")
+        return number
+    return check
 
 
-@_labelled("boolean")
-def t_bool(value: Any) -> bool:
-    if not isinstance(value, bool):
-        raise Bad(f"expected true or false, got {describe(value)}")
-    return value
-
-
-@_labelled("integer")
-def t_int(value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise Bad(f"expected an integer, got {describe(value)}")
-    return value
-
-
-@_labelled("integer >= 1")
-def t_pos_int(value: Any) -> int:
-    number = t_int(value)
-    if number < 1:
-        raise Bad(f"expected an integer >= 1, got {number}")
-    return number
-
-
-@_labelled("integer >= 0")
-def t_nonneg_int(value: Any) -> int:
-    number = t_int(value)
-    if number < 0:
-        raise Bad(f"expected an integer >= 0, got {number}")
-    return number
+t_pos_int = _int_from(1)
+t_nonneg_int = _int_from(0)
 
 
 def _hex(n: int) -> Check:
     pattern = re.compile(rf"^[0-9a-f]{{{n}}}$")
-
-    @_labelled(f"{n} lower-case hex digits")
-    def check(value: Any) -> str:
-        if not isinstance(value, str) or not pattern.match(value):
-            raise Bad(f"expected {n} lower-case hex digits, got {describe(value)}")
-        return value
-    return check
+    return _check(f"{n} lower-case hex digits", lambda v: isinstance(v, str) and bool(pattern.match(v)),
+                  f"{n} lower-case hex digits")
 
 
 t_sha256 = _hex(64)

@@ -8,7 +8,7 @@ guard failed with a degraded capability is unwired instead (docs/DESIGN.md §11)
 from __future__ import annotations
 
 import shlex
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import PurePosixPath
 from typing import TYPE_CHECKING, Any
 
@@ -83,19 +83,15 @@ def wire_patch(service: dict[str, Any], args: list[Any], patch: "Patch",
                 src = repo_prefix + src
             volumes.append(f"{src}:{dst}" + (f":{mode}" if mode else ""))
             targets.add(dst)
-    for line in patch.invocations:
-        kind = invocation_kind(line)
-        if kind == "prose":
-            continue
-        if kind == "arg":
-            words = shlex.split(line)
+    for line, words in _invocations(patch):
+        if words is not None:
             if not _contains_run(args, words):
                 args.extend(words)
             continue
-        entrypoint = service.get("entrypoint")
-        idx = _script_index(entrypoint) if isinstance(entrypoint, list) else None
-        if idx is None or not isinstance(entrypoint, list):
+        script_at = _entry_script(service)
+        if script_at is None:
             raise ReplayError(f"{patch.id}: no entrypoint script to insert its invocation into")
+        entrypoint, idx = script_at
         script = str(entrypoint[idx])
         if any(existing.strip() == line.strip() for existing in script.splitlines()):
             continue
@@ -106,22 +102,33 @@ def unwire_patch(service: dict[str, Any], args: list[Any], patch: "Patch") -> No
     targets = {split_volume(m)[1] for m in patch.mounts}
     if service.get("volumes"):
         service["volumes"] = [v for v in service["volumes"] if volume_target(v) not in targets]
-    for line in patch.invocations:
-        kind = invocation_kind(line)
-        if kind == "prose":
-            continue
-        if kind == "arg":
-            words = shlex.split(line)
+    for line, words in _invocations(patch):
+        if words is not None:
             start = _find_run(args, words)
             if start is not None:
                 del args[start:start + len(words)]
             continue
-        entrypoint = service.get("entrypoint")
-        idx = _script_index(entrypoint) if isinstance(entrypoint, list) else None
-        if idx is not None and isinstance(entrypoint, list):
+        script_at = _entry_script(service)
+        if script_at is not None:
+            entrypoint, idx = script_at
             kept = [existing for existing in str(entrypoint[idx]).splitlines(keepends=True)
                     if existing.strip() != line.strip()]
             entrypoint[idx] = "".join(kept)
+
+
+def _invocations(patch: "Patch") -> Iterator[tuple[str, list[str] | None]]:
+    """Each invocation that is not prose: (its line, its words when it is an argument run, else None)."""
+    for line in patch.invocations:
+        kind = invocation_kind(line)
+        if kind != "prose":
+            yield line, shlex.split(line) if kind == "arg" else None
+
+
+def _entry_script(service: dict[str, Any]) -> tuple[list[Any], int] | None:
+    """(the entrypoint list, the index of its ``bash -c`` script), when there is one."""
+    entrypoint = service.get("entrypoint")
+    idx = _script_index(entrypoint) if isinstance(entrypoint, list) else None
+    return (entrypoint, idx) if idx is not None and isinstance(entrypoint, list) else None
 
 
 def _find_run(args: list[Any], words: list[str]) -> int | None:

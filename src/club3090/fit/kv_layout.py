@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from fractions import Fraction
 
-from club3090.fit.kv_formats import KvFormat
+from club3090.fit.kv_formats import KvStorage
 from club3090.model.architecture import LayerSpec
 
 __all__ = [
@@ -78,7 +78,7 @@ def _kv_heads_on_rank(total: int, tp: int) -> int:
     return max(1, total // tp)
 
 
-def _attn_token_bytes(layer: LayerSpec, tp: int, fmt: KvFormat, model_bytes: int) -> Fraction:
+def _attn_token_bytes(layer: LayerSpec, tp: int, fmt: KvStorage, model_bytes: int) -> Fraction:
     """Bytes one token costs in one attention layer on one rank."""
     if layer.kind == "mla":
         if fmt.mla_bytes_per_token is not None:
@@ -150,7 +150,7 @@ class Layout:
     state_pages: int = 1       # state pages a request holds before speculative ones (2: mamba "align" mode)
 
 
-def kv_page_layout(layers: Sequence[LayerSpec], *, tp: int, fmt: KvFormat, model_bytes: int,
+def kv_page_layout(layers: Sequence[LayerSpec], *, tp: int, fmt: KvStorage, model_bytes: int,
                    block_size: int | None, num_spec: int = 0, conv_bytes: int = 2, ssm_bytes: int = 2,
                    disable_hybrid: bool = False, max_model_len: int = 0, state_pages: int = 1) -> Layout:
     """Per-layer pages, vLLM's grouping into equal-size groups and bytes per block for one rank."""

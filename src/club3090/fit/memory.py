@@ -27,7 +27,7 @@ from typing import Any
 from club3090.fit import profiling
 from club3090.fit.correction import Calibration
 from club3090.fit.drafter_kv import drafter_kv_layers, drafter_method
-from club3090.fit.kv_formats import KvFormat, dtype_bytes, kv_format
+from club3090.fit.kv_formats import KvStorage, dtype_bytes, kv_format
 from club3090.fit.kv_layout import (
     CannotPrice,
     KvGroup,
@@ -232,7 +232,7 @@ class _Run:
     shape: ServeShape
     res: Resolved
     ver: tuple[int, int, int]
-    fmt: KvFormat
+    fmt: KvStorage
     tp: int
     pp: int
     mems: tuple[int, ...]

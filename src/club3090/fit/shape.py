@@ -17,14 +17,13 @@ from typing import Any
 from club3090.argv import flag_value
 from club3090.errors import CatalogError, InterpolationError, Problem
 from club3090.fit.memory import ServeShape
-from club3090.fit.vllm_rules import engine_release
+from club3090.fit.vllm_rules import SPECULATIVE_METHODS, engine_release
 from club3090.interpolate import interpolate
 
 __all__ = ["SHAPE_FIELDS", "drafter_terms", "profile_batched_tokens", "profile_encoder_profiling",
            "profile_prefix_caching", "profile_shape", "shipped_flag"]
 
 SHAPE_FIELDS = tuple(f.name for f in fields(ServeShape))
-SPECULATIVE_METHODS = ("mtp", "mtp_assistant", "dflash", "eagle3")
 
 
 def _shipped_value(token: str) -> str | None:

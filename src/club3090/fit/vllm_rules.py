@@ -61,6 +61,7 @@ __all__ = [
     "MAMBA_ALIGN_FROM",
     "NEWEST_KNOWN_VLLM",
     "RELEASES_IN_USE",
+    "SPECULATIVE_METHODS",
     "V0_REMOVED_FROM",
     "V1_DEFAULT_FROM",
     "VERSION_RE",
@@ -81,6 +82,9 @@ __all__ = [
 
 Version = tuple[int, int, int]
 
+# vLLM's ``--speculative-config`` methods: what kv-calc accepts, and which catalog drafters price
+# speculative tokens under vLLM (``mtp_gguf`` and ``dspark`` are llama.cpp drafters, not here)
+SPECULATIVE_METHODS = ("mtp", "eagle", "eagle3", "dflash", "draft_model", "ngram", "suffix", "mtp_assistant")
 NEWEST_KNOWN_VLLM = "0.33.0"
 # the release lines a version-less answer is priced over (the tightest wins): the first V1-only
 # line, the last with the full-sort sampler, the last with CUDA graphs outside the budget, the

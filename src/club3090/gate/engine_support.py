@@ -10,13 +10,12 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from decimal import Decimal
-from enum import Enum
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from club3090.fit.memory import tp_geometry_problem
 from club3090.gate.flags import BYPASS_EXPERIMENTAL_ARCH, BYPASS_TRUST_REMOTE_CODE
-from club3090.outcome import Reason, Stop, Stratum
+from club3090.outcome import Reason, Stop, Stratum, Token
 from club3090.rig.hardware import HardwareFacts
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
@@ -27,7 +26,7 @@ def _frozen(mapping: Mapping[str, Any] | None = None) -> Mapping[str, Any]:
     return MappingProxyType(dict(mapping or {}))
 
 
-class EngineState(str, Enum):
+class EngineState(Token):
     """[C0]'s three top-level states; nothing else is ever emitted. The tokens are
     ``outcome.Reason``'s (their one definition)."""
 
@@ -35,19 +34,13 @@ class EngineState(str, Enum):
     ENGINE_SUPPORT_UNKNOWN = Reason.ENGINE_SUPPORT_UNKNOWN.value
     NEEDS_TRC_ACK = Reason.NEEDS_TRC_ACK.value
 
-    def __str__(self) -> str:
-        return self.value
-
 
 ENGINE_STATES = frozenset(s.value for s in EngineState)
 
 
-class EngineSubReason(str, Enum):
+class EngineSubReason(Token):
     NO_ARCH_ROW = "no-arch-row"
     RUNTIME_INCOMPATIBLE = "runtime-incompatible"
-
-    def __str__(self) -> str:
-        return self.value
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,12 +12,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from enum import Enum
 from typing import TYPE_CHECKING
 
 from club3090.gate.engine_support import find_arch_row
 from club3090.model.architecture import Architecture, parse_config
 from club3090.model.quantization import default_bits, normalize_method
+from club3090.outcome import Token
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from club3090.catalog.model import Catalog, Model, Profile, WeightVariant
@@ -37,7 +37,7 @@ GEOMETRY_FACTS: tuple[tuple[str, str], ...] = (
 )
 
 
-class SwapToken(str, Enum):
+class SwapToken(Token):
     """Stable refusal tokens of ``club3090 swap`` (documented in README.md)."""
 
     PROFILE_NOT_SERVABLE = "swap-profile-not-servable"   # not a compose-replayable vLLM profile
@@ -47,9 +47,6 @@ class SwapToken(str, Enum):
     GEOMETRY_MISMATCH = "swap-geometry-mismatch"
     REMOTE_CODE = "swap-remote-code"
     WONT_FIT = "swap-wont-fit"                           # re-priced with the repo's own weight bytes
-
-    def __str__(self) -> str:
-        return self.value
 
 
 @dataclass(frozen=True, slots=True)

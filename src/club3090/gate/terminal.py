@@ -4,23 +4,20 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from enum import Enum
 from types import MappingProxyType
 
 from club3090.fit.memory import VERDICTS
 from club3090.gate.flags import FLAG_FORCE_DOWNLOAD, FLAG_YES
+from club3090.outcome import Token
 
 
-class Terminal(str, Enum):
+class Terminal(Token):
     """The four [C1] terminals. Frozen: nothing else exists."""
 
     PROCEED = "proceed"
     CONFIRM_PROCEED = "confirm→proceed"
     HARD_BLOCK = "hard-block"
     OVERRIDE_ACCEPTED = "override-accepted"
-
-    def __str__(self) -> str:
-        return self.value
 
 
 LOCKED_TERMINALS = frozenset(t.value for t in Terminal)

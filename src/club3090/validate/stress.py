@@ -11,6 +11,10 @@ Checks, each bounded in count and by the run's deadline:
 - ``tool-round-trip`` x ``rounds``: a named ``tool_choice`` for ``get_weather``, the tool's
   result sent back as a ``tool`` message, and a plain answer (``tool_choice: none``) after it.
 
+- upstream's ``verify-stress.sh`` checks (``validate.ladder``): ``needle-N`` per rung of the
+  needle-in-a-haystack ladder up to the served context and ``needle-ladder`` (the largest passing
+  length), ``tool-prefill`` (a ~25K-token tool result), ``agent``, ``coding``, ``reasoning``.
+
 Exit code as ``verify``: 0 no check failed, 1 a check failed or the deadline stopped the run, 2
 the server was unreachable.
 """
@@ -23,10 +27,13 @@ import threading
 import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any
 
 from club3090.edges.openai_client import ChatResult, OpenAIClient
 from club3090.validate.bench import haystack
+from club3090.validate.ladder import TOOL_PREFILL_TOKENS
+from club3090.validate.ladder import plan as upstream_plan
 from club3090.validate.verify import (
     FAIL,
     PASS,
@@ -49,6 +56,15 @@ ANSWER_TOKENS = 32
 CALIBRATION_CHARS = 2000
 LONG_SUFFIX = "\n\nReply with the single word OK."
 STREAM_PROMPT = "Write a short paragraph about lighthouses, stream {i}."
+
+
+@dataclass(frozen=True, slots=True)
+class UpstreamChecks:
+    """Which of upstream's verify-stress checks run, and their sizes (``validate.ladder``)."""
+    ladder: bool = True
+    probes: bool = True
+    ladder_max: int | None = None
+    tool_prefill_tokens: int = TOOL_PREFILL_TOKENS
 
 
 def concurrent_streams(client: OpenAIClient, model: str, streams: int) -> tuple[str, str]:
@@ -136,9 +152,11 @@ def tool_round_trip(client: OpenAIClient, model: str) -> tuple[str, str]:
 
 
 def stress(client: OpenAIClient, *, model: str | None = None, streams: int = STREAMS, context: int | None = None,
-           fill: float = FILL, rounds: int = ROUNDS, skip_tools: bool = False,
+           fill: float = FILL, rounds: int = ROUNDS, skip_tools: bool = False, upstream: UpstreamChecks | None = None,
            progress: Callable[[str], None] = lambda _s: None) -> VerifyReport:
-    """Run the checks in order; a check's exception is a failed check, never a crash."""
+    """Run the checks in order; a check's exception is a failed check, never a crash. The load
+    checks come first, then upstream's (``validate.ladder``) unless ``upstream`` turns them off."""
+    upstream = upstream or UpstreamChecks()
     streams, rounds = max(1, min(streams, MAX_STREAMS)), max(0, min(rounds, MAX_ROUNDS))
     first, model, listed = list_model(client, model)
     if listed.unreachable:
@@ -154,6 +172,9 @@ def stress(client: OpenAIClient, *, model: str | None = None, streams: int = STR
         for i in range(rounds):
             plan.append((f"tool-round-trip-{i + 1}", lambda: (SKIP, "--skip-tools") if skip_tools
                          else tool_round_trip(client, name)))
+        plan.extend(upstream_plan(client, name, context, salt=lambda: uuid.uuid4().hex, ladder_max=upstream.ladder_max,
+                                tool_prefill_tokens=upstream.tool_prefill_tokens, ladder=upstream.ladder,
+                                probes=upstream.probes, skip_tools=skip_tools).probes)
     deadline_hit = False
     for name, run in plan:
         if client.expired:
@@ -171,4 +192,4 @@ def stress(client: OpenAIClient, *, model: str | None = None, streams: int = STR
                         tool="verify-stress")
 
 
-__all__ = ["concurrent_streams", "long_prompt", "stress", "tool_round_trip"]
+__all__ = ["UpstreamChecks", "concurrent_streams", "long_prompt", "stress", "tool_round_trip"]

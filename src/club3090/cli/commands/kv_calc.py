@@ -33,6 +33,7 @@ from club3090.cli.commands._types import (
 )
 from club3090.cli.render import confidence_text, safe, terminal_console
 from club3090.fit.kv_formats import KV_FORMATS, MODEL_DTYPES, canonical_dtype, kv_format
+from club3090.fit.vllm_rules import SPECULATIVE_METHODS
 from club3090.units import GiB
 
 MAX_BLOCK_SIZE = 4096       # vLLM's CLI offers 1..256; hybrid models raise it past that, not to powers of two
@@ -66,7 +67,6 @@ def max_model_len(text: str) -> int:
     return int(positive_int(text))
 
 
-SPECULATIVE_METHODS = ("mtp", "eagle", "eagle3", "dflash", "draft_model", "ngram", "suffix", "mtp_assistant")
 MAX_SPECULATIVE_CONFIG_CHARS = 4096
 
 

@@ -1,5 +1,6 @@
-"""`club3090 verify-stress`: concurrency, a prompt near the serving context, tool round trips
-(``club3090.validate.stress``).
+"""`club3090 verify-stress`: concurrency, a prompt near the serving context, tool round trips, then
+upstream's needle ladder, tool-result prefill and agent / coding / reasoning probes
+(``club3090.validate.stress``, ``club3090.validate.ladder``).
 
 Exit codes: 0 no check failed, 1 a check failed (or ``--deadline`` stopped the run), 2 the server
 was unreachable, 64 usage.
@@ -21,11 +22,17 @@ _fill = bounded(float, low=0.1, high=0.98, what="a fraction of the context")
 
 
 def add_parser(sub: Any) -> None:
-    p = sub.add_parser("verify-stress", help="load checks: concurrent streams, a near-context prompt, tool round trips",
+    p = sub.add_parser("verify-stress", help="load checks, the needle ladder, a ~25K tool-result prefill, "
+                                             "agent / coding / reasoning probes",
                        description="N concurrent streamed chats that must all end with [DONE]; one prompt at "
                                    "--fill of the serving context that must be taken and answered; --rounds tool "
-                                   "round trips (named tool_choice, tool result, answer). Bounded by --deadline. "
-                                   "Exit 0 all green, 1 any red, 2 server unreachable.")
+                                   "round trips (named tool_choice, tool result, answer). Then upstream's "
+                                   "verify-stress checks: the needle-in-a-haystack ladder (1K, 4K, 16K, ... up to "
+                                   "0.9 of the served context; pass/fail per rung and the largest passing length), "
+                                   "the tool-prefill probe (a ~25K-token tool result, the request shape that runs a "
+                                   "tight KV pool out of memory), and the agent (the model picks the tool), coding "
+                                   "(a Python function, parsed, never run) and reasoning probes. Bounded by "
+                                   "--deadline. Exit 0 all green, 1 any red, 2 server unreachable.")
     add_common(p, timeout=600.0, deadline=2700.0)
     p.add_argument("--streams", type=_streams, default=4, help="concurrent streams (default 4, at most 64)")
     p.add_argument("--context", type=token_count, metavar="N",
@@ -33,18 +40,27 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--fill", type=_fill, default=0.9, help="long prompt size as a fraction of the context "
                                                            "(default 0.9)")
     p.add_argument("--rounds", type=_rounds, default=2, help="tool-call round trips (default 2, at most 20)")
-    p.add_argument("--skip-tools", action="store_true", help="skip the tool round trips")
+    p.add_argument("--skip-tools", action="store_true", help="skip the tool round trips, the tool prefill and the "
+                                                             "agent probe")
+    p.add_argument("--ladder-max", type=token_count, metavar="N",
+                   help="the needle ladder's top rung in tokens (default: 0.9 of the served context, at most 262144)")
+    p.add_argument("--tool-prefill-tokens", type=token_count, default=25_000, metavar="N",
+                   help="size of the tool result in the prefill probe (default 25000; capped by the context)")
+    p.add_argument("--no-ladder", action="store_true", help="skip the needle ladder")
+    p.add_argument("--no-probes", action="store_true", help="skip the agent, coding and reasoning probes")
     p.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace, provider: Any, *, http: Any = None, clock: Callable[[], float] | None = None,
         env: Any = None) -> int:
     from club3090.cli.commands.verify import render
-    from club3090.validate.stress import stress
+    from club3090.validate.stress import UpstreamChecks, stress
 
     client, model = make_client(args, env=env, http=http, clock=clock)
     report = stress(client, model=model, streams=args.streams, context=args.context, fill=args.fill,
                     rounds=args.rounds, skip_tools=args.skip_tools,
+                    upstream=UpstreamChecks(ladder=not args.no_ladder, probes=not args.no_probes,
+                                            ladder_max=args.ladder_max, tool_prefill_tokens=args.tool_prefill_tokens),
                     progress=(lambda _s: None) if args.json else stderr_progress(args))
     print(json.dumps(report.to_json(), indent=1) if args.json else render(report, "verify-stress"))
     return report.exit_code
