@@ -184,3 +184,17 @@ def test_mutated_bytes_never_crash(tmp_path: Path) -> None:
             continue
         with contextlib.suppress(InputError):
             from_files([header])
+
+
+@pytest.mark.parametrize("heads, kv_heads", [(0, 0), (4, 0)])
+def test_zero_attention_heads_are_refused_not_priced_without_kv(tmp_path: Path, heads: int, kv_heads: int,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    """Hardening round 3, BUG-9: such a GGUF was "fits-clean" with no KV cache."""
+    from club3090 import cli
+    from club3090.errors import InputError
+
+    (path,) = write(tmp_path, "m", Spec(n_head=heads, n_head_kv=kv_heads, head_dim=64))
+    with pytest.raises(InputError, match="no attention heads"):
+        from_files([_parse(path)])
+    code = cli.main(["kv-calc", str(path), "--gpus", "1x3090", "--json"])
+    assert code == 65 and "no attention heads" in capsys.readouterr().err

@@ -109,3 +109,34 @@ def test_the_cli_renders_a_redaction_failure_with_the_next_step(monkeypatch, cap
     code = cli.main(["calibrate", str(fixture_path("logs", "startup_v05_weights.log"))])
     out, err = capsys.readouterr()
     assert code == exit_codes.SOFTWARE and "Set USER" in err and "Traceback" not in err and out == ""
+
+
+# --- hardening round 3, SEC-5: every spelling of a key a log can carry ------------------------
+PLANTED = "sk-PlantedSecret0123456789"
+
+
+@pytest.mark.parametrize("line", [
+    f"INFO 05-01 args: {{'model': 'm', 'api_key': ['{PLANTED}'], 'port': 8000}}",          # vLLM's own dict
+    f"Namespace(model='m', api_key=['{PLANTED}', '{PLANTED}2'], port=8000)",                # argparse repr
+    f"$ vllm serve m --api-key {PLANTED} --port 8000",
+    f"$ vllm serve m --api-key={PLANTED} --port 8000",
+    f"llama-server -m x.gguf --api-key '{PLANTED}'",
+    f"HF_ENDPOINT=https://alice:{PLANTED}@mirror.example/hub",
+    f"fetching http://bob:{PLANTED}@10.0.0.1:8080/x failed",
+])
+def test_planted_keys_never_survive(line: str) -> None:
+    from club3090.reports.redact import Redactor
+
+    out = Redactor(home="/home/zed", user="zed", host="box").text(line)
+    assert PLANTED not in out and "Planted" not in out, out
+    assert "alice" not in out and "bob:" not in out
+
+
+def test_url_user_info_redaction_is_linear() -> None:
+    import time
+
+    from club3090.reports.redact import Redactor
+
+    started = time.monotonic()
+    Redactor(home="/home/zed", user="zed", host="box").text("a" * 2_000_000 + "://" + "b" * 2_000_000)
+    assert time.monotonic() - started < 10

@@ -328,3 +328,45 @@ def test_a_reference_to_a_credential_is_captured_and_the_compose_is_read_as_data
     with pytest.raises(sync.Refused, match="not valid YAML"):
         sync.run(src, sync.DEFAULT_CATALOG)
     assert not marker.exists()
+
+
+# --- hardening round 3: SEC-4 (compose paths stay in the tree), BUG-7 (YAML alias bombs) ------
+@pytest.mark.parametrize("escape", ["../../outside.yml", "/ABS/outside.yml", "composes/../../../outside.yml"])
+def test_a_compose_path_outside_the_upstream_tree_is_refused(tmp_path: Path, escape: str):
+    src = tmp_path / "up" / "stream"
+    shutil.copytree(HEAD, src)
+    outside = tmp_path / "outside.yml"
+    outside.write_text((_llama_compose(HEAD)).read_text(encoding="utf-8"), encoding="utf-8")
+    registry = json.loads((src / "registry_expanded.json").read_text(encoding="utf-8"))
+    registry["llamacpp/default"]["compose_path"] = escape.replace("/ABS", str(tmp_path))
+    (src / "registry_expanded.json").write_text(json.dumps(registry), encoding="utf-8")
+    with pytest.raises(sync.Refused, match=r"compose_path.*outside the upstream tree"):
+        sync.run(src, sync.DEFAULT_CATALOG)
+
+
+def test_a_compose_linked_outside_the_tree_is_not_read(tmp_path: Path):
+    src = tmp_path / "upstream"
+    shutil.copytree(HEAD, src)
+    path = _llama_compose(src)
+    secret = tmp_path / "secret.yml"
+    secret.write_text(path.read_text(encoding="utf-8"), encoding="utf-8")
+    path.unlink()
+    path.symlink_to(secret)
+    compose_path = _registry(src)["llamacpp/default"]["compose_path"]
+    assert sync.uc._compose_text(src, compose_path, "registry") is None
+    assert sync.uc._compose_text(HEAD, compose_path, "registry") is not None
+
+
+def test_a_billion_laughs_document_is_refused_quickly(tmp_path: Path):
+    import time
+
+    src = tmp_path / "upstream"
+    shutil.copytree(HEAD, src)
+    lines = ['a0: &a0 ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
+    lines += [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]" for i in range(1, 10)]
+    engine = src / "profiles" / "engines" / "vllm-stable.yml"
+    engine.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    started = time.monotonic()
+    with pytest.raises(sync.Refused, match="alias"):
+        sync.run(src, sync.DEFAULT_CATALOG)
+    assert time.monotonic() - started < 30

@@ -49,7 +49,6 @@ from club3090.catalog.schema import engine_pin_tag, engine_release  # noqa: E402
 __all__ = ["DEFAULT_CATALOG", "EXIT_CHANGED", "EXIT_REFUSED", "EXIT_SAME", "EXIT_USAGE", "Refused",
            "Report", "Sync", "main", "run"]
 
-_SAFE = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 DEFAULT_CATALOG = ROOT / "src" / "club3090" / "catalog" / "data"
 EXIT_SAME, EXIT_CHANGED, EXIT_REFUSED, EXIT_USAGE = 0, 1, 2, 64
 FILE_OF = {"profiles": "profiles.yaml", "engines": "engines.yaml", "drafters": "drafters.yaml",
@@ -323,7 +322,7 @@ def read_catalog(data: Path) -> tuple[dict[str, Any], dict[str, str]]:
     docs, texts = {}, {}
     for name in sorted(set(FILE_OF.values()) | {"kv_formats.yaml"}):
         texts[name] = (data / name).read_text(encoding="utf-8")
-        docs[name] = yaml.load(texts[name], Loader=_SAFE)
+        docs[name] = uc.load_yaml(texts[name], name)
     return docs, texts
 
 

@@ -18,10 +18,14 @@ from typing import Any
 
 import yaml
 
-from club3090.interpolate import interpolate
 from club3090.errors import InterpolationError
+from club3090.interpolate import interpolate
 
 _SAFE = getattr(yaml, "CSafeLoader", yaml.SafeLoader)       # both are the safe loader
+# A YAML document expands its aliases when anything walks it (a copy, a dump): nine anchors of ten
+# aliases each are a billion nodes ("billion laughs"). Upstream's files are a few thousand nodes.
+MAX_YAML_NODES = 1_000_000
+MAX_YAML_BYTES = 16 * 1024 * 1024
 GB = 10 ** 9
 REFERENCE_GPU = "rtx-3090"
 SUPPORTED_UPSTREAM_SCHEMA = (1,)
@@ -341,10 +345,7 @@ def capture_runtime(key: str, kv_format: str, text: str, label: str) -> dict[str
     keys, the insertion points, and whether it needs the Genesis patch set. The text is parsed as
     data (safe loader; nothing in it runs); a service holding a literal credential is refused, so
     no secret reaches the catalog."""
-    try:
-        doc = yaml.load(text, Loader=_SAFE)
-    except yaml.YAMLError as exc:
-        raise Refused(label, "<file>", f"not valid YAML: {exc}") from None
+    doc = load_yaml(text, label)
     services = doc.get("services") if isinstance(doc, dict) else None
     if not isinstance(services, dict) or len(services) != 1:
         raise Refused(label, "services", f"{key}: expected exactly one service")
@@ -371,15 +372,53 @@ def capture_runtime(key: str, kv_format: str, text: str, label: str) -> dict[str
 
 # --------------------------------------------------------------------------- reading upstream
 
+def _expanded_nodes(root: Any) -> int:
+    """The node count of a composed document with every alias expanded, counted without expanding
+    it (each shared node's size is computed once); stops counting past ``MAX_YAML_NODES``."""
+    sizes: dict[int, int] = {}
+    stack: list[tuple[Any, bool]] = [(root, False)]
+    while stack:
+        node, done = stack.pop()
+        if id(node) in sizes:
+            continue
+        value = node.value if isinstance(node, yaml.CollectionNode) else ()
+        children = [c for pair in value for c in pair] if isinstance(node, yaml.MappingNode) else list(value)
+        if not done:
+            stack.append((node, True))
+            stack.extend((c, False) for c in children if id(c) not in sizes)
+            continue
+        sizes[id(node)] = min(MAX_YAML_NODES + 1, 1 + sum(sizes.get(id(c), 1) for c in children))
+    return sizes.get(id(root), 0)
+
+
+def load_yaml(text: str, label: str) -> Any:
+    """Safe-load one YAML document with budgets: at most ``MAX_YAML_BYTES`` and ``MAX_YAML_NODES``
+    nodes once its aliases are expanded (else ``Refused``, before anything walks it)."""
+    if len(text) > MAX_YAML_BYTES:
+        raise Refused(label, "<file>", f"{len(text)} characters is over the {MAX_YAML_BYTES}-character limit")
+    try:
+        node = yaml.compose(text, Loader=_SAFE)
+    except yaml.YAMLError as exc:
+        raise Refused(label, "<file>", f"not valid YAML: {exc}") from None
+    if node is not None and _expanded_nodes(node) > MAX_YAML_NODES:
+        raise Refused(label, "<file>", f"its aliases expand past {MAX_YAML_NODES} nodes (a YAML alias bomb)")
+    try:
+        return yaml.load(text, Loader=_SAFE)
+    except yaml.YAMLError as exc:
+        raise Refused(label, "<file>", f"not valid YAML: {exc}") from None
+
+
 def load_file(path: Path, label: str) -> Any:
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise Refused(label, "<file>", f"cannot read: {exc.strerror or exc}") from None
+    if path.suffix != ".json":
+        return load_yaml(text, label)
     try:
-        return json.loads(text) if path.suffix == ".json" else yaml.load(text, Loader=_SAFE)
-    except (ValueError, yaml.YAMLError) as exc:
-        raise Refused(label, "<file>", f"not valid {path.suffix[1:].upper()}: {exc}") from None
+        return json.loads(text)
+    except ValueError as exc:
+        raise Refused(label, "<file>", f"not valid JSON: {exc}") from None
 
 
 def check_keys(kind: str, label: str, record: Any, where: str) -> None:
@@ -481,10 +520,18 @@ def _commit(root: Path) -> str | None:
     return None
 
 
-def _compose_text(root: Path, compose_path: str) -> str | None:
+def _compose_text(root: Path, compose_path: Any, label: str) -> str | None:
+    """A registry entry's compose file, joined with ``files.inside`` (the one check that a name
+    from outside stays in its root): ``../`` or an absolute path is refused, never followed."""
+    from club3090.edges.files import inside
+    from club3090.errors import UnsafePath
+
     for base in (root / "composes", root):
-        path = base / compose_path
-        if path.is_file():
+        try:
+            path = inside(base, compose_path) if isinstance(compose_path, str) else None
+        except UnsafePath as exc:
+            raise Refused(label, "compose_path", f"{exc.message}: outside the upstream tree") from None
+        if path is not None and path.resolve().is_relative_to(root.resolve()) and path.is_file():
             return path.read_text(encoding="utf-8")
     return None
 
@@ -517,7 +564,7 @@ def read_upstream(root: Path) -> Upstream:
             sections["profiles"][slug] = map_profile(entry)
         except KeyError as exc:
             raise Refused(label, f"entries[{slug!r}].{exc.args[0]}", "missing required key") from None
-        text = _compose_text(root, entry["compose_path"])
+        text = _compose_text(root, entry["compose_path"], f"{label}: entries[{slug!r}]")
         if text is not None:
             up.composes[entry["compose_path"]] = text
     defaults = meta.get("defaults") or {}

@@ -10,9 +10,14 @@ Club3090Error
  │   ├─ RevisionNotFound
  │   ├─ EntryNotFound                file: the missing file, when known
  │   ├─ FileMetadataMissing          a file's answer lacked its ETag / commit headers
+ │   ├─ UnverifiableWeights          the Hub lists no LFS sha256 for a weight file (exit 65)
  │   └─ HubUnreachable               network outage: not a verdict (exit 69)
+ │       ├─ HubOffline               HF_HUB_OFFLINE is set and what is needed is not cached (exit 69)
+ │       └─ HubFault                 the Hub answered a value we refuse to name anything with (exit 69)
+ ├─ UpstreamUnreachable              the club-3090 file server (CLUB3090_UPSTREAM_URL) is down (exit 69)
  ├─ InputError(ValueError)           a file we were given is malformed or over a size cap (exit 65)
- │   └─ IntegrityError               a downloaded payload or weight file failed its size/sha256 (exit 65)
+ │   ├─ IntegrityError               a downloaded payload or weight file failed its size/sha256 (exit 65)
+ │   └─ UnsafePath                   a name from outside would land outside its root folder (exit 65)
  ├─ LauncherUnavailable              docker / the compose plugin / the NVIDIA runtime / vllm missing (exit 69)
  ├─ InterpolationError(ValueError)   a ``${...}`` expression Compose itself would reject (exit 70)
  ├─ RedactionError                   redaction could not run, so nothing was written or sent (exit 70)
@@ -69,6 +74,33 @@ class HubUnreachable(HubError):
     """The network or the Hub is down, or the repo is not cached while offline: not a verdict."""
 
 
+class HubOffline(HubUnreachable):
+    """Offline mode (``HF_HUB_OFFLINE``) and the repo or a file of it is not in the HF cache."""
+
+
+class HubFault(HubUnreachable):
+    """The Hub (or ``HF_ENDPOINT``) listed a value that is not well-formed: an LFS oid that is not 64
+    hex, a file name that is not a plain relative path, a commit that is not 40 hex. ``detail`` shows
+    the value escaped; nothing was named by it."""
+
+
+class UnverifiableWeights(HubError):
+    """The Hub lists no LFS sha256 for a weight file, so it cannot be checked (``file`` names it)."""
+
+    def __init__(self, repo_id: str, detail: str = "", *, file: str | None = None) -> None:
+        super().__init__(repo_id, detail)
+        self.file = file
+
+
+class UpstreamUnreachable(Club3090Error):
+    """The upstream club-3090 file server (``CLUB3090_UPSTREAM_URL``) could not be read."""
+
+    def __init__(self, url: str, detail: str) -> None:
+        super().__init__(f"{url}: {detail}")
+        self.url = url
+        self.detail = detail
+
+
 class InputError(Club3090Error, ValueError):
     """A file handed to us (config.json, safetensors header, bundle) is malformed or too large."""
 
@@ -80,6 +112,11 @@ class InputError(Club3090Error, ValueError):
 
 class IntegrityError(InputError):
     """A fetched file (patch payload, weight file) does not match the size / sha256 pinned for it."""
+
+
+class UnsafePath(InputError):
+    """A name from outside (a listing, a bundle, a compose file) is not a plain relative path, or
+    joined to its root it would land outside it (``files.inside`` is the one check)."""
 
 
 class LauncherUnavailable(Club3090Error):

@@ -13,8 +13,8 @@ TOKEN_ENV = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")
 UPSTREAM_URL_ENV = "CLUB3090_UPSTREAM_URL"
 DEFAULT_UPSTREAM_URL = "https://raw.githubusercontent.com/noonghunna/club-3090"
 NO_GPU_DETECT_ENV = "CLUB3090_NO_GPU_DETECT"   # set (not "0"): GPU detection is switched off
-DEFAULT_HUB_DEADLINE_S = 60.0
-DEFAULT_HUB_COMMAND_DEADLINE_S = 300.0
+DEFAULT_HUB_DEADLINE_S = 30.0           # one metadata request; two fit in the command's deadline
+DEFAULT_HUB_COMMAND_DEADLINE_S = 60.0    # all metadata reads of one command, retries included
 DEFAULT_DOWNLOAD_STALL_S = 60.0
 HUB_DEADLINE_ENV = "CLUB3090_HUB_DEADLINE"                  # seconds per Hub request (whole body)
 HUB_COMMAND_DEADLINE_ENV = "CLUB3090_HUB_COMMAND_DEADLINE"  # seconds for all Hub reads of one command
@@ -33,7 +33,8 @@ def _seconds(env: Mapping[str, str], name: str, default: float) -> float:
     return value if 0 < value < 1e7 else default
 
 
-_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/?#@\s]*@")
+# bounded repeats: linear on a megabyte of letters with no "://" (bundles and logs pass through)
+_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]{0,31}://)[^/?#@\s]{0,1024}@")
 
 
 def redact_url_credentials(text: str) -> str:

@@ -28,11 +28,15 @@ from club3090.errors import (
     Club3090Error,
     GatedRepo,
     HubError,
+    HubFault,
+    HubOffline,
     HubUnreachable,
     InputError,
     LauncherUnavailable,
     RepoNotFound,
     RevisionNotFound,
+    UnverifiableWeights,
+    UpstreamUnreachable,
     UsageError,
 )
 from club3090.outcome import Outcome
@@ -72,6 +76,17 @@ def _catalog_message(exc: Exception) -> str:
 
 # each renderer receives an instance of its row's class (Any: the rows differ in attributes)
 ERRORS: tuple[tuple[type[BaseException], int, Callable[[Any], str]], ...] = (
+    (HubOffline, UNAVAILABLE,
+     lambda e: f"offline (HF_HUB_OFFLINE is set) and {e.repo_id} is not in the HF cache"
+               + (f" ({e.detail})" if e.detail else "") + f"; fetch it once online: hf download {e.repo_id}"),
+    (HubFault, UNAVAILABLE,
+     lambda e: f"the Hub answered {e.repo_id} with a value club3090 refuses to use ({e.detail}); "
+               "nothing was written: check HF_ENDPOINT or the mirror"),
+    (UnverifiableWeights, DATAERR,
+     lambda e: f"unverifiable weights in {e.repo_id}: {e.detail}; nothing was downloaded or started"),
+    (UpstreamUnreachable, UNAVAILABLE,
+     lambda e: f"cannot reach the club-3090 file server at {e.url} ({e.detail}); "
+               "check the network or CLUB3090_UPSTREAM_URL"),
     (HubUnreachable, UNAVAILABLE,
      lambda e: f"cannot reach the Hub for {e.repo_id}; check the network or HF_ENDPOINT"
                + (f" ({e.detail})" if e.detail else "")),

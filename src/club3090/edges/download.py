@@ -55,7 +55,9 @@ GATED_401 = "gated-401"
 DISK = "disk"
 IN_PROGRESS = "in-progress"
 FALLBACK_FAILED = "fallback-failed"
-TOKENS = (NO_ETAG, SHA_MISMATCH, GATED_401, DISK, IN_PROGRESS, FALLBACK_FAILED)
+UNSAFE_NAME = "unsafe-name"        # a listed name or oid that is not a plain relative path / 64 hex
+OFFLINE_MISSING = "offline-not-cached"
+TOKENS = (NO_ETAG, SHA_MISMATCH, GATED_401, DISK, IN_PROGRESS, FALLBACK_FAILED, UNSAFE_NAME, OFFLINE_MISSING)
 
 PULLS_DIR = ("club3090", "pulls")
 STAGING = ".incomplete"
@@ -105,6 +107,37 @@ class _Failed(Exception):
     def __init__(self, token: str, detail: str, name: str | None = None) -> None:
         super().__init__(detail)
         self.token, self.detail, self.name = token, detail, name
+
+
+def within(root: Path, name: str) -> Path:
+    """``files.inside`` for a listed file name or oid: an unsafe one fails the download with
+    ``unsafe-name`` before anything is created, deleted or written."""
+    from club3090.edges.files import inside
+    from club3090.errors import UnsafePath
+
+    try:
+        return inside(root, name)
+    except UnsafePath as exc:
+        raise _Failed(UNSAFE_NAME, exc.message, name) from None
+
+
+def raise_for(report: DownloadReport, repo_id: str, what: str = "download") -> None:
+    """The error a failed download of ``repo_id`` ends ``up`` / ``swap`` with, by its token: each
+    cause its own headline (nothing to raise when ``report.ok``)."""
+    from club3090.errors import HubFault, HubOffline, HubUnreachable, IntegrityError, UnverifiableWeights
+
+    if report.ok:
+        return
+    if report.failure == SHA_MISMATCH:
+        raise IntegrityError(report.failed_file or repo_id, f"{report.detail}; the file was deleted, nothing "
+                                                            "was started (re-run to download it again)")
+    if report.failure == NO_ETAG:
+        raise UnverifiableWeights(repo_id, report.detail, file=report.failed_file)
+    if report.failure == OFFLINE_MISSING:
+        raise HubOffline(repo_id, report.detail)
+    if report.failure == UNSAFE_NAME:
+        raise HubFault(repo_id, f"{what}: {report.detail}")
+    raise HubUnreachable(repo_id, f"{what} failed ({report.failure}): {report.detail}")
 
 
 # --------------------------------------------------------------------------------------------
@@ -163,6 +196,7 @@ def hub_fetcher(settings: "Settings", *, revision: str | None = None, timeout: f
                           filename)
         from huggingface_hub import get_hf_file_metadata, hf_hub_download, hf_hub_url
 
+        within(staging, filename)
         install_policy()
         token: bool | str = settings.token or False
         url = hf_hub_url(repo_id, filename, revision=revision, endpoint=settings.endpoint)
@@ -207,8 +241,8 @@ def folder_fetcher(folder: Path) -> Fetch:
     folder = Path(folder)
 
     def fetch(_repo_id: str, filename: str, staging: Path) -> Path:
-        source = folder / filename
-        target = staging / filename
+        source = within(folder, filename)
+        target = within(staging, filename)
         target.parent.mkdir(parents=True, exist_ok=True)
         try:
             shutil.copyfile(source, target)
@@ -276,7 +310,7 @@ def _single_stream(settings: "Settings", url: str, filename: str, staging: Path,
     from huggingface_hub import get_session, hf_raise_for_status
     from huggingface_hub.utils._headers import build_hf_headers
 
-    target = staging / filename
+    target = within(staging, filename)
     target.parent.mkdir(parents=True, exist_ok=True)
     headers = build_hf_headers(token=settings.token or False, library_name="club3090")
     with get_session().stream("GET", url, headers=headers, timeout=timeout, follow_redirects=True) as resp:
@@ -352,8 +386,10 @@ def download(repo_id: str, files: Sequence["RepoFile"], dest: Path, *, fetch: Fe
         shutil.rmtree(staging, ignore_errors=True)
         staging.mkdir(parents=True)
         total = len(files)
+        for file in files:   # every name is checked before anything is deleted or written
+            within(dest, file.name)
         for i, file in enumerate(files, 1):
-            final = dest / file.name
+            final = within(dest, file.name)
             size = f"{file.size_bytes / 2**30:.2f} GiB" if file.size_bytes else "? bytes"
             if _is_weights(file.name) and _check(file, final) is None and _sha256(final) == file.sha256:
                 say(f"[pull] download {i}/{total} {file.name}: already here, checked")

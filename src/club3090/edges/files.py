@@ -9,8 +9,9 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from club3090.errors import InputError, UsageError
+from club3090.errors import InputError, UnsafePath, UsageError
 from club3090.model.budgets import MAX_JSON_BYTES, parse_json_capped
+from club3090.model.repo_id import file_name_problem
 
 
 def atomic_write_bytes(path: Path, data: bytes, *, overwrite: bool = True) -> None:
@@ -135,3 +136,20 @@ def read_json_capped(path: Path, *, limit: int = MAX_JSON_BYTES) -> Any:
     file -> InputError."""
     raw = read_bytes_capped(path, limit=limit)
     return parse_json_capped(raw, name=str(path), limit=limit)
+
+
+def inside(root: Path, *names: str) -> Path:
+    """``root / name / ...`` for names from outside (a Hub listing, a bundle, a compose file): each
+    must be a plain relative POSIX path (``repo_id.file_name_problem``) and the joined path's
+    folder, symlinks already on disk resolved, must stay under ``root``; else :class:`UnsafePath`.
+    The last part itself may be a link (an HF cache snapshot entry links to its blob). The one
+    check before an outside value names a file."""
+    for name in names:
+        problem = file_name_problem(name)
+        if problem is not None:
+            raise UnsafePath(str(root), problem)
+    path = Path(root).joinpath(*names)
+    base = Path(root).resolve()
+    if not path.parent.resolve().is_relative_to(base):
+        raise UnsafePath(str(root), f"{'/'.join(names)!a} resolves outside {base}")
+    return path

@@ -113,7 +113,7 @@ def resolve_gguf(model: str | None, catalog: Any, settings: Any, *, profile_key:
         except HubUnreachable as exc:
             if not files:
                 raise
-            raise HubUnreachable(repo, f"{exc.detail}; {model}'s GGUF headers are read from the HF cache "
+            raise type(exc)(repo, f"{exc.detail}; {model}'s GGUF headers are read from the HF cache "
                                        f"when there, so `hf download {repo} {' '.join(files)}` lets "
                                        "kv-calc price it offline") from None
         return GgufSource(label=model, model=facts, where=where, quant=label, profile=profile, quants=quants)

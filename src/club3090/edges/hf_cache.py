@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
 # the small files vLLM reads next to the weights; anything else (images, READMEs, other formats) stays remote
 SMALL_SUFFIXES = (".json", ".txt", ".model", ".jinja", ".tiktoken", ".py")
-OFFLINE_MISSING = "offline-not-cached"
+OFFLINE_MISSING = dl.OFFLINE_MISSING
 
 
 def serving_files(files: Sequence["RepoFile"]) -> tuple["RepoFile", ...]:
@@ -100,6 +100,9 @@ def fetch_into_cache(settings: "Settings", repo_id: str, commit: str, files: Seq
         return dl.DownloadReport(False, dest, failure=dl.NO_ETAG, failed_file=missing_hash[0],
                                  detail=f"the Hub lists no LFS sha256 for {', '.join(missing_hash)}; "
                                         "refusing weights that cannot be verified")
+    unsafe = _unsafe_name(hub_cache, repo_id, commit, files)
+    if unsafe is not None:
+        return dl.DownloadReport(False, dest, failure=unsafe.token, detail=unsafe.detail, failed_file=unsafe.name)
     try:
         hub_cache.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -115,13 +118,13 @@ def fetch_into_cache(settings: "Settings", repo_id: str, commit: str, files: Seq
     try:
         for i, f in enumerate(files, 1):
             size = f"{f.size_bytes / 2**30:.2f} GiB" if f.size_bytes else "? bytes"
-            cached = dest / f.name
+            cached = dl.within(dest, f.name)
             if cached.is_file() and dl._check(f, cached) is None and (
                     not dl._is_weights(f.name) or dl._sha256(cached) == f.sha256):
                 say(f"[up] weights {i}/{len(files)} {f.name}: in the HF cache, checked")
             else:
                 if settings.offline:
-                    raise dl._Failed(OFFLINE_MISSING, f"{f.name} is not in the HF cache and HF_HUB_OFFLINE is "
+                    raise dl._Failed(dl.OFFLINE_MISSING, f"{f.name} is not in the HF cache and HF_HUB_OFFLINE is "
                                                       "set; run once online", f.name)
                 say(f"[up] weights {i}/{len(files)} {f.name} ({size})")
                 try:
@@ -160,6 +163,28 @@ def fetch_into_cache(settings: "Settings", repo_id: str, commit: str, files: Seq
 PARTIAL = ".club3090-partial"
 
 
+def _unsafe_name(hub_cache: Path, repo_id: str, commit: str, files: Sequence["RepoFile"]) -> "dl._Failed | None":
+    """The failure when the commit, a file name or an LFS oid would name a path outside the
+    repo's cache folder (checked before the lock, a mkdir or a delete); else None."""
+    from club3090.model.repo_id import commit_problem, oid_problem
+
+    folder = repo_folder(hub_cache, repo_id)
+    try:
+        problem = commit_problem(commit)
+        if problem is not None:
+            raise dl._Failed(dl.UNSAFE_NAME, problem)
+        for f in files:
+            dl.within(folder / "snapshots" / commit, f.name)
+            if f.sha256 is not None:
+                problem = oid_problem(f.sha256)
+                if problem is not None:
+                    raise dl._Failed(dl.UNSAFE_NAME, problem, f.name)
+                dl.within(folder / "blobs", f.sha256 + PARTIAL)
+    except dl._Failed as exc:
+        return exc
+    return None
+
+
 def _resumable(settings: "Settings", repo_id: str, commit: str, f: "RepoFile", hub_cache: Path, *,
                bar: bool) -> Path:
     """One weight file into the cache layout (``blobs/<sha256>`` + the snapshot link), resuming a
@@ -174,7 +199,7 @@ def _resumable(settings: "Settings", repo_id: str, commit: str, f: "RepoFile", h
 
     assert f.sha256 is not None
     blobs = repo_folder(hub_cache, repo_id) / "blobs"
-    blob, part = blobs / f.sha256, blobs / (f.sha256 + PARTIAL)
+    blob, part = dl.within(blobs, f.sha256), dl.within(blobs, f.sha256 + PARTIAL)
     if blob.is_file() and dl._sha256(blob) != f.sha256:
         blob.unlink()
     if not blob.is_file():
@@ -209,7 +234,7 @@ def _resumable(settings: "Settings", repo_id: str, commit: str, f: "RepoFile", h
             part.unlink(missing_ok=True)
             raise dl._Failed(dl.SHA_MISMATCH, f"{f.name}: sha256 {digest}, the Hub says {f.sha256}", f.name)
         os.replace(part, blob)
-    link = snapshot_dir(hub_cache, repo_id, commit) / f.name
+    link = dl.within(snapshot_dir(hub_cache, repo_id, commit), f.name)
     link.parent.mkdir(parents=True, exist_ok=True)
     if not link.exists():
         link.unlink(missing_ok=True)

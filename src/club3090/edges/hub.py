@@ -42,6 +42,8 @@ from club3090.errors import (
     FileMetadataMissing,
     GatedRepo,
     HubError,
+    HubFault,
+    HubOffline,
     HubUnreachable,
     InputError,
     RepoNotFound,
@@ -49,7 +51,14 @@ from club3090.errors import (
     UsageError,
 )
 from club3090.model.budgets import MAX_JSON_BYTES, header_bytes_budget, parse_json_capped
-from club3090.model.repo_id import repo_id_problem, revision_problem
+from club3090.model.repo_id import (
+    commit_problem,
+    file_name_problem,
+    oid_problem,
+    repo_id_problem,
+    revision_problem,
+    shown,
+)
 from club3090.model.safetensors import (
     PREFIX_BYTES,
     SafetensorsHeader,
@@ -208,7 +217,7 @@ def translate(exc: BaseException, repo_id: str, has_token: bool) -> HubError | N
     if isinstance(exc, HubError):
         return exc
     if isinstance(exc, hf_errors.OfflineModeIsEnabled):
-        return HubUnreachable(repo_id, "HF_HUB_OFFLINE is set")
+        return HubOffline(repo_id, "HF_HUB_OFFLINE is set")
     if type(exc).__name__ == "TooManyRedirects":  # httpx / httpx2: a redirect loop is an unusable Hub
         return HubUnreachable(repo_id, f"too many redirects ({_describe(exc)})")
     if isinstance(exc, hf_errors.GatedRepoError):  # subclass of RepositoryNotFoundError: test it first
@@ -272,7 +281,7 @@ class HubClient:
     def _call(self, repo_id: str, fn: Callable[[], Any]) -> Any:
         """Every request goes through here: the offline check, retries, error translation."""
         if self.offline:
-            raise HubUnreachable(repo_id, "HF_HUB_OFFLINE is set: no Hub requests")
+            raise HubOffline(repo_id, "HF_HUB_OFFLINE is set: no Hub requests")
         attempt = 0
         while True:
             budget = Budget.for_request(self.deadline_s, not_after=self._command_deadline, clock=self._clock)
@@ -294,9 +303,9 @@ class HubClient:
                 if mapped is None:
                     raise
                 if isinstance(mapped, HubUnreachable) and budget.spent:
-                    mapped = HubUnreachable(repo_id, f"{mapped.detail}: {budget.spent}")
+                    mapped = type(mapped)(repo_id, f"{mapped.detail}: {budget.spent}")
                 if isinstance(mapped, HubUnreachable) and attempt:
-                    mapped = HubUnreachable(repo_id, f"{mapped.detail} (after {attempt + 1} attempts)")
+                    mapped = type(mapped)(repo_id, f"{mapped.detail} (after {attempt + 1} attempts)")
                 raise mapped from None
 
     def _get(self, url: str, *, start: int = 0, length: int, ranged: bool) -> bytes:
@@ -343,17 +352,9 @@ class HubClient:
         api = HfApi(endpoint=self.endpoint, token=self._auth(), library_name="club3090")
         info = self._call(repo_id, lambda: api.model_info(repo_id, revision=revision, files_metadata=True,
                                                           timeout=self.timeout))
-        files = []
-        for sibling in info.siblings or ():
-            lfs = getattr(sibling, "lfs", None)
-            size = getattr(sibling, "size", None)
-            if size is None and lfs is not None:
-                size = lfs.size
-            files.append(RepoFile(name=sibling.rfilename, size_bytes=size,
-                                  sha256=getattr(lfs, "sha256", None) if lfs is not None else None))
-        gated = getattr(info, "gated", False)
-        return RepoInfo(repo_id=repo_id, revision=revision, commit=getattr(info, "sha", None),
-                        files=tuple(files), gated=bool(gated))
+        return RepoInfo(repo_id=repo_id, revision=revision, commit=_listed_commit(repo_id, getattr(info, "sha", None)),
+                        files=_listed_files(repo_id, info.siblings or ()),
+                        gated=bool(getattr(info, "gated", False)))
 
     def fetch_json(self, repo_id: str, filename: str, revision: str | None,
                    *, limit: int = MAX_JSON_BYTES) -> Any:
@@ -436,6 +437,32 @@ def first_read_sizes(files: Sequence[RepoFile], index: Mapping[str, Any] | None,
         want = FIRST_READ_BYTES if hint is None else PREFIX_BYTES + hint + HINT_SLACK_BYTES
         out[f.name] = min(want, MAX_FIRST_READ_BYTES, share)
     return out
+
+
+def _listed_files(repo_id: str, siblings: Iterable[Any]) -> tuple[RepoFile, ...]:
+    """The listing's files, each name and LFS oid checked before it can name a path or a blob;
+    a malformed one is a Hub fault (``HubFault``, exit 69), never the user's mistake."""
+    files = []
+    for sibling in siblings:
+        lfs = getattr(sibling, "lfs", None)
+        size = getattr(sibling, "size", None)
+        if size is None and lfs is not None:
+            size = lfs.size
+        sha = getattr(lfs, "sha256", None) if lfs is not None else None
+        problem = file_name_problem(sibling.rfilename) or (oid_problem(sha) if sha is not None else None)
+        if problem is None and size is not None and not (isinstance(size, int) and 0 <= size < 2**63):
+            problem = f"size {shown(size)} of {shown(sibling.rfilename)} is not a byte count"
+        if problem is not None:
+            raise HubFault(repo_id, problem)
+        files.append(RepoFile(name=sibling.rfilename, size_bytes=size, sha256=sha))
+    return tuple(files)
+
+
+def _listed_commit(repo_id: str, commit: Any) -> str | None:
+    problem = commit_problem(commit) if commit is not None else None
+    if problem is not None:
+        raise HubFault(repo_id, problem)
+    return commit if isinstance(commit, str) else None
 
 
 def _check_reference(repo_id: str, revision: str | None) -> None:

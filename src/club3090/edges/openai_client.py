@@ -106,7 +106,7 @@ class SseParser:
                 if isinstance(text, str) and text:
                     sink.append(text)
                     produced = True
-            for call in delta.get("tool_calls") or ():
+            for call in _calls(delta.get("tool_calls")):
                 if isinstance(call, Mapping) and self._tool_delta(call):
                     produced = True
         if produced:
@@ -294,10 +294,12 @@ class OpenAIClient:
             data = loads(resp.body)
             choice = data["choices"][0]
             message = choice["message"]
+            if not isinstance(message, Mapping):
+                raise TypeError("message is not an object")
         except (ValueError, KeyError, IndexError, TypeError):
             return ChatResult(resp.status, "not an OpenAI chat completion", wall_s=wall)
         calls = []
-        for call in message.get("tool_calls") or ():
+        for call in _calls(message.get("tool_calls")):
             fn = call.get("function") if isinstance(call, Mapping) else None
             if isinstance(fn, Mapping):
                 args = fn.get("arguments")
@@ -353,8 +355,17 @@ class OpenAIClient:
                           parser.chunks, parser.done, self.scrub(problem))
 
 
+MAX_COUNT = 2**53   # a token count or context a server states; a 400-digit one is not a count
+
+
 def _int(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+    """A count the server states: a non-negative integer up to ``MAX_COUNT``, else None."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_COUNT else None
+
+
+def _calls(value: Any) -> list[Any]:
+    """``tool_calls`` as the list the API defines; anything else (a string, a number, an object) is none."""
+    return value if isinstance(value, list) else []
 
 
 def _text(value: Any) -> str:

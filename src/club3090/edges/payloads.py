@@ -20,7 +20,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from club3090.errors import HubUnreachable, IntegrityError, UsageError
+from club3090.errors import IntegrityError, UpstreamUnreachable, UsageError
+from club3090.settings import redact_url_credentials
 
 if TYPE_CHECKING:
     from club3090.catalog.model import Catalog, UpstreamFile
@@ -48,7 +49,7 @@ def _get(url: str, limit: int, timeout: float) -> bytes:
     except urllib.error.HTTPError as exc:
         raise IntegrityError(url, f"the upstream server answered HTTP {exc.code}") from None
     except (OSError, ValueError) as exc:
-        raise HubUnreachable("club-3090", f"{url}: {exc}") from None
+        raise UpstreamUnreachable(redact_url_credentials(url), redact_url_credentials(str(exc))) from None
 
 
 def _check(f: "UpstreamFile", data: bytes) -> str | None:

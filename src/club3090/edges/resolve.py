@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 
 from club3090.edges.derive import LLAMA_CPP_HINT, derive_folder, derive_hub
 from club3090.edges.files import path_exists
-from club3090.errors import HubUnreachable
+from club3090.errors import HubOffline
 from club3090.model.architecture import parse_config
 from club3090.model.quantization import default_bits, normalize_method
 from club3090.model.repo_id import repo_id_problem, revision_problem, source_problem
@@ -91,7 +91,7 @@ def resolve(source: str, settings: "Settings", catalog: "Catalog | None" = None,
 
         snapshot = cached_snapshot(repo_id, revision, settings.hub_cache)
         if snapshot is None:
-            raise HubUnreachable(repo_id, "HF_HUB_OFFLINE is set and the repo is not in the HF cache "
+            raise HubOffline(repo_id, "HF_HUB_OFFLINE is set and the repo is not in the HF cache "
                                           f"({settings.hub_cache})")
         return derive_folder(snapshot, kind="cache", ref=repo_id, revision=revision, commit=snapshot.name)
 

@@ -54,7 +54,7 @@ from club3090.model.layer_layout import (
     LayerSpec,
     layer_layout,
 )
-from club3090.model.vision import VisionSpec, vision_spec
+from club3090.model.vision import VisionSpec, vision_problems, vision_spec
 
 __all__ = [
     "ATTENTION_KINDS",
@@ -171,6 +171,7 @@ def _parse(config: Mapping[str, Any]) -> Architecture:
     moe = _moe(cfg, dims.intermediate)
     oversized = _oversized(cfg, dims, moe)
     problems.extend(oversized)
+    problems.extend(vision_problems(config) if has_vision else ())
     problems.extend(_unmodelled(cfg, archs[0] if archs else "", model_type, text_model_type, fam, dims.use_mla))
     layout = layer_layout(cfg, fam, dims, oversized=bool(oversized))
     problems.extend(layout.problems)

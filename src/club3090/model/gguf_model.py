@@ -219,6 +219,9 @@ def from_files(files: Sequence[GgufFile]) -> GgufModel:
         else:
             other_bytes += t.nbytes
     recurrent_layers, state_bytes = _recurrent(meta, arch, n_layer, n_head_kv)
+    if not any(recurrent_layers) and not (any(n_head) and any(n_head_kv)):
+        raise InputError(file, f"{arch}.attention.head_count(_kv) is 0 in every layer and no layer is recurrent: "
+                               "no attention heads, so no KV cache to price")
     name = meta.get("general.name")
     return GgufModel(
         files=tuple(f.file for f in files), arch=arch, name=name if isinstance(name, str) else None,

@@ -60,3 +60,45 @@ def source_problem(source: str) -> str | None:
     if _CONTROL.search(source):
         return f"{source!r} contains a control character (a stray newline or tab?)"
     return None
+
+
+# --- values a Hub listing names things with ----------------------------------------------------
+MAX_FILE_NAME = 1024           # a repo path; the Hub's own limit is lower
+_HEX40 = re.compile(r"[0-9a-f]{40}")
+_HEX64 = re.compile(r"[0-9a-f]{64}")
+
+
+def shown(value: object) -> str:
+    """A value from outside for a message: escaped (``repr``) and cut to 120 characters."""
+    text = value if isinstance(value, str) else repr(value)
+    return ascii(text[:120]) + ("..." if len(text) > 120 else "")
+
+
+def file_name_problem(name: object) -> str | None:
+    """None for a relative POSIX path with no ``..``/``.``/empty part, no absolute or drive part,
+    no backslash and no control character; else why not (the name shown escaped)."""
+    if not isinstance(name, str) or not name:
+        return f"file name {shown(name)} is not a non-empty string"
+    if len(name) > MAX_FILE_NAME:
+        return f"file name {shown(name)} is over {MAX_FILE_NAME} characters"
+    if _CONTROL.search(name) or "\\" in name:
+        return f"file name {shown(name)} contains a control character or a backslash"
+    if name.startswith("/") or (len(name) > 1 and name[1] == ":"):
+        return f"file name {shown(name)} is an absolute path"
+    if any(part in ("", ".", "..") for part in name.split("/")):
+        return f"file name {shown(name)} has an empty, '.' or '..' part"
+    return None
+
+
+def oid_problem(oid: object) -> str | None:
+    """None for an LFS oid (a sha256: 64 lowercase hex characters), else why not."""
+    if isinstance(oid, str) and _HEX64.fullmatch(oid):
+        return None
+    return f"LFS sha256 {shown(oid)} is not 64 hex characters"
+
+
+def commit_problem(commit: object) -> str | None:
+    """None for a commit id (40 lowercase hex characters), else why not."""
+    if isinstance(commit, str) and _HEX40.fullmatch(commit):
+        return None
+    return f"commit {shown(commit)} is not 40 hex characters"

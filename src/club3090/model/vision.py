@@ -12,13 +12,22 @@ item is, which the config states only partly: the processor's pixel limits are f
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from club3090.model.config_reading import int_or_zero
+from club3090.model.config_reading import MAX_DIMENSION, _int, int_or_zero
 
-__all__ = ["TOKENS_PER_ITEM", "VisionSpec", "vision_spec"]
+__all__ = ["TOKENS_PER_ITEM", "VISION_SIZE_KEYS", "VisionSpec", "vision_problems", "vision_spec"]
+
+# Every size the tower is read from (``vision_config`` keys; the last three may sit at the top
+# level): under the same "non-negative and below 2^31" rule as the text model's dimensions.
+VISION_SIZE_KEYS = ("embed_dim", "hidden_size", "width", "intermediate_size", "depth", "num_hidden_layers",
+                    "layers", "spatial_merge_size", "pooling_kernel_size", "image_size", "patch_size",
+                    "default_output_length")
+TOP_LEVEL_KEYS = ("vision_soft_tokens_per_image", "mm_tokens_per_image")
+MAX_MLP_RATIO = 1024.0
 
 # The largest image a family's processor admits, in LM tokens (after patch merging):
 # Qwen2-VL / Qwen2.5-VL max_pixels 12,845,056 at 28 x 28 pixels per token; Qwen3-VL / Qwen3.5
@@ -35,10 +44,43 @@ class VisionSpec:
     patches_per_token: int        # encoder patches behind one LM token (spatial merge / pooling)
 
 
-def vision_spec(config: Mapping[str, Any]) -> VisionSpec | None:
-    """The vision tower of a multimodal config, or None (text-only, or too little to size it)."""
+def vision_problems(config: Mapping[str, Any]) -> list[str]:
+    """Why the vision tower's sizes make the config unpriceable: a size negative or past 2^31, a
+    ``mlp_ratio`` that is not a finite number in (0, 1024]. Empty when they are sane."""
     vc = config.get("vision_config")
     if not isinstance(vc, Mapping):
+        return []
+    problems = []
+    for where, key in [*(("vision_config", k) for k in VISION_SIZE_KEYS), *(("", k) for k in TOP_LEVEL_KEYS)]:
+        raw = (vc if where else config).get(key)
+        if _out_of_bounds(raw):
+            problems.append(f"{where + '.' if where else ''}{key} {_shown(raw)} is outside 0..{MAX_DIMENSION}")
+    ratio = vc.get("mlp_ratio")
+    if ratio is not None and not (isinstance(ratio, (int, float)) and not isinstance(ratio, bool)
+                                  and math.isfinite(ratio) and 0 < ratio <= MAX_MLP_RATIO):
+        problems.append(f"vision_config.mlp_ratio {_shown(ratio)} is not a number in (0, {MAX_MLP_RATIO:g}]")
+    return problems
+
+
+def _out_of_bounds(value: Any) -> bool:
+    """A size outside 0..MAX_DIMENSION, read as ``int_or_zero`` reads it; a float that is not a
+    finite integer-sized number (1e308, inf) is out of bounds too."""
+    if isinstance(value, float):
+        return not (math.isfinite(value) and 0 <= value <= MAX_DIMENSION)
+    number = _int(value)
+    return number is not None and not 0 <= number <= MAX_DIMENSION
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def vision_spec(config: Mapping[str, Any]) -> VisionSpec | None:
+    """The vision tower of a multimodal config, or None (text-only, too little to size it, or
+    sizes ``vision_problems`` refuses)."""
+    vc = config.get("vision_config")
+    if not isinstance(vc, Mapping) or vision_problems(config):
         return None
     model_type = str(vc.get("model_type") or config.get("model_type") or "").lower()
     width = int_or_zero(vc.get("embed_dim")) or int_or_zero(vc.get("hidden_size")) or int_or_zero(vc.get("width"))

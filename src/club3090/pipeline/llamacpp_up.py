@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from club3090.edges import launchers
-from club3090.errors import HubUnreachable, InputError, IntegrityError, UsageError
+from club3090.errors import InputError, UsageError
 from club3090.pipeline import bundle as bundle_mod
 
 if TYPE_CHECKING:
@@ -72,6 +72,7 @@ def _gpu_bytes(req: "UpRequest", provider: "Provider", catalog: "Catalog",
 def up_llamacpp(req: "UpRequest", provider: "Provider", seams: "UpSeams", *, catalog: "Catalog",
                 profile: "Profile | None", gate_lines: list[str] | None = None) -> "UpResult":
     from club3090.compose import llamacpp as lc
+    from club3090.edges.download import raise_for
     from club3090.edges.files import atomic_write_bytes, atomic_write_text
     from club3090.edges.gguf_remote import list_quants, load_remote
     from club3090.edges.hf_cache import fetch_into_cache
@@ -211,11 +212,7 @@ def up_llamacpp(req: "UpRequest", provider: "Provider", seams: "UpSeams", *, cat
     wanted = [f for f in info.files if f.name in quant.files]
     say(f"[up] weights: {quant.files[0]} of {repo_id}@{info.commit[:12]} into {hub_cache}")
     report = fetch_into_cache(provider.settings, repo_id, info.commit, wanted, progress=say, bar=seams.bar)
-    if not report.ok:
-        if report.failure == "sha-mismatch":
-            raise IntegrityError(report.failed_file or repo_id, f"{report.detail}; the file was deleted, nothing "
-                                                                "was started (re-run to download it again)")
-        raise HubUnreachable(repo_id, f"download failed ({report.failure}): {report.detail}")
+    raise_for(report, repo_id)
     result.lines.append(f"[up] weights: {report.bytes / 2**30:.2f} GiB in the HF cache"
                         + (", sha256 verified" if report.sha_verified else ""))
     from datetime import datetime, timezone

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from club3090.edges import launchers
-from club3090.errors import HubUnreachable, InputError, IntegrityError, UsageError
+from club3090.errors import InputError, UsageError
 from club3090.pipeline import bundle as bundle_mod
 from club3090.pipeline.bundle_start import not_started, read_state, start_bundle, write_state
 
@@ -292,6 +292,7 @@ def deploy(req: UpRequest, spec: "ModelSpec", catalog: "Catalog", provider: "Pro
     gives (Launch, upstream base); ``served_model`` re-points the served name; ``emit_only`` stops
     after the bundle (no download, no start); ``swap_of`` (the curated profile a swap cloned) is
     recorded in the state, the receipt and a failure's capture."""
+    from club3090.edges.download import raise_for
     from club3090.edges.files import atomic_write_bytes, atomic_write_text
     from club3090.edges.hf_cache import fetch_into_cache, snapshot_dir
     from club3090.pipeline.cluster_up import CLUSTER_LAUNCHERS, ClusterOptions
@@ -378,23 +379,14 @@ def deploy(req: UpRequest, spec: "ModelSpec", catalog: "Catalog", provider: "Pro
 
     say(f"[up] weights: {len(files)} files of {spec.ref}@{commit[:12]} into {hub_cache}")
     report = fetch_into_cache(provider.settings, spec.ref, commit, files, progress=say, bar=seams.bar)
-    if not report.ok:
-        if report.failure == "sha-mismatch":
-            raise IntegrityError(report.failed_file or spec.ref, f"{report.detail}; the file was deleted, nothing "
-                                                                  "was started (re-run to download it again)")
-        raise HubUnreachable(spec.ref, f"download failed ({report.failure}): {report.detail}")
+    raise_for(report, spec.ref)
     result.lines.append(f"[up] weights: {len(report.files)} files, {report.bytes / 2**30:.2f} GiB in the HF cache"
                         + (", sha256 verified" if report.sha_verified else ""))
     if drafter is not None:
         say(f"[up] drafter: {len(drafter.files)} files of {drafter.repo_id}@{drafter.commit[:12]} into {hub_cache}")
         extra = fetch_into_cache(provider.settings, drafter.repo_id, drafter.commit, drafter.files, progress=say,
                                  bar=seams.bar)
-        if not extra.ok:
-            if extra.failure == "sha-mismatch":
-                raise IntegrityError(extra.failed_file or drafter.repo_id,
-                                     f"{extra.detail}; the file was deleted, nothing was started (re-run to "
-                                     "download it again)")
-            raise HubUnreachable(drafter.repo_id, f"drafter download failed ({extra.failure}): {extra.detail}")
+        raise_for(extra, drafter.repo_id, "drafter download")
         result.lines.append(f"[up] drafter: {drafter.repo_id}, {len(extra.files)} files, "
                             f"{extra.bytes / 2**30:.2f} GiB in the HF cache"
                             + (", sha256 verified" if extra.sha_verified else ""))

@@ -30,8 +30,8 @@ from pathlib import Path, PurePath
 from types import MappingProxyType
 from typing import Any
 
-from club3090.edges.files import atomic_write_text, read_bytes_capped, read_json_capped
-from club3090.errors import InputError
+from club3090.edges.files import atomic_write_text, inside, read_bytes_capped, read_json_capped
+from club3090.errors import InputError, UnsafePath
 from club3090.model.slug import sanitize_slug
 from club3090.reports.redact import Redactor
 from club3090.version import __version__
@@ -473,8 +473,8 @@ def latest_bundle(root: Path) -> Path | None:
     except (InputError, UnicodeDecodeError):
         return None
     line = raw.strip().splitlines()[0].strip() if raw.strip() else ""
-    rel = PurePath(line)
-    if not line or rel.is_absolute() or ".." in rel.parts:
+    try:
+        candidate = inside(root, line.rstrip("/"))
+    except UnsafePath:
         return None
-    candidate = root / rel
     return candidate if candidate.is_dir() else None

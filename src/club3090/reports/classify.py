@@ -127,8 +127,10 @@ _PREFIXES = (
     re.compile(r"^(?:INFO|WARNING|WARN|ERROR|DEBUG|CRITICAL)\s+\d\d-\d\d\s+\d\d:\d\d:\d\d(?:\.\d+)?\s*"
                r"(?:\[[^\]]{1,80}\]\s*|[\w./-]{1,80}:\d+\]\s*)?"),   # "ERROR 06-05 06:18:13 [x.py:470] "
 )
+# Linear on any line (a bundle line may be 4 MiB): the name before "Error" is one character of
+# context, not ``[\w.]*`` (which is quadratic on "a.a.a.a..."); no repeat follows a repeat.
 _ERROR_LINE = re.compile(
-    r"(?:\b[A-Za-z_][\w.]*(?:Error|Exception)\b\s*:|\berror\s*:|error response from daemon"
+    r"(?:[\w.](?:Error|Exception)\b\s*:|\berror\s*:|error response from daemon"
     r"|no space left on device|is not a docker command|out of memory)", re.IGNORECASE)
 _GENERIC = (
     "engine core initialization failed", "see root cause above", "traceback (most recent call last)",

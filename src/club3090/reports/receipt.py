@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import ast
 import hashlib
+import math
 import re
 from collections.abc import Mapping
 from typing import Any
 
+from club3090.errors import InputError
 from club3090.reports.redact import Redactor
 from club3090.reports.vllm_log import (
     StartupLog,
@@ -96,11 +98,56 @@ def term_errors(predicted: Mapping[str, Any] | None, measured: Mapping[str, Any]
     return out
 
 
+MAX_NUMBER = 2**53          # above any byte, token or block count a log states; floats stay exact below it
+
+
+def number_problem(value: object) -> str | None:
+    """None for a finite number in [-2^53, 2^53] (booleans and non-numbers pass: not numbers),
+    else why not; ``math.isfinite`` alone would raise on a 400-digit integer."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    if isinstance(value, float) and not math.isfinite(value):
+        return f"{value!r} is not a finite number"
+    if abs(value) > MAX_NUMBER:
+        return f"{str(value)[:24]}... is beyond 2^53" if len(str(value)) > 24 else f"{value} is beyond 2^53"
+    return None
+
+
+def _finite(value: Any, depth: int = 0) -> Any:
+    """``value`` with every number ``number_problem`` refuses read as not stated (None)."""
+    if number_problem(value) is not None:
+        return None
+    if depth < 8 and isinstance(value, Mapping):
+        return {k: _finite(v, depth + 1) for k, v in value.items()}
+    if depth < 8 and isinstance(value, list):
+        return [_finite(v, depth + 1) for v in value]
+    return value
+
+
+def finite_log(log: StartupLog) -> StartupLog:
+    """The log with huge or non-finite numbers (``1e999``, a 400-digit count, ``NaN``) read as not
+    stated: no receipt, prediction or printout ever carries Infinity, and nothing overflows."""
+    from dataclasses import replace
+
+    return replace(log, args=_finite(dict(log.args)), measured=_finite(dict(log.measured)),
+                   gpu_total_memory_gib=_finite(log.gpu_total_memory_gib))
+
+
+def read_startup(log_text: str, name: str) -> StartupLog:
+    """``parse_startup`` with its numbers bounded (``finite_log``); a number too large to convert
+    (a 400-digit token count) is an ``InputError`` naming the log, never an OverflowError."""
+    try:
+        return finite_log(parse_startup(log_text))
+    except OverflowError:
+        raise InputError(name, "a number in the log is too large to be a measurement (over 2^53)") from None
+
+
 def build_receipt(log: StartupLog, *, log_bytes: bytes, source_name: str, redactor: Redactor,
                   gpu_name: str | None = None, gpu_memory_gib: float | None = None, gpu_count: int | None = None,
                   config: Mapping[str, Any] | None = None, club3090_commit: str | None = None,
                   given_keys: tuple[str, ...] = ()) -> dict[str, Any]:
     """A redacted receipt (JSON-shaped) for one parsed start-up."""
+    log = finite_log(log)
     shape: dict[str, Any] = dict(serving_shape(log))
     shape["vllm_version"] = log.vllm_version
     shape["gpu_name"] = gpu_name
@@ -160,8 +207,9 @@ def validate_receipt(data: object, where: str) -> list[str]:
     measured: Mapping[str, Any] = raw if isinstance(raw, Mapping) else {}
     for term in MEASURED_TERMS:
         value = measured.get(term)
-        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0):
-            problems.append(f"{where}: measured.{term} must be a non-negative number")
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
+                                  or number_problem(value) is not None or value < 0):
+            problems.append(f"{where}: measured.{term} must be a non-negative finite number below 2^53")
     return problems
 
 
@@ -171,7 +219,10 @@ _TOPOLOGY_CLASS = re.compile(r"(\d+)x(\d+)MiB\Z")
 def receipt_for_boot(log_text: str, manifest: Mapping[str, Any], redactor: Redactor, *,
                      club3090_commit: str | None = None) -> dict[str, Any] | None:
     """The receipt of an ``[E]`` boot: its log, with the GPUs from the bundle's manifest."""
-    if not parse_startup(log_text).found:
+    try:
+        if not read_startup(log_text, "pt3-boot").found:
+            return None
+    except InputError:
         return None
     gpu_name = gpu_memory_gib = gpu_count = None
     m = _TOPOLOGY_CLASS.match(str(manifest.get("topology_class") or ""))
@@ -195,7 +246,10 @@ def receipt_for_log(log_text: str, given: Mapping[str, Any], redactor: Redactor,
                     ) -> dict[str, Any] | None:
     """The receipt of one start-up log, with the settings its launch states (the log's own values
     win); None when the log has no vLLM start-up lines."""
-    log = parse_startup(log_text)
+    try:
+        log = read_startup(log_text, source_name)
+    except InputError:
+        return None
     if not log.found:
         return None
     filled = fill_missing(log, {k: v for k, v in given.items() if v is not None})

@@ -2,7 +2,9 @@
 
 Rules (docs/DESIGN.md, capture bundles): home -> ``~``, ``/root`` -> ``~``, host -> ``<HOST>``,
 user -> ``<USER>`` (whole words), values after ``HF_TOKEN=`` / ``HUGGING_FACE_HUB_TOKEN=`` /
-``api_key=`` and after ``Authorization: Bearer`` -> ``<REDACTED>``, ``hf_`` + 30 or more
+``api_key=`` / ``'api_key': [...]`` (vLLM's spelling, the whole list), ``--api-key VALUE`` /
+``--api-key=VALUE`` and after ``Authorization: Bearer`` -> ``<REDACTED>``, URL user-info
+(``https://user:pass@host``) -> ``<credentials>``, ``hf_`` + 30 or more
 alphanumerics -> ``hf_<REDACTED>``, paths under ``/opt``, ``/mnt``, ``/data`` -> ``<PATH>``,
 relative paths (``./x``, ``../x``) and the local folders a run was pointed at -> ``<PATH>``.
 
@@ -22,6 +24,7 @@ from typing import Any
 
 from club3090.errors import RedactionError
 from club3090.model.slug import sanitize_slug
+from club3090.settings import redact_url_credentials
 
 REDACTED = "<REDACTED>"
 LOCAL_PATH = "<PATH>"
@@ -29,7 +32,11 @@ _PLACEHOLDER_WORDS = frozenset({"user", "host", "path", "redacted"})
 _SECRET_KEYS = frozenset({"hf_token", "hugging_face_hub_token", "api_key", "apikey", "authorization"})
 _SCHEMA_KEY = re.compile(r"[a-z][a-z0-9_]*\Z")
 _ASSIGNED_SECRET = re.compile(
-    r"(?i)(hugging_face_hub_token|hf_token|api[_-]?key)(\s*[\"']?\s*[=:]\s*[\"']?)([^\s\"'&;,]+)")
+    r"(?i)(hugging_face_hub_token|hf_token|api[_-]?key)(\s*[\"']?\s*[=:]\s*[\"']?)([^\s\"'&;,\[][^\s\"'&;,]*)")
+# vLLM logs its args as ``'api_key': ['sk-a', 'sk-b']`` (or ``api_key=[...]``): the whole list goes
+_SECRET_LIST = re.compile(r"(?i)(api[_-]?key[\"']?\s{0,8}[=:]\s{0,8})\[[^\]\n]{0,4096}\]")
+# ``--api-key VALUE`` / ``--api-key=VALUE`` (vLLM's and llama.cpp's flag), ``--hf-token`` likewise
+_SECRET_FLAG = re.compile(r"(?i)(--(?:api-key|hf-token|token)(?:=|\s{1,8}))([\"']?)[^\s\"']+")
 _AUTH_BEARER = re.compile(r"(?i)(authorization\s*:\s*bearer\s+)[^\s\"']+")
 _BEARER = re.compile(r"(?i)\b(bearer\s+)[A-Za-z0-9._~+/=-]{8,}")
 _HF_TOKEN = re.compile(r"(?<![A-Za-z0-9])hf_[A-Za-z0-9]{30,}")
@@ -136,7 +143,10 @@ class Redactor:
     def _text(self, s: str, *, names: bool) -> str:
         for secret in self._secrets:
             s = s.replace(secret, REDACTED)
+        s = _SECRET_LIST.sub(lambda m: m.group(1) + f"['{REDACTED}']", s)
+        s = _SECRET_FLAG.sub(lambda m: m.group(1) + m.group(2) + REDACTED, s)
         s = _ASSIGNED_SECRET.sub(lambda m: m.group(1) + m.group(2) + REDACTED, s)
+        s = redact_url_credentials(s)
         s = _AUTH_BEARER.sub(lambda m: m.group(1) + REDACTED, s)
         s = _BEARER.sub(lambda m: m.group(1) + REDACTED, s)
         s = _HF_TOKEN.sub("hf_" + REDACTED, s)

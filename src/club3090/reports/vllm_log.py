@@ -102,7 +102,8 @@ def _f(text: str) -> float:
 
 
 def _i(text: str) -> int:
-    return int(float(text.replace(",", "")))
+    value = _f(text)   # saturates at 2^63 (a 400-digit count is inf): receipts then refuse it as out of range
+    return int(value) if value < 2**63 else 2**63
 
 
 def _gib(value: str, unit: str) -> float:

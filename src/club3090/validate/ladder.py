@@ -39,10 +39,18 @@ _CODE_BLOCK = re.compile(r"```(?:python|py)?[ \t]*\n(.{1,20000}?)```", re.S)
 Probe = Callable[[], tuple[str, str]]
 
 
+MAX_CHARS_PER_TOKEN = 8.0           # a measured ratio is clamped to 1..8: "1 token per 2,000 chars" sizes nothing
+
+
 @dataclass(frozen=True, slots=True)
 class Sizer:
     """Characters per prompt token, measured on this server with one small request."""
     chars_per_token: float
+
+    @classmethod
+    def of(cls, chars: int, tokens: int) -> "Sizer":
+        """The ratio the server's ``usage.prompt_tokens`` gives, within our own 1..8 bound."""
+        return cls(min(MAX_CHARS_PER_TOKEN, max(1.0, chars / tokens)))
 
     def chars(self, tokens: int, reserve: int = 0) -> int:
         return max(0, int(tokens * self.chars_per_token * 0.98) - reserve)
@@ -56,7 +64,7 @@ def measure_sizer(client: OpenAIClient, model: str, salt: str) -> Sizer | str:
         return f"calibration request failed: {r.error}"
     if not r.prompt_tokens:
         return "the server reports no usage.prompt_tokens: a prompt's size cannot be confirmed"
-    return Sizer(len(text) / r.prompt_tokens)
+    return Sizer.of(len(text), r.prompt_tokens)
 
 
 def rungs(context: int, top: int | None = None) -> list[int]:
@@ -229,5 +237,5 @@ def _clip(text: str, width: int = 60) -> str:
     return text.strip()[:width]
 
 
-__all__ = ["LADDER_TOKENS", "MAX_PROBE_TOKENS", "TOOL_PREFILL_TOKENS", "LadderPlan", "Sizer", "agent_probe",
+__all__ = ["LADDER_TOKENS", "MAX_CHARS_PER_TOKEN", "MAX_PROBE_TOKENS", "TOOL_PREFILL_TOKENS", "LadderPlan", "Sizer", "agent_probe",
            "coding_probe", "needle_rung", "plan", "reasoning_probe", "rungs", "tool_prefill"]

@@ -32,7 +32,7 @@ from typing import Any
 
 from club3090.edges.openai_client import ChatResult, OpenAIClient
 from club3090.validate.bench import haystack
-from club3090.validate.ladder import TOOL_PREFILL_TOKENS
+from club3090.validate.ladder import MAX_PROBE_TOKENS, TOOL_PREFILL_TOKENS, Sizer
 from club3090.validate.ladder import plan as upstream_plan
 from club3090.validate.verify import (
     FAIL,
@@ -94,11 +94,12 @@ def concurrent_streams(client: OpenAIClient, model: str, streams: int) -> tuple[
 
 
 def long_prompt(client: OpenAIClient, model: str, context: int | None, *, fill: float = FILL,
-                salt: Callable[[], str] = lambda: uuid.uuid4().hex) -> tuple[str, str]:
-    """One prompt near the serving context, sized from a calibration request."""
+                salt: Callable[[], str] = lambda: uuid.uuid4().hex, top: int | None = None) -> tuple[str, str]:
+    """One prompt near the serving context (or ``top``, the user's ``--ladder-max``), sized from a
+    calibration request and never past ``MAX_PROBE_TOKENS``."""
     if context is None:
         return SKIP, "serving context unknown (no max_model_len in /v1/models); pass --context N"
-    target = int(fill * context) - ANSWER_TOKENS
+    target = int(fill * min(context, top or MAX_PROBE_TOKENS, MAX_PROBE_TOKENS)) - ANSWER_TOKENS
     if target < 64:
         return SKIP, f"context {context} too small to probe"
 
@@ -112,8 +113,8 @@ def long_prompt(client: OpenAIClient, model: str, context: int | None, *, fill: 
         return FAIL, f"calibration request failed: {calib.error}"
     if not calib.prompt_tokens:
         return SKIP, "the server reports no usage.prompt_tokens: a prompt's size cannot be confirmed"
-    chars_per_token = size / calib.prompt_tokens
-    r, _ = ask(int(target * chars_per_token * 0.98) - len(LONG_SUFFIX))
+    # sized by our own bounds (MAX_PROBE_TOKENS, Sizer's 1..8 chars per token), never the server's numbers
+    r, _ = ask(Sizer.of(size, calib.prompt_tokens).chars(target, reserve=len(LONG_SUFFIX)))
     if r.error is not None:
         return FAIL, f"a {target}-token prompt in a {context}-token context was refused: {r.error}"
     got = r.prompt_tokens or 0
@@ -168,7 +169,7 @@ def stress(client: OpenAIClient, *, model: str | None = None, streams: int = STR
     if model is not None:
         name = model
         plan.append(("concurrent-streams", lambda: concurrent_streams(client, name, streams)))
-        plan.append(("long-prompt", lambda: long_prompt(client, name, context, fill=fill)))
+        plan.append(("long-prompt", lambda: long_prompt(client, name, context, fill=fill, top=upstream.ladder_max)))
         for i in range(rounds):
             plan.append((f"tool-round-trip-{i + 1}", lambda: (SKIP, "--skip-tools") if skip_tools
                          else tool_round_trip(client, name)))

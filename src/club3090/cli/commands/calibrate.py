@@ -91,9 +91,9 @@ def run(args: argparse.Namespace, provider: Any) -> int:
     from club3090.edges.files import atomic_write_text, read_json_capped
     from club3090.errors import InputError
     from club3090.reports.capture import club3090_commit, dump_json
-    from club3090.reports.receipt import build_receipt
+    from club3090.reports.receipt import build_receipt, read_startup
     from club3090.reports.redact import Redactor
-    from club3090.reports.vllm_log import fill_missing, parse_startup
+    from club3090.reports.vllm_log import fill_missing
 
     config = None
     if args.config is not None:
@@ -115,7 +115,7 @@ def run(args: argparse.Namespace, provider: Any) -> int:
     commit = club3090_commit()
     receipts, skipped = [], []
     for name, raw in logs:
-        parsed = parse_startup(raw.decode("utf-8", "replace"))
+        parsed = read_startup(raw.decode("utf-8", "replace"), name)
         if not parsed.found:
             skipped.append(name)
             continue
