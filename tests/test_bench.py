@@ -8,6 +8,7 @@ import pytest
 
 from club3090 import cli
 from club3090.cli.commands import bench as bench_cmd
+from club3090.cli.exit_codes import exit_code
 from club3090.edges.openai_client import OpenAIClient
 from club3090.validate.bench import bench, haystack
 from tests.fakeopenai import TickClock, closed_port_url
@@ -15,7 +16,7 @@ from tests.fakeopenai import TickClock, closed_port_url
 
 def test_runs_timing_and_summary(fake_openai):
     report = bench(OpenAIClient(fake_openai.url, clock=TickClock(0.01)), runs=2)
-    assert report.exit_code == 0 and report.model == "fake-model"
+    assert exit_code(report.outcome) == 0 and report.model == "fake-model"
     posts = fake_openai.posts()
     assert len(posts) == 3 + 2 * 2 and len(report.warmups) == 3
     assert [p["max_tokens"] for p in posts[3:]] == [1000, 1000, 800, 800]
@@ -58,19 +59,19 @@ def test_haystack_size():
 def test_500_is_exit_1(fake_openai):
     fake_openai.mode["status"] = 500
     report = bench(OpenAIClient(fake_openai.url, clock=TickClock()), runs=1, warmups=1)
-    assert report.exit_code == 1 and all(not r.ok and "HTTP 500" in r.error for r in report.runs)
+    assert exit_code(report.outcome) == 1 and all(not r.ok and "HTTP 500" in r.error for r in report.runs)
     assert report.summaries()["narrative"]["decode_tps"]["mean"] is None
 
 
 def test_empty_answers_are_failed_runs(fake_openai):
     fake_openai.mode["empty"] = True
     report = bench(OpenAIClient(fake_openai.url, clock=TickClock()), runs=1, warmups=0)
-    assert report.exit_code == 1 and all(r.error for r in report.runs)
+    assert exit_code(report.outcome) == 1 and all(r.error for r in report.runs)
 
 
 def test_unreachable():
     report = bench(OpenAIClient(closed_port_url(), timeout=2))
-    assert report.unreachable and report.exit_code == 2 and not report.runs
+    assert report.unreachable and exit_code(report.outcome) == 2 and not report.runs
 
 
 def test_cli_json_out_file_and_key(fake_openai, tmp_path, monkeypatch, capsys):
@@ -122,5 +123,5 @@ def test_deadline_stops_the_runs(fake_openai):
         ticks[0] += 0.01
         return ticks[0]
     report = bench(OpenAIClient(fake_openai.url, clock=clock, deadline_s=60), runs=50)
-    assert report.exit_code == 1 and report.error.startswith("run deadline reached")
+    assert exit_code(report.outcome) == 1 and report.error.startswith("run deadline reached")
     assert 0 < len(report.runs) < 100 and len(fake_openai.posts()) == len(report.runs) + len(report.warmups)

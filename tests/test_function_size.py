@@ -17,7 +17,6 @@ LIMIT = 80
 # (path under src/club3090, function name) -> why it may be longer for now
 ALLOWED = {
     ("pipeline/llamacpp_up.py", "up_llamacpp"): "issue 23 item 6: split into plan and launch",
-    ("pipeline/up.py", "deploy"): "issue 23 items 2-3: the Launcher protocol",
 }
 
 

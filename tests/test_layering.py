@@ -39,15 +39,9 @@ PURE = ("vocabulary", "model", "catalog records", "rig", "fit", "gate", "compose
 IO_MODULES = {"os", "io", "subprocess", "socket", "shutil", "tempfile", "urllib", "http", "select",
               "signal", "threading", "multiprocessing", "ssl", "glob", "huggingface_hub", "pynvml",
               "requests", "httpx", "sqlite3", "importlib"}
-# Upward imports that another change removes (issue 23 item 3: exit codes only in cli/); the lead
-# deletes each entry once that change is merged. (importing module, imported module)
-KNOWN_UPWARD = frozenset({
-    ("validate/verify.py", "club3090.cli.exit_codes"),
-    ("validate/bench.py", "club3090.cli.exit_codes"),
-    ("validate/soak.py", "club3090.cli.exit_codes"),
-    ("pipeline/pull.py", "club3090.cli.exit_codes"),
-    ("pipeline/swap.py", "club3090.cli.exit_codes"),
-})
+# Upward imports still allowed, as (importing module, imported module); empty since the exit codes
+# moved into cli/ (issue 23 item 3; tests/test_exit_code_owner.py keeps them there).
+KNOWN_UPWARD: frozenset[tuple[str, str]] = frozenset()
 _RANK = {prefix: (rank, name) for rank, (name, prefixes) in enumerate(ORDER) for prefix in prefixes}
 
 

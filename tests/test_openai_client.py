@@ -10,6 +10,7 @@ import time
 import pytest
 
 from club3090 import cli
+from club3090.cli.exit_codes import exit_code
 from club3090.edges.openai_client import OpenAIClient, http_request, loads
 
 KEY = "sk-planted-" + "Vw3" * 10
@@ -170,7 +171,7 @@ def test_run_deadline_stops_verify_and_marks_it(fake_openai, capsys):
     from club3090.validate.verify import verify
 
     report = verify(client)
-    assert report.deadline_hit and report.exit_code == 1
+    assert report.deadline_hit and exit_code(report.outcome) == 1
     assert any(c.detail.startswith("not run: run deadline reached") for c in report.checks)
 
 

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from club3090.catalog import load_catalog
+from club3090.cli.exit_codes import exit_code
 from club3090.compose.generate import ComposeOutcome
 from club3090.edges.gpu_probe import DetectedGpu, DetectedGpus
 from club3090.errors import HubUnreachable, UsageError
@@ -85,7 +86,7 @@ class TestEarliestStratumWins:
     def test_stratum1_beats_everything(self, catalog):
         stop = Stop(Stratum.DERIVER, Reason.REPO_NOT_FOUND, detail={"message": "gone"})
         r = _run(catalog, PullRequest("org/x", "llamacpp/default"), spec=stop, free=0)
-        assert (r.stratum, r.reason, r.exit_code, r.fit, r.c0) == (Stratum.DERIVER, "repo-not-found", 2, None, None)
+        assert (r.stratum, r.reason, exit_code(r.outcome), r.fit, r.c0) == (Stratum.DERIVER, "repo-not-found", 2, None, None)
 
     def test_stratum2_beats_c0_disk_and_fit(self, catalog):
         # llama.cpp profile + no GPU + no disk + curated too big: stratum 2 wins
@@ -227,10 +228,10 @@ def test_wont_fit_suggests_the_closest_fit(catalog):
 
 def test_low_confidence_wont_fit_needs_force_download(catalog):
     r = _run(catalog, PullRequest("org/x", "vllm/minimal", gpus="1x3090"), spec=_spec(DENSE, weights=40 * GIB))
-    assert (r.raw_verdict, r.reason, r.exit_code) == ("wont-fit", "override-accepted:needs --force-download", 3)
+    assert (r.raw_verdict, r.reason, exit_code(r.outcome)) == ("wont-fit", "override-accepted:needs --force-download", 3)
     r = _run(catalog, PullRequest("org/x", "vllm/minimal", gpus="1x3090", force_download=True),
              spec=_spec(DENSE, weights=40 * GIB))
-    assert (r.ok, r.terminal, r.exit_code, r.caveat) == (True, "override-accepted", 0, CAVEAT)
+    assert (r.ok, r.terminal, exit_code(r.outcome), r.caveat) == (True, "override-accepted", 0, CAVEAT)
     assert "override-accepted" in r.notice_codes
 
 
@@ -279,7 +280,7 @@ def test_every_dry_run_refusal_is_a_stratum6_stop(catalog, tmp_path, token):
     out = tmp_path / "c.yml"
     refuse = lambda key, cat: ComposeOutcome(ok=False, outcome=Outcome.REFUSED, profile=key, refusal=token)  # noqa: E731
     r = _run(catalog, PullRequest(CURATED, "vllm/minimal", gpus="1x3090", out=out), dry_run=refuse)
-    assert (r.stratum, r.reason, r.ok, r.exit_code) == (Stratum.COMPOSE_DRY_RUN, f"d-refused:{token}", False, 2)
+    assert (r.stratum, r.reason, r.ok, exit_code(r.outcome)) == (Stratum.COMPOSE_DRY_RUN, f"d-refused:{token}", False, 2)
     assert not out.exists() and r.caveat is None
 
 
@@ -350,7 +351,7 @@ def test_non_curated_moe_and_hybrid_get_a_real_verdict(fake_hub, catalog, fixtur
 def test_to_json_shape(catalog):
     r = _run(catalog, PullRequest(CURATED, "vllm/minimal", gpus="1x3090"))
     data = json.loads(json.dumps(r.to_json()))
-    for key in ("ok", "exit_code", "path", "stratum", "stratum_name", "reason", "c0", "confidence", "raw_verdict",
+    for key in ("ok", "outcome", "path", "stratum", "stratum_name", "reason", "c0", "confidence", "raw_verdict",
                 "terminal", "fit", "out", "notices", "notice_codes", "bypassed", "caveat"):
         assert key in data
     assert len(data["notice_codes"]) == len(data["notices"]) and data["bypassed"] == []
@@ -376,7 +377,7 @@ def test_derived_refusal_is_a_notice_not_a_verdict(fake_hub, catalog, tmp_path):
     out = tmp_path / "derived.yml"
     r = evaluate(PullRequest("Qwen/Qwen2.5-7B", "vllm/dual", gpus="2x3090", yes=True, out=out),
                  offline_rig(fake_hub.settings(hf_home=tmp_path / "hf")), catalog=catalog)
-    assert r.ok and r.exit_code == 0 and not out.exists() and not r.emitted
+    assert r.ok and exit_code(r.outcome) == 0 and not out.exists() and not r.emitted
     refused = [n for n in r.notices if n.code == "emit-refused"]
     assert [n.data["failure"] for n in refused] == ["derived-runtime-unsupported:drafter"]
     assert "emit-only" not in r.notice_codes

@@ -19,6 +19,7 @@ import pytest
 from club3090 import cli
 from club3090.catalog import load_catalog
 from club3090.cli import exit_codes
+from club3090.cli.exit_codes import exit_code
 from club3090.edges import boot, download
 from club3090.model.spec import RepoFile
 from club3090.pipeline.emit_derived import EStages
@@ -132,7 +133,7 @@ def _dest(tmp_path: Path) -> Path:
 
 def test_download_verifies_hashes_into_the_pulls_folder(catalog, hub, tmp_path):
     r = _pull(catalog, hub, tmp_path, _stages(no_boot=True))
-    assert (r.ok, r.exit_code, r.terminal) == (True, 0, "confirm→proceed")
+    assert (r.ok, exit_code(r.outcome), r.terminal) == (True, 0, "confirm→proceed")
     dest = _dest(tmp_path)
     dl = r.e.download
     assert dl.ok and dl.sha_verified and dl.dest == dest
@@ -176,7 +177,7 @@ def test_a_corrupted_file_is_a_sha_mismatch_and_never_lands(catalog, hub, tmp_pa
     shard = hub.repos[REPO].files["model-00002-of-00002.safetensors"]
     shard._sha256 = "0" * 64                     # the Hub's LFS sha256 no longer matches the bytes
     r = _pull(catalog, hub, tmp_path, _stages(no_boot=True))
-    assert r.ok and r.exit_code == 2 and r.terminal == "confirm→proceed"   # [E] never changes the gate
+    assert r.ok and exit_code(r.outcome) == 2 and r.terminal == "confirm→proceed"   # [E] never changes the gate
     assert (r.e.stage, r.e.failure, r.e.download.failed_file) == ("download", "sha-mismatch", shard.name)
     dest = _dest(tmp_path)
     assert not (dest / shard.name).exists() and not (dest / ".incomplete").exists()
@@ -188,7 +189,7 @@ def test_a_corrupted_file_is_a_sha_mismatch_and_never_lands(catalog, hub, tmp_pa
 def test_missing_lfs_hash_is_no_etag_before_any_download(catalog, hub, tmp_path):
     hub.repos[REPO].files["model-00001-of-00002.safetensors"].lfs = False
     r = _pull(catalog, hub, tmp_path, _stages(no_boot=True))
-    assert (r.exit_code, r.e.stage, r.e.failure) == (2, "download", "no-etag")
+    assert (exit_code(r.outcome), r.e.stage, r.e.failure) == (2, "download", "no-etag")
     whole = [q for q in hub.requests("GET") if "range" not in q.headers
              and (q.path.startswith("/cdn/") or q.path.endswith(".safetensors"))]
     assert not whole and not _dest(tmp_path).exists()        # only the gate's header reads happened
@@ -201,7 +202,7 @@ def test_a_held_lock_is_in_progress_and_released_with_its_holder(catalog, hub, t
         try:
             assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
             r = _pull(catalog, hub, tmp_path, _stages(no_boot=True))
-            assert (r.exit_code, r.e.stage, r.e.failure) == (2, "download", "in-progress")
+            assert (exit_code(r.outcome), r.e.stage, r.e.failure) == (2, "download", "in-progress")
         finally:
             holder.kill()          # a holder that dies releases the lock with its process
     r = _pull(catalog, hub, tmp_path, _stages(no_boot=True))
@@ -275,7 +276,7 @@ def test_gated_download_is_gated_401(catalog, hub, tmp_path):
 def test_boot_and_smoke_green(catalog, hub, tmp_path, openai):
     docker = FakeDocker()
     r = _pull(catalog, hub, tmp_path, _stages(runner=docker, http=_http_to(openai)))
-    assert (r.ok, r.exit_code, r.e.ok, r.e.boot_ok, r.e.download_ok) == (True, 0, True, True, True)
+    assert (r.ok, exit_code(r.outcome), r.e.ok, r.e.boot_ok, r.e.download_ok) == (True, 0, True, True, True)
     assert docker.verbs() == ["up", "logs", "down"]              # logs for the receipt; teardown always, last
     up = docker.calls[0]
     assert up[:4] == ["docker", "compose", "--project-directory", str(r.e.compose_path.parent)]
@@ -316,7 +317,7 @@ def test_boot_timeout_keeps_logs_redacted_and_tears_down(catalog, hub, tmp_path,
     docker = FakeDocker(logs=log)
     clock = Clock()
     r = _pull(catalog, hub, tmp_path, _stages(runner=docker, http=_http_to(openai), clock=clock))
-    assert (r.ok, r.exit_code, r.e.stage, r.e.failure) == (True, 2, "boot", "boot-timeout")
+    assert (r.ok, exit_code(r.outcome), r.e.stage, r.e.failure) == (True, 2, "boot", "boot-timeout")
     assert clock.t == 600                                 # polled every 3 s up to the 600 s deadline
     gets = [p for m, p, _b in openai.log if m == "GET"]
     assert gets and set(gets) == {"/v1/models"} and len(gets) == 201
@@ -336,14 +337,14 @@ def test_boot_timeout_keeps_logs_redacted_and_tears_down(catalog, hub, tmp_path,
 def test_compose_up_failure(catalog, hub, tmp_path, openai):
     docker = FakeDocker(up_rc=1)
     r = _pull(catalog, hub, tmp_path, _stages(runner=docker, http=_http_to(openai)))
-    assert (r.exit_code, r.e.stage, r.e.failure) == (2, "boot", "compose-up-failed")
+    assert (exit_code(r.outcome), r.e.stage, r.e.failure) == (2, "boot", "compose-up-failed")
     assert docker.verbs() == ["up", "logs", "down"] and not openai.log
 
 
 def test_smoke_red_when_streaming_is_broken(catalog, hub, tmp_path, openai, capsys):
     openai.mode["broken_stream"] = True
     r = _pull(catalog, hub, tmp_path, _stages(runner=FakeDocker(), http=_http_to(openai)))
-    assert (r.ok, r.exit_code, r.e.stage, r.e.failure) == (True, 2, "smoke", "floor-red")
+    assert (r.ok, exit_code(r.outcome), r.e.stage, r.e.failure) == (True, 2, "smoke", "floor-red")
     assert r.e.smoke.results == {**r.e.smoke.results, "plain-chat": "green", "streaming": "red"}
     assert "[DONE]" in r.e.detail
     from club3090.cli.commands.pull import render
@@ -353,21 +354,21 @@ def test_smoke_red_when_streaming_is_broken(catalog, hub, tmp_path, openai, caps
 def test_no_docker_on_path_skips_boot_cleanly(catalog, hub, tmp_path):
     stages = EStages(which=lambda _n: None)
     r = _pull(catalog, hub, tmp_path, stages)
-    assert (r.exit_code, r.e.ok, r.e.boot_skipped, r.e.boot) == (0, True, "docker-not-on-path", None)
+    assert (exit_code(r.outcome), r.e.ok, r.e.boot_skipped, r.e.boot) == (0, True, "docker-not-on-path", None)
     skipped = next(n for n in r.notices if n.code == "boot-skipped")
     assert skipped.data["why"] == "docker-not-on-path" and skipped.data["compose"] == str(r.e.compose_path)
 
 
 def test_no_gpu_topology_skips_e(catalog, hub, tmp_path):
     r = _pull(catalog, hub, tmp_path, _stages(no_boot=True), gpus=None, hardware_sm=Decimal("8.6"))
-    assert r.ok and r.exit_code == 0 and r.e is not None and not r.e.ran
+    assert r.ok and exit_code(r.outcome) == 0 and r.e is not None and not r.e.ran
     assert "gpu-topology-undetermined" in r.notice_codes
     assert not _dest(tmp_path).exists()
 
 
 def test_emit_refusal_is_recorded(catalog, hub, tmp_path):
     r = _pull(catalog, hub, tmp_path, _stages(no_boot=True), profile="vllm/dual", gpus="2x3090")
-    assert (r.ok, r.exit_code, r.e.stage, r.e.failure) == (True, 2, "emit", "derived-runtime-unsupported:drafter")
+    assert (r.ok, exit_code(r.outcome), r.e.stage, r.e.failure) == (True, 2, "emit", "derived-runtime-unsupported:drafter")
     assert r.e.download is None and not _dest(tmp_path).exists()
     assert _bundle(r)["manifest.json"]["capture_points"] == ["gate"]
 
@@ -458,7 +459,7 @@ def _evaluate(catalog, hub: FakeHub, tmp_path: Path, source: str, stages: EStage
 def test_e_emits_trust_remote_code_only_when_the_gate_permitted_it(catalog, hub, tmp_path, source, flag, emitted):
     _remote_code_repo(hub)
     r = _evaluate(catalog, hub, tmp_path, source, _stages(no_boot=True), trust_remote_code=flag)
-    assert r.exit_code == 0 and r.e.ok, (r.reason, r.e)
+    assert exit_code(r.outcome) == 0 and r.e.ok, (r.reason, r.e)
     text = r.e.compose_path.read_text(encoding="utf-8")
     assert ("--trust-remote-code" in text) is emitted
     if emitted:  # the modelling code it will run was downloaded and checked
@@ -468,7 +469,7 @@ def test_e_emits_trust_remote_code_only_when_the_gate_permitted_it(catalog, hub,
 def test_e_without_the_flag_stops_before_any_compose(catalog, hub, tmp_path):
     _remote_code_repo(hub)
     r = _evaluate(catalog, hub, tmp_path, REMOTE, _stages(no_boot=True))
-    assert (r.exit_code, int(r.stratum), r.reason) == (2, 3, "needs-trust-remote-code-ack")
+    assert (exit_code(r.outcome), int(r.stratum), r.reason) == (2, 3, "needs-trust-remote-code-ack")
     assert r.e is None and not (tmp_path / "hf" / "club3090" / "pulls").exists()
 
 
@@ -508,7 +509,7 @@ def test_out_is_checked_before_the_gate_runs(hub, tmp_path, monkeypatch):
 def test_a_non_weight_file_is_checked_against_its_git_blob_id(catalog, hub, tmp_path, monkeypatch):
     monkeypatch.setattr(download, "git_blob_id", lambda _path: "0" * 40)
     r = _pull(catalog, hub, tmp_path, _stages(no_boot=True))
-    assert (r.exit_code, r.e.stage, r.e.failure) == (2, "download", download.SHA_MISMATCH)
+    assert (exit_code(r.outcome), r.e.stage, r.e.failure) == (2, "download", download.SHA_MISMATCH)
     assert not r.e.download.failed_file or not r.e.download.failed_file.endswith(".safetensors")
 
 

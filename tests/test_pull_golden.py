@@ -25,6 +25,7 @@ from club3090 import cli
 from club3090.catalog import load_catalog
 from club3090.catalog.model import Catalog
 from club3090.cli.commands.pull import request_of
+from club3090.cli.exit_codes import with_exit_code
 from club3090.pipeline.pull import evaluate
 from club3090.settings import Settings
 from tests.fakehub import FIXTURES, FakeHub, safetensors_file
@@ -178,7 +179,9 @@ def test_golden_api(case: dict[str, Any], index: int, tmp_path: Path, hub_for) -
     args = cli.build_parser().parse_args(["pull", *argv])
     settings = hub.settings() if hub is not None else Settings.from_env()
     result = evaluate(request_of(args), _provider(run, settings), captures_root=tmp_path / ".pull-captures")
-    _check(json.loads(json.dumps(result.to_json(), default=str)), run["expect"], out, tmp_path)
+    # results carry an outcome; the exit status is the CLI's mapping of it (club3090.cli.exit_codes)
+    doc = with_exit_code(result.to_json(), result.outcome)
+    _check(json.loads(json.dumps(doc, default=str)), run["expect"], out, tmp_path)
 
 
 @pytest.mark.parametrize("case,index", RUNS)

@@ -16,7 +16,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "src" / "club3090"
 # modules that read the environment for something other than a setting
 ENV_READERS = {
     "settings.py": "the settings",
-    "edges/launchers.py": "forwards the environment (secrets removed) to the server it starts",
+    "edges/launchers/process.py": "forwards the environment (secrets removed) to the server it starts",
     "cli/commands/_server.py": "the OpenAI client's URL, key and model (a later change moves them here)",
 }
 

@@ -9,6 +9,7 @@ import pytest
 
 from club3090 import cli
 from club3090.cli.commands import soak as soak_cmd
+from club3090.cli.exit_codes import exit_code
 from club3090.edges.openai_client import OpenAIClient
 from club3090.validate.soak import SoakOptions, soak, write_files
 from tests.fakeopenai import TickClock, closed_port_url
@@ -22,7 +23,7 @@ def _client(fake, step: float = 0.01) -> OpenAIClient:
 
 def test_quick_pass_without_gpu(fake_openai):
     report = soak(_client(fake_openai), SoakOptions(mode="quick"))
-    assert report.verdict() == ("pass", []) and report.exit_code == 0
+    assert report.verdict() == ("pass", []) and exit_code(report.outcome) == 0
     assert len(report.turns) == 40 and report.retention == pytest.approx(1.0) and not report.gpu_sampled
     data = report.to_json()
     assert data["gpu"]["note"].startswith("not sampled") and data["turns_done"] == data["turns_planned"] == 40
@@ -37,7 +38,7 @@ def test_slowdown_fails_retention(fake_openai):
     fake_openai.mode["slowdown"] = 1
     report = soak(_client(fake_openai), SoakOptions(mode="quick"))
     verdict, why = report.verdict()
-    assert verdict == "fail" and report.exit_code == 1 and report.retention < 0.93
+    assert verdict == "fail" and exit_code(report.outcome) == 1 and report.retention < 0.93
     assert any("retention" in w for w in why)
 
 
@@ -48,7 +49,7 @@ def test_retention_compares_probes_of_the_same_context(fake_openai):
     starts = [t.prompt_tokens for t in report.probes]
     assert len(set(starts)) == 1 and starts[0] < 50
     assert report.turns[-1].prompt_tokens > 100 * starts[0]
-    assert report.retention == pytest.approx(1.0) and report.exit_code == 0
+    assert report.retention == pytest.approx(1.0) and exit_code(report.outcome) == 0
 
 
 def _report(first, last, **opts):
@@ -69,8 +70,8 @@ def test_noise_aware_floor_does_not_flap():
     # noisy probes widen the floor by 2 x their relative MAD ...
     wide = _report([100, 90, 110, 95, 105], [90, 85, 95, 88, 92])
     assert wide.retention_stats()["noise"] == pytest.approx(0.05)
-    assert wide.retention_stats()["floor"] == pytest.approx(0.88) and wide.exit_code == 0
-    assert _report([100] * 5, [90, 85, 95, 88, 92]).exit_code == 1         # the same drop, quiet probes
+    assert wide.retention_stats()["floor"] == pytest.approx(0.88) and exit_code(wide.outcome) == 0
+    assert exit_code(_report([100] * 5, [90, 85, 95, 88, 92]).outcome) == 1         # the same drop, quiet probes
     # ... and past MAX_NOISE a low retention is inconclusive, not a coin toss
     wild = _report([100, 50, 150, 100, 60], [40, 20, 70, 40, 25])
     assert wild.verdict()[0] == "inconclusive" and "noisy" in wild.verdict()[1][0]
@@ -79,13 +80,13 @@ def test_noise_aware_floor_does_not_flap():
 def test_empty_turns_fail(fake_openai):
     fake_openai.mode["empty"] = True
     report = soak(_client(fake_openai), SoakOptions(mode="quick", sessions=2, turns=5))
-    assert report.exit_code == 1 and report.empties == 20 and "20 silent-empty turn(s)" in report.verdict()[1]
+    assert exit_code(report.outcome) == 1 and report.empties == 20 and "20 silent-empty turn(s)" in report.verdict()[1]
 
 
 def test_500s_fail(fake_openai):
     fake_openai.mode["status"] = 500
     report = soak(_client(fake_openai), SoakOptions(mode="quick", sessions=2, turns=5))
-    assert report.exit_code == 1 and report.errors == 20 and "HTTP 500" in report.turns[0].error
+    assert exit_code(report.outcome) == 1 and report.errors == 20 and "HTTP 500" in report.turns[0].error
 
 
 def test_vram_growth(fake_openai):
@@ -93,16 +94,16 @@ def test_vram_growth(fake_openai):
     report = soak(_client(fake_openai), SoakOptions(mode="quick", sessions=2, turns=5),
                   gpu_sampler=lambda: (next(used), 1000 * MIB))
     assert report.gpu_sampled and len(report.gpu) == 11 and report.growth_mib == 300
-    assert report.exit_code == 1 and any("VRAM growth" in w for w in report.verdict()[1])
+    assert exit_code(report.outcome) == 1 and any("VRAM growth" in w for w in report.verdict()[1])
     flat = soak(_client(fake_openai), SoakOptions(mode="quick", sessions=2, turns=5),
                 gpu_sampler=lambda: (5000 * MIB,))
-    assert flat.exit_code == 0 and flat.growth_mib == 0
+    assert exit_code(flat.outcome) == 0 and flat.growth_mib == 0
 
 
 def test_deadline_bounds_the_run(fake_openai):
     clock = TickClock(0.05)
     report = soak(OpenAIClient(fake_openai.url, clock=clock), SoakOptions(mode="fresh", deadline_s=60))
-    assert report.deadline_hit and 0 < len(report.turns) < 100 and report.exit_code == 2
+    assert report.deadline_hit and 0 < len(report.turns) < 100 and exit_code(report.outcome) == 2
     assert report.verdict()[0] == "inconclusive"
     # a request the deadline cut is not a measurement (and not a server error)
     assert 0 <= len(fake_openai.posts()) - len(report.turns) - len(report.probes) <= 1
@@ -112,12 +113,12 @@ def test_too_few_probes_is_inconclusive(fake_openai):
     fake_openai.mode["no_usage"] = True
     fake_openai.mode["empty"] = False
     report = soak(_client(fake_openai), SoakOptions(mode="quick", sessions=1, turns=4, probes=2))
-    assert report.exit_code == 2 and "retention needs >= 3 probes" in report.verdict()[1][0]
+    assert exit_code(report.outcome) == 2 and "retention needs >= 3 probes" in report.verdict()[1][0]
 
 
 def test_continuous_ramps_context(fake_openai):
     report = soak(_client(fake_openai), SoakOptions(mode="continuous", target_tokens=8000))
-    assert report.exit_code == 0 and len(report.turns) == 25
+    assert exit_code(report.outcome) == 0 and len(report.turns) == 25
     prompts = [t.prompt_tokens for t in report.turns]
     assert prompts == sorted(prompts) and 7600 <= prompts[-1] <= 8400
     posts = fake_openai.posts()
@@ -133,7 +134,7 @@ def test_pause_uses_the_sleep_seam(fake_openai):
 
 def test_unreachable():
     report = soak(OpenAIClient(closed_port_url(), timeout=2), SoakOptions(mode="quick"))
-    assert report.unreachable and report.exit_code == 2 and not report.turns
+    assert report.unreachable and exit_code(report.outcome) == 2 and not report.turns
 
 
 def test_files(fake_openai, tmp_path):

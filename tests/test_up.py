@@ -386,14 +386,14 @@ def test_native_preflight(tmp_path, monkeypatch):
 
     monkeypatch.setenv("PATH", str(tmp_path))                   # no vllm on PATH
     with pytest.raises(LauncherUnavailable, match="vllm is not on PATH"):
-        launchers.preflight_native(None, "vllm-stable@v0.22.0")
+        launchers.find_vllm(None, "vllm-stable@v0.22.0")
     with pytest.raises(LauncherUnavailable, match="not an executable file"):
-        launchers.preflight_native(str(tmp_path / "nope"), "vllm-stable@v0.22.0")
+        launchers.find_vllm(str(tmp_path / "nope"), "vllm-stable@v0.22.0")
     exe = marker_standin(tmp_path)
-    same = launchers.preflight_native(str(exe), "vllm-stable@v0.22.0")
-    assert (same.version, same.pin_note) == ("0.22.0", None)
-    other = launchers.preflight_native(str(exe), "vllm-stable@v0.23.1")
-    assert other.pin_note == "vllm 0.22.0 is installed; the profile was validated on 0.23.1"
+    same = launchers.find_vllm(str(exe), "vllm-stable@v0.22.0")
+    assert (same.version, same.note) == ("0.22.0", None)
+    other = launchers.find_vllm(str(exe), "vllm-stable@v0.23.1")
+    assert other.note == "vllm 0.22.0 is installed; the profile was validated on 0.23.1"
     assert not (tmp_path / "started").exists()                   # --version only
 
 
@@ -415,18 +415,19 @@ def test_without_profile_like_the_gate_chooses_the_shape(env, capsys):
 
 
 def test_the_json_output_carries_the_receipt_or_why_not(tmp_path):
+    from club3090.outcome import Outcome
     from club3090.pipeline.boot_receipt import write_boot_receipt
     from club3090.pipeline.up import UpResult
 
     plain = write_boot_receipt(tmp_path, "llama.cpp says hello\n", argv=["vllm", "serve", "x"], repo_id="a/b",
                                hardware=None, snapshot=None)
-    doc = UpResult(0, receipt=plain).to_json()["receipt"]
+    doc = UpResult(Outcome.OK, receipt=plain).to_json()["receipt"]
     assert doc["path"] is None and "no vLLM start-up lines" in doc["note"]
     assert not (tmp_path / "receipt.json").exists()
     measured = write_boot_receipt(tmp_path, STARTUP_LOG.read_text(encoding="utf-8"),
                                   argv=["vllm", "serve", "x", "--max-model-len", "40000", "--kv-cache-dtype", "fp8"],
                                   repo_id="a/b", hardware=None, snapshot=None)
-    doc = UpResult(0, receipt=measured).to_json()["receipt"]
+    doc = UpResult(Outcome.OK, receipt=measured).to_json()["receipt"]
     assert doc["path"] == str(tmp_path / "receipt.json") and doc["note"] is None
     receipt = json.loads((tmp_path / "receipt.json").read_text(encoding="utf-8"))
     assert receipt["shape"]["kv_cache_dtype"] == "fp8" and receipt["shape"]["model"] == "a/b"

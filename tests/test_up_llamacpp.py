@@ -245,11 +245,11 @@ def test_docker_preflight_refuses_before_writing(env, capsys):
 
 
 def test_native_without_any_llama_server_exits_69(env, monkeypatch, capsys):
-    real = launchers.preflight_llama_server
+    real = launchers.find_llama_server
 
     def no_server(binary: str | None, **_kw: Any) -> Any:
         return real(binary, which=lambda _n: None, has_module=lambda _m: False)
-    monkeypatch.setattr(launchers, "preflight_llama_server", no_server)
+    monkeypatch.setattr(launchers.native, "find_llama_server", no_server)
     run = env["tmp"] / "run"
     assert run_cli(env, "up", REPO, "--gpus", "1x3090", "--dir", str(run), "--launcher", "native") == 69
     assert "--llama-server-bin PATH" in capsys.readouterr().err and not run.exists()

@@ -8,6 +8,7 @@ import re
 import pytest
 
 from club3090 import cli
+from club3090.cli.exit_codes import exit_code
 from club3090.edges.openai_client import OpenAIClient, api_base
 from club3090.validate.verify import repeated_window, verify
 from tests.fakeopenai import closed_port_url
@@ -21,7 +22,7 @@ def _statuses(report) -> dict[str, str]:
 
 def test_all_green(fake_openai):
     report = verify(OpenAIClient(fake_openai.url))
-    assert report.exit_code == 0 and report.model == "fake-model"
+    assert exit_code(report.outcome) == 0 and report.model == "fake-model"
     assert _statuses(report) == {"models": "pass", "completion": "pass", "streaming": "pass", "tool-call": "pass"}
     posts = fake_openai.posts()
     assert [p.get("stream", False) for p in posts] == [False, True, False]
@@ -32,7 +33,7 @@ def test_all_green(fake_openai):
 def test_full_green_and_skip_tools(fake_openai):
     report = verify(OpenAIClient(fake_openai.url), full=True, skip_tools=True)
     s = _statuses(report)
-    assert report.exit_code == 0 and s["thinking"] == "pass" and s["long-output"] == "pass"
+    assert exit_code(report.outcome) == 0 and s["thinking"] == "pass" and s["long-output"] == "pass"
     assert s["tool-call"] == s["streaming-tool-call"] == "skip"
     assert not any(p.get("tools") for p in fake_openai.posts())
 
@@ -50,14 +51,14 @@ def test_full_streaming_tool_call_merges_deltas(fake_openai):
 def test_red_checks(fake_openai, switch, red):
     fake_openai.mode[switch] = True
     report = verify(OpenAIClient(fake_openai.url))
-    assert report.exit_code == 1 and _statuses(report)[red] == "fail"
+    assert exit_code(report.outcome) == 1 and _statuses(report)[red] == "fail"
 
 
 @pytest.mark.parametrize("switch, red", [("degenerate", "long-output"), ("tool_call_text", "long-output")])
 def test_full_red_checks(fake_openai, switch, red):
     fake_openai.mode[switch] = True
     report = verify(OpenAIClient(fake_openai.url), full=True)
-    assert report.exit_code == 1 and _statuses(report)[red] == "fail"
+    assert exit_code(report.outcome) == 1 and _statuses(report)[red] == "fail"
 
 
 def test_thinking_skipped_when_server_never_reasons(fake_openai):
@@ -68,19 +69,19 @@ def test_thinking_skipped_when_server_never_reasons(fake_openai):
 def test_http_500_is_red_not_a_crash(fake_openai):
     fake_openai.mode["status"] = 500
     report = verify(OpenAIClient(fake_openai.url))
-    assert report.exit_code == 1 and _statuses(report)["models"] == "pass"
+    assert exit_code(report.outcome) == 1 and _statuses(report)["models"] == "pass"
     assert all(c.status == "fail" for c in report.checks[1:])
     assert "HTTP 500" in report.checks[1].detail
 
 
 def test_unknown_model_is_red(fake_openai):
     report = verify(OpenAIClient(fake_openai.url), model="other")
-    assert report.exit_code == 1 and _statuses(report)["models"] == "fail"
+    assert exit_code(report.outcome) == 1 and _statuses(report)["models"] == "fail"
 
 
 def test_unreachable_exit_2():
     report = verify(OpenAIClient(closed_port_url(), timeout=2))
-    assert report.unreachable and report.exit_code == 2 and len(report.checks) == 1
+    assert report.unreachable and exit_code(report.outcome) == 2 and len(report.checks) == 1
 
 
 def test_repeated_window():
@@ -150,7 +151,7 @@ def test_never_stopping_answer_fails_completion(fake_openai):
     fake_openai.mode["never_stop"] = True          # "Paris Paris Paris ..." until max_tokens, finish_reason length
     report = verify(OpenAIClient(fake_openai.url))
     check = next(c for c in report.checks if c.name == "completion")
-    assert check.status == "fail" and "finish_reason length" in check.detail and report.exit_code == 1
+    assert check.status == "fail" and "finish_reason length" in check.detail and exit_code(report.outcome) == 1
 
 
 def test_early_stop_fails_long_output(fake_openai):

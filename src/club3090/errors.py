@@ -1,27 +1,28 @@
 """Every exception club3090 raises: the tool failing, never a verdict. Verdicts are values
-(``outcome.Stop``, ``fit.memory.Unpriceable``, ``fit.estimate.NoFit``, ``emit_derived.EReport``),
-and the CLI maps each exception below to its exit code (``club3090.cli.ERRORS``).
+(``outcome.Stop``, ``fit.memory.Unpriceable``, ``fit.estimate.NoFit``, ``emit_derived.EReport``).
+No exception carries a number: the CLI alone maps each class below to its exit code
+(``club3090.cli.ERRORS``, the table in ``club3090.cli.exit_codes``).
 
 Club3090Error
- ├─ UsageError(ValueError)           bad user input the parser could not catch (exit 64)
+ ├─ UsageError(ValueError)           bad user input the parser could not catch
  ├─ HubError(OSError)                repo_id
  │   ├─ RepoNotFound
  │   │   └─ GatedRepo
  │   ├─ RevisionNotFound
  │   ├─ EntryNotFound                file: the missing file, when known
  │   ├─ FileMetadataMissing          a file's answer lacked its ETag / commit headers
- │   ├─ UnverifiableWeights          the Hub lists no LFS sha256 for a weight file (exit 65)
- │   └─ HubUnreachable               network outage: not a verdict (exit 69)
- │       ├─ HubOffline               HF_HUB_OFFLINE is set and what is needed is not cached (exit 69)
- │       └─ HubFault                 the Hub answered a value we refuse to name anything with (exit 69)
- ├─ UpstreamUnreachable              the club-3090 file server (CLUB3090_UPSTREAM_URL) is down (exit 69)
- ├─ InputError(ValueError)           a file we were given is malformed or over a size cap (exit 65)
- │   ├─ IntegrityError               a downloaded payload or weight file failed its size/sha256 (exit 65)
- │   └─ UnsafePath                   a name from outside would land outside its root folder (exit 65)
- ├─ LauncherUnavailable              docker / the compose plugin / the NVIDIA runtime / vllm missing (exit 69)
- ├─ InterpolationError(ValueError)   a ``${...}`` expression Compose itself would reject (exit 70)
- ├─ RedactionError                   redaction could not run, so nothing was written or sent (exit 70)
- └─ CatalogError(ValueError)         problems: tuple[Problem, ...] (exit 78)
+ │   ├─ UnverifiableWeights          the Hub lists no LFS sha256 for a weight file
+ │   └─ HubUnreachable               network outage: not a verdict
+ │       ├─ HubOffline               HF_HUB_OFFLINE is set and what is needed is not cached
+ │       └─ HubFault                 the Hub answered a value we refuse to name anything with
+ ├─ UpstreamUnreachable              the club-3090 file server (CLUB3090_UPSTREAM_URL) is down
+ ├─ InputError(ValueError)           a file we were given is malformed or over a size cap
+ │   ├─ IntegrityError               a downloaded payload or weight file failed its size/sha256
+ │   └─ UnsafePath                   a name from outside would land outside its root folder
+ ├─ LauncherUnavailable              docker / the compose plugin / the NVIDIA runtime / vllm missing
+ ├─ InterpolationError(ValueError)   a ``${...}`` expression Compose itself would reject
+ ├─ RedactionError                   redaction could not run, so nothing was written or sent
+ └─ CatalogError(ValueError)         problems: tuple[Problem, ...]
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ class Club3090Error(Exception):
 
 
 class UsageError(Club3090Error, ValueError):
-    """The command line asked for something impossible (exit 64)."""
+    """The command line asked for something impossible."""
 
 
 class HubError(Club3090Error, OSError):

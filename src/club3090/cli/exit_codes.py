@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from types import MappingProxyType
+from typing import Any
 
 from club3090.outcome import Outcome
 
@@ -54,5 +55,10 @@ def exit_code(outcome: Outcome) -> int:
     return VERDICT_CODES[Outcome(outcome)]
 
 
+def with_exit_code(doc: Mapping[str, Any], outcome: Outcome) -> dict[str, Any]:
+    """A result's JSON with the process status it gives (results carry outcomes, never numbers)."""
+    return {"exit_code": exit_code(outcome), **doc}
+
+
 __all__ = ["CONFIG", "DATAERR", "INTERRUPTED", "PIPE", "SOFTWARE", "TOOL_FAILURE_CODES", "UNAVAILABLE", "USAGE",
-           "VERDICT_CODES", "exit_code"]
+           "VERDICT_CODES", "exit_code", "with_exit_code"]

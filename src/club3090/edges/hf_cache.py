@@ -56,6 +56,22 @@ def cached_snapshot(hub_cache: Path, repo_id: str, commit: str | None) -> Path |
     return max(found, key=lambda p: p.stat().st_mtime, default=None)
 
 
+def cached_listing(hub_cache: Path, repo_id: str, commit: str | None) -> tuple[str, tuple["RepoFile", ...]] | None:
+    """Offline: (commit, files) of the cached snapshot (a safetensors blob named by its sha256 keeps
+    it), or None when the cache holds no snapshot of ``repo_id``."""
+    from club3090.model.spec import RepoFile
+
+    snap = cached_snapshot(hub_cache, repo_id, commit)
+    if snap is None:
+        return None
+    files = []
+    for p in sorted(snap.iterdir()):
+        blob = p.resolve().name
+        sha = blob if len(blob) == 64 and p.name.endswith(".safetensors") else None
+        files.append(RepoFile(p.name, p.stat().st_size, sha))
+    return snap.name, tuple(files)
+
+
 def cached_bytes(hub_cache: Path, repo_id: str, commit: str | None, files: Sequence["RepoFile"]) -> int:
     """Bytes of ``files`` already complete in the cache at ``commit`` (the disk check subtracts them)."""
     if not commit:

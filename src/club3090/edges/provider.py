@@ -14,9 +14,13 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from club3090.catalog.model import Catalog, Patch, Profile
+    from club3090.edges.boot import Runner
+    from club3090.edges.download import DownloadReport
     from club3090.edges.gpu_probe import DetectedGpus
+    from club3090.edges.http_transport import Http
     from club3090.edges.hub import HubSource
-    from club3090.model.spec import ModelSpec
+    from club3090.edges.launchers import Launcher
+    from club3090.model.spec import ModelSpec, RepoFile
     from club3090.outcome import Stop
     from club3090.pipeline.emit_derived import EStages
     from club3090.settings import Settings
@@ -36,6 +40,10 @@ class LiveProvider:
     load: "Callable[[], Catalog] | None" = None                  # default: the packaged catalog
     derived: "Callable[..., EStages | None] | None" = None       # default: the real [E] seams
     promoted: "Callable[[], Sequence[Mapping[str, Any]]] | None" = None  # default: the local overlay
+    run: "Runner | None" = None                                  # default: launcher tools run for real
+    which: Callable[[str], str | None] | None = None             # default: shutil.which
+    payload: Callable[[str], Mapping[str, bytes]] | None = None  # default: the catalog's pinned payloads
+    http_client: "Http | None" = None                            # default: urllib
 
     def catalog(self) -> "Catalog":
         if self.load is not None:
@@ -97,6 +105,52 @@ class LiveProvider:
         from club3090.pipeline.emit_derived import EStages
 
         return EStages(progress=progress, no_boot=no_boot)
+
+    def cached_files(self, repo_id: str, commit: str | None) -> "tuple[str, tuple[RepoFile, ...]] | None":
+        from club3090.edges.hf_cache import cached_listing
+
+        return cached_listing(Path(self.settings.hub_cache), repo_id, commit)
+
+    def cached_bytes(self, repo_id: str, commit: str | None, files: "Sequence[RepoFile]") -> int:
+        from club3090.edges.hf_cache import cached_bytes
+
+        return cached_bytes(Path(self.settings.hub_cache), repo_id, commit, files)
+
+    def fetch_weights(self, repo_id: str, commit: str, files: "Sequence[RepoFile]", *,
+                      progress: Callable[[str], None] | None, bar: bool) -> "DownloadReport":
+        from club3090.edges.hf_cache import fetch_into_cache
+
+        return fetch_into_cache(self.settings, repo_id, commit, files, progress=progress, bar=bar)
+
+    def payloads(self, upstream: str) -> Mapping[str, bytes]:
+        if self.payload is not None:
+            return self.payload(upstream)
+        from club3090.edges.payloads import catalog_payloads
+
+        return catalog_payloads(self.settings, self.catalog())(upstream)
+
+    def launcher(self, name: str) -> "Launcher":
+        from club3090.edges import launchers
+
+        return launchers.get(name, run=self.run, which=self.which)
+
+    def http(self) -> "Http":
+        from club3090.edges.openai_client import urllib_http
+
+        return self.http_client or urllib_http
+
+    def write_file(self, path: Path, data: str | bytes, *, mode: int | None = None) -> None:
+        import os
+
+        from club3090.edges.files import atomic_write_bytes
+
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_bytes(path, data.encode("utf-8") if isinstance(data, str) else data)
+        if mode is not None:
+            os.chmod(path, mode)
+
+    def make_dir(self, path: Path) -> None:
+        path.mkdir(parents=True, exist_ok=True)
 
 
 __all__ = ["LiveProvider"]

@@ -23,7 +23,7 @@ import shlex
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import Any, Protocol
 
 from club3090.argv import drop_flags, flag_value, set_flag
 from club3090.compose.generate import PULLS_MOUNT_ROOT
@@ -270,17 +270,25 @@ def _serve_sh(argv: list[str], env: list[tuple[str, str]], container_only: list[
     return "\n".join(lines) + "\n"
 
 
-def write(bundle: Bundle, write_text: Callable[[Path, str], None], write_bytes: Callable[[Path, bytes], None],
-          chmod: Callable[[Path, int], None]) -> None:
-    """Put the bundle into its folder (the edges' atomic writers)."""
+class Writer(Protocol):
+    """Where a bundle is written: the Provider's atomic file writes."""
+
+    def write_file(self, path: Path, data: str | bytes, *, mode: int | None = None) -> None: ...
+
+    def make_dir(self, path: Path) -> None: ...
+
+
+def write(bundle: Bundle, writer: Writer, executable: Callable[[str], bool] = lambda _name: False) -> None:
+    """Put the bundle into its folder: its logs/ and cache folders, the payloads (``executable`` ones,
+    by their name under files/, and shell scripts get mode 755), the files, serve.sh runnable."""
     d = bundle.directory
-    for folder in bundle.folders:
-        (d / folder).mkdir(parents=True, exist_ok=True)
+    for folder in (LOGS, *bundle.folders):
+        writer.make_dir(d / folder)
     for name, data in bundle.payloads.items():
-        write_bytes(d / name, data)
+        runnable = name.endswith(".sh") or executable(name[len(FILES) + 1:])
+        writer.write_file(d / name, data, mode=0o755 if runnable else None)
     for name, text in bundle.files.items():
-        write_text(d / name, text)
-    chmod(d / "serve.sh", 0o755)
+        writer.write_file(d / name, text, mode=0o755 if name == "serve.sh" else None)
 
 
 def mount_sources(compose_text: str, env: Mapping[str, str]) -> list[str]:

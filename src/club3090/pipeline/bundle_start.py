@@ -7,20 +7,27 @@ writes a capture bundle. ``up``, ``swap`` and the llama.cpp path share it; ``dow
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
-from datetime import datetime, timezone
+from collections.abc import Callable, Mapping
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from club3090.edges import launchers
-from club3090.edges.openai_client import urllib_http
 from club3090.errors import InputError, UsageError
+from club3090.outcome import Outcome
 from club3090.pipeline import bundle as bundle_mod
 
 if TYPE_CHECKING:
-    from club3090.pipeline.up import UpRequest, UpResult, UpSeams
+    from club3090.pipeline.provider import Provider
+    from club3090.pipeline.up import UpRequest, UpResult
 
-__all__ = ["not_started", "read_state", "result_dir", "start_bundle", "state_path", "write_state"]
+__all__ = ["PORT_IN_USE", "START_FAILED", "VERIFY_FAILED", "not_started", "port_refusal", "read_state", "refuse_port",
+           "result_dir", "start_bundle", "state_path", "write_state"]
+
+# the failure tokens of a start (``UpResult.failure``)
+PORT_IN_USE = "port-in-use"
+START_FAILED = "start-failed"
+VERIFY_FAILED = "verify-failed"
 
 
 def state_path(directory: Path) -> Path:
@@ -41,80 +48,77 @@ def read_state(directory: Path) -> dict[str, Any]:
     return data
 
 
-def write_state(directory: Path, state: dict[str, Any]) -> None:
+def write_state(directory: Path, state: Mapping[str, Any], write: Callable[[Path, str], None] | None = None) -> None:
+    """The state file, written atomically (``write``: the Provider's ``write_file`` on the pipeline's path)."""
     from club3090.edges.files import atomic_write_text
 
-    atomic_write_text(state_path(directory), json.dumps(state, indent=2) + "\n")
+    (write or atomic_write_text)(state_path(directory), json.dumps(state, indent=2) + "\n")
 
 
 
-def not_started(directory: Path, state: dict[str, Any], result: UpResult) -> UpResult:
+def not_started(directory: Path, state: dict[str, Any], result: UpResult, provider: Provider) -> UpResult:
     """``--no-start``: the state as written, and the three ways to start the bundle later."""
-    write_state(directory, state)
+    write_state(directory, state, provider.write_file)
     result.lines.append(f"[up] not started (--no-start); start it with `club3090 up` again, "
                         f"`docker compose -f {directory / 'compose.yml'} up -d`, or {directory / 'serve.sh'}")
-    result.code = 0
+    result.outcome = Outcome.OK
+    return result
+
+
+def port_refusal(port: int) -> str | None:
+    """Why the server cannot listen on ``port`` (the process holding it when the OS says), or None."""
+    holder = launchers.port_holder(port)
+    if holder is None:
+        return None
+    return f"{holder.text()}: stop it, or pass --port N for another port"
+
+
+def refuse_port(result: UpResult, state: dict[str, Any], why: str, provider: Provider) -> UpResult:
+    """The ``port-in-use`` stop: nothing started; the state says so."""
+    state.update(state="not-started", failure=PORT_IN_USE, pid=None)
+    if state.get("directory"):
+        write_state(Path(state["directory"]), state, provider.write_file)
+    result.lines.append(f"[up] {PORT_IN_USE}: {why}")
+    result.lines.append("[up] nothing started")
+    result.outcome, result.failure = Outcome.REFUSED, PORT_IN_USE
     return result
 
 
 def start_bundle(req: UpRequest, plan: bundle_mod.Bundle, state: dict[str, Any], result: UpResult,
-                 native: launchers.NativeEngine | None, run: Any, seams: UpSeams, *, snapshot: Path | None = None,
-                 secrets: tuple[str, ...] = (), receipt: bool = True) -> UpResult:
-    """Start a written bundle (native or Docker), wait for ``/v1/models``, receipt, smoke + verify."""
+                 launcher: launchers.Launcher, pre: launchers.Preflighted, provider: Provider, *,
+                 snapshot: Path | None = None, secrets: tuple[str, ...] = (), receipt: bool = True) -> UpResult:
+    """Start a written bundle, wait until THIS server lists THIS model, receipt, smoke + verify."""
     directory = plan.directory
-    logs = directory / bundle_mod.LOGS
-    compose = directory / "compose.yml"
     url = state["url"]
-    if native is not None:
-        argv = [native.executable, *plan.native_argv[1:]]
-        pid = launchers.start_native(argv, plan.native_env, directory, logs)
-        state.update(pid=pid, state="starting")
-
-        def running() -> bool:
-            return launchers.alive(pid)
-
-        def last() -> str:
-            return (launchers.log_tail(logs / launchers.LOG_NAME, 1) or "").strip()
-    else:
-        done = launchers.docker_up(compose, run)
-        state.update(state="starting")
-        if done.returncode != 0:
-            return _failed(result, state, directory, done.stderr or done.stdout, "docker compose up failed",
-                           seams.captures)
-
-        def running() -> bool:
-            ps = run(launchers.compose_argv(compose, "ps", "--status", "running", "-q"), 30)
-            return ps.returncode == 0 and bool(ps.stdout.strip())
-
-        def last() -> str:
-            return (launchers.docker_logs(compose, run, 1) or "").strip()
-    write_state(directory, state)
-    ready = launchers.wait_ready(url, running=running, last_line=last, show=seams.spin,
-                                 http=seams.http or urllib_http, deadline_s=seams.ready_deadline_s)
+    why = port_refusal(plan.port)
+    if why is not None:
+        return refuse_port(result, state, why, provider)
+    job = launchers.Job(directory, plan.native_argv, plan.native_env, url, plan.served_model, plan.port, pre.server)
+    state.update(state="starting")
+    started = launcher.start(job)
+    state.update(started.handle)
+    if started.error is not None:
+        return _failed(req, result, state, started.detail, started.error, launcher, provider)
+    write_state(directory, state, provider.write_file)
+    ready = launchers.wait_ready(url, model=plan.served_model, running=lambda: launcher.running(directory, state),
+                                 last_line=lambda: launcher.logs(directory, state, lines=1).strip(),
+                                 show=req.progress.spin, http=provider.http(), deadline_s=req.ready_deadline_s)
     if not ready.ok:
-        tail = (launchers.log_tail(logs / launchers.LOG_NAME, 40) if native is not None
-                else launchers.docker_logs(compose, run, 40))
-        return _failed(result, state, directory, tail,
-                       "the server exited" if ready.why == "exited" else f"not ready after {ready.seconds:.0f}s",
-                       seams.captures)
+        return _failed(req, result, state, launcher.logs(directory, state, lines=40),
+                       "the server exited" if ready.why == "exited" else
+                       f"{plan.served_model} not listed at {url}/v1/models after {ready.seconds:.0f}s",
+                       launcher, provider)
+    settled = getattr(launcher, "settled", None)
+    state.update(settled(directory, state) if callable(settled) else {})
     state.update(state="running", ready_s=round(ready.seconds, 1))
-    write_state(directory, state)
+    write_state(directory, state, provider.write_file)
     result.lines.append(f"[up] ready after {ready.seconds:.0f}s at {url}")
     if receipt:
-        _receipt(result, state, plan, snapshot, secrets,
-                 lambda: _read_log(logs / launchers.LOG_NAME) if native is not None
-                 else launchers.docker_logs(compose, run, 100_000))
+        _receipt(result, state, plan, snapshot, secrets, lambda: launcher.logs(directory, state, lines=100_000))
     else:
         result.lines.append("[up] no receipt: llama.cpp start-up logs are not parsed into receipts yet; "
                             "launch.json holds the prediction")
-    return _verify(result, state, seams)
-
-
-def _read_log(path: Path) -> str:
-    from club3090.edges.files import read_bytes_capped
-    from club3090.pipeline.boot_receipt import LOG_LIMIT
-
-    return read_bytes_capped(path, limit=LOG_LIMIT).decode("utf-8", "replace")
+    return _verify(req, result, state, provider)
 
 
 def _receipt(result: UpResult, state: dict[str, Any], plan: bundle_mod.Bundle, snapshot: Path | None,
@@ -135,12 +139,12 @@ def _receipt(result: UpResult, state: dict[str, Any], plan: bundle_mod.Bundle, s
         result.lines.append(f"[up] {done.note}")
 
 
-def _verify(result: UpResult, state: dict[str, Any], seams: UpSeams) -> UpResult:
+def _verify(req: UpRequest, result: UpResult, state: dict[str, Any], provider: Provider) -> UpResult:
     from club3090.edges import boot
-    from club3090.edges.openai_client import OpenAIClient, urllib_http
+    from club3090.edges.openai_client import OpenAIClient
     from club3090.validate.verify import verify
 
-    http = seams.http or urllib_http
+    http = provider.http()
     url, model = state["url"], state["served_model"]
     smoke = boot.smoke(url, model, http=http)
     result.lines.append("[up] smoke " + " ".join(f"{c}={v}" for c, v in smoke.results.items()))
@@ -150,7 +154,7 @@ def _verify(result: UpResult, state: dict[str, Any], seams: UpSeams) -> UpResult
     # llama-server serves tool calls only with --jinja (the chat template's tool format)
     tools_flag = "--jinja" if llama else "--enable-auto-tool-choice"
     skip_tools = state.get("skip_tools", False) or tools_flag not in state.get("argv", [])
-    report = verify(client, model=model, skip_tools=skip_tools, progress=seams.say)
+    report = verify(client, model=model, skip_tools=skip_tools, progress=req.progress.say)
     if skip_tools and not state.get("skip_tools"):
         result.lines.append(f"[up] tool calls not verified: the launch has no {tools_flag}")
     result.verify = report
@@ -159,13 +163,14 @@ def _verify(result: UpResult, state: dict[str, Any], seams: UpSeams) -> UpResult
     ok = smoke.floor_green and report.ok
     state.update(verified=ok)
     if state.get("directory"):
-        write_state(Path(state["directory"]), state)
+        write_state(Path(state["directory"]), state, provider.write_file)
     result.lines += [f"[up] URL: {url}/v1", f"[up] served model: {model}",
                      f"[up] try: curl -s {url}/v1/chat/completions -H 'Content-Type: application/json' "
                      f"-d '{{\"model\": \"{model}\", \"messages\": [{{\"role\": \"user\", \"content\": \"Hello\"}}]}}'",
                      f"[up] stop it with: club3090 down {result_dir(state)}"]
     result.lines.append("[up] SERVING: verified" if ok else "[up] SERVING, but verification FAILED (see above)")
-    result.code = 0 if ok else 1
+    result.outcome = Outcome.OK if ok else Outcome.FAILED
+    result.failure = None if ok else VERIFY_FAILED
     return result
 
 
@@ -173,25 +178,31 @@ def result_dir(state: dict[str, Any]) -> str:
     return str(state.get("directory", "DIR"))
 
 
-def _failed(result: UpResult, state: dict[str, Any], directory: Path, tail: str, why: str,
-            captures: Path | None) -> UpResult:
+def _failed(req: UpRequest, result: UpResult, state: dict[str, Any], tail: str, why: str,
+            launcher: launchers.Launcher, provider: Provider) -> UpResult:
+    """A start that did not become ready: whatever it left running is stopped (its pid file goes),
+    the state says "failed", the log tail is shown and a capture bundle written."""
     from club3090.reports.capture import CAPTURES_DIRNAME
 
-    state.update(state="failed", failure=why)
-    write_state(directory, state)
+    directory = Path(req.directory).absolute()
+    stopped = launcher.stop(directory, state)
+    state.update(state="failed", failure=why, pid=None)
+    write_state(directory, state, provider.write_file)
     result.lines.append(f"[up] FAILED to start: {why}")
+    if stopped.refused:
+        result.lines.append(f"[up] left running: {stopped.refused}")
     result.lines += [f"[up] log: {ln}" for ln in tail.splitlines()[-20:]]
     try:
-        bundle = _capture(result, state, tail, captures or Path.cwd() / CAPTURES_DIRNAME)
+        bundle = _capture(result, state, tail, req.captures or Path.cwd() / CAPTURES_DIRNAME, provider.now())
         result.lines.append(f"[up] capture bundle: {bundle}")
     except (OSError, ValueError, TypeError, KeyError) as exc:
         result.lines.append(f"[up] could not write the capture bundle: {exc}")
-    result.lines.append(f"[up] logs: {directory / bundle_mod.LOGS}; clean up with `club3090 down {directory}`")
-    result.code = 1
+    result.lines.append(f"[up] logs: {directory / bundle_mod.LOGS}")
+    result.outcome, result.failure = Outcome.FAILED, START_FAILED
     return result
 
 
-def _capture(result: UpResult, state: dict[str, Any], tail: str, root: Path) -> Path:
+def _capture(result: UpResult, state: dict[str, Any], tail: str, root: Path, now: datetime) -> Path:
     from club3090.reports import capture
 
     gate = result.gate
@@ -202,4 +213,4 @@ def _capture(result: UpResult, state: dict[str, Any], tail: str, root: Path) -> 
                                   points={}, manifest_fields={"model": state.get("repo_id"),
                                                               **({"swap_of": state["swap_of"]}
                                                                  if state.get("swap_of") else {})},
-                                  outcome="failed", now=datetime.now(timezone.utc), boot_log=tail or None)
+                                  outcome="failed", now=now, boot_log=tail or None)

@@ -12,25 +12,25 @@ from __future__ import annotations
 
 import json
 import math
-import os
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from club3090.compose import cluster as cluster_mod
 from club3090.compose import k8s as k8s_mod
 from club3090.compose.launch import launch_json
-from club3090.compose.runbook import RunbookFacts, k8s_runbook, ray_runbook
+from club3090.compose.runbook import RunbookFacts
+from club3090.edges import launchers
 from club3090.errors import UsageError
 
 if TYPE_CHECKING:
     from club3090.catalog.model import Profile
     from club3090.model.spec import RepoFile
-    from club3090.pipeline.bundle import Bundle
+    from club3090.pipeline.bundle import Bundle, Writer
 
-CLUSTER_LAUNCHERS = ("ray", "k8s")
+CLUSTER_LAUNCHERS = launchers.names(multi_node=True)
 MODEL_CACHES = k8s_mod.CACHE_MODES
 
 
@@ -59,16 +59,14 @@ def cluster_shape(profile: "Profile", hardware: Any, nodes_flag: int | None) -> 
     return shape
 
 
-def emit(*, launcher: str, directory: Path, options: ClusterOptions, plan: "Bundle", profile: "Profile",
-         hardware: Any, repo_id: str, commit: str, files: Sequence["RepoFile"], hub_cache: Path,
-         port: int, which: Callable[[str], str | None] | None = None
-         ) -> tuple[list[str], dict[str, Any]]:
-    """Write the multi-node launch into ``directory``; return (terminal lines, state)."""
-    from club3090.edges import cluster_probe
-    from club3090.edges.files import atomic_write_text
-
-    if launcher not in CLUSTER_LAUNCHERS:
-        raise UsageError(f"--launcher {launcher} is not a multi-node launcher")
+def emit(*, launcher: "launchers.Launcher", directory: Path, options: ClusterOptions, plan: "Bundle",
+         profile: "Profile", hardware: Any, repo_id: str, commit: str, files: Sequence["RepoFile"], hub_cache: Path,
+         port: int, writer: "Writer", now: datetime) -> tuple[list[str], dict[str, Any]]:
+    """Write the multi-node launch into ``directory`` (through ``writer``, the Provider); return
+    (terminal lines, state)."""
+    cluster_files = getattr(launcher, "cluster_files", None)
+    if not launcher.multi_node or cluster_files is None:
+        raise UsageError(f"--launcher {launcher.name} is not a multi-node launcher")
     if options.model_cache not in MODEL_CACHES:
         raise UsageError(f"--model-cache must be one of {', '.join(MODEL_CACHES)}")
     bundled = plan.launch
@@ -85,57 +83,37 @@ def emit(*, launcher: str, directory: Path, options: ClusterOptions, plan: "Bund
     problems = cluster_mod.net_problems(net)
     if problems:
         raise UsageError(problems[0])
-    name = cluster_mod.dns_label(plan.served_model)
-    cl = cluster_mod.cluster_launch(bundled, shape, net, name=name, hub_cache=str(hub_cache))
-    kwargs = {} if which is None else {"which": which}
-    checks = (cluster_probe.ray_checks(head_ip=net.head_ip, ray_port=net.ray_port, serve_port=port,
-                                       ifname=net.ifname, **kwargs) if launcher == "ray"
-              else cluster_probe.k8s_checks(**kwargs))
+    cl = cluster_mod.cluster_launch(bundled, shape, net, name=cluster_mod.dns_label(plan.served_model),
+                                    hub_cache=str(hub_cache))
     weights = sum(int(f.size_bytes or 0) for f in files)
     weights_gib = weights / 2**30 if weights else None
     cache_gib = max(math.ceil((weights_gib or 80.0) * 1.25) + 10, 20)
     facts = RunbookFacts(repo_id=repo_id, commit=commit, served_model=plan.served_model, weights_gib=weights_gib,
-                         preflight=tuple(("ok: " if c.ok else "note: ") + c.line for c in checks),
                          cache=options.model_cache, cache_size_gib=cache_gib)
-    if launcher == "ray":
-        texts = cluster_mod.ray_files(cl)
-        texts["RUNBOOK.md"] = ray_runbook(cl, facts)
-    else:
-        texts = k8s_mod.k8s_files(cl, cache=options.model_cache, cache_size_gib=cache_gib)
-        texts["RUNBOOK.md"] = k8s_runbook(cl, facts)
+    made = cluster_files(cl, facts, options=options, port=port, cache_size_gib=cache_gib)
+    texts = dict(made.texts)
     description = launch_json(bundled)
-    description["cluster"] = {**cluster_mod.cluster_json(cl), "launcher": launcher,
-                              "model_cache": options.model_cache if launcher == "k8s" else None}
+    description["cluster"] = {**cluster_mod.cluster_json(cl), "launcher": launcher.name,
+                              "model_cache": made.model_cache}
     description["up"] = {"repo_id": repo_id, "commit": commit, "served_model": plan.served_model,
                          "hub_cache": str(hub_cache), "port": port}
     texts["launch.json"] = json.dumps(description, indent=2, ensure_ascii=False) + "\n"
-
-    directory.mkdir(parents=True, exist_ok=True)
+    writer.make_dir(directory)
     for rel in sorted(texts):
-        path = directory / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(path, texts[rel])
-        if rel.endswith(".sh"):
-            os.chmod(path, 0o755)
-    state: dict[str, Any] = {"launcher": launcher, "url": f"http://{net.head_ip or '127.0.0.1'}:{port}",
+        writer.write_file(directory / rel, texts[rel], mode=0o755 if rel.endswith(".sh") else None)
+    written_at = now.isoformat(timespec="seconds")
+    state: dict[str, Any] = {"launcher": launcher.name, "url": f"http://{net.head_ip or '127.0.0.1'}:{port}",
                              "served_model": plan.served_model, "repo_id": repo_id, "commit": commit,
                              "profile_like": profile.key, "argv": list(cl.serve_argv()), "state": "written",
                              "nodes": shape.nodes, "tp": shape.tp, "pp": shape.pp, "pid": None, "container": None,
-                             "files": sorted(texts), "preflight": [{"ok": c.ok, "line": c.line} for c in checks],
-                             "directory": str(directory),
-                             "written_at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
-    ignored = ([f"--model-cache {options.model_cache}"] if launcher == "ray" and options.model_cache != "pvc" else [])
-    if launcher == "k8s":
-        ignored += [flag for flag, given in (("--head-ip", options.head_ip),
-                                             ("--ray-port", options.ray_port != cluster_mod.DEFAULT_RAY_PORT))
-                    if given]
-    written = ", ".join(sorted(texts))
-    lines = [f"[up] {shape.nodes}-node launch ({launcher}): TP {shape.tp} × PP {shape.pp}, "
+                             "files": sorted(texts), "preflight": [{"ok": c.ok, "line": c.line} for c in made.checks],
+                             "directory": str(directory), "written_at": written_at}
+    lines = [f"[up] {shape.nodes}-node launch ({launcher.name}): TP {shape.tp} × PP {shape.pp}, "
              f"{shape.gpus_per_node} GPU(s) per node, --distributed-executor-backend ray",
-             f"[up] written to {directory}: {written}",
-             *(f"[up] preflight {'ok' if c.ok else 'note'}: {c.line}" for c in checks),
-             *(f"[up] note: {flag} does not apply to --launcher {launcher}" for flag in ignored),
-             f"[up] nothing started: a {launcher} launch is written only; follow {directory / 'RUNBOOK.md'}"]
+             f"[up] written to {directory}: {', '.join(sorted(texts))}",
+             *(f"[up] preflight {'ok' if c.ok else 'note'}: {c.line}" for c in made.checks),
+             *(f"[up] note: {flag} does not apply to --launcher {launcher.name}" for flag in made.ignored),
+             f"[up] nothing started: a {launcher.name} launch is written only; follow {directory / 'RUNBOOK.md'}"]
     return lines, state
 
 

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from club3090.edges import launchers
 from club3090.errors import InputError, UsageError
+from club3090.outcome import Outcome
 from club3090.pipeline import bundle as bundle_mod
 
 if TYPE_CHECKING:
@@ -25,7 +26,7 @@ if TYPE_CHECKING:
     from club3090.edges.gguf_remote import QuantFile
     from club3090.edges.hub import RepoInfo
     from club3090.pipeline.provider import Provider
-    from club3090.pipeline.up import UpRequest, UpResult, UpSeams
+    from club3090.pipeline.up import UpRequest, UpResult
 
 __all__ = ["llamacpp_profile", "up_llamacpp"]
 
@@ -69,26 +70,24 @@ def _gpu_bytes(req: "UpRequest", provider: "Provider", catalog: "Catalog",
     return list(hw.memory_bytes), label
 
 
-def up_llamacpp(req: "UpRequest", provider: "Provider", seams: "UpSeams", *, catalog: "Catalog",
+def up_llamacpp(req: "UpRequest", provider: "Provider", *, catalog: "Catalog",
                 profile: "Profile | None", gate_lines: list[str] | None = None) -> "UpResult":
     from club3090.compose import llamacpp as lc
-    from club3090.edges.download import raise_for
-    from club3090.edges.files import atomic_write_bytes, atomic_write_text
     from club3090.edges.gguf_remote import list_quants, load_remote
-    from club3090.edges.hf_cache import fetch_into_cache
     from club3090.edges.hub import HubClient
     from club3090.fit.llamacpp import LlamaCppArgs, cache_types
     from club3090.fit.memory import Unpriceable
     from club3090.pipeline.bundle_start import not_started
     from club3090.pipeline.llamacpp_bundle import container_model_path, plan
-    from club3090.pipeline.up import UpResult
+    from club3090.pipeline.up import UpResult, fetch_verified
 
-    if req.launcher not in ("docker", "native"):
-        raise UsageError(f"--launcher {req.launcher}: a llama.cpp launch runs with docker or native")
-    say = seams.say
-    run = seams.run or launchers.run_process
+    launcher = provider.launcher(req.launcher)
+    if not launcher.starts:
+        raise UsageError(f"--launcher {req.launcher}: a llama.cpp launch runs on this machine "
+                         f"({' or '.join(launchers.names(multi_node=False))})")
+    say = req.progress.say
     directory = Path(req.directory).absolute()
-    result = UpResult(2, list(gate_lines or []))
+    result = UpResult(Outcome.REFUSED, list(gate_lines or []))
     if provider.settings.offline:
         raise UsageError("`up` for a GGUF reads its headers from the Hub; unset HF_HUB_OFFLINE")
 
@@ -149,16 +148,11 @@ def up_llamacpp(req: "UpRequest", provider: "Provider", seams: "UpSeams", *, cat
                         f"({args.cache_type_k}/{args.cache_type_v}), estimated")
 
     # preflight: nothing is written before the launcher is known to work
-    server: tuple[str, ...] = ("llama-server",)
-    dialect = "llama-server"
-    if not req.no_start and req.launcher == "docker":
-        launchers.preflight_docker(run=run, which=seams.which)
-    elif req.launcher == "native":
-        found = launchers.preflight_llama_server(req.llama_server_bin, run=run, which=seams.which)
-        server, dialect = found.argv, found.dialect
-        if found.dialect == "llama-cpp-python":
-            say("[up] note: no llama-server found; serving with llama-cpp-python's server "
-                "(python -m llama_cpp.server)")
+    pre = launcher.preflight(launchers.llama_server(req.llama_server_bin), starting=not req.no_start)
+    server, dialect = (pre.server.argv, pre.server.dialect) if pre.server is not None else (("llama-server",),
+                                                                                         "llama-server")
+    for note in pre.notes:
+        say(f"[up] note: {note}")
 
     engine = catalog.engines.get(profile.engine) if profile is not None else None
     port = req.port or (profile.port if profile is not None else 8080)
@@ -196,41 +190,32 @@ def up_llamacpp(req: "UpRequest", provider: "Provider", seams: "UpSeams", *, cat
                          "without one, or `club3090 compose` and place it yourself")
     payloads: dict[str, bytes] = {}
     for _inside, upstream in bundle.upstream_files.items():
-        if seams.payload is None:
-            raise UsageError(f"{upstream} is mounted by {profile.key if profile else repo_id} but no payload "
-                             "source is configured")
-        for name, data in seams.payload(upstream).items():
+        for name, data in provider.payloads(upstream).items():
             payloads[f"{bundle_mod.FILES}/{name}"] = data
     bundle = replace(bundle, payloads=payloads)
-    directory.mkdir(parents=True, exist_ok=True)
-    (directory / bundle_mod.LOGS).mkdir(exist_ok=True)
-    bundle_mod.write(bundle, atomic_write_text, atomic_write_bytes, lambda p, m: os.chmod(p, m))
+    bundle_mod.write(bundle, provider)
     result.lines.append(f"[up] bundle written to {directory} (compose.yml, .env, serve.sh, launch.json)")
     for note in bundle.container_only:
         result.lines.append(f"[up] note: natively, {note}")
 
     wanted = [f for f in info.files if f.name in quant.files]
-    say(f"[up] weights: {quant.files[0]} of {repo_id}@{info.commit[:12]} into {hub_cache}")
-    report = fetch_into_cache(provider.settings, repo_id, info.commit, wanted, progress=say, bar=seams.bar)
-    raise_for(report, repo_id)
+    report = fetch_verified(provider, req.progress, repo_id, info.commit, wanted)
     result.lines.append(f"[up] weights: {report.bytes / 2**30:.2f} GiB in the HF cache"
                         + (", sha256 verified" if report.sha_verified else ""))
-    from datetime import datetime, timezone
-
     state: dict[str, Any] = {"launcher": req.launcher, "engine": "llama.cpp", "url": f"http://127.0.0.1:{port}",
                              "served_model": bundle.served_model, "repo_id": repo_id, "commit": info.commit,
                              "quant": quant.label, "profile_like": profile.key if profile is not None else None,
                              "argv": list(bundle.native_argv), "skip_tools": req.skip_tools,
                              "container": bundle.container_name, "pid": None, "state": "written",
                              "directory": str(directory), "prediction": prediction,
-                             "written_at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+                             "written_at": provider.now().isoformat(timespec="seconds")}
     result.state = state
     if req.no_start:
-        return not_started(directory, state, result)
+        return not_started(directory, state, result, provider)
     from club3090.pipeline.bundle_start import start_bundle
 
-    native = launchers.NativeEngine(bundle.native_argv[0], None, None) if req.launcher == "native" else None
-    return start_bundle(req, bundle, state, result, native, run, seams, receipt=False)
+    command = launchers.Preflighted(launchers.ServerCommand(bundle.native_argv[:1]))
+    return start_bundle(req, bundle, state, result, launcher, command, provider, receipt=False)
 
 
 def _variant_repos(catalog: "Catalog", profile: "Profile") -> tuple[str, ...]:

@@ -21,6 +21,14 @@ method             what it reads
 ``drift_guard()``  whether a patch's drift guard passes for a profile (compose replay)
 ``derived_stages`` the I/O behind Pull-Emit-Derived [E] (downloads, docker, loopback HTTP), or
                    None to run no [E]
+``cached_files()`` offline: (commit, files) of a repo's snapshot in the HF cache, or None
+``cached_bytes()`` bytes of some files already complete in the HF cache (the disk check)
+``fetch_weights``  files of a repo at a commit into the HF cache, sha256-verified (a report)
+``payloads()``     an upstream path -> its pinned, verified files (a bundle's mounted payloads)
+``launcher()``     the launcher a name names (``edges.launchers`` registry), with this run's tools
+``http()``         the HTTP client for loopback calls to a started server
+``write_file()``   an atomic write (parents created; ``mode`` set after): every file ``up`` writes
+``make_dir()``     an empty folder (the bundle's logs/ and cache folders)
 =================  ================================================================================
 """
 
@@ -33,9 +41,12 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from club3090.catalog.model import Catalog, Patch, Profile
+    from club3090.edges.download import DownloadReport
     from club3090.edges.gpu_probe import DetectedGpus
+    from club3090.edges.http_transport import Http
     from club3090.edges.hub import HubSource
-    from club3090.model.spec import ModelSpec
+    from club3090.edges.launchers import Launcher
+    from club3090.model.spec import ModelSpec, RepoFile
     from club3090.outcome import Stop
     from club3090.pipeline.emit_derived import EStages
     from club3090.settings import Settings
@@ -68,6 +79,23 @@ class Provider(Protocol):
 
     def derived_stages(self, *, no_boot: bool,
                        progress: "Callable[[str], None] | None") -> "EStages | None": ...
+
+    def cached_files(self, repo_id: str, commit: str | None) -> "tuple[str, tuple[RepoFile, ...]] | None": ...
+
+    def cached_bytes(self, repo_id: str, commit: str | None, files: "Sequence[RepoFile]") -> int: ...
+
+    def fetch_weights(self, repo_id: str, commit: str, files: "Sequence[RepoFile]", *,
+                      progress: "Callable[[str], None] | None", bar: bool) -> "DownloadReport": ...
+
+    def payloads(self, upstream: str) -> Mapping[str, bytes]: ...
+
+    def launcher(self, name: str) -> "Launcher": ...
+
+    def http(self) -> "Http": ...
+
+    def write_file(self, path: Path, data: str | bytes, *, mode: int | None = None) -> None: ...
+
+    def make_dir(self, path: Path) -> None: ...
 
 
 __all__ = ["Provider"]

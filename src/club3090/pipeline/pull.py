@@ -92,13 +92,6 @@ class PullResult:
     advisories: tuple[Notice, ...] = ()      # stratum-5 advice (gate.advisories); never changes the decision
 
     @property
-    def exit_code(self) -> int:
-        """The process status the CLI gives this result (``club3090.cli.exit_codes`` owns the table)."""
-        from club3090.cli.exit_codes import exit_code
-
-        return exit_code(self.outcome)
-
-    @property
     def stratum_name(self) -> str:
         return STRATUM_NAMES[self.stratum]
 
@@ -132,7 +125,7 @@ class PullResult:
     def to_json(self) -> dict[str, Any]:
         e = self.e
         return {
-            "ok": self.ok, "outcome": self.outcome.value, "exit_code": self.exit_code, "path": self.path,
+            "ok": self.ok, "outcome": self.outcome.value, "path": self.path,
             "stratum": int(self.stratum), "stratum_name": self.stratum_name, "reason": self.reason,
             "sub_reason": self.sub_reason, "detail": self.detail, "slug": self.slug,
             "profile_like": self.profile_like, "c0": self.c0.to_json() if self.c0 is not None else None,

@@ -315,11 +315,8 @@ def disk_stop(at: Gate, provider: "Provider") -> Stop | None:
     footprint = variant.size_bytes if variant is not None and variant.size_bytes else spec.footprint_bytes
     free = None if local else provider.free_bytes(Path(hf_home))
     if footprint and not local and spec.source != "catalog":
-        from club3090.edges.hf_cache import cached_bytes
-
         # files already complete in the HF cache at this commit are not downloaded again
-        footprint = max(0, int(footprint) - cached_bytes(provider.settings.hub_cache, spec.ref, spec.commit,
-                                                         spec.download_files))
+        footprint = max(0, int(footprint) - provider.cached_bytes(spec.ref, spec.commit, spec.download_files))
     return check_disk(footprint_bytes=footprint, free_bytes=free, local=local, where=str(hf_home)).stop()
 
 

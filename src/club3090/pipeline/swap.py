@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from club3090.edges.launchers import DEFAULT as DEFAULT_LAUNCHER
 from club3090.errors import Club3090Error, UsageError
 from club3090.fit.memory import FitResult, Unpriceable, predict
 from club3090.fit.shape import profile_shape
@@ -22,7 +23,7 @@ from club3090.gate.advisories import variants_advice
 from club3090.gate.swap_match import Mismatch, SwapToken, check_swap
 from club3090.model.slug import sanitize_slug
 from club3090.outcome import Notice, Outcome, Stop
-from club3090.pipeline.up import UpRequest, UpResult, UpSeams, check_request, curated_launch, deploy
+from club3090.pipeline.up import Progress, UpRequest, UpResult, check_request, curated_launch, deploy
 from club3090.units import GiB
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
@@ -40,7 +41,7 @@ class SwapRequest:
     profile_like: str
     directory: Path
     emit_only: bool = False
-    launcher: str = "docker"
+    launcher: str = DEFAULT_LAUNCHER
     gpus: str | None = None
     port: int | None = None
     served_model_name: str | None = None
@@ -48,11 +49,13 @@ class SwapRequest:
     vllm: str | None = None
     force: bool = False
     skip_tools: bool = False
+    progress: Progress = field(default_factory=Progress)
+    captures: Path | None = None
 
 
 @dataclass
 class SwapResult:
-    code: int
+    outcome: Outcome
     repo: str
     profile_like: str
     lines: list[str] = field(default_factory=list)
@@ -67,9 +70,13 @@ class SwapResult:
     advisories: tuple[Notice, ...] = ()
     up: UpResult | None = None
 
+    @property
+    def ok(self) -> bool:
+        return self.outcome is Outcome.OK
+
     def to_json(self) -> dict[str, Any]:
         fit = self.fit
-        return {"exit_code": self.code, "ok": self.code == 0, "repo": self.repo, "swap_of": self.profile_like,
+        return {"ok": self.ok, "outcome": self.outcome.value, "repo": self.repo, "swap_of": self.profile_like,
                 "refusal": self.refusal, "mismatches": [m.to_json() for m in self.mismatches],
                 "confidence": CONFIDENCE, "weights_bytes": self.weights_bytes,
                 "curated_weights_bytes": self.curated_weights_bytes, "served_model": self.served_model,
@@ -87,9 +94,7 @@ def served_name(repo: str) -> str:
 
 def _refused(result: SwapResult, token: SwapToken | str, lines: list[str],
              mismatches: tuple[Mismatch, ...] = ()) -> SwapResult:
-    from club3090.cli.exit_codes import exit_code
-
-    result.code, result.refusal, result.mismatches = exit_code(Outcome.REFUSED), str(token), mismatches
+    result.outcome, result.refusal, result.mismatches = Outcome.REFUSED, str(token), mismatches
     result.lines += [f"[swap] REFUSED {token}", *lines]
     return result
 
@@ -143,19 +148,19 @@ def _rig(req: SwapRequest, profile: "Profile", catalog: "Catalog", provider: "Pr
     return hw, memory, device
 
 
-def swap(req: SwapRequest, provider: "Provider", seams: UpSeams) -> SwapResult:
+def swap(req: SwapRequest, provider: "Provider") -> SwapResult:
     from club3090.pipeline.pull import PullRequest
     from club3090.pipeline.pull_gate import Gate, disk_stop
 
     up_req = UpRequest(source=req.source, directory=req.directory, profile_like=req.profile_like,
                        launcher=req.launcher, gpus=req.gpus, port=req.port, no_start=req.no_start, vllm=req.vllm,
-                       force=req.force, skip_tools=req.skip_tools)
+                       force=req.force, skip_tools=req.skip_tools, progress=req.progress, captures=req.captures)
     check_request(up_req)
     catalog = provider.catalog()
     profile = catalog.profiles.get(req.profile_like)
     if profile is None:
         raise UsageError(f"unknown --profile-like {req.profile_like!r}; `club3090 profiles` lists them")
-    result = SwapResult(code=0, repo=req.source, profile_like=profile.key)
+    result = SwapResult(outcome=Outcome.OK, repo=req.source, profile_like=profile.key)
     spec = provider.resolve(req.source, catalog)
     if isinstance(spec, Stop):
         return _refused(result, SwapToken.FACTS_UNAVAILABLE,
@@ -177,7 +182,7 @@ def swap(req: SwapRequest, provider: "Provider", seams: UpSeams) -> SwapResult:
     result.lines.append(f"[swap] {spec.ref} is a fine-tune {profile.key} can serve: {spec.arch.architecture}, "
                         f"{_quant_text(spec.quantization)}, the geometry of {model.display_name}")
     result.lines += notes
-    return _priced(req, up_req, spec, profile, catalog, provider, seams, result,
+    return _priced(req, up_req, spec, profile, catalog, provider, result,
                    int(variant.size_bytes) if variant is not None and variant.size_bytes else None,
                    disk=lambda: disk_stop(Gate(request=PullRequest(source=req.source), slug=spec.ref, spec=spec),
                                           provider))
@@ -191,7 +196,7 @@ def _quant_text(q: "Quantization | None") -> str:
 
 
 def _priced(req: SwapRequest, up_req: UpRequest, spec: "ModelSpec", profile: "Profile", catalog: "Catalog",
-            provider: "Provider", seams: UpSeams, result: SwapResult, curated_bytes: int | None,
+            provider: "Provider", result: SwapResult, curated_bytes: int | None,
             disk: Any) -> SwapResult:
     """The fit re-priced with the fine-tune's own weight bytes, the disk margin, then ``up``'s deployment."""
     notes: list[str] = []
@@ -228,11 +233,11 @@ def _priced(req: SwapRequest, up_req: UpRequest, spec: "ModelSpec", profile: "Pr
         if stop is not None:
             return _refused(result, stop.token, [f"[swap] {stop.token}: {stop.detail.get('message', '')}"])
     result.served_model = req.served_model_name or served_name(spec.ref)
-    up_result = UpResult(0, [])
-    done = deploy(up_req, spec, catalog, provider, seams, up_result,
+    up_result = UpResult(Outcome.OK, [])
+    done = deploy(up_req, spec, catalog, provider, up_result,
                   lambda _snapshot: curated_launch(profile.key, catalog, provider),
                   served_model=result.served_model, emit_only=req.emit_only, swap_of=profile.key)
-    result.up, result.code = done, done.code
+    result.up, result.outcome = done, done.outcome
     result.lines += done.lines
     return result
 

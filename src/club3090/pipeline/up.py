@@ -12,26 +12,52 @@ running; a failed start prints the log tail and writes a capture bundle. The gat
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from club3090.edges import launchers
 from club3090.errors import InputError, UsageError
+from club3090.outcome import Outcome
 from club3090.pipeline import bundle as bundle_mod
-from club3090.pipeline.bundle_start import not_started, read_state, start_bundle, write_state
+from club3090.pipeline.bundle_start import (
+    START_FAILED,
+    VERIFY_FAILED,
+    not_started,
+    port_refusal,
+    read_state,
+    refuse_port,
+    start_bundle,
+    write_state,
+)
 
 if TYPE_CHECKING:
-    from club3090.catalog.model import Catalog
-    from club3090.model.spec import ModelSpec, RepoFile
-    from club3090.pipeline.provider import Provider
+    from collections.abc import Sequence
 
-LAUNCHERS = ("docker", "native", "ray", "k8s")   # ray / k8s: multi-node files, written only (cluster_up)
-# failure tokens of a start
-START_FAILED = "start-failed"
-VERIFY_FAILED = "verify-failed"
+    from club3090.catalog.model import Catalog
+    from club3090.edges.download import DownloadReport
+    from club3090.model.spec import ModelSpec, RepoFile
+    from club3090.pipeline.boot_receipt import BootReceipt
+    from club3090.pipeline.provider import Provider
+    from club3090.pipeline.pull import PullResult
+    from club3090.validate.verify import VerifyReport
+
+LAUNCHERS = launchers.names()                   # ray / k8s: multi-node files, written only (cluster_up)
+
+
+def _silent(_message: str) -> None:
+    return None
+
+
+@dataclass(frozen=True)
+class Progress:
+    """How ``up`` shows its progress while it runs (the CLI's callbacks; silent by default). Every
+    other piece of I/O is the Provider's."""
+
+    say: Callable[[str], None] = _silent                # progress lines (stderr)
+    spin: Callable[[str], None] | None = None           # the spinner line (stderr, rewritten in place)
+    bar: bool = False                                   # huggingface_hub's download bar
 
 
 @dataclass(frozen=True)
@@ -39,11 +65,11 @@ class UpRequest:
     source: str
     directory: Path
     profile_like: str | None = None          # None: the gate's automatic shape
-    launcher: str = "docker"
+    launcher: str = launchers.DEFAULT
     gpus: str | None = None
     port: int | None = None
     no_start: bool = False
-    vllm: str | None = None
+    vllm: str | None = None                    # a path or a command line ("python -m vllm.entrypoints...")
     yes: bool = False
     force_download: bool = False
     trust_remote_code: bool = False
@@ -59,34 +85,27 @@ class UpRequest:
     nodes: int | None = None                  # --nodes: machines (``--gpus`` then names one of them)
     interconnect: str | None = None
     cluster: Any = None                       # cluster_up.ClusterOptions for --launcher ray / k8s
-
-
-@dataclass
-class UpSeams:
-    """The I/O of ``up`` beyond the Provider; ``None`` means the real thing."""
-
-    run: Any = None                                     # boot.Runner for docker / vllm --version
-    which: Callable[[str], str | None] | None = None
-    payload: Callable[[str], Mapping[str, bytes]] | None = None   # upstream path -> {file: verified bytes}
-    http: Any = None
-    say: Callable[[str], None] = lambda _m: None        # progress lines (stderr)
-    spin: Callable[[str], None] | None = None           # the spinner line (stderr, rewritten in place)
+    progress: Progress = field(default_factory=Progress)
+    captures: Path | None = None              # where a failed start's capture bundle goes (default ./.pull-captures)
     ready_deadline_s: float = launchers.READY_DEADLINE_S
-    bar: bool = True
-    captures: Path | None = None                        # where a failed start's capture bundle goes
 
 
 @dataclass
 class UpResult:
-    code: int
+    outcome: Outcome
     lines: list[str] = field(default_factory=list)
-    gate: Any = None
+    gate: "PullResult | None" = None
     state: dict[str, Any] = field(default_factory=dict)
-    verify: Any = None
-    receipt: Any = None                                 # boot_receipt.BootReceipt once started
+    verify: "VerifyReport | None" = None
+    receipt: "BootReceipt | None" = None                # once started
+    failure: str | None = None                          # PORT_IN_USE, START_FAILED, VERIFY_FAILED
+
+    @property
+    def ok(self) -> bool:
+        return self.outcome is Outcome.OK
 
     def to_json(self) -> dict[str, Any]:
-        return {"exit_code": self.code, "ok": self.code == 0, "state": self.state,
+        return {"ok": self.ok, "outcome": self.outcome.value, "failure": self.failure, "state": self.state,
                 "gate": self.gate.to_json() if self.gate is not None else None,
                 "receipt": self.receipt.to_json() if self.receipt is not None else None,
                 "verify": self.verify.to_json() if self.verify is not None else None}
@@ -106,21 +125,12 @@ def _repo_files(repo_id: str, commit: str | None, revision: str | None,
                 provider: "Provider") -> tuple[str, tuple["RepoFile", ...]]:
     """(commit, serving files) of a repo: the Hub's listing, or offline the cached snapshot."""
     from club3090.edges.hf_cache import serving_files
-    from club3090.model.spec import RepoFile
 
-    settings = provider.settings
-    if settings.offline:
-        from club3090.edges.hf_cache import cached_snapshot
-
-        snap = cached_snapshot(settings.hub_cache, repo_id, commit)
-        if snap is None:
+    if provider.settings.offline:
+        cached = provider.cached_files(repo_id, commit)
+        if cached is None:
             raise UsageError(f"{repo_id} is not in the HF cache and HF_HUB_OFFLINE is set; run once online")
-        files = []
-        for p in sorted(snap.iterdir()):
-            blob = p.resolve().name
-            sha = blob if len(blob) == 64 and p.name.endswith(".safetensors") else None
-            files.append(RepoFile(p.name, p.stat().st_size, sha))
-        return snap.name, serving_files(files)
+        return cached[0], serving_files(cached[1])
     info = provider.hub().repo_info(repo_id, revision)
     if not info.commit:
         raise InputError(repo_id, "the Hub named no commit for this repo; refusing an unpinned download")
@@ -198,28 +208,28 @@ def _executable(catalog: "Catalog", path: str) -> bool:
     return bool(f is not None and f.executable)
 
 
+def _multi_node_hint(nodes: int) -> str:
+    across = " or ".join(f"--launcher {n}" for n in launchers.names(multi_node=True))
+    return f"a rig of {nodes} nodes launches with {across} (files for every node; nothing is started)"
+
+
 def check_request(req: UpRequest) -> None:
     """The launcher is one ``up`` knows, several nodes have a cluster launcher, and DIR is not
     serving (unless ``--force``)."""
-    from club3090.pipeline.cluster_up import CLUSTER_LAUNCHERS
-
-    if req.launcher not in LAUNCHERS:
-        raise UsageError(f"--launcher must be one of {', '.join(LAUNCHERS)}")
-    if (req.nodes or 1) > 1 and req.launcher not in CLUSTER_LAUNCHERS:
-        raise UsageError(f"a rig of {req.nodes} nodes launches with --launcher ray or --launcher k8s "
-                         "(files for every node; nothing is started)")
+    launcher = launchers.get(req.launcher)
+    if (req.nodes or 1) > 1 and not launcher.multi_node:
+        raise UsageError(_multi_node_hint(req.nodes or 1))
     directory = Path(req.directory).absolute()
     if (directory / bundle_mod.STATE).exists() and not req.force:
         prior = read_state(directory)
-        if prior.get("launcher") == "native" and launchers.read_pid(directory) is not None:
-            pid = launchers.read_pid(directory)
-            if pid is not None and launchers.alive(pid):
-                raise UsageError(f"{directory} is serving (PID {pid}); `club3090 down {directory}` first")
+        owner = launchers.of_state(prior)
+        now = owner.status(directory, prior, tail=0) if owner.starts else None
+        if now is not None and now.running:      # the recorded process itself, not a reused PID
+            raise UsageError(f"{directory} is serving ({now.who}); `club3090 down {directory}` first")
 
 
-def up(req: UpRequest, provider: "Provider", seams: UpSeams) -> UpResult:
+def up(req: UpRequest, provider: "Provider") -> UpResult:
     from club3090.outcome import NoticeCode
-    from club3090.pipeline.cluster_up import CLUSTER_LAUNCHERS
     from club3090.pipeline.pull import PullRequest, evaluate
     from club3090.reports.capture import CAPTURES_DIRNAME
 
@@ -234,10 +244,10 @@ def up(req: UpRequest, provider: "Provider", seams: UpSeams) -> UpResult:
 
         family = llamacpp_profile(catalog, req)
         if family is not None:
-            return up_llamacpp(req, provider, seams, catalog=catalog, profile=family)
+            return up_llamacpp(req, provider, catalog=catalog, profile=family)
     elif req.llama_server_bin or req.quant or req.ctx_size or req.cache_type_k or req.cache_type_v:
         raise UsageError("--quant, --ctx-size, --cache-type-k/-v and --llama-server-bin are `up`'s GGUF flags")
-    captures = seams.captures if seams.captures is not None else Path.cwd() / CAPTURES_DIRNAME
+    captures = req.captures if req.captures is not None else Path.cwd() / CAPTURES_DIRNAME
     facts = None
     if req.llamacpp:                 # a GGUF-only repo is llama.cpp's: no gate refusal (nor its capture)
         from club3090.outcome import Stop
@@ -248,16 +258,16 @@ def up(req: UpRequest, provider: "Provider", seams: UpSeams) -> UpResult:
         if isinstance(facts, Stop) and facts.sub_reason == "gguf-only":
             from club3090.pipeline.llamacpp_up import up_llamacpp
 
-            return up_llamacpp(req, provider, seams, catalog=catalog, profile=None)
+            return up_llamacpp(req, provider, catalog=catalog, profile=None)
     gate = evaluate(PullRequest(source=req.source, profile_like=req.profile_like, yes=req.yes,
                                 force_download=req.force_download, trust_remote_code=req.trust_remote_code,
                                 gpus=req.gpus, nodes=req.nodes, interconnect=req.interconnect,
-                                downloads_here=req.launcher not in CLUSTER_LAUNCHERS), provider,
+                                downloads_here=not launchers.get(req.launcher).multi_node), provider,
                     captures_root=captures, facts=facts)
     # `pull`'s hints about --out do not apply: `up` writes and downloads everything itself
     hints = {NoticeCode.NO_DOWNLOAD_YET.value, NoticeCode.CURATED_NEEDS_OUT.value}
     gate = replace(gate, notices=tuple(n for n in gate.notices if str(getattr(n.code, "value", n.code)) not in hints))
-    result = UpResult(gate.exit_code, [], gate)
+    result = UpResult(gate.outcome, [], gate)
     if not gate.ok or gate.summary != "FITS":
         return result
 
@@ -275,46 +285,33 @@ def up(req: UpRequest, provider: "Provider", seams: UpSeams) -> UpResult:
     req = replace(req, profile_like=key)
 
     rig_nodes = int(getattr(gate.hardware, "nodes", 1) or 1)
-    if rig_nodes > 1 and req.launcher not in CLUSTER_LAUNCHERS:
-        raise UsageError(f"a rig of {rig_nodes} nodes launches with --launcher ray or --launcher k8s "
-                         "(files for every node; nothing is started)")
-    return deploy(req, spec, catalog, provider, seams, result,  # type: ignore[arg-type]
+    if rig_nodes > 1 and not launchers.get(req.launcher).multi_node:
+        raise UsageError(_multi_node_hint(rig_nodes))
+    return deploy(req, spec, catalog, provider, result,  # type: ignore[arg-type]
                   lambda snapshot: _launch(req, spec, catalog, provider, gate, snapshot),  # type: ignore[arg-type]
                   hardware=gate.hardware)
 
 
-def deploy(req: UpRequest, spec: "ModelSpec", catalog: "Catalog", provider: "Provider", seams: UpSeams,
-           result: UpResult, make_launch: Callable[[Path], tuple[Any, str]], *, served_model: str | None = None,
+def deploy(req: UpRequest, spec: "ModelSpec", catalog: "Catalog", provider: "Provider", result: UpResult,
+           make_launch: Callable[[Path], tuple[Any, str]], *, served_model: str | None = None,
            emit_only: bool = False, swap_of: str | None = None, hardware: Any = None) -> UpResult:
     """From a decided launch to a serving bundle: launcher preflight -> the bundle in DIR with its
-    verified payloads -> the weights into the HF cache -> start -> verify (``--launcher ray|k8s``:
+    verified payloads -> the weights into the HF cache -> start -> verify (a multi-node launcher:
     the files for every node, nothing started). ``up`` and ``swap`` share it. ``make_launch(snapshot)``
     gives (Launch, upstream base); ``served_model`` re-points the served name; ``emit_only`` stops
     after the bundle (no download, no start); ``swap_of`` (the curated profile a swap cloned) is
     recorded in the state, the receipt and a failure's capture."""
-    from club3090.edges.download import raise_for
-    from club3090.edges.files import atomic_write_bytes, atomic_write_text
-    from club3090.edges.hf_cache import fetch_into_cache, snapshot_dir
-    from club3090.pipeline.cluster_up import CLUSTER_LAUNCHERS, ClusterOptions
+    from club3090.edges.hf_cache import snapshot_dir
 
-    say = seams.say
-    run = seams.run or launchers.run_process
     directory = Path(req.directory).absolute()
-    multi = req.launcher in CLUSTER_LAUNCHERS
-    key = req.profile_like or ""
-    # preflight: nothing is written before the launcher is known to work
-    profile = catalog.profiles[key]
-    engine = catalog.engines.get(profile.engine)
-    native = None
-    if not req.no_start and not multi and not emit_only:
-        if req.launcher == "docker":
-            launchers.preflight_docker(run=run, which=seams.which)
-        else:
-            native = launchers.preflight_native(req.vllm, engine.pin if engine is not None else None,
-                                                run=run, which=seams.which)
-            if native.pin_note:
-                say(f"[up] note: {native.pin_note}")
-
+    launcher = provider.launcher(req.launcher)
+    profile = catalog.profiles[req.profile_like or ""]
+    port = req.port or profile.port
+    starts = not req.no_start and launcher.starts and not emit_only
+    pre = _preflight(req, launcher, catalog, profile) if starts else launchers.Preflighted()
+    busy = port_refusal(port) if starts else None
+    if busy is not None:      # nothing is written before the launcher works and the port is free
+        return refuse_port(result, {}, busy, provider)
     commit, files = _served_files(spec, provider)
     hub_cache = Path(provider.settings.hub_cache).absolute()
     snapshot = snapshot_dir(hub_cache, spec.ref, commit)
@@ -323,78 +320,108 @@ def deploy(req: UpRequest, spec: "ModelSpec", catalog: "Catalog", provider: "Pro
     if drafter is not None:   # the drafter's folder -> its snapshot in the HF cache the bundle mounts
         inside = f"{bundle_mod.CONTAINER_HUB}/{snapshot_dir(Path('.'), drafter.repo_id, drafter.commit).as_posix()}"
         launch = bundle_mod.relocate(launch, drafter.container_path, inside)
-    port = req.port or profile.port
     plan = bundle_mod.plan(launch, directory=directory, repo_id=spec.ref, commit=commit, snapshot=snapshot,
                            hub_cache=hub_cache, port=port, upstream_base=base, served_model=served_model)
     if plan.unresolved:
         raise UsageError(f"{req.profile_like} also serves {', '.join(plan.unresolved)}, which no catalog repo "
                          "provides: use a profile without it, or `club3090 compose` and place it yourself")
-    if multi:
-        from club3090.pipeline import cluster_up
-
-        lines, written = cluster_up.emit(launcher=req.launcher, directory=directory,
-                                       options=req.cluster or ClusterOptions(nodes=req.nodes), plan=plan,
-                                       profile=profile, hardware=hardware, repo_id=spec.ref, commit=commit,
-                                       files=files, hub_cache=hub_cache, port=port, which=seams.which)
-        if swap_of is not None:
-            written["swap_of"] = swap_of
-        write_state(directory, written)
-        result.lines += lines
-        result.state = written
-        result.code = 0
-        return result
-    payloads: dict[str, bytes] = {}
-    for _inside, upstream in plan.upstream_files.items():
-        if seams.payload is None:
-            raise UsageError(f"{upstream} is mounted by {req.profile_like} but no payload source is configured")
-        for name, data in seams.payload(upstream).items():   # IntegrityError (65): nothing written yet
-            payloads[f"{bundle_mod.FILES}/{name}"] = data
-    plan = replace(plan, payloads=payloads)
-    directory.mkdir(parents=True, exist_ok=True)
-    (directory / bundle_mod.LOGS).mkdir(exist_ok=True)
-    bundle_mod.write(plan, atomic_write_text, atomic_write_bytes, lambda p, m: os.chmod(p, m))
-    for name in payloads:
-        if name.endswith(".sh") or _executable(catalog, name[len(bundle_mod.FILES) + 1:]):
-            os.chmod(directory / name, 0o755)
-    result.lines.append(f"[up] bundle written to {directory} (compose.yml, .env, serve.sh, launch.json"
-                        + (f", {len(payloads)} mounted files" if payloads else "") + ")")
-    for note in plan.container_only:
-        result.lines.append(f"[up] note: serve.sh cannot apply: {note}")
-    url = f"http://127.0.0.1:{port}"
-    state: dict[str, Any] = {"launcher": req.launcher, "url": url, "served_model": plan.served_model,
-                             "repo_id": spec.ref, "commit": commit, "profile_like": req.profile_like,
-                             "argv": list(plan.native_argv), "skip_tools": req.skip_tools,
-                             "drafter": {"repo_id": drafter.repo_id, "commit": drafter.commit} if drafter else None,
-                             "container": plan.container_name, "pid": None, "state": "written", "directory": str(directory),
-                             "written_at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
-    if swap_of is not None:
-        state["swap_of"] = swap_of
+    if launcher.multi_node:
+        return _cluster(req, launcher, plan, profile, hardware, spec.ref, commit, files, provider, result, swap_of)
+    plan = _write_bundle(plan, req, catalog, provider, result)
+    state = _state(req, plan, spec.ref, commit, drafter, provider, swap_of)
     result.state = state
     if emit_only:
-        write_state(directory, state)
+        write_state(directory, state, provider.write_file)
         result.lines.append(f"[up] weights not downloaded, nothing started (--emit-only): {len(files)} files of "
                             f"{spec.ref}@{commit[:12]} would go into {hub_cache}")
-        result.code = 0
+        result.outcome = Outcome.OK
         return result
-
-    say(f"[up] weights: {len(files)} files of {spec.ref}@{commit[:12]} into {hub_cache}")
-    report = fetch_into_cache(provider.settings, spec.ref, commit, files, progress=say, bar=seams.bar)
-    raise_for(report, spec.ref)
+    report = fetch_verified(provider, req.progress, spec.ref, commit, files)
     result.lines.append(f"[up] weights: {len(report.files)} files, {report.bytes / 2**30:.2f} GiB in the HF cache"
                         + (", sha256 verified" if report.sha_verified else ""))
     if drafter is not None:
-        say(f"[up] drafter: {len(drafter.files)} files of {drafter.repo_id}@{drafter.commit[:12]} into {hub_cache}")
-        extra = fetch_into_cache(provider.settings, drafter.repo_id, drafter.commit, drafter.files, progress=say,
-                                 bar=seams.bar)
-        raise_for(extra, drafter.repo_id, "drafter download")
+        extra = fetch_verified(provider, req.progress, drafter.repo_id, drafter.commit, drafter.files, "drafter")
         result.lines.append(f"[up] drafter: {drafter.repo_id}, {len(extra.files)} files, "
                             f"{extra.bytes / 2**30:.2f} GiB in the HF cache"
                             + (", sha256 verified" if extra.sha_verified else ""))
     if req.no_start:
-        return not_started(directory, state, result)
-    return start_bundle(req, plan, state, result, native, run, seams, snapshot=snapshot,
+        return not_started(directory, state, result, provider)
+    return start_bundle(req, plan, state, result, launcher, pre, provider, snapshot=snapshot,
                         secrets=provider.settings.redaction_secrets)
 
 
-__all__ = ["LAUNCHERS", "DrafterWeights", "UpRequest", "UpResult", "UpSeams", "check_request", "curated_launch",
-           "deploy", "drafter_repo", "not_started", "read_state", "start_bundle", "up", "write_state"]
+def _preflight(req: UpRequest, launcher: "launchers.Launcher", catalog: "Catalog", profile: Any
+               ) -> "launchers.Preflighted":
+    """The launcher's preflight with the engine's vLLM server (``--vllm``, compared with the pin)."""
+    engine = catalog.engines.get(profile.engine)
+    pre = launcher.preflight(launchers.vllm_server(req.vllm, engine.pin if engine is not None else None))
+    for note in pre.notes:
+        req.progress.say(f"[up] note: {note}")
+    return pre
+
+
+def _write_bundle(plan: bundle_mod.Bundle, req: UpRequest, catalog: "Catalog", provider: "Provider",
+                  result: UpResult) -> bundle_mod.Bundle:
+    """The bundle with its mounted payloads (each verified before anything is written) into DIR."""
+    payloads: dict[str, bytes] = {}
+    for _inside, upstream in plan.upstream_files.items():
+        for name, data in provider.payloads(upstream).items():   # IntegrityError: nothing written yet
+            payloads[f"{bundle_mod.FILES}/{name}"] = data
+    plan = replace(plan, payloads=payloads)
+    bundle_mod.write(plan, provider, lambda upstream: _executable(catalog, upstream))
+    result.lines.append(f"[up] bundle written to {plan.directory} (compose.yml, .env, serve.sh, launch.json"
+                        + (f", {len(payloads)} mounted files" if payloads else "") + ")")
+    result.lines += [f"[up] note: serve.sh cannot apply: {note}" for note in plan.container_only]
+    return plan
+
+
+def _state(req: UpRequest, plan: bundle_mod.Bundle, repo_id: str, commit: str, drafter: DrafterWeights | None,
+           provider: "Provider", swap_of: str | None) -> dict[str, Any]:
+    """The state file of a written bundle (``start_bundle`` adds the handle and the state it reaches)."""
+    state: dict[str, Any] = {
+        "launcher": req.launcher, "url": f"http://127.0.0.1:{plan.port}", "served_model": plan.served_model,
+        "repo_id": repo_id, "commit": commit, "profile_like": req.profile_like, "argv": list(plan.native_argv),
+        "skip_tools": req.skip_tools,
+        "drafter": {"repo_id": drafter.repo_id, "commit": drafter.commit} if drafter else None,
+        "container": plan.container_name, "pid": None, "state": "written", "directory": str(plan.directory),
+        "written_at": provider.now().isoformat(timespec="seconds")}
+    if swap_of is not None:
+        state["swap_of"] = swap_of
+    return state
+
+
+def _cluster(req: UpRequest, launcher: "launchers.Launcher", plan: bundle_mod.Bundle, profile: Any, hardware: Any,
+             repo_id: str, commit: str, files: tuple["RepoFile", ...], provider: "Provider", result: UpResult,
+             swap_of: str | None) -> UpResult:
+    """A multi-node launcher: its files for every node, written; nothing started."""
+    from club3090.pipeline import cluster_up
+
+    lines, written = cluster_up.emit(launcher=launcher, directory=plan.directory,
+                                     options=req.cluster or cluster_up.ClusterOptions(nodes=req.nodes), plan=plan,
+                                     profile=profile, hardware=hardware, repo_id=repo_id, commit=commit, files=files,
+                                     hub_cache=Path(provider.settings.hub_cache).absolute(), port=plan.port,
+                                     writer=provider, now=provider.now())
+    if swap_of is not None:
+        written["swap_of"] = swap_of
+    write_state(plan.directory, written, provider.write_file)
+    result.lines += lines
+    result.state = written
+    result.outcome = Outcome.OK
+    return result
+
+
+def fetch_verified(provider: "Provider", progress: Progress, repo_id: str, commit: str,
+                   files: "Sequence[RepoFile]", what: str = "weights") -> "DownloadReport":
+    """``files`` of ``repo_id@commit`` into the HF cache, sha256-verified; a failed download ends ``up``
+    with its own headline (``download.raise_for``): nothing is started either way."""
+    from club3090.edges.download import raise_for
+
+    progress.say(f"[up] {what}: {len(files)} files of {repo_id}@{commit[:12]} into {provider.settings.hub_cache}")
+    report = provider.fetch_weights(repo_id, commit, files, progress=progress.say, bar=progress.bar)
+    raise_for(report, repo_id, "download" if what == "weights" else f"{what} download")
+    return report
+
+
+__all__ = ["LAUNCHERS", "START_FAILED", "VERIFY_FAILED", "DrafterWeights", "Progress", "UpRequest", "UpResult",
+           "check_request", "curated_launch", "deploy", "drafter_repo", "fetch_verified", "not_started", "read_state",
+           "start_bundle", "up", "write_state"]

@@ -21,7 +21,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from club3090.cli.exit_codes import exit_code
 from club3090.edges.openai_client import ChatResult, OpenAIClient
 from club3090.outcome import Outcome
 from club3090.validate.stats import summary
@@ -93,10 +92,6 @@ class BenchReport:
             return Outcome.INCONCLUSIVE
         return Outcome.FAILED if self.error or any(not r.ok for r in self.runs) else Outcome.OK
 
-    @property
-    def exit_code(self) -> int:
-        return exit_code(self.outcome)
-
     def kinds(self) -> list[str]:
         seen: list[str] = []
         for r in self.runs:
@@ -124,7 +119,7 @@ class BenchReport:
         return out
 
     def to_json(self) -> dict[str, Any]:
-        return {"tool": "bench", "ok": self.outcome is Outcome.OK, "exit_code": self.exit_code, "url": self.url,
+        return {"tool": "bench", "ok": self.outcome is Outcome.OK, "outcome": self.outcome.value, "url": self.url,
                 "model": self.model, "unreachable": self.unreachable, "error": self.error,
                 "warmups": [r.to_json() for r in self.warmups], "runs": [r.to_json() for r in self.runs],
                 "prefill_targets": list(self.prefill_targets), "summary": self.summaries()}

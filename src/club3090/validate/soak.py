@@ -33,7 +33,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from club3090.cli.exit_codes import exit_code
 from club3090.edges.openai_client import OpenAIClient
 from club3090.outcome import Outcome
 from club3090.validate.stats import median, relative_mad
@@ -231,14 +230,10 @@ class SoakReport:
     def outcome(self) -> Outcome:
         return {"pass": Outcome.OK, "fail": Outcome.FAILED}.get(self.verdict()[0], Outcome.INCONCLUSIVE)
 
-    @property
-    def exit_code(self) -> int:
-        return exit_code(self.outcome)
-
     def to_json(self) -> dict[str, Any]:
         verdict, why = self.verdict()
         stats = self.retention_stats()
-        return {"tool": "soak", "ok": verdict == "pass", "verdict": verdict, "exit_code": self.exit_code,
+        return {"tool": "soak", "ok": verdict == "pass", "verdict": verdict, "outcome": self.outcome.value,
                 "reasons": why, "url": self.url, "model": self.model, "options": self.options.to_json(),
                 "turns_planned": self.planned, "turns_done": len(self.turns), "errors": self.errors,
                 "silent_empty": self.empties, "deadline_hit": self.deadline_hit, "elapsed_s": round(self.elapsed_s, 3),

@@ -24,7 +24,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from club3090.cli.exit_codes import exit_code
 from club3090.edges.openai_client import ChatResult, ModelsResult, OpenAIClient
 from club3090.outcome import Outcome
 from club3090.validate.launch_checks import LaunchFacts, check_acceptance, check_patches
@@ -89,15 +88,11 @@ class VerifyReport:
         return Outcome.FAILED if self.deadline_hit or any(c.status == FAIL for c in self.checks) else Outcome.OK
 
     @property
-    def exit_code(self) -> int:
-        return exit_code(self.outcome)
-
-    @property
     def ok(self) -> bool:
         return self.outcome is Outcome.OK
 
     def to_json(self) -> dict[str, Any]:
-        return {"tool": self.tool, "ok": self.ok, "exit_code": self.exit_code, "url": self.url, "model": self.model,
+        return {"tool": self.tool, "ok": self.ok, "outcome": self.outcome.value, "url": self.url, "model": self.model,
                 "full": self.full, "unreachable": self.unreachable, "checks": [c.to_json() for c in self.checks],
                 "passed": sum(c.status == PASS for c in self.checks),
                 "failed": sum(c.status == FAIL for c in self.checks),

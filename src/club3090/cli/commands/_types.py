@@ -123,7 +123,10 @@ def add_bundle_flags(p: argparse.ArgumentParser) -> None:
                    help="the bundle folder (created; everything the server needs lands here)")
     p.add_argument("--port", type=int, metavar="N", help="host port (default: the profile's)")
     p.add_argument("--no-start", action="store_true", help="write the bundle and download, do not start")
-    p.add_argument("--vllm", metavar="PATH", help="the vllm executable for --launcher native (default: PATH)")
+    p.add_argument("--vllm", metavar="PATH|COMMAND",
+                   help="the vllm server for --launcher native: a path, or a command line such as "
+                        "\"python -m vllm.entrypoints.openai.api_server\" (split like a shell would, never run by "
+                        "one; default: vllm on PATH)")
     p.add_argument("--force", action="store_true", help="rewrite a bundle folder that is not serving")
     p.add_argument("--skip-tools", action="store_true",
                    help="verify without the tool-call checks (an engine without tool calling)")

@@ -12,6 +12,7 @@ from typing import Any
 
 from club3090.cli.commands._server import add_common, make_client, stderr_progress
 from club3090.cli.commands._types import bounded, token_count
+from club3090.cli.exit_codes import exit_code, with_exit_code
 
 _runs = bounded(int, low=1, high=1000, what="a run count")
 
@@ -71,8 +72,8 @@ def run(args: argparse.Namespace, provider: Any, *, http: Any = None, clock: Cal
     extra: dict[str, Any] = {"salt": salt} if salt is not None else {}
     report = bench(client, model=model, runs=args.runs, prefill=tuple(args.prefill),
                    progress=(lambda _s: None) if args.json else stderr_progress(args), **extra)
-    data = report.to_json()
+    data = with_exit_code(report.to_json(), report.outcome)
     if args.out:
         atomic_write_text(Path(args.out), json.dumps(data, indent=1) + "\n")
     print(json.dumps(data, indent=1) if args.json else render(report))
-    return report.exit_code
+    return exit_code(report.outcome)

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from club3090.cli.commands._types import add_rig_flags, add_shape_flags, rig_flags, shape_overrides
-from club3090.cli.exit_codes import UNAVAILABLE, exit_code
+from club3090.cli.exit_codes import UNAVAILABLE, exit_code, with_exit_code
 from club3090.cli.render import confidence_text, safe
 from club3090.outcome import Outcome
 from club3090.units import GiB
@@ -133,7 +133,7 @@ def run(args: argparse.Namespace, provider: Any) -> int:
         for note in result.detection_notes:
             print(safe(f"[pull] debug: GPU probe {note}"), file=sys.stderr)
     if args.json:
-        payload = result.to_json()
+        payload = with_exit_code(result.to_json(), result.outcome)
         if args.recommend:
             payload["recommend"] = recommend_line(result)
         print(safe(json.dumps(payload, ensure_ascii=False, indent=2, default=str), multiline=True))
@@ -146,8 +146,9 @@ def _bundle(args: argparse.Namespace, provider: Any) -> int:
     """``--out DIR``: the same gate, then ``up``'s self-contained launch bundle in DIR (nothing started;
     the weights go into the HF cache only with a folder, as ``up --no-start`` does)."""
     from club3090.cli.commands.up import run_request
+    from club3090.edges import launchers
 
-    return run_request(args, provider, directory=Path(args.out), no_start=True, launcher="docker",
+    return run_request(args, provider, directory=Path(args.out), no_start=True, launcher=launchers.DEFAULT,
                        port=None, vllm=None, skip_tools=False)
 
 
@@ -344,7 +345,7 @@ def _c0_stop(result: Any) -> bool:
 def render(result: Any, *, recommend: bool = False, verbose: bool = False) -> str:
     lines = [headline(result)]
     if verbose:
-        status = "OK" if result.ok else "ABORT" if not result.dry_run or result.exit_code else "DRY-RUN"
+        status = "OK" if result.ok else "ABORT" if not result.dry_run or exit_code(result.outcome) else "DRY-RUN"
         lines.append(f"[pull] {status} path={result.path or '-'} stratum={result.stratum_name} "
                      f"slug={result.slug} profile-like={result.profile_like}")
         if result.confidence or result.raw_verdict or result.terminal:

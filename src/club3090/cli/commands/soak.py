@@ -18,6 +18,7 @@ from club3090.cli.commands._types import (
     non_negative_number,
     token_count,
 )
+from club3090.cli.exit_codes import exit_code, with_exit_code
 
 _tolerance = bounded(float, low=0, high=0.5, what="a tolerance")
 _probes = bounded(int, low=3, high=50, what="a probe count")
@@ -91,9 +92,9 @@ def run(args: argparse.Namespace, provider: Any, *, http: Any = None, clock: Cal
                   sleep=sleep or time.sleep, progress=(lambda _s: None) if args.json else stderr_progress(args))
     paths = write_files(report, Path(args.out_dir))
     if args.json:
-        data = report.to_json()
+        data = with_exit_code(report.to_json(), report.outcome)
         data["files"] = [str(p) for p in paths]
         print(json.dumps(data, indent=1))
     else:
         print(render(report, paths))
-    return report.exit_code
+    return exit_code(report.outcome)

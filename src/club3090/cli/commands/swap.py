@@ -15,7 +15,10 @@ import sys
 from typing import Any
 
 from club3090.cli.commands._types import add_bundle_flags
+from club3090.cli.commands.up import add_launcher_flag
+from club3090.cli.exit_codes import exit_code, with_exit_code
 from club3090.cli.render import safe
+from club3090.edges import launchers
 
 
 def add_parser(sub: Any) -> None:
@@ -32,8 +35,7 @@ def add_parser(sub: Any) -> None:
     add_bundle_flags(p)
     p.add_argument("--emit-only", action="store_true",
                    help="write the bundle only: no weight download, no start")
-    p.add_argument("--launcher", choices=("docker", "native"), default="docker",
-                   help="docker (docker compose, default) or native (vllm on this host)")
+    add_launcher_flag(p, launchers.names(multi_node=False))
     p.add_argument("--gpus", metavar="SPEC", help="the GPUs the fit is re-priced on: 1x3090, 2x24GiB, ...")
     p.add_argument("--served-model-name", metavar="NAME",
                    help="the name clients ask for (default: REPO's name, lower-cased)")
@@ -43,28 +45,23 @@ def add_parser(sub: Any) -> None:
 
 def run(args: argparse.Namespace, provider: Any) -> int:
     from club3090.cli.commands.pull import captures_root
-    from club3090.cli.commands.up import _payload_source, _progress
+    from club3090.cli.commands.up import progress
     from club3090.errors import UsageError
     from club3090.pipeline.swap import SwapRequest, swap
-    from club3090.pipeline.up import UpSeams
 
     if args.port is not None and not 0 < args.port < 65536:
         raise UsageError("--port must be 1-65535")
-    say, spin = _progress(args)
-    seams = UpSeams(say=say, spin=spin, payload=_payload_source(provider), bar=not args.json,
-                    captures=captures_root(args))
-    seams_hook = getattr(provider, "up_seams", None)
-    if callable(seams_hook):
-        seams = seams_hook(seams)
     req = SwapRequest(source=args.source, profile_like=args.profile_like, directory=args.directory,
                       emit_only=args.emit_only, launcher=args.launcher, gpus=args.gpus, port=args.port,
                       served_model_name=args.served_model_name, no_start=args.no_start, vllm=args.vllm,
-                      force=args.force, skip_tools=args.skip_tools)
-    result = swap(req, provider, seams)
-    if seams.spin is not None and sys.stderr.isatty() and result.up is not None:
+                      force=args.force, skip_tools=args.skip_tools, progress=progress(args),
+                      captures=captures_root(args))
+    result = swap(req, provider)
+    if sys.stderr.isatty() and result.up is not None:
         print(file=sys.stderr)
+    code = exit_code(result.outcome)
     if args.json:
-        print(safe(json.dumps(result.to_json(), indent=2, default=str), multiline=True))
+        print(safe(json.dumps(with_exit_code(result.to_json(), result.outcome), indent=2, default=str), multiline=True))
     else:
         print("\n".join(safe(line, multiline=True) for line in result.lines))
-    return int(result.code)
+    return code

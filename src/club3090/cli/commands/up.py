@@ -6,7 +6,7 @@ nothing (docs/DESIGN.md, "More than one machine").
 
 Exit codes (``club3090.cli.exit_codes``): 0 serving and verified (or written: ``--no-start``, ray, k8s);
 1 the start or the verification failed (log tail printed, capture bundle written); 2 / 3 the
-gate's refusal or acknowledgement; 64 usage; 65 a patch payload or weight file failed its
+gate's refusal or acknowledgement, or ``port-in-use`` (another process holds the port: nothing started); 64 usage; 65 a patch payload or weight file failed its
 sha256 (nothing started); 69 the launcher is missing (docker, the compose plugin, the NVIDIA
 runtime, vllm) or the Hub is unreachable.
 """
@@ -21,7 +21,9 @@ from typing import Any
 
 from club3090.cli.commands._llamacpp import cache_type
 from club3090.cli.commands._types import add_bundle_flags, add_rig_flags, positive_int
+from club3090.cli.exit_codes import exit_code, with_exit_code
 from club3090.cli.render import safe
+from club3090.edges import launchers
 
 
 def add_parser(sub: Any) -> None:
@@ -36,9 +38,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--profile-like", metavar="KEY",
                    help="registry profile giving the runtime shape (default: the gate's automatic shape)")
     p.add_argument("--gpus", metavar="SPEC", help="the GPU topology: 1x3090, 2x24GiB, ...")
-    p.add_argument("--launcher", choices=("docker", "native", "ray", "k8s"), default="docker",
-                   help="docker (docker compose, default), native (vllm on this host), or for several nodes "
-                        "ray (head/worker scripts and compose files) / k8s (LeaderWorkerSet manifests): written only")
+    add_launcher_flag(p, launchers.names())
     add_rig_flags(p)
     p.add_argument("--head-ip", metavar="ADDR", default="",
                    help="ray: the head node's address on the cluster network (cluster.env HEAD_IP)")
@@ -65,7 +65,10 @@ def add_parser(sub: Any) -> None:
     p.set_defaults(run=run)
 
 
-def _progress(args: argparse.Namespace) -> tuple[Any, Any]:
+def progress(args: argparse.Namespace) -> Any:
+    """``up``'s progress on stderr: lines, the spinner (on a terminal), the download bar (not with --json)."""
+    from club3090.pipeline.up import Progress
+
     def say(message: str) -> None:
         print(safe(message), file=sys.stderr, flush=True)
 
@@ -74,7 +77,7 @@ def _progress(args: argparse.Namespace) -> tuple[Any, Any]:
     def spin(line: str) -> None:
         if tty:
             print("\r" + safe(line)[:160].ljust(160), end="", file=sys.stderr, flush=True)
-    return say, spin
+    return Progress(say=say, spin=spin, bar=not args.json)
 
 
 def run(args: argparse.Namespace, provider: Any) -> int:
@@ -91,15 +94,8 @@ def run_request(args: argparse.Namespace, provider: Any, *, directory: Path, no_
     """``up`` (and ``pull --out DIR``): build the request, run it, print the result."""
     from club3090.cli.commands.pull import captures_root
     from club3090.cli.commands.pull import render as render_gate
-    from club3090.pipeline.up import UpRequest, UpSeams, up
-
-    say, spin = _progress(args)
-    seams = UpSeams(say=say, spin=spin, payload=_payload_source(provider), bar=not args.json,
-                    captures=captures_root(args))
-    seams_hook = getattr(provider, "up_seams", None)
-    if callable(seams_hook):
-        seams = seams_hook(seams)
     from club3090.pipeline.cluster_up import ClusterOptions
+    from club3090.pipeline.up import UpRequest, up
 
     nodes = getattr(args, "nodes", None)
     cluster = ClusterOptions(nodes=nodes, head_ip=getattr(args, "head_ip", ""),
@@ -113,19 +109,24 @@ def run_request(args: argparse.Namespace, provider: Any, *, directory: Path, no_
                     ctx_size=getattr(args, "ctx_size", None), cache_type_k=getattr(args, "cache_type_k", None),
                     cache_type_v=getattr(args, "cache_type_v", None),
                     llama_server_bin=getattr(args, "llama_server_bin", None),
-                    nodes=nodes, interconnect=getattr(args, "interconnect", None), cluster=cluster)
-    result = up(req, provider, seams)
-    if seams.spin is not None and sys.stderr.isatty():
+                    nodes=nodes, interconnect=getattr(args, "interconnect", None), cluster=cluster,
+                    progress=progress(args), captures=captures_root(args))
+    result = up(req, provider)
+    if sys.stderr.isatty():
         print(file=sys.stderr)
+    code = exit_code(result.outcome)
     if args.json:
-        print(safe(json.dumps(result.to_json(), indent=2, default=str), multiline=True))
+        print(safe(json.dumps(with_exit_code(result.to_json(), result.outcome), indent=2, default=str), multiline=True))
     else:
         lines = result.lines if result.gate is None else [render_gate(result.gate), *result.lines]
         print("\n".join(safe(line, multiline=True) for line in lines))
-    return int(result.code)
+    return code
 
 
-def _payload_source(provider: Any) -> Any:
-    from club3090.edges.payloads import catalog_payloads
+def add_launcher_flag(p: argparse.ArgumentParser, names: tuple[str, ...]) -> None:
+    """``--launcher`` with the registry's names and each one's own help."""
+    from club3090.edges import launchers as registry
 
-    return catalog_payloads(provider.settings, provider.catalog())
+    p.add_argument("--launcher", choices=names, default=registry.DEFAULT,
+                   help="; ".join(registry.get(n).help for n in names))
+

@@ -13,6 +13,7 @@ from typing import Any
 
 from club3090.cli.commands._server import add_common, make_client, stderr_progress
 from club3090.cli.commands._types import bounded, token_count
+from club3090.cli.exit_codes import exit_code, with_exit_code
 
 _acceptance = bounded(float, low=1, high=64, what="an acceptance length")
 
@@ -97,5 +98,5 @@ def run(args: argparse.Namespace, provider: Any, *, http: Any = None, clock: Cal
     client, model = make_client(args, env=env, http=http, clock=clock)
     report = verify(client, model=model, full=args.full, skip_tools=args.skip_tools, launch=facts,
                     context=args.context, progress=(lambda _s: None) if args.json else stderr_progress(args))
-    print(json.dumps(report.to_json(), indent=1) if args.json else render(report))
-    return report.exit_code
+    print(json.dumps(with_exit_code(report.to_json(), report.outcome), indent=1) if args.json else render(report))
+    return exit_code(report.outcome)

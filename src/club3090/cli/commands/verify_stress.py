@@ -15,6 +15,7 @@ from typing import Any
 
 from club3090.cli.commands._server import add_common, make_client, stderr_progress
 from club3090.cli.commands._types import bounded, token_count
+from club3090.cli.exit_codes import exit_code, with_exit_code
 
 _streams = bounded(int, low=1, high=64, what="a stream count")
 _rounds = bounded(int, low=0, high=20, what="a round count")
@@ -62,5 +63,6 @@ def run(args: argparse.Namespace, provider: Any, *, http: Any = None, clock: Cal
                     upstream=UpstreamChecks(ladder=not args.no_ladder, probes=not args.no_probes,
                                             ladder_max=args.ladder_max, tool_prefill_tokens=args.tool_prefill_tokens),
                     progress=(lambda _s: None) if args.json else stderr_progress(args))
-    print(json.dumps(report.to_json(), indent=1) if args.json else render(report, "verify-stress"))
-    return report.exit_code
+    doc = with_exit_code(report.to_json(), report.outcome)
+    print(json.dumps(doc, indent=1) if args.json else render(report, "verify-stress"))
+    return exit_code(report.outcome)
