@@ -24,13 +24,14 @@ def main() -> int:
     os.environ.setdefault("CLUB3090_NO_GPU_DETECT", "1")
     from club3090.edges.provider import LiveProvider
     from club3090.pipeline.fits import FitsRequest, fits
+    from club3090.rig.gpus import parse_gpus
     from club3090.settings import Settings
 
     provider = LiveProvider(Settings.from_env())
-    provider.catalog()                      # the catalog loads once per process; time the ranking
+    gpus = parse_gpus(args.gpus, provider.catalog())   # the catalog loads once per process; time the ranking
     for i in range(args.repeat):
         start = time.perf_counter()
-        report = fits(FitsRequest(gpus=args.gpus), provider)
+        report = fits(FitsRequest(gpus=gpus), provider)
         took = time.perf_counter() - start
         print(f"run {i + 1}: {len(report.rows)} models ranked on {args.gpus} in {took * 1000:.0f} ms "
               f"({sum(r.fits for r in report.rows)} fit)")

@@ -10,7 +10,9 @@ has no measured speed-up are estimated without speculation (the rule the estimat
 their measured figure includes whatever the drafter gained on prose.
 
 Prints per row the estimate, the measurement and the error (estimate / measured - 1), then the
-median and the median absolute error.
+median and the median absolute error; then the leave-one-source-out grade over these rows and the
+published llama.cpp measurements of index models (``benchmarks/speed_loso.py``): median and p90
+absolute error with one efficiency factor per engine fitted on the other sources.
 """
 
 from __future__ import annotations
@@ -71,8 +73,9 @@ def main(argv: list[str] | None = None) -> int:
     rows = yaml.safe_load(args.rows.read_text(encoding="utf-8"))["rows"]
     scored = score(rows)
     total = summary(scored)
+    graded = out_of_sample(scored)
     if args.json:
-        print(json.dumps({"rows": scored, "summary": total}, indent=1))
+        print(json.dumps({"rows": scored, "summary": total, "leave_one_source_out": graded}, indent=1))
         return 0
     print(f"{'slug':38s} {'rig':12s} {'engine':9s} {'estimated':>9s} {'measured':>8s} {'error':>7s}  drafter")
     for r in scored:
@@ -81,7 +84,21 @@ def main(argv: list[str] | None = None) -> int:
     print(f"rows {total['rows']}  median error {total['median_error']:+.1%}  "
           f"median |error| {total['median_abs_error']:.1%}  within ±20%: {total['within_20pct']}/{total['rows']}  "
           f"within the stated band: {total['within_band']}/{total['rows']}")
+    print(f"leave-one-source-out over {graded['priced']} published measurements from {graded['sources']} sources: "
+          f"median |error| {graded['median_abs_error']:.1%}, p90 |error| {graded['p90_abs_error']:.1%}, "
+          f"within ±25%: {graded['within_25pct']}/{graded['priced']}")
     return 0
+
+
+def out_of_sample(scored: list[dict[str, Any]]) -> dict[str, Any]:
+    """These rows (one source: upstream's baselines file) and the published index measurements,
+    graded leave-one-source-out (``speed_loso.loso``)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import speed_loso
+
+    upstream = [{"source": "club-3090 baselines.yml", "engine": r["engine"], "label": r["slug"], "rig": r["rig"],
+                 "estimated_tps": r["estimated_tps"], "measured_tps": r["measured_tps"]} for r in scored]
+    return speed_loso.loso(upstream + speed_loso.published_estimates())
 
 
 if __name__ == "__main__":

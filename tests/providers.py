@@ -45,3 +45,13 @@ def factory(**kwargs: Any):
 def plenty_of_disk(settings: Settings) -> LiveProvider:
     """The live provider with 1 PB free at HF_HOME (curated checkpoints outgrow a CI disk)."""
     return LiveProvider(settings, free_disk=lambda _p: 10**15)
+
+
+def rig(spec: str | None, **flags: Any) -> Any:
+    """``--gpus SPEC`` as the CLI parses it (requests carry the parsed value), None for None."""
+    if spec is None:
+        return None
+    from club3090.catalog import load_catalog
+    from club3090.rig.gpus import parse_gpus
+
+    return parse_gpus(spec, load_catalog(), **flags)

@@ -12,7 +12,7 @@ from club3090 import cli
 from club3090.cli import exit_codes
 from club3090.reports.receipt import build_receipt
 from club3090.reports.redact import Redactor
-from club3090.reports.vllm_log import parse_startup, serving_shape
+from club3090.reports.vllm_log import cpu_kv_cache_tokens, parse_startup, serving_shape
 from tests.fixtures_path import fixture_path
 
 CASES = json.loads(fixture_path("calibration", "vllm_startup_cases.json").read_text())
@@ -198,6 +198,29 @@ def test_errors_are_read_as_measurements():
     oom = parse_startup(fixture_path("logs", "oom_v1_wrapped.log").read_text())
     assert oom.measured["error"] == {"type": "cuda_oom", "attempted_alloc_gib": 2.5}
     assert oom.gpu_total_memory_gib == 79.25 and oom.startup_outcome == "oom"
+
+
+# the line vLLM 0.32.0's CPU build logs for its KV pool (host memory, VLLM_CPU_KVCACHE_SPACE GiB)
+CPU_POOL_LINE = ("(EngineCore pid=24018) INFO 12-02 03:22:12 [kv_cache_utils.py:2327] CPU KV cache size: "
+                 "1,048,576 tokens, Maximum concurrency for 1,024 tokens per request: 1024.00x")
+
+
+def test_the_cpu_builds_pool_is_read_as_a_cpu_pool():
+    assert cpu_kv_cache_tokens(CPU_POOL_LINE) == 1_048_576
+    assert cpu_kv_cache_tokens("GPU KV cache size: 1,048,576 tokens") is None
+    log = parse_startup("INFO 12-02 03:12:05 [api_server.py:1] vLLM API server version 0.32.0\n" + CPU_POOL_LINE)
+    assert log.device == "cpu" and log.startup_outcome == "ok"
+    assert log.measured["cpu_kv_cache_tokens"] == 1_048_576 and "gpu_kv_cache_tokens" not in log.measured
+    assert log.measured["max_concurrency"] == 1024.0
+    # never compared with a GPU prediction, even with the model's config at hand
+    receipt = build_receipt(log, log_bytes=CPU_POOL_LINE.encode(), source_name="cpu.log", redactor=Redactor(),
+                            gpu_name="NVIDIA GeForce RTX 3090", gpu_memory_gib=24.0, gpu_count=1,
+                            config={"architectures": ["LlamaForCausalLM"], "hidden_size": 256})
+    assert receipt["shape"]["device"] == "cpu" and receipt["predicted"] is None and not receipt["term_error"]
+    assert "CPU build" in receipt["prediction_note"]
+    gpu = build_receipt(parse_startup("GPU KV cache size: 1,000 tokens"), log_bytes=b"", source_name="gpu.log",
+                        redactor=Redactor())
+    assert "device" not in gpu["shape"]
 
 
 def run(argv, capsys, stdin=None, monkeypatch=None):

@@ -155,6 +155,27 @@ def test_environment_failures_get_a_local_verdict_and_are_never_filed(token):
     assert got.failure_class == "unknown" and got.next_step
 
 
+# vLLM 0.32.0's own refusals of a launch setting, as its log prints them (tests/test_real_vllm.py
+# provokes the first one on a real start)
+LAUNCH_SETTING_ERRORS = {
+    "max-model-len-over-model-limit":
+        "pydantic_core._pydantic_core.ValidationError: 1 validation error for ModelConfig\n"
+        "  Value error, User-specified max_model_len (100000) is greater than the derived max_model_len "
+        "(max_position_embeddings=2560.0 or model_max_length=None in model's config.json). To allow overriding "
+        "this maximum, set the env var VLLM_ALLOW_LONG_MAX_MODEL_LEN=1.",
+    "tool-call-parser-unknown":
+        "KeyError: 'invalid tool call parser: no-such-parser (chose from { hermes,llama3_json,mistral })'",
+}
+
+
+@pytest.mark.parametrize("token", sorted(LAUNCH_SETTING_ERRORS))
+def test_a_launch_setting_vllm_refuses_is_local(token):
+    excerpt = "INFO 12-02 03:12:05 [api_utils.py:286] non-default args: {}\n" + LAUNCH_SETTING_ERRORS[token] + "\n"
+    got = classify(boot_failed(excerpt, failure="process-exited"))
+    assert (got.environment, got.route, got.tier) == (token, ROUTE_LOCAL, "environment")
+    assert got.next_step and "Error:" in got.error_text
+
+
 def test_a_download_that_ran_out_of_disk_is_local():
     got = classify({"download": {"ok": False, "files": 0, "bytes": 0, "sha_verified": False, "failure": "disk"}})
     assert (got.environment, got.route) == ("disk-full", ROUTE_LOCAL)

@@ -118,9 +118,21 @@ def test_formats(fmt, capsys):
         data = json.loads(text)
         resolved = interpolate_tree(data["compose"], {})
         cmd = resolved["services"]["vllm-qwen36-27b-minimal"]["command"]
-        assert data["vllm_serve"]["argv"][2:] == [("8020" if a == "8000" else a) for a in cmd]
+        argv = data["vllm_serve"]["argv"][2:]
+        assert len(argv) == len(cmd)
+        for got, shipped in zip(argv, cmd, strict=True):
+            if shipped.startswith(("/root/", "/etc/")):    # a container path: its host source instead
+                assert got.startswith("<club-3090 checkout>/models"), got
+            else:
+                assert got == ("8020" if shipped == "8000" else shipped)
+        assert not {"HF_TOKEN", "HUGGING_FACE_HUB_TOKEN"} & set(data["vllm_serve"]["env"])
     else:
         assert "vllm serve" in text and "--trust-remote-code" not in text
+        # a line a user can run on the host: host paths, and the user's own token left alone
+        assert "/root/" not in text and "/etc/" not in text, text
+        assert "=''" not in text and '=""' not in text and "HUGGING_FACE_HUB_TOKEN" not in text
+        assert "--chat-template '<club-3090 checkout>/models/qwen3.6-27b/vllm/patches/froggeric-chat-template/" \
+               "chat_template.jinja'" in text
 
 
 def test_tuple_form_lists_candidates_with_exit_4(capsys):
@@ -150,3 +162,4 @@ def test_tuple_form_tp_must_be_positive(tp, capsys):
     with pytest.raises(SystemExit) as exc:
         main(["compose", "--model", "qwen3.6-27b", "--tp", tp])
     assert exc.value.code == 64
+

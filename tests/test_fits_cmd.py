@@ -22,9 +22,12 @@ def test_ranking_lists_every_catalog_model_with_shape_context_and_command(capsys
     fitting = [r for r in rows if r["fits"]]
     assert fitting and code == 0
     assert rows[:len(fitting)] == fitting                       # fits first
-    contexts = [r["max_model_len"] for r in fitting]
+    contexts = [r["max_model_len"] or _gguf_context(r) for r in fitting]
     assert contexts == sorted(contexts, reverse=True)           # then the most context
     for r in fitting:
+        if r["gguf"] is not None:                               # a GGUF default, priced for llama.cpp offline
+            assert r["serve"].startswith("llama-server -hf ") and r["confidence"] == "estimated"
+            continue
         assert r["serve"].startswith("club3090 up ") and "--gpus 1x3090" in r["serve"]
         assert r["tensor_parallel_size"] == 1 and r["max_concurrency"] >= 1 and r["confidence"]
     qwen = next(r for r in rows if r["model"] == "qwen3.6-27b")
@@ -33,11 +36,17 @@ def test_ranking_lists_every_catalog_model_with_shape_context_and_command(capsys
                            "--gpus 1x3090 --dir run/"
 
 
+def _gguf_context(row):
+    best = next(q for q in row["gguf"]["quants"] if q["quant"] == row["gguf"]["best"])
+    return best["max_ctx_full_gpu"] if best["fits_fully"] else best["offload"]["max_ctx"]
+
+
 def test_ranking_human_output(capsys):
     assert main(["fits", "--gpus", "2x3090"]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[0].startswith("On 2x RTX 3090: ") and "models fit" in out[0]
-    assert out[1].startswith(" 1. ") and "fits (TP 2" in out[1]
+    assert out[1].startswith(" 1. ") and " fits " in out[1]
+    assert any("fits (TP 2" in line for line in out)
     assert any(line.strip().startswith("serve: club3090 up ") for line in out)
 
 

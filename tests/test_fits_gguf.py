@@ -118,9 +118,9 @@ def _model(hub, repo: str, files: list[str]):  # type: ignore[no-untyped-def]
 
 def _gpu_bytes() -> list[int]:
     from club3090.catalog import load_catalog
-    from club3090.pipeline.stages import gpu_set
+    from club3090.rig.gpus import parse_gpus
 
-    gpus = gpu_set("1x3090", load_catalog())
+    gpus = parse_gpus("1x3090", load_catalog())
     assert gpus is not None
     return list(gpus.memory_bytes)
 

@@ -248,3 +248,18 @@ def test_node_spec(spec, node):
     from club3090.rig.gpus import node_spec
 
     assert node_spec(spec) == node
+
+
+@pytest.mark.parametrize("spec, gpu", [("1x4070tisuper", "rtx-4070-ti-super"), ("1xrtx6000ada", "rtx-6000-ada"),
+                                       ("1x6000ada", "rtx-6000-ada"), ("1xRTX4070TiSuper", "rtx-4070-ti-super"),
+                                       ("1xa100-80gb", "a100-80gb")])
+def test_names_as_people_type_them(cat, spec, gpu):
+    assert parse_gpus(spec, cat).names == (gpu,)
+
+
+@pytest.mark.parametrize("spec", ["1xA100", "1xa100", "2xA100"])
+def test_a_name_of_two_sizes_suggests_both(cat, spec):
+    with pytest.raises(UsageError) as err:
+        parse_gpus(spec, cat)
+    assert "a100-40gb" in str(err.value) and "a100-80gb" in str(err.value)
+    assert "a10," not in str(err.value)

@@ -46,7 +46,7 @@ def run_json(capsys, *argv: str) -> tuple[int, dict]:
 
 
 def test_local_folder_reads_safetensors_headers(tmp_path, capsys):
-    code, out = run_json(capsys, str(model_folder(tmp_path)), "--max-model-len", "4096")
+    code, out = run_json(capsys, str(model_folder(tmp_path)), "--max-model-len", "4096", "--gpus", "1x3090")
     assert code == 0
     assert set(out) >= JSON_KEYS and set(out["per_gpu"]) == PER_GPU_KEYS
     assert all(isinstance(v, int) for v in out["per_gpu"].values())
@@ -65,7 +65,7 @@ def test_config_only_folder_estimates_weights(tmp_path, capsys):
     assert "+/- 10 %" in out["weights_source"]
     assert abs(out["per_gpu"]["weights_bytes"] - 988_000_000) / 988_000_000 < 0.05
     assert out["confidence"] == "estimated-lower-bound"
-    assert main(["kv-calc", str(folder), "--max-model-len", "4096"]) == 0
+    assert main(["kv-calc", str(folder), "--max-model-len", "4096", "--gpus", "1x3090"]) == 0
     assert "estimated from config.json" in " ".join(capsys.readouterr().out.split())   # rich wraps lines
     code, out = run_json(capsys, str(folder), "--weights-gib", "1.0", "--gpus", "1x24GiB")
     assert code == 0 and out["per_gpu"]["weights_bytes"] == 1 << 30
@@ -74,7 +74,8 @@ def test_config_only_folder_estimates_weights(tmp_path, capsys):
 def test_config_json_path_and_flags(capsys):
     code, out = run_json(capsys, str(HUB / "Qwen--Qwen2.5-7B" / "config.json"), "--weights-gib", "14.25",
                          "--max-model-len", "32768", "--kv-cache-dtype", "fp8", "--vllm-version", "0.19.0",
-                         "--mem-util", "0.9", "--max-num-seqs", "4", "--max-num-batched-tokens", "4096")
+                         "--mem-util", "0.9", "--max-num-seqs", "4", "--max-num-batched-tokens", "4096",
+                         "--gpus", "1x3090")
     assert code == 0
     assert out["kv_bytes_per_token"] == 28_672
     assert out["settings"]["mem_util"] == 0.9 and out["settings"]["max_num_batched_tokens"] == 4096
@@ -83,14 +84,16 @@ def test_config_json_path_and_flags(capsys):
 
 def test_wont_fit_exit_code_and_solve_max_ctx(capsys):
     cfg = str(HUB / "Qwen--Qwen2.5-7B" / "config.json")
-    code, out = run_json(capsys, cfg, "--weights-gib", "14.25", "--max-model-len", "131072")
+    code, out = run_json(capsys, cfg, "--weights-gib", "14.25", "--max-model-len", "131072", "--gpus", "1x3090")
     assert code == 2 and out["raw_verdict"] == "wont-fit" and 0 < out["max_model_len_fit"] < 131072
-    code, solved = run_json(capsys, cfg, "--weights-gib", "14.25", "--max-model-len", "131072", "--solve-max-ctx")
+    code, solved = run_json(capsys, cfg, "--weights-gib", "14.25", "--max-model-len", "131072", "--solve-max-ctx",
+                             "--gpus", "1x3090")
     assert code == 0 and solved["max_model_len"] == out["max_model_len_fit"]
 
 
 def test_unpriceable_model_is_a_refusal(capsys):
-    code, out = run_json(capsys, str(HUB / "RedHatAI--DeepSeek-V4-Flash-NVFP4-FP8"), "--weights-gib", "10")
+    code, out = run_json(capsys, str(HUB / "RedHatAI--DeepSeek-V4-Flash-NVFP4-FP8"), "--weights-gib", "10",
+                         "--gpus", "1x3090")
     assert code == 2 and out["ok"] is False and out["reason"] == "no-fit-model"
 
 
@@ -152,7 +155,7 @@ def test_without_heavy_imports(tmp_path):
     is the benchmarks' business: a timed assertion flaps on a shared machine)."""
     folder = model_folder(tmp_path)
     script = ("import sys; from club3090.cli import main; "
-              f"code = main(['kv-calc', {str(folder)!r}, '--json']); "
+              f"code = main(['kv-calc', {str(folder)!r}, '--gpus', '1x3090', '--json']); "
               "heavy = [m for m in ('torch', 'transformers', 'vllm', 'huggingface_hub') if m in sys.modules]; "
               "print('HEAVY', heavy, file=sys.stderr); sys.exit(code)")
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=False)
@@ -238,7 +241,8 @@ def test_model_with_profile_prices_model_at_profile_shape(capsys):
     other = next(mid for mid in catalog.models if mid != prof.model
                  and catalog.models[mid].weights[catalog.models[mid].default_weight_variant].size_bytes)
     _, own = _kv_json(capsys, "vllm/minimal")
-    _, alone = _kv_json(capsys, other, "--max-model-len", str(prof.max_model_len), "--tp", str(prof.tp))
+    _, alone = _kv_json(capsys, other, "--max-model-len", str(prof.max_model_len), "--tp", str(prof.tp),
+                        "--gpus", f"{prof.tp}x{prof.reference_gpu}")
     _, paired = _kv_json(capsys, other, "--profile", "vllm/minimal")
     assert paired["profile"] == "vllm/minimal" and paired["model"] == other
     assert paired["architecture"] == alone["architecture"] != own["architecture"]

@@ -109,7 +109,7 @@ def test_gguf_repo_with_several_quants(fake_hub, tmp_path: Path, monkeypatch: py
     monkeypatch.setenv("HF_ENDPOINT", fake_hub.url)
     assert main(["kv-calc", "org/Tiny-GGUF", "--json"]) == 64
     assert "Q4_K_M" in capsys.readouterr().out
-    code, doc = _run(capsys, "org/Tiny-GGUF", "--quant", "q8_0", "-c", "2048")
+    code, doc = _run(capsys, "org/Tiny-GGUF", "--quant", "q8_0", "-c", "2048", "--gpus", "1x3090")
     assert code == 0 and doc["quant"] == "Q8_0" and doc["engine"] == "llama.cpp"
 
 
@@ -126,7 +126,7 @@ def test_shared_flags_mean_the_same_and_vllm_flags_are_refused(tmp_path: Path,
                                                                capsys: pytest.CaptureFixture[str]) -> None:
     (path,) = write(tmp_path, "m", Spec())
     _, doc = _run(capsys, str(path), "--max-model-len", "5000", "--max-num-seqs", "2", "--kv-cache-dtype", "k8v4",
-                  "--tp", "2")
+                  "--tp", "2", "--gpus", "2x3090")
     assert (doc["args"]["ctx_size"], doc["args"]["parallel"]) == (5000, 2)
     assert (doc["args"]["cache_type_k"], doc["args"]["cache_type_v"]) == ("q8_0", "q4_0")
     assert [d["name"] for d in doc["devices"]] == ["CUDA0", "CUDA1", "CPU"]

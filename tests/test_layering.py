@@ -30,7 +30,7 @@ ORDER: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("edges", ("edges",)),
     ("reports", ("reports",)),
     ("validate", ("validate",)),
-    ("pipeline", ("pipeline",)),
+    ("pipeline", ("pipeline", "engines")),          # an engine package orchestrates its stages like pipeline/
     # the composition roots: the CLI, the library facade, and the LiveProvider that wires edges,
     # reports and pipeline pieces into one Provider
     ("cli", ("cli", "__main__", "__init__", "edges.provider")),

@@ -8,11 +8,14 @@ import pytest
 
 from club3090.catalog import load_catalog
 from club3090.cli import main
-from club3090.pipeline.stages import gpu_set
+from club3090.cli.commands._types import gpu_set
 
 
 def test_gpu_set_takes_nodes_and_interconnect():
-    rig = gpu_set("2x3090", load_catalog(), nodes=2, interconnect="infiniband")
+    import argparse
+
+    args = argparse.Namespace(gpus="2x3090", nodes=2, interconnect="infiniband")
+    rig = gpu_set(args, load_catalog())
     assert rig is not None and (rig.nodes, rig.gpus_per_node, rig.interconnect) == (2, 2, "infiniband")
 
 

@@ -25,7 +25,7 @@ from club3090.pipeline.kv_calc import PriceRequest, price
 from club3090.pipeline.pull import PullRequest, evaluate
 from club3090.settings import Settings
 from tests.fakehub import FIXTURES, FakeHub
-from tests.providers import NO_GPU, offline_rig
+from tests.providers import NO_GPU, offline_rig, rig
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "club3090"
 CURATED = "Lorbus/Qwen3.6-27B-int4-AutoRound"
@@ -76,13 +76,13 @@ def test_pull_asks_the_provider_for_facts_gpus_and_disk(tmp_path: Path) -> None:
 
 def test_gpus_flag_with_a_known_card_skips_detection(tmp_path: Path) -> None:
     spy = SpyProvider(Settings(hf_home=tmp_path / "hf"), detect=lambda: NO_GPU, free_disk=lambda _p: 10**15)
-    evaluate(PullRequest(CURATED, "vllm/minimal", gpus="1x3090"), spy)
+    evaluate(PullRequest(CURATED, "vllm/minimal", gpus=rig("1x3090")), spy)
     assert "detect_gpus" not in spy.calls  # type: ignore[attr-defined]
 
 
 def test_injected_free_space_decides_the_disk_stratum(tmp_path: Path) -> None:
-    short = evaluate(PullRequest(CURATED, "vllm/minimal", gpus="1x3090"), offline_rig(free=GIB))
-    plenty = evaluate(PullRequest(CURATED, "vllm/minimal", gpus="1x3090"), offline_rig(free=10**15))
+    short = evaluate(PullRequest(CURATED, "vllm/minimal", gpus=rig("1x3090")), offline_rig(free=GIB))
+    plenty = evaluate(PullRequest(CURATED, "vllm/minimal", gpus=rig("1x3090")), offline_rig(free=10**15))
     assert (short.reason, short.outcome) == ("disk-short", Outcome.REFUSED)
     assert plenty.reason != "disk-short"
 
@@ -138,7 +138,7 @@ def test_kv_calc_and_pull_resolve_a_name_the_same_way(tmp_path: Path) -> None:
     provider = offline_rig(Settings(hf_home=tmp_path / "hf"))
     catalog = provider.catalog()
     for name in (str(folder), CURATED, "vllm/minimal"):
-        est = price(PriceRequest(model=name, gpus="1x3090"), provider)
+        est = price(PriceRequest(model=name, gpus=rig("1x3090")), provider)
         facts = provider.resolve(name, catalog)
         assert isinstance(facts, ModelSpec) and not isinstance(est, Stop)
         assert est.architecture == facts.arch.architecture, name
@@ -157,25 +157,56 @@ def test_a_missing_folder_is_the_same_stop_everywhere(tmp_path: Path) -> None:
 # --gpus is parsed in exactly one function
 # --------------------------------------------------------------------------------------------
 
-def test_parse_gpus_has_exactly_one_caller() -> None:
+def _calls(name: str) -> list[str]:
     callers = []
     for path in sorted(SRC.rglob("*.py")):
         tree = ast.parse(path.read_text(encoding="utf-8"))
         for node in ast.walk(tree):
             if isinstance(node, ast.Call):
                 func = node.func
-                name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
-                if name == "parse_gpus":
-                    callers.append(str(path.relative_to(SRC)))
-    assert callers == ["pipeline/stages.py"]
+                called = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
+                if called == name:
+                    callers.append((str(path.relative_to(SRC)), node))
+    return callers  # type: ignore[return-value]
 
 
-def test_a_bad_gpus_spec_is_a_usage_error_before_any_network(fake_hub: FakeHub) -> None:
-    from club3090.errors import UsageError
+def test_parse_gpus_has_exactly_one_caller() -> None:
+    """--gpus is parsed once, in the CLI; every request carries the parsed GpuSet."""
+    assert [path for path, _node in _calls("parse_gpus")] == ["cli/commands/_types.py"]
+
+
+def test_the_gpus_flag_is_declared_once() -> None:
+    """One declaration (``add_gpus_flag``), one help text, whichever command takes --gpus."""
+    declared = [path for path, node in _calls("add_argument")
+                if node.args and isinstance(node.args[0], ast.Constant) and node.args[0].value == "--gpus"]
+    assert declared == ["cli/commands/_types.py"]
+    users = sorted({path for path, _node in _calls("add_gpus_flag")})
+    assert {"cli/commands/pull.py", "cli/commands/kv_calc.py", "cli/commands/fits.py", "cli/commands/up.py",
+            "cli/commands/swap.py"} <= set(users)
+
+
+def test_no_request_carries_a_gpus_string() -> None:
+    """Requests carry values: no ``gpus: str`` field is left to be parsed again downstream."""
+    from dataclasses import fields
+
+    from club3090.pipeline.fits import FitsRequest
+    from club3090.pipeline.kv_calc import PriceRequest
+    from club3090.pipeline.swap import SwapRequest
+    from club3090.pipeline.up import UpRequest
+
+    for kind in (PullRequest, PriceRequest, FitsRequest, UpRequest, SwapRequest):
+        gpus = next(f for f in fields(kind) if f.name == "gpus")
+        assert "GpuSet" in str(gpus.type) and "str" not in str(gpus.type), kind
+
+
+def test_a_bad_gpus_spec_is_a_usage_error_before_any_network(fake_hub: FakeHub, monkeypatch) -> None:
+    from club3090 import cli
 
     fake_hub.add_fixture("Qwen--Qwen2.5-7B")
-    with pytest.raises(UsageError):
-        evaluate(PullRequest("Qwen/Qwen2.5-7B", "vllm/minimal", gpus="1xnosuchcard"), offline_rig(fake_hub.settings()))
+    monkeypatch.setenv("HF_ENDPOINT", fake_hub.url)
+    for command in (["pull", "Qwen/Qwen2.5-7B", "--profile-like", "vllm/minimal"], ["kv-calc", "Qwen/Qwen2.5-7B"],
+                    ["fits", "Qwen/Qwen2.5-7B"]):
+        assert cli.main([*command, "--gpus", "1xnosuchcard"]) == 64
     assert fake_hub.log == []
 
 

@@ -24,7 +24,7 @@ from club3090.pipeline.pull import CAVEAT, PullRequest, evaluate, select_path
 from club3090.pipeline.pull_gate import Gate, Verdict
 from club3090.settings import Settings
 from tests.fixtures_path import fixture_path
-from tests.providers import offline_rig
+from tests.providers import offline_rig, rig
 
 GIB = 2**30
 CURATED = "Lorbus/Qwen3.6-27B-int4-AutoRound"
@@ -96,12 +96,12 @@ class TestEarliestStratumWins:
 
     def test_c0_beats_disk_and_eligibility(self, catalog):
         config = {**DENSE, "architectures": ["MysteryForCausalLM"], "layer_types": ["rwkv"] * 28}
-        r = _run(catalog, PullRequest("org/x", "vllm/minimal", gpus="1x3090"), spec=_spec(config), free=0)
+        r = _run(catalog, PullRequest("org/x", "vllm/minimal", gpus=rig("1x3090")), spec=_spec(config), free=0)
         assert (r.stratum, r.reason) == (Stratum.ENGINE_SUPPORT, "engine-support-unknown/no-arch-row")
 
     def test_disk_beats_eligibility_after_a_bypass(self, catalog):
         config = {**DENSE, "architectures": ["MysteryForCausalLM"], "layer_types": ["rwkv"] * 28}
-        r = _run(catalog, PullRequest("org/x", "vllm/minimal", gpus="1x3090", experimental_arch=True, yes=True),
+        r = _run(catalog, PullRequest("org/x", "vllm/minimal", gpus=rig("1x3090"), experimental_arch=True, yes=True),
                  spec=_spec(config), free=GIB)
         assert (r.stratum, r.reason, r.fit) == (Stratum.DISK, "disk-short", None)
         assert "bypassed" in r.notice_codes
@@ -111,29 +111,29 @@ class TestEarliestStratumWins:
         from club3090.cli.commands.pull import headline
 
         config = {**DENSE, "auto_map": {"AutoModel": "x.Y"}}
-        r = _run(catalog, PullRequest("org/x", "vllm/minimal", gpus="1x3090", trust_remote_code=True, yes=True),
+        r = _run(catalog, PullRequest("org/x", "vllm/minimal", gpus=rig("1x3090"), trust_remote_code=True, yes=True),
                  spec=_spec(config), free=GIB)
         assert (r.stratum, r.reason) == (Stratum.DISK, "disk-short")
         assert "--trust-remote-code" not in headline(r)
-        stopped = _run(catalog, PullRequest("org/x", "vllm/minimal", gpus="1x3090"), spec=_spec(config), free=GIB)
+        stopped = _run(catalog, PullRequest("org/x", "vllm/minimal", gpus=rig("1x3090")), spec=_spec(config), free=GIB)
         assert stopped.reason == "needs-trust-remote-code-ack"
         assert headline(stopped).endswith("re-run with --trust-remote-code to go ahead anyway")
 
     def test_a_launch_that_downloads_elsewhere_skips_the_local_disk(self, catalog):
-        request = PullRequest("org/x", "vllm/minimal", gpus="1x3090", yes=True, downloads_here=False)
+        request = PullRequest("org/x", "vllm/minimal", gpus=rig("1x3090"), yes=True, downloads_here=False)
         r = _run(catalog, request, spec=_spec(DENSE), free=GIB)
         assert r.stratum != Stratum.DISK and r.fit is not None
 
     def test_eligibility_beats_fit(self, catalog):
         config = {**DENSE, "layer_types": ["rwkv"] * 28}
-        r = _run(catalog, PullRequest("org/x", "vllm/minimal", gpus="1x3090", force_download=True, yes=True),
+        r = _run(catalog, PullRequest("org/x", "vllm/minimal", gpus=rig("1x3090"), force_download=True, yes=True),
                  spec=_spec(config))
         assert (r.stratum, r.reason, r.fit, r.raw_verdict) == (Stratum.ELIGIBILITY, "no-fit-model", None, None)
 
     def test_bypassed_trc_does_not_hide_a_runtime_problem(self, catalog):
         # auto_map on a known arch (ack given) + a profile whose pin does not load Qwen2
         config = {**DENSE, "auto_map": {"AutoModel": "x.Y"}}
-        r = _run(catalog, PullRequest("org/x", "vllm/tools-text", gpus="1x3090", trust_remote_code=True, yes=True),
+        r = _run(catalog, PullRequest("org/x", "vllm/tools-text", gpus=rig("1x3090"), trust_remote_code=True, yes=True),
                  spec=_spec(config))
         assert r.reason == "engine-support-unknown/runtime-incompatible"
         assert r.bypassed == [{"token": "needs-trust-remote-code-ack", "flags": ["--trust-remote-code"]}]
@@ -149,7 +149,7 @@ class TestEarliestStratumWins:
 ])
 def test_subset_rule_no_row_plus_auto_map(catalog, flags, cleared):
     config = {**DENSE, "architectures": ["MysteryForCausalLM"], "auto_map": {"AutoModel": "x.Y"}}
-    r = _run(catalog, PullRequest("org/x", "vllm/minimal", gpus="1x3090", yes=True, **flags), spec=_spec(config))
+    r = _run(catalog, PullRequest("org/x", "vllm/minimal", gpus=rig("1x3090"), yes=True, **flags), spec=_spec(config))
     if cleared:
         assert r.stratum != Stratum.ENGINE_SUPPORT and r.ok and r.caveat == CAVEAT
     else:
@@ -159,7 +159,7 @@ def test_subset_rule_no_row_plus_auto_map(catalog, flags, cleared):
 
 def test_experimental_arch_is_path_b_only(catalog, tmp_path):
     config = {**DENSE, "architectures": ["MysteryForCausalLM"]}
-    r = _run(catalog, PullRequest("org/x", "vllm/minimal", gpus="1x3090", experimental_arch=True, yes=True,
+    r = _run(catalog, PullRequest("org/x", "vllm/minimal", gpus=rig("1x3090"), experimental_arch=True, yes=True,
                                   path="A", out=tmp_path / "o.yml"), spec=_spec(config))
     # an explicit Path A with a non-curated spec stops at stratum 2 before [C0] could be bypassed
     assert r.stratum == Stratum.PROFILE_LIKE and r.reason == "profile-mismatch"
@@ -173,9 +173,9 @@ class TestHardware:
         assert (r.stratum, r.reason, r.fit) == (Stratum.ENGINE_SUPPORT, "hardware-sm-undetermined", None)
 
     def test_size_only_gpus_needs_an_sm(self, catalog):
-        r = _run(catalog, PullRequest(CURATED, "vllm/minimal", gpus="1x24GiB"))
+        r = _run(catalog, PullRequest(CURATED, "vllm/minimal", gpus=rig("1x24GiB")))
         assert r.reason == "hardware-sm-undetermined"
-        r = _run(catalog, PullRequest(CURATED, "vllm/minimal", gpus="1x24GiB", hardware_sm=Decimal("8.6")))
+        r = _run(catalog, PullRequest(CURATED, "vllm/minimal", gpus=rig("1x24GiB"), hardware_sm=Decimal("8.6")))
         assert r.ok
 
     def test_hardware_only_prices_the_reference_card_with_a_notice(self, catalog):
@@ -200,19 +200,19 @@ class TestHardware:
         assert r.reason == "hardware-vram-undetermined"
 
     def test_fewer_gpus_than_tp(self, catalog):
-        r = _run(catalog, PullRequest(CURATED, "vllm/dual", gpus="1x3090"))
+        r = _run(catalog, PullRequest(CURATED, "vllm/dual", gpus=rig("1x3090")))
         assert r.reason == "engine-support-unknown/runtime-incompatible"
 
     def test_real_memory_changes_the_verdict(self, catalog):
         """W1: the fit prices the declared cards, not a fixed 24 GB."""
-        small = _run(catalog, PullRequest(CURATED, "vllm/minimal", gpus="1x16GiB", hardware_sm=Decimal("8.6")))
-        big = _run(catalog, PullRequest(CURATED, "vllm/minimal", gpus="1xH100-80GB"))
+        small = _run(catalog, PullRequest(CURATED, "vllm/minimal", gpus=rig("1x16GiB"), hardware_sm=Decimal("8.6")))
+        big = _run(catalog, PullRequest(CURATED, "vllm/minimal", gpus=rig("1xH100-80GB")))
         assert small.raw_verdict == "wont-fit" and big.raw_verdict == "fits-clean"
         assert big.fit.kv_cache_tokens > 0
 
     def test_tp4_on_four_gpus(self, catalog):
         """W2: a TP-4 profile is priced (no crash) on four declared GPUs."""
-        r = _run(catalog, PullRequest(CURATED, "vllm/qwen-27b-multi-fast", gpus="4x3090"))
+        r = _run(catalog, PullRequest(CURATED, "vllm/qwen-27b-multi-fast", gpus=rig("4x3090")))
         assert r.stratum == Stratum.DECIDED and r.fit is not None and len(r.fit.ranks) == 4
 
 
@@ -220,16 +220,16 @@ class TestHardware:
 
 def test_wont_fit_suggests_the_closest_fit(catalog):
     # two 13 GiB cards: the weights fit, the full 262K context does not, a shorter one does
-    r = _run(catalog, PullRequest(CURATED, "vllm/dual", gpus="2x13GiB", hardware_sm=Decimal("8.6")))
+    r = _run(catalog, PullRequest(CURATED, "vllm/dual", gpus=rig("2x13GiB"), hardware_sm=Decimal("8.6")))
     assert r.reason == "hard-block"
     assert any("largest context that fits" in s for s in r.suggestions)
     assert any("tp=4" in s for s in r.suggestions)
 
 
 def test_low_confidence_wont_fit_needs_force_download(catalog):
-    r = _run(catalog, PullRequest("org/x", "vllm/minimal", gpus="1x3090"), spec=_spec(DENSE, weights=40 * GIB))
+    r = _run(catalog, PullRequest("org/x", "vllm/minimal", gpus=rig("1x3090")), spec=_spec(DENSE, weights=40 * GIB))
     assert (r.raw_verdict, r.reason, exit_code(r.outcome)) == ("wont-fit", "override-accepted:needs --force-download", 3)
-    r = _run(catalog, PullRequest("org/x", "vllm/minimal", gpus="1x3090", force_download=True),
+    r = _run(catalog, PullRequest("org/x", "vllm/minimal", gpus=rig("1x3090"), force_download=True),
              spec=_spec(DENSE, weights=40 * GIB))
     assert (r.ok, r.terminal, exit_code(r.outcome), r.caveat) == (True, "override-accepted", 0, CAVEAT)
     assert "override-accepted" in r.notice_codes
@@ -237,20 +237,20 @@ def test_low_confidence_wont_fit_needs_force_download(catalog):
 
 def test_path_b_clamps_context_to_the_model(catalog):
     config = {**DENSE, "max_position_embeddings": 4096}
-    r = _run(catalog, PullRequest("org/x", "vllm/minimal", gpus="1x3090", yes=True), spec=_spec(config))
+    r = _run(catalog, PullRequest("org/x", "vllm/minimal", gpus=rig("1x3090"), yes=True), spec=_spec(config))
     assert r.fit.max_model_len == 4096
     notice = next(n for n in r.notices if n.code == "context-capped-to-model")
     assert notice.data["model_max"] == 4096 and notice.data["max_model_len"] > 4096
 
 
 def test_local_folder_skips_the_disk_gate(catalog):
-    r = _run(catalog, PullRequest("./m", "vllm/minimal", gpus="1x3090", yes=True),
+    r = _run(catalog, PullRequest("./m", "vllm/minimal", gpus=rig("1x3090"), yes=True),
              spec=_spec(DENSE, source="local", ref="./m"), free=None)
     assert r.ok
 
 
 def test_unknown_free_space_is_disk_short(catalog):
-    r = _run(catalog, PullRequest("org/x", "vllm/minimal", gpus="1x3090", yes=True), spec=_spec(DENSE), free=None)
+    r = _run(catalog, PullRequest("org/x", "vllm/minimal", gpus=rig("1x3090"), yes=True), spec=_spec(DENSE), free=None)
     assert r.reason == "disk-short"
 
 
@@ -264,13 +264,13 @@ def test_hub_outage_is_not_a_verdict(catalog):
 
 def test_path_a_writes_atomically_and_refuses_to_clobber(catalog, tmp_path):
     out = tmp_path / "c.yml"
-    r = _run(catalog, PullRequest(CURATED, "vllm/minimal", gpus="1x3090", out=out))
+    r = _run(catalog, PullRequest(CURATED, "vllm/minimal", gpus=rig("1x3090"), out=out))
     assert r.ok and r.emitted and out.read_text() == r.compose_text and "services:" in r.compose_text
     out.write_text("mine")
     with pytest.raises(UsageError):
-        _run(catalog, PullRequest(CURATED, "vllm/minimal", gpus="1x3090", out=out))
+        _run(catalog, PullRequest(CURATED, "vllm/minimal", gpus=rig("1x3090"), out=out))
     assert out.read_text() == "mine"
-    r = _run(catalog, PullRequest(CURATED, "vllm/minimal", gpus="1x3090", out=out, force=True))
+    r = _run(catalog, PullRequest(CURATED, "vllm/minimal", gpus=rig("1x3090"), out=out, force=True))
     assert r.ok and out.read_text() != "mine"
 
 
@@ -279,13 +279,13 @@ def test_path_a_writes_atomically_and_refuses_to_clobber(catalog, tmp_path):
 def test_every_dry_run_refusal_is_a_stratum6_stop(catalog, tmp_path, token):
     out = tmp_path / "c.yml"
     refuse = lambda key, cat: ComposeOutcome(ok=False, outcome=Outcome.REFUSED, profile=key, refusal=token)  # noqa: E731
-    r = _run(catalog, PullRequest(CURATED, "vllm/minimal", gpus="1x3090", out=out), dry_run=refuse)
+    r = _run(catalog, PullRequest(CURATED, "vllm/minimal", gpus=rig("1x3090"), out=out), dry_run=refuse)
     assert (r.stratum, r.reason, r.ok, exit_code(r.outcome)) == (Stratum.COMPOSE_DRY_RUN, f"d-refused:{token}", False, 2)
     assert not out.exists() and r.caveat is None
 
 
 def test_constrained_path_a_notice_and_fitted_override(catalog, tmp_path):
-    r = _run(catalog, PullRequest(CURATED, "vllm/dual", gpus="2x18GiB", hardware_sm=Decimal("8.6"), yes=True,
+    r = _run(catalog, PullRequest(CURATED, "vllm/dual", gpus=rig("2x18GiB"), hardware_sm=Decimal("8.6"), yes=True,
                                   out=tmp_path / "c.yml"))
     assert r.ok and r.raw_verdict == "fits-constrained"
     assert r.notice_codes[:2] == ("effective-cap", "rig-fitted-override")
@@ -301,7 +301,7 @@ def test_constrained_path_a_notice_and_fitted_override(catalog, tmp_path):
 
 def test_hard_stops_write_a_redacted_bundle(catalog, tmp_path):
     captures = tmp_path / ".pull-captures"
-    r = _run(catalog, PullRequest(CURATED, "vllm/minimal", gpus="1x16GiB", hardware_sm=Decimal("8.6")),
+    r = _run(catalog, PullRequest(CURATED, "vllm/minimal", gpus=rig("1x16GiB"), hardware_sm=Decimal("8.6")),
              captures=captures)
     assert r.reason == "hard-block" and r.bundle is not None
     gate = json.loads((r.bundle / "pt1-gate.json").read_text())
@@ -316,7 +316,7 @@ def test_hard_stops_write_a_redacted_bundle(catalog, tmp_path):
 
 def test_no_bundle_for_needs_flag_or_ok(catalog, tmp_path):
     captures = tmp_path / ".pull-captures"
-    r = _run(catalog, PullRequest(CURATED, "vllm/minimal", gpus="1x3090"), captures=captures)
+    r = _run(catalog, PullRequest(CURATED, "vllm/minimal", gpus=rig("1x3090")), captures=captures)
     assert r.ok and r.bundle is None and not captures.exists()
 
 
@@ -339,7 +339,7 @@ def test_early_stop_bundle_leaves_post_c0_fields_null(catalog, tmp_path):
 def test_non_curated_moe_and_hybrid_get_a_real_verdict(fake_hub, catalog, fixture, profile, gpus):
     fake_hub.add_fixture(fixture)
     repo = fixture.replace("--", "/", 1)
-    r = evaluate(PullRequest(repo, profile, gpus=gpus), offline_rig(fake_hub.settings()), catalog=catalog)
+    r = evaluate(PullRequest(repo, profile, gpus=rig(gpus)), offline_rig(fake_hub.settings()), catalog=catalog)
     assert r.stratum == Stratum.DECIDED, (r.reason, r.detail)
     assert r.reason != "no-fit-model" and r.confidence == "estimated-lower-bound"
     assert r.raw_verdict in RAW_VERDICTS and r.fit is not None
@@ -349,7 +349,7 @@ def test_non_curated_moe_and_hybrid_get_a_real_verdict(fake_hub, catalog, fixtur
 
 
 def test_to_json_shape(catalog):
-    r = _run(catalog, PullRequest(CURATED, "vllm/minimal", gpus="1x3090"))
+    r = _run(catalog, PullRequest(CURATED, "vllm/minimal", gpus=rig("1x3090")))
     data = json.loads(json.dumps(r.to_json()))
     for key in ("ok", "outcome", "path", "stratum", "stratum_name", "reason", "c0", "confidence", "raw_verdict",
                 "terminal", "fit", "out", "notices", "notice_codes", "bypassed", "caveat"):
@@ -364,7 +364,7 @@ def test_to_json_shape(catalog):
 def test_derived_compose_written_for_a_satisfied_non_curated_verdict(fake_hub, catalog, tmp_path):
     fake_hub.add_fixture("Qwen--Qwen2.5-7B")
     out = tmp_path / "derived.yml"
-    r = evaluate(PullRequest("Qwen/Qwen2.5-7B", "vllm/minimal", gpus="1x3090", yes=True, out=out),
+    r = evaluate(PullRequest("Qwen/Qwen2.5-7B", "vllm/minimal", gpus=rig("1x3090"), yes=True, out=out),
                  offline_rig(fake_hub.settings(hf_home=tmp_path / "hf")), catalog=catalog)
     assert r.ok and r.path == "B" and r.emitted and r.out == out
     text = out.read_text()
@@ -375,7 +375,7 @@ def test_derived_compose_written_for_a_satisfied_non_curated_verdict(fake_hub, c
 def test_derived_refusal_is_a_notice_not_a_verdict(fake_hub, catalog, tmp_path):
     fake_hub.add_fixture("Qwen--Qwen2.5-7B")
     out = tmp_path / "derived.yml"
-    r = evaluate(PullRequest("Qwen/Qwen2.5-7B", "vllm/dual", gpus="2x3090", yes=True, out=out),
+    r = evaluate(PullRequest("Qwen/Qwen2.5-7B", "vllm/dual", gpus=rig("2x3090"), yes=True, out=out),
                  offline_rig(fake_hub.settings(hf_home=tmp_path / "hf")), catalog=catalog)
     assert r.ok and exit_code(r.outcome) == 0 and not out.exists() and not r.emitted
     refused = [n for n in r.notices if n.code == "emit-refused"]

@@ -28,7 +28,7 @@ from club3090.reports.capture import latest_bundle, read_bundle
 from tests import fakeopenai
 from tests.fakehub import FakeHub
 from tests.fixtures_path import fixture_path
-from tests.providers import offline_rig, plenty_of_disk
+from tests.providers import offline_rig, plenty_of_disk, rig
 
 REPO = "club3090-tests/tiny-qwen"
 SLUG = "club3090-tests-tiny-qwen"
@@ -113,7 +113,7 @@ def _stages(**kw: Any) -> EStages:
 
 def _pull(catalog, hub: FakeHub, tmp_path: Path, stages: EStages | None, *, profile: str = "vllm/minimal",
           gpus: str | None = "1x3090", **req: Any):
-    request = PullRequest(REPO, profile, gpus=gpus, **{"yes": True, **req})
+    request = PullRequest(REPO, profile, gpus=rig(gpus), **{"yes": True, **req})
     return evaluate(request, offline_rig(hub.settings(hf_home=tmp_path / "hf")), catalog=catalog,
                     captures_root=tmp_path / ".pull-captures", stages=stages)
 
@@ -447,7 +447,7 @@ def _remote_code_repo(hub: FakeHub) -> None:
 
 
 def _evaluate(catalog, hub: FakeHub, tmp_path: Path, source: str, stages: EStages | None, settings=None, **req):
-    request = PullRequest(source, "vllm/minimal", gpus="1x3090", **{"yes": True, **req})
+    request = PullRequest(source, "vllm/minimal", gpus=rig("1x3090"), **{"yes": True, **req})
     return evaluate(request, offline_rig(settings or hub.settings(hf_home=tmp_path / "hf")), catalog=catalog,
                     captures_root=tmp_path / ".pull-captures", stages=stages)
 

@@ -189,7 +189,9 @@ def test_compose_replays_a_llamacpp_profile(env, capsys):
     assert "MODEL_DIR" in capsys.readouterr().err
     assert run_cli(env, "compose", "--profile", PROFILE, "--format", "llama-server") == 0
     line = capsys.readouterr().out.splitlines()[-1]
-    assert line.startswith("llama-server --host 0.0.0.0 --port 8080 -m /models/") and f"-c {N_CTX}" in line
+    # the GGUF by its mount's host source (the shipped compose's folder), never the container's /models
+    assert line.startswith("llama-server --host 0.0.0.0 --port 8080 -m '<club-3090 checkout>/models-cache/")
+    assert f"-c {N_CTX}" in line and " /models/" not in line
 
 
 def test_compose_without_a_capture_refuses(tmp_path, monkeypatch, capsys):

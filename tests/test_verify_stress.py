@@ -77,6 +77,14 @@ def test_round_trip_sends_the_tool_result_back(fake_openai, capsys):
     assert json.loads(last["messages"][2]["content"])["city"] == "Paris"
 
 
+def test_every_request_names_the_served_model(fake_openai, capsys):
+    """The checks ask for the model /v1/models lists, never for a check's name (vLLM answers 404 to that)."""
+    fake_openai.mode["max_model_len"] = 6000
+    code, _checks, _ = _run(fake_openai.url, capsys, "--rounds", "2", "--streams", "2")
+    assert code == 0
+    assert {p["model"] for p in fake_openai.posts()} == {"fake-model"}
+
+
 def test_deadline_bounds_the_run(fake_openai):
     ticks = [0.0]
 

@@ -2,10 +2,11 @@
 
 The library API, usable from a notebook without the CLI::
 
-    from club3090 import LiveProvider, PullRequest, Settings, evaluate_pull
+    from club3090 import LiveProvider, PullRequest, Settings, evaluate_pull, parse_gpus
 
     provider = LiveProvider(Settings.from_env())
-    result = evaluate_pull(PullRequest("Qwen/Qwen3-8B", "vllm/minimal", gpus="1x3090"), provider)
+    gpus = parse_gpus("1x3090", provider.catalog())
+    result = evaluate_pull(PullRequest("Qwen/Qwen3-8B", "vllm/minimal", gpus=gpus), provider)
     result.outcome, result.raw_verdict, result.notices
 
 Entry points (each runs the stages of docs/DESIGN.md and returns a value; refusals are values,
@@ -41,7 +42,11 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     "PullRequest": ("club3090.pipeline.pull", "PullRequest"),
     "PullResult": ("club3090.pipeline.pull", "PullResult"),
     "PriceRequest": ("club3090.pipeline.kv_calc", "PriceRequest"),
-    "Overrides": ("club3090.fit.estimate", "Overrides"),
+    "PriceSettings": ("club3090.fit.estimate", "PriceSettings"),
+    "ShapeRequest": ("club3090.fit.shape", "ShapeRequest"),
+    "AUTO": ("club3090.fit.shape", "AUTO"),
+    "GpuSet": ("club3090.rig.gpus", "GpuSet"),
+    "parse_gpus": ("club3090.rig.gpus", "parse_gpus"),
     "Estimate": ("club3090.fit.estimate", "Estimate"),
     "NoFit": ("club3090.fit.estimate", "NoFit"),
     "FitResult": ("club3090.fit.memory", "FitResult"),

@@ -143,6 +143,56 @@ def _corrections_section(corrections: Any) -> list[str]:
     return out
 
 
+INDEX_INTRO = """\
+## The open-model index
+
+`data/index/open_models.yaml` lists open models beyond the curated catalog, so `club3090 fits`
+without MODEL can rank what runs on a rig from the whole open-model world (README, "`fits`"). It is
+read by its own strict loader (`catalog/open_index.py`: unknown keys with a closest-key hint,
+missing keys, types and enumerations checked, every problem collected into one `CatalogError`),
+versioned by `schema_version` (this club3090 reads 1) and never merged into the curated records: an
+index row is always `estimated`, it holds no profile and no measurement.
+
+Each row keeps only the `config.json` keys the architecture parser reads (`trim_config`: a key is
+dropped only when the parse without it is identical), where that config came from, and its weight
+variants: the base safetensors, the quantized repositories (FP8, AWQ, GPTQ, W4A16, AutoRound,
+NVFP4) and the GGUF repositories. A variant's bytes are real where known (`size_bytes`, with
+`size_source`: a safetensors index `total_size`, or file sizes the refresh tool read) and otherwise
+derived and marked so: `bits_per_weight` times the parameter count, the quantized-checkpoint
+estimate of `model/param_estimate.py` from `quantization`, or, for a GGUF quant, the shared
+`gguf_quants` table (bits per weight and perplexity cost from llama.cpp's `llama-quantize` table).
+A fact that could not be sourced is absent and the row's `missing` says so (the license, for every
+seeded row; a row whose geometry came from a public model list rather than its config is priced with
+every layer as full attention, which overstates the KV cache of sliding-window and hybrid models).
+
+Seeded from public sources, each row naming its own: configs from ai-dynamo/aiconfigurator's and
+sgl-project/ome's model-config collections and this repository's `tests/fixtures/hub`; parameter
+counts, GGUF repositories, release dates and the geometry of rows without a config from the
+AlexsJones/llmfit model list (`llmfit-core/data/hf_models.json`; a count far from the config's
+estimate is replaced by the estimate and the row notes it); quant sizes from llama.cpp's
+`tools/quantize/quantize.cpp`. UD-* (unsloth dynamic) quants have no published size table: they
+appear only where the refresh tool read their files.
+
+Refresh (maintainers with network): `python tools/refresh_index.py [--index PATH] [--only ID ...]
+[--write] [--json]` reads each row's `config.json`, the weight bytes of every safetensors variant
+and every quant of the first GGUF repository through club3090's Hub client (`HF_ENDPOINT`,
+`HF_TOKEN`, its deadlines and budgets; only JSON files and listings are read), validates the result
+with the strict loader and replaces the file atomically with `--write`; a repository the Hub does
+not answer for is reported and its row kept. Exit codes: 0 no change, 1 changes, 2 invalid result,
+64 usage.
+"""
+
+
+def _index_section() -> list[str]:
+    from .open_index import INDEX_SPECS
+
+    out = ["", INDEX_INTRO.rstrip("\n")]
+    for title, key in (("`models.<id>`", "models"), ("`models.<id>.variants[]`", "variants"),
+                       ("`gguf_quants.<label>`", "gguf_quants")):
+        out += ["", f"### {title}", "", *_table(INDEX_SPECS[key], {})]
+    return out
+
+
 def render(corrections: Any = None) -> str:
     """The whole of docs/CATALOG.md. ``corrections`` defaults to the shipped catalog's."""
     if corrections is None:
@@ -154,6 +204,7 @@ def render(corrections: Any = None) -> str:
     for fs in FILE_SCHEMAS:
         lines += _file_section(fs)
     lines += _corrections_section(corrections)
+    lines += _index_section()
     lines += ["", "## Retired keys", "",
               "Keys earlier catalogs carried; the loader rejects them and says where the fact lives now.",
               "", "| Key | Now |", "|---|---|"]

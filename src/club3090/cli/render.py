@@ -83,3 +83,16 @@ def confidence_text(confidence: str | None, fit: Any = None) -> str:
     if confidence == "exact" and calibration.label.startswith("exact"):
         return str(calibration.label)
     return f"{word}, {calibration.label} ±{calibration.band_bytes / GiB:.2f} GiB"
+
+
+def concurrency_text(fit: Any) -> str:
+    """What the server does at once: ``min(max_num_seqs, KV capacity)`` full-length requests, and the
+    KV room said apart when the profile serves fewer than the pool holds ("1 concurrent full-length
+    request (KV room for 46; this profile serves 1 at a time)")."""
+    from club3090.fit.estimate import served_concurrency
+
+    room, seqs, served = int(fit.max_concurrency), int(fit.settings.max_num_seqs), served_concurrency(fit)
+    text = f"{served} concurrent full-length request{'s' if served != 1 else ''}"
+    if seqs < room:
+        text += f" (KV room for {room}; this profile serves {seqs} at a time)"
+    return text

@@ -11,6 +11,7 @@ Pure: no environment reads, no file writes, no clock.
 from __future__ import annotations
 
 import json
+import posixpath
 import re
 import shlex
 from collections.abc import Mapping, Sequence
@@ -22,6 +23,8 @@ from club3090.argv import set_flag
 from club3090.interpolate import interpolate_tree
 
 FORMATS = ("compose", "vllm-serve", "json")
+# the user's Hub token: a launch line never assigns it (an empty default would blank the user's own)
+HF_TOKEN_VARS = ("HUGGING_FACE_HUB_TOKEN", "HF_TOKEN")
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f\x85\u2028\u2029]")
 
@@ -55,6 +58,7 @@ class Launch:
     header: tuple[str, ...]                     # provenance lines, without the leading "# "
     top_level: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
     profile: str = ""
+    project_dir: str = ""                       # where relative mount sources resolve from (the shipped folder)
 
     # ---- Compose -------------------------------------------------------------------------
     def compose_document(self) -> dict[str, Any]:
@@ -71,11 +75,16 @@ class Launch:
         assert isinstance(resolved, dict)
         return resolved
 
+    def host_words(self, words: Sequence[str]) -> list[str]:
+        """``words`` (a resolved command) with each container path replaced by its host source."""
+        mounts = bind_mounts(self.resolved_service().get("volumes"), self.project_dir)
+        return [host_path(w, mounts) for w in words]
+
     def serve_invocation(self) -> tuple[tuple[tuple[str, str], ...], tuple[str, ...], tuple[str, ...]]:
         """(env assignments, argv, container-only steps) equivalent to the service."""
         svc = self.resolved_service()
         env = _env_pairs(svc.get("environment"))
-        mounts = _bind_mounts(svc.get("volumes"))
+        mounts = bind_mounts(svc.get("volumes"), self.project_dir)
         entrypoint = _as_list(svc.get("entrypoint"))
         command = [str(a) for a in _as_list(svc.get("command"))]
         container_only: list[str] = []
@@ -86,12 +95,15 @@ class Launch:
             if entrypoint:
                 container_only.append("entrypoint script (patch installs, NVLink detection) runs "
                                       "only inside the container")
-        args = [_host_path(a, mounts) for a in command]
+        args = [host_path(a, mounts) for a in command]
         host_port = _host_port(svc.get("ports"))
         if host_port is not None:
             args = set_flag(args, "--port", host_port, append=False)
         out_env: list[tuple[str, str]] = []
         for name, value in env:
+            if name in HF_TOKEN_VARS:
+                continue
+            value = host_path(value, mounts)
             if name == "NVIDIA_VISIBLE_DEVICES":
                 if value and value not in ("all", "none", "void"):
                     out_env.append(("CUDA_VISIBLE_DEVICES", value))
@@ -218,16 +230,23 @@ def volume_source(entry: Any) -> str:
     return split_volume(str(entry))[0]
 
 
-def _bind_mounts(volumes: Any) -> list[tuple[str, str]]:
+def bind_mounts(volumes: Any, project_dir: str = "") -> list[tuple[str, str]]:
+    """(host source, container target) of each bind mount, longest target first; a relative source
+    resolves from ``project_dir`` (as ``docker compose --project-directory`` does)."""
     out = []
     for entry in volumes or []:
         src, dst = volume_source(entry), volume_target(entry)
-        if src.startswith("/") and dst.startswith("/"):
+        if project_dir and src.startswith(("./", "../")):
+            src = posixpath.normpath(posixpath.join(project_dir, src))
+        elif not src.startswith("/"):
+            continue            # a named volume, or no source this line can name
+        if dst.startswith("/"):
             out.append((src, dst))
     return sorted(out, key=lambda m: -len(m[1]))
 
 
-def _host_path(arg: str, mounts: list[tuple[str, str]]) -> str:
+def host_path(arg: str, mounts: list[tuple[str, str]]) -> str:
+    """``arg`` with a container path (a mount's target or below it) replaced by the host source."""
     for src, dst in mounts:
         if arg == dst:
             return src

@@ -19,6 +19,7 @@ Pure: values in, values out.
 
 from __future__ import annotations
 
+import posixpath
 import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -357,7 +358,8 @@ def replay(profile_key: str, catalog: "Catalog", *, out_name: str | None = None,
               + " --dir DIR` writes a self-contained bundle that serves it from the HF cache",
               f"run: MODEL_DIR=/your/models docker compose -f {out_name or '<out>'} up -d")
     launch = Launch(kind="curated", service_name=profile.runtime.service_name, service=service, header=header,
-                    top_level=profile.runtime.top_level, profile=profile.key)
+                    top_level=profile.runtime.top_level, profile=profile.key,
+                    project_dir=f"<club-3090 checkout>/{posixpath.dirname(profile.compose_path)}")
     notices = (Notice(NoticeCode.PROJECT_DIRECTORY,
                       "the GGUF is mounted from ${MODEL_DIR}: set MODEL_DIR to the folder holding it, or run "
                       f"`club3090 up {profile.key} --dir DIR` for a self-contained bundle",
@@ -369,7 +371,7 @@ def replay(profile_key: str, catalog: "Catalog", *, out_name: str | None = None,
 def render_llama_server(launch: Launch) -> str:
     """The service as one ``llama-server`` command line (interpolated with the defaults)."""
     svc = interpolate_tree(plain_data(launch.service), {})
-    words = command_words(svc.get("command"))
+    words = launch.host_words(command_words(svc.get("command")))
     lines = "".join(f"# {h}\n" for h in launch.header)
     return lines + "llama-server " + " ".join(shlex.quote(w) for w in words) + "\n"
 
@@ -384,5 +386,6 @@ def render(launch: Launch, fmt: str) -> str:
     svc = interpolate_tree(plain_data(launch.service), {})
     return json.dumps({"kind": launch.kind, "profile": launch.profile, "service_name": launch.service_name,
                        "header": list(launch.header), "compose": launch.compose_document(),
-                       "llama_server": {"argv": ["llama-server", *command_words(svc.get("command"))]}},
+                       "llama_server": {"argv": ["llama-server",
+                                                 *launch.host_words(command_words(svc.get("command")))]}},
                       indent=2, ensure_ascii=False) + "\n"

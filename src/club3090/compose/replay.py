@@ -221,7 +221,7 @@ def _render(profile_key: str, profile: "Profile", catalog: "Catalog", checked: _
                             project_dir, out_name or "<out>")
     runtime = checked.runtime
     launch = Launch(kind="curated", service_name=runtime.service_name, service=service,
-                    header=header, top_level=runtime.top_level, profile=profile_key)
+                    header=header, top_level=runtime.top_level, profile=profile_key, project_dir=project_dir)
     text = render(launch, fmt)
     if "--trust-remote-code" in text:  # fail closed: the governed slot never leaks
         return refuse(profile_key, TRC, "trust-remote-code survived stripping", patches=report)

@@ -42,6 +42,7 @@ CAPABILITIES = FLOOR + OPTIONAL
 # failure tokens
 COMPOSE_UP_FAILED = "compose-up-failed"
 BOOT_TIMEOUT = "boot-timeout"
+PROCESS_EXITED = "process-exited"      # a native server that exited before it answered
 FLOOR_RED = "floor-red"
 
 

@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from club3090.edges.hub import HubClient, RepoInfo
 from club3090.errors import EntryNotFound, InputError
@@ -33,8 +34,19 @@ from club3090.model.gguf import (
 )
 from club3090.model.gguf_model import GgufModel, from_files
 
-__all__ = ["FIRST_READ_BYTES", "REPO_HEADER_BUDGET", "QuantFile", "QuantHeaders", "list_quants", "load_local",
+if TYPE_CHECKING:  # pragma: no cover - typing only
+    from club3090.settings import Settings
+
+__all__ = ["FIRST_READ_BYTES", "REPO_HEADER_BUDGET", "QuantFile", "QuantHeaders", "list_quants", "load_local", "ranged_client",
            "read_cached", "read_quants", "read_remote", "read_sibling"]
+
+
+def ranged_client(hub: "Callable[[], object] | None", settings: "Settings") -> HubClient:
+    """The Provider's Hub client when it is the real one (GGUF headers need its ranged reads), else
+    a new one on the same settings: every GGUF read goes through the Provider's settings."""
+    client = hub() if hub is not None else None
+    return client if isinstance(client, HubClient) else HubClient(settings)
+
 
 FIRST_READ_BYTES = 2 * 1024 * 1024      # a 150k-token vocabulary fits in a few MiB
 SHARD_FIRST_READ_BYTES = 256 * 1024     # shards after the first carry no tokenizer: a small header

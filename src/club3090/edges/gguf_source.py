@@ -12,6 +12,7 @@ repo), ``InputError`` (a malformed header) and the Hub errors of ``hub``.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -22,7 +23,7 @@ if TYPE_CHECKING:   # the readers load lazily: kv-calc on a safetensors folder n
     from club3090.edges.gguf_remote import QuantFile
     from club3090.model.gguf_model import GgufModel
 
-__all__ = ["GgufSource", "is_gguf_path", "llamacpp_profile", "resolve_gguf"]
+__all__ = ["GgufSource", "is_gguf_path", "resolve_gguf"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,15 +38,6 @@ class GgufSource:
 
 def is_gguf_path(model: str | None) -> bool:
     return bool(model) and str(model).lower().endswith(".gguf") and Path(str(model)).expanduser().is_file()
-
-
-def llamacpp_profile(catalog: Any, key: str | None) -> Any:
-    """The catalog profile ``key`` if its engine is of the llama.cpp family, else None."""
-    profile = catalog.profiles.get(key or "")
-    if profile is None:
-        return None
-    engine = catalog.engines.get(profile.engine)
-    return profile if engine is not None and engine.type == "llama.cpp" else None
 
 
 def _pick(quants: list["QuantFile"], quant: str | None, repo_id: str) -> QuantFile:
@@ -63,15 +55,15 @@ def _pick(quants: list["QuantFile"], quant: str | None, repo_id: str) -> QuantFi
 
 
 def _from_repo(repo_id: str, files: tuple[str, ...], revision: str | None, settings: Any,
-               quant: str | None) -> tuple["GgufModel", str, str | None, tuple["QuantFile", ...]]:
-    from club3090.edges.gguf_remote import QuantFile, list_quants, load_remote, read_cached
-    from club3090.edges.hub import HubClient
+               quant: str | None, hub: "Callable[[], Any] | None" = None,
+               ) -> tuple["GgufModel", str, str | None, tuple["QuantFile", ...]]:
+    from club3090.edges.gguf_remote import QuantFile, list_quants, load_remote, ranged_client, read_cached
 
     if files:
         cached = read_cached(repo_id, files, revision, settings.hub_cache)
         if cached is not None:
             return cached, "HF cache", cached.quant, ()
-    client = HubClient(settings)
+    client = ranged_client(hub, settings)
     info = client.repo_info(repo_id, revision)
     quants = list_quants(info)
     if files:
@@ -82,11 +74,12 @@ def _from_repo(repo_id: str, files: tuple[str, ...], revision: str | None, setti
     return load_remote(client, info, chosen), "Hub headers", chosen.label, tuple(quants)
 
 
-def resolve_gguf(model: str | None, catalog: Any, settings: Any, *, profile_key: str | None = None,
-                 quant: str | None = None) -> GgufSource:
+def resolve_gguf(model: str | None, catalog: Any, settings: Any, *, profile: Any = None,
+                 quant: str | None = None, hub: "Callable[[], Any] | None" = None) -> GgufSource:
+    """MODEL's GGUF facts; reached through ``Provider.resolve_gguf`` (``profile``: the llama.cpp
+    profile whose shape applies, the registry's pick; ``hub``: the Provider's Hub client)."""
     from club3090.edges.gguf_remote import load_local
 
-    profile = llamacpp_profile(catalog, profile_key or model)
     if model and is_gguf_path(model):
         facts = load_local(Path(model).expanduser())
         return GgufSource(label=model, model=facts, where="local file", quant=facts.quant, profile=profile)
@@ -95,7 +88,7 @@ def resolve_gguf(model: str | None, catalog: Any, settings: Any, *, profile_key:
         if variant is None or not variant.hf_repos:
             raise UsageError(f"{profile.key}: its weight variant names no Hub repository to read")
         facts, where, label, _ = _from_repo(variant.hf_repos[0], tuple(variant.files), variant.revision,
-                                            settings, quant)
+                                            settings, quant, hub)
         return GgufSource(label=profile.key, model=facts, where=where, quant=label, profile=profile)
     if not model:
         raise UsageError("kv-calc needs MODEL or --profile")
@@ -109,7 +102,7 @@ def resolve_gguf(model: str | None, catalog: Any, settings: Any, *, profile_key:
         files = () if quant else tuple(variant.files)
         repo = variant.hf_repos[0]
         try:
-            facts, where, label, quants = _from_repo(repo, files, variant.revision, settings, quant)
+            facts, where, label, quants = _from_repo(repo, files, variant.revision, settings, quant, hub)
         except HubUnreachable as exc:
             if not files:
                 raise
@@ -117,5 +110,5 @@ def resolve_gguf(model: str | None, catalog: Any, settings: Any, *, profile_key:
                                        f"when there, so `hf download {repo} {' '.join(files)}` lets "
                                        "kv-calc price it offline") from None
         return GgufSource(label=model, model=facts, where=where, quant=label, profile=profile, quants=quants)
-    facts, where, label, quants = _from_repo(model, (), None, settings, quant)
+    facts, where, label, quants = _from_repo(model, (), None, settings, quant, hub)
     return GgufSource(label=model, model=facts, where=where, quant=label, profile=profile, quants=quants)

@@ -14,8 +14,10 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from club3090.catalog.model import Catalog, Patch, Profile
+    from club3090.catalog.open_index import OpenIndex
     from club3090.edges.boot import Runner
     from club3090.edges.download import DownloadReport
+    from club3090.edges.gguf_source import GgufSource
     from club3090.edges.gpu_probe import DetectedGpus
     from club3090.edges.http_transport import Http
     from club3090.edges.hub import HubSource
@@ -44,6 +46,8 @@ class LiveProvider:
     which: Callable[[str], str | None] | None = None             # default: shutil.which
     payload: Callable[[str], Mapping[str, bytes]] | None = None  # default: the catalog's pinned payloads
     http_client: "Http | None" = None                            # default: urllib
+    ram: Callable[[], int | None] | None = None                  # default: /proc/meminfo MemTotal
+    index: "Callable[[], OpenIndex] | None" = None               # default: the packaged open-model index
 
     def catalog(self) -> "Catalog":
         if self.load is not None:
@@ -58,6 +62,13 @@ class LiveProvider:
 
         return resolve(source, self.settings, catalog, hub_factory=self.hub, progress=progress or self.progress,
                        weights_optional=weights_optional)
+
+    def resolve_gguf(self, source: str | None, catalog: "Catalog", *, profile: "Profile | None" = None,
+                     quant: str | None = None) -> "GgufSource":
+        """llama.cpp's facts: a GGUF file, repo or llama.cpp-family profile (headers only)."""
+        from club3090.edges.gguf_source import resolve_gguf
+
+        return resolve_gguf(source, catalog, self.settings, profile=profile, quant=quant, hub=self.hub)
 
     def hub(self) -> "HubSource":
         if self.hub_source is not None:
@@ -79,6 +90,20 @@ class LiveProvider:
         from club3090.edges.disk import free_bytes_at
 
         return free_bytes_at(path)
+
+    def system_memory_bytes(self) -> int | None:
+        if self.ram is not None:
+            return self.ram()
+        from club3090.edges.host_memory import total_ram_bytes
+
+        return total_ram_bytes()
+
+    def open_index(self) -> "OpenIndex":
+        if self.index is not None:
+            return self.index()
+        from club3090.catalog.open_index import load_open_index
+
+        return load_open_index()
 
     def now(self) -> datetime:
         return self.clock() if self.clock is not None else datetime.now(timezone.utc)

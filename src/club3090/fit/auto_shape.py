@@ -15,7 +15,7 @@
   concurrency, rounded down to a KV block;
 - ``max_num_seqs`` / batched tokens: vLLM's defaults for the engine's version.
 
-Every override (``ShapeOverrides``, vLLM's flag names) pins its dimension. The choice carries the
+Every flag given (``fit.shape.ShapeRequest``, vLLM's names) pins its dimension. The choice carries the
 reason and the runner-up shapes, each with what it changes ("fp8_e4m3 KV -> 2.0x the context").
 
 Pure: takes values, returns values; no I/O.
@@ -30,14 +30,16 @@ from typing import TYPE_CHECKING, Any
 
 from club3090.fit.kv_formats import canonical_dtype
 from club3090.fit.memory import FitResult, ServeShape, Unpriceable, parse_version, predict, tp_geometry_problem
+from club3090.fit.shape import NO_SHAPE_REQUEST, ShapeRequest
 from club3090.fit.vllm_rules import engine_release
+from club3090.model.context import model_max_len
 from club3090.rig.interconnect import advisories
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from club3090.catalog.model import ArchRow, Catalog, Engine
     from club3090.model.spec import ModelSpec
 
-__all__ = ["COMPACT_KV", "DEFAULT_ENGINE", "MIN_USEFUL_CONTEXT", "NO_OVERRIDES", "Candidate", "ShapeChoice", "ShapeOverrides",
+__all__ = ["COMPACT_KV", "DEFAULT_ENGINE", "MIN_USEFUL_CONTEXT", "Candidate", "ShapeChoice",
            "choose_shape", "pick_engine", "round_to_block", "valid_tp_sizes"]
 
 DEFAULT_ENGINE = "vllm-stable"
@@ -50,20 +52,6 @@ OWN_KV = ("auto", "bf16", "fp16")          # the model's own dtype, no KV quanti
 LEN_ROUNDING = 16                           # vLLM's default KV block size
 
 
-@dataclass(frozen=True, slots=True)
-class ShapeOverrides:
-    """vLLM flags a person gave; ``None`` = choose automatically."""
-
-    tensor_parallel_size: int | None = None
-    pipeline_parallel_size: int | None = None
-    gpu_memory_utilization: float | None = None
-    max_model_len: int | None = None          # None or vLLM's ``auto``: solved
-    kv_cache_dtype: str | None = None
-    max_num_seqs: int | None = None
-    vllm_version: str | None = None           # ``--vllm-version``: the release to price instead of the pin
-
-
-NO_OVERRIDES = ShapeOverrides()
 
 
 @dataclass(frozen=True, slots=True)
@@ -215,7 +203,7 @@ def kv_choices(catalog: "Catalog", engine: "Engine", sm: Decimal | None, own: st
 
 def choose_shape(spec: "ModelSpec", gpu_memory_bytes: Sequence[int], catalog: "Catalog", *,
                  sm: Decimal | None, weights_bytes: int | None = None,
-                 overrides: ShapeOverrides = NO_OVERRIDES, target_concurrency: int = 1,
+                 overrides: ShapeRequest = NO_SHAPE_REQUEST, target_concurrency: int = 1,
                  min_context: int | None = None, device_name: str | None = None,
                  row: "ArchRow | None" = None, engine: "Engine | None" = None,
                  vary_kv: bool = True, solve_length: bool = True,
@@ -296,7 +284,7 @@ def _nodes_reason(choice: ShapeChoice, one: ShapeChoice, per_node: int) -> str:
 
 def _choose(spec: "ModelSpec", gpu_memory_bytes: Sequence[int], catalog: "Catalog", *,
             sm: Decimal | None, weights_bytes: int | None = None,
-            overrides: ShapeOverrides = NO_OVERRIDES, target_concurrency: int = 1,
+            overrides: ShapeRequest = NO_SHAPE_REQUEST, target_concurrency: int = 1,
             min_context: int | None = None, device_name: str | None = None,
             row: "ArchRow | None" = None, engine: "Engine | None" = None,
             vary_kv: bool = True, solve_length: bool = True,
@@ -308,8 +296,8 @@ def _choose(spec: "ModelSpec", gpu_memory_bytes: Sequence[int], catalog: "Catalo
     if not mems:
         return ShapeChoice(engine_id, None, None, "no GPU memory known: name the GPUs with --gpus")
     weights = int(weights_bytes if weights_bytes is not None else spec.weights_bytes or 0)
-    model_max = spec.arch.derived_max_model_len or spec.arch.max_position_embeddings or spec.max_ctx_supported or 0
-    wanted = o.max_model_len or (base.max_model_len if base is not None and not solve_length else None) or model_max
+    model_max = model_max_len(spec.arch, spec.max_ctx_supported) or 0
+    wanted = o.length or (base.max_model_len if base is not None and not solve_length else None) or model_max
     need = max(min_context or 0, 0)
     floor = max(need, min(MIN_USEFUL_CONTEXT, wanted or MIN_USEFUL_CONTEXT))
     if o.kv_cache_dtype:
@@ -332,7 +320,7 @@ def _choose(spec: "ModelSpec", gpu_memory_bytes: Sequence[int], catalog: "Catalo
         for kv in kvs:
             shape = replace(start, tp=tp, pp=pp, kv_cache_dtype=kv, max_model_len=wanted or None)
             got = _solve(spec, weights, mems[:tp * pp], shape, target_concurrency, floor,
-                         solve=solve_length and o.max_model_len is None)
+                         solve=solve_length and o.length is None)
             if isinstance(got, Unpriceable):
                 unpriceable = unpriceable or got.reason
                 continue
@@ -347,7 +335,7 @@ def _choose(spec: "ModelSpec", gpu_memory_bytes: Sequence[int], catalog: "Catalo
 
 
 def _parallel_layouts(spec: "ModelSpec", row: "ArchRow | None", count: int,
-                      o: ShapeOverrides) -> list[tuple[int, int]]:
+                      o: ShapeRequest) -> list[tuple[int, int]]:
     if o.tensor_parallel_size or o.pipeline_parallel_size:
         return [(o.tensor_parallel_size or 1, o.pipeline_parallel_size or 1)]
     tps = valid_tp_sizes(spec, row, count)
@@ -362,6 +350,19 @@ def _parallel_layouts(spec: "ModelSpec", row: "ArchRow | None", count: int,
 
 def _solve(spec: "ModelSpec", weights: int, mems: list[int], shape: ServeShape, concurrency: int,
            floor: int, *, solve: bool) -> Candidate | Unpriceable:
+    """The candidate at ``shape`` (its length solved when asked), priced at the ``max_num_seqs``
+    its launch passes: vLLM's default when none was asked, so the verdict counts every sequence
+    the server admits, exactly as ``pull`` prices the same shape."""
+    got = _solve_length(spec, weights, mems, shape, concurrency, floor, solve=solve)
+    if isinstance(got, Unpriceable) or got.shape.max_num_seqs is not None:
+        return got
+    served = replace(got.shape, max_num_seqs=got.fit.settings.max_num_seqs)
+    fit = predict(spec.arch, weights_bytes=weights, gpu_memory_bytes=mems, shape=served, confidence=spec.confidence)
+    return got if isinstance(fit, Unpriceable) else Candidate(served, fit)
+
+
+def _solve_length(spec: "ModelSpec", weights: int, mems: list[int], shape: ServeShape, concurrency: int,
+                  floor: int, *, solve: bool) -> Candidate | Unpriceable:
     fit = predict(spec.arch, weights_bytes=weights, gpu_memory_bytes=mems, shape=shape,
                   confidence=spec.confidence)
     if isinstance(fit, Unpriceable) or not solve:

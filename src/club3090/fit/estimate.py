@@ -3,8 +3,8 @@ facts (``ModelSpec``) on a GPU set at that shape.
 
 The serving shape is the ``--profile``'s (:func:`fit.shape.profile_shape`) with the overrides on
 top, else vLLM's defaults plus the overrides; the profile's drafter comes with it unless the model
-is a catalog model that drafter does not serve (``model_compat``). GPUs default to the profile's
-reference card (else RTX 3090) x TP x PP: :func:`default_gpus` names them, the pipeline parses.
+is a catalog model that drafter does not serve (``model_compat``). The GPUs are the pipeline's
+(``--gpus``, detected, or a profile's reference card, said so); nothing here assumes a card.
 
 ``estimate(...) -> Estimate | NoFit`` (``NoFit``: the model or shape cannot be priced, a verdict).
 Raises ``UsageError`` (fewer GPUs than TP x PP; weights unknown with no config to estimate them
@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from club3090.errors import UsageError
 from club3090.fit.memory import FitResult, ServeShape, Unpriceable, predict
-from club3090.fit.shape import drafter_terms, profile_shape
+from club3090.fit.shape import NO_SHAPE_REQUEST, ShapeRequest, drafter_terms, profile_shape
 from club3090.model.param_estimate import estimate_weights
 from club3090.rig.interconnect import advisories
 from club3090.units import GiB
@@ -31,26 +31,19 @@ if TYPE_CHECKING:
     from club3090.model.spec import ModelSpec
     from club3090.rig.gpus import GpuSet
 
-__all__ = ["DEFAULT_GPU", "Estimate", "NoFit", "Overrides", "default_gpus", "estimate", "serving_shape",
-           "weights_note", "weights_per_rank_bytes"]
-
-DEFAULT_GPU = "rtx-3090"
+__all__ = ["Estimate", "NoFit", "PriceSettings", "estimate", "served_concurrency", "serving_shape", "weights_note",
+           "weights_per_rank_bytes"]
 
 
 @dataclass(frozen=True, slots=True)
-class Overrides:
-    """kv-calc's flags. ``None`` = not given (the profile's setting, else vLLM's default)."""
+class PriceSettings:
+    """kv-calc's flags: the serving shape (``ShapeRequest``, the one ``pull`` and ``fits`` take) and
+    the engine settings only kv-calc exposes. ``None`` = not given (the profile's, else vLLM's)."""
 
-    tp: int | None = None
-    pp: int | None = None
-    mem_util: float | None = None
-    max_model_len: int | None = None
-    max_num_seqs: int | None = None
+    shape: ShapeRequest = NO_SHAPE_REQUEST
     max_num_batched_tokens: int | None = None
     block_size: int | None = None
-    kv_cache_dtype: str | None = None
     dtype: str | None = None
-    vllm_version: str | None = None
     num_speculative_tokens: int | None = None
     speculative_method: str | None = None   # --speculative-config's method
     enforce_eager: bool = False
@@ -73,12 +66,16 @@ class Estimate:
     nodes: int = 1                           # nodes the shape spans (a rig of several nodes)
     gpus_per_node: int = 0                   # 0: one machine
     interconnect: str | None = None          # the link between nodes, as given or assumed
+    shape_note: str | None = None            # the shape is not the one `fits` and `pull` choose, and why
+    rig_note: str | None = None              # the GPUs were not named: where they came from
 
     def to_json(self) -> dict[str, Any]:
         out = self.result.to_json()
         out.update({"ok": True, "model": self.model, "architecture": self.architecture, "gpus": self.gpus,
                     "tp": self.tp, "pp": self.pp, "profile": self.profile, "weights_source": self.weights_source,
-                    "shape": self.choice.to_json() if self.choice is not None else None})
+                    "shape": self.choice.to_json() if self.choice is not None else None,
+                    "shape_note": self.shape_note, "rig_note": self.rig_note,
+                    "concurrent_requests": served_concurrency(self.result)})
         if self.gpus_per_node:
             out.update({"nodes": self.nodes, "gpus_per_node": self.gpus_per_node, "interconnect": self.interconnect})
         return out
@@ -95,12 +92,18 @@ class NoFit:
         return {"ok": False, "reason": "no-fit-model", "error": self.error, "model": self.model}
 
 
+def served_concurrency(fit: FitResult) -> int:
+    """Full-length requests the server serves at once: ``min(max_num_seqs, KV room)`` (the room,
+    ``max_concurrency``, is what the pool could hold; the scheduler admits ``max_num_seqs``)."""
+    return min(int(fit.settings.max_num_seqs), int(fit.max_concurrency))
+
+
 def weights_per_rank_bytes(weights_gib: float | None) -> int | None:
     """``--weights-gib`` (GiB per rank, as vLLM logs it) in bytes."""
     return int(weights_gib * GiB) if weights_gib is not None else None
 
 
-def serving_shape(spec: "ModelSpec", profile: "Profile | None", overrides: Overrides,
+def serving_shape(spec: "ModelSpec", profile: "Profile | None", overrides: PriceSettings,
                   catalog: "Catalog | None") -> ServeShape:
     """The shape kv-calc prices: the profile's (its drafter only if it serves this model), the
     overrides on top."""
@@ -112,20 +115,13 @@ def serving_shape(spec: "ModelSpec", profile: "Profile | None", overrides: Overr
         if curated is None or curated.model_id == profile.model or curated.model_id in drafter.model_compat:
             num_spec, extra = drafter_terms(drafter)
     return profile_shape(
-        profile, catalog if profile is not None else None, drafter=False,
-        tp=o.tp, pp=o.pp, mem_util=o.mem_util, max_model_len=o.max_model_len, max_num_seqs=o.max_num_seqs,
+        profile, catalog if profile is not None else None, drafter=False, **o.shape.serve_fields(),
         max_num_batched_tokens=o.max_num_batched_tokens, block_size=o.block_size,
-        kv_cache_dtype=o.kv_cache_dtype, enforce_eager=True if o.enforce_eager else None,
-        vllm_version=o.vllm_version, dtype=o.dtype,
+        enforce_eager=True if o.enforce_eager else None,
+        dtype=o.dtype,
         num_speculative_tokens=o.num_speculative_tokens if o.num_speculative_tokens is not None else num_spec,
         speculative_method=o.speculative_method, extra_weights_bytes=extra,
         enable_prefix_caching=o.enable_prefix_caching)
-
-
-def default_gpus(shape: ServeShape, profile: "Profile | None") -> str:
-    """The ``--gpus`` kv-calc assumes when none is given: the profile's reference card x TP x PP."""
-    card = profile.reference_gpu if profile is not None and profile.reference_gpu else DEFAULT_GPU
-    return f"{shape.tp * shape.pp}x{card}"
 
 
 def weights_note(spec: "ModelSpec", catalog: "Catalog | None") -> str:
@@ -137,7 +133,7 @@ def weights_note(spec: "ModelSpec", catalog: "Catalog | None") -> str:
     return f"{len(spec.weight_files)} safetensors header(s)"
 
 
-def estimate(spec: "ModelSpec", shape: ServeShape, gpus: "GpuSet", overrides: Overrides, *, label: str,
+def estimate(spec: "ModelSpec", shape: ServeShape, gpus: "GpuSet", overrides: PriceSettings, *, label: str,
              gpus_spec: str, profile: "Profile | None" = None, catalog: "Catalog | None" = None,
              drafter: "Architecture | None" = None) -> Estimate | NoFit:
     """The fit of ``spec`` on ``gpus`` at ``shape`` (and, with ``solve_max_ctx``, at the largest

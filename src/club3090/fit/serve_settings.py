@@ -28,6 +28,7 @@ from club3090.fit.vllm_rules import (
     v0_batched_tokens,
 )
 from club3090.model.architecture import Architecture
+from club3090.model.context import model_max_len
 from club3090.units import GiB
 
 __all__ = ["Resolved", "ServeShape", "quant_method", "resolve_defaults"]
@@ -116,7 +117,7 @@ def resolve_defaults(arch: Architecture, shape: ServeShape, gpu_memory_bytes: Se
                                api_server=shape.entrypoint != "llm")
     max_num_seqs = shape.max_num_seqs or mns
     auto = shape.max_model_len is not None and shape.max_model_len < 0
-    model_len = arch.derived_max_model_len or arch.max_position_embeddings or 0
+    model_len = model_max_len(arch) or 0
     max_len = model_len if auto or not shape.max_model_len else shape.max_model_len
     auto = auto or (shape.max_model_len is None and choice.engine == "v1" and ver >= AUTO_FIT_UNSET_FROM)
     use_mla = any(layer.kind == "mla" for layer in arch.layers)

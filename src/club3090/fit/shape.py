@@ -11,8 +11,8 @@ Pure: no I/O, no environment, no printing. Reads only the catalog records it is 
 from __future__ import annotations
 
 import json
-from dataclasses import fields
-from typing import Any
+from dataclasses import dataclass, fields
+from typing import TYPE_CHECKING, Any, Final
 
 from club3090.argv import flag_value
 from club3090.errors import CatalogError, InterpolationError, Problem
@@ -20,10 +20,57 @@ from club3090.fit.memory import ServeShape
 from club3090.fit.vllm_rules import SPECULATIVE_METHODS, engine_release
 from club3090.interpolate import interpolate
 
-__all__ = ["SHAPE_FIELDS", "drafter_terms", "profile_batched_tokens", "profile_encoder_profiling",
+if TYPE_CHECKING:  # pragma: no cover - typing only
+    from club3090.catalog.model import Catalog, Drafter, Profile
+
+__all__ = ["AUTO", "NO_SHAPE_REQUEST", "SHAPE_FIELDS", "ShapeRequest", "drafter_terms", "profile_batched_tokens", "profile_encoder_profiling",
            "profile_prefix_caching", "profile_shape", "shipped_flag"]
 
 SHAPE_FIELDS = tuple(f.name for f in fields(ServeShape))
+
+
+class _Auto:
+    """vLLM's ``--max-model-len auto`` (-1 on its command line): the largest length that fits."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "AUTO"
+
+
+AUTO: Final = _Auto()
+VLLM_AUTO_LEN = -1                 # how vLLM spells AUTO in its own settings (``ServeShape``)
+
+
+@dataclass(frozen=True, slots=True)
+class ShapeRequest:
+    """The serving-shape flags a person gave, in vLLM's names; ``None``: not given (the profile's
+    setting, else the automatic shape's, else vLLM's default). ``max_model_len=AUTO``: the largest
+    length that fits, said explicitly (never a magic number)."""
+
+    tensor_parallel_size: int | None = None
+    pipeline_parallel_size: int | None = None
+    gpu_memory_utilization: float | None = None
+    max_model_len: int | _Auto | None = None
+    kv_cache_dtype: str | None = None
+    max_num_seqs: int | None = None
+    vllm_version: str | None = None           # ``--vllm-version``: the release to price instead of the pin
+
+    @property
+    def length(self) -> int | None:
+        """The context pinned to a number (None: not given, or AUTO)."""
+        return self.max_model_len if isinstance(self.max_model_len, int) else None
+
+    def serve_fields(self) -> dict[str, Any]:
+        """The given flags as :class:`ServeShape` fields (AUTO as vLLM's -1), for ``profile_shape``."""
+        length = VLLM_AUTO_LEN if self.max_model_len is AUTO else self.max_model_len
+        return {"tp": self.tensor_parallel_size, "pp": self.pipeline_parallel_size,
+                "mem_util": self.gpu_memory_utilization, "max_model_len": length,
+                "kv_cache_dtype": self.kv_cache_dtype, "max_num_seqs": self.max_num_seqs,
+                "vllm_version": self.vllm_version}
+
+
+NO_SHAPE_REQUEST = ShapeRequest()
 
 
 def _shipped_value(token: str) -> str | None:
@@ -35,7 +82,7 @@ def _shipped_value(token: str) -> str | None:
         return None
 
 
-def _shipped_args(profile: Any) -> list[str]:
+def _shipped_args(profile: "Profile") -> list[str]:
     """The shipped compose's command as words (none without a runtime or a command list)."""
     if profile is None or profile.runtime is None:
         return []
@@ -43,13 +90,13 @@ def _shipped_args(profile: Any) -> list[str]:
     return [str(a) for a in command] if isinstance(command, (list, tuple)) else []
 
 
-def shipped_flag(profile: Any, flag: str) -> str | None:
+def shipped_flag(profile: "Profile", flag: str) -> str | None:
     """The value a profile's shipped compose passes for ``flag`` (its ${VAR:-default} resolved), if any."""
     value = flag_value(_shipped_args(profile), flag)
     return None if value is None else _shipped_value(value)
 
 
-def profile_batched_tokens(profile: Any) -> int | None:
+def profile_batched_tokens(profile: "Profile") -> int | None:
     """--max-num-batched-tokens of the shipped compose (it sizes the activation peak and the tokens a
     sliding-window layer holds in flight); None when the profile does not record it (vLLM default)."""
     value = shipped_flag(profile, "--max-num-batched-tokens") if profile is not None else None
@@ -61,7 +108,7 @@ def profile_batched_tokens(profile: Any) -> int | None:
     return int(value)
 
 
-def profile_encoder_profiling(profile: Any) -> bool:
+def profile_encoder_profiling(profile: "Profile | None") -> bool:
     """Whether vLLM profiles the vision encoder for this compose: ``--language-model-only`` and a
     ``--limit-mm-per-prompt`` of zero for every modality skip the dummy image batch
     (``profile_run`` runs encoder profiling only when some modality is allowed)."""
@@ -82,7 +129,7 @@ def profile_encoder_profiling(profile: Any) -> bool:
     return True
 
 
-def profile_prefix_caching(profile: Any) -> bool | None:
+def profile_prefix_caching(profile: "Profile") -> bool | None:
     """``--enable-prefix-caching`` (True) or ``--no-enable-prefix-caching`` (False) in the shipped
     compose; None when it passes neither (vLLM's default for the model). A hybrid model's state
     layers keep two pages per request with it on (``vllm_rules.mamba_cache_mode``)."""
@@ -92,7 +139,7 @@ def profile_prefix_caching(profile: Any) -> bool | None:
     return True if "--enable-prefix-caching" in args else None
 
 
-def drafter_terms(drafter: Any) -> tuple[int, int]:
+def drafter_terms(drafter: "Drafter | None") -> tuple[int, int]:
     """(speculative tokens, drafter weight bytes) a profile's drafter adds.
 
     Drafter KV: built-in MTP heads add their layers through the config (``num_nextn_predict_layers``).
@@ -106,7 +153,8 @@ def drafter_terms(drafter: Any) -> tuple[int, int]:
     return spec, int(drafter.vram_footprint_bytes or 0)
 
 
-def profile_shape(profile: Any, catalog: Any, *, drafter: bool = True, **overrides: Any) -> ServeShape:
+def profile_shape(profile: "Profile | None", catalog: "Catalog | None", *, drafter: bool = True,
+                  **overrides: Any) -> ServeShape:
     """The :class:`memory.ServeShape` a catalog profile serves with, plus explicit overrides.
 
     ``profile_shape(profile, catalog, *, drafter=True, **overrides) -> ServeShape``
@@ -130,6 +178,7 @@ def profile_shape(profile: Any, catalog: Any, *, drafter: bool = True, **overrid
         raise TypeError(f"profile_shape: unknown ServeShape field(s): {', '.join(unknown)}")
     base: dict[str, Any] = {}
     if profile is not None:
+        assert catalog is not None, "a profile is priced with its catalog (engines, drafters)"
         engine = catalog.engines[profile.engine]
         base = {
             "tp": int(profile.tp), "pp": int(profile.pp), "mem_util": profile.mem_util,

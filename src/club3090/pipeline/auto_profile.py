@@ -8,11 +8,12 @@ a copy of the catalog, so the gate's stages run on it unchanged.
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import TYPE_CHECKING
 
-from club3090.fit.auto_shape import NO_OVERRIDES, Candidate, ShapeChoice, ShapeOverrides, choose_shape, pick_engine
+from club3090.fit.auto_shape import Candidate, ShapeChoice, choose_shape, pick_engine
+from club3090.fit.shape import NO_SHAPE_REQUEST, ShapeRequest
 from club3090.gate.engine_support import find_arch_row
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
@@ -22,15 +23,23 @@ if TYPE_CHECKING:  # pragma: no cover - typing only
 
 AUTO_KEY = "auto"
 
-__all__ = ["AUTO_KEY", "auto_profile", "catalog_with", "count_class", "curated_default", "derive_choice"]
+__all__ = ["AUTO_KEY", "AutoShape", "auto_profile", "automatic_shape", "catalog_with", "count_class", "curated_default",
+           "derive_choice"]
 
 
 def count_class(gpu_count: int) -> str:
     return "single" if gpu_count <= 1 else "dual" if gpu_count == 2 else "multi"
 
 
-def curated_default(catalog: "Catalog", spec: "ModelSpec", gpu_count: int) -> str | None:
-    """The curated profile upstream serves this curated model with on ``gpu_count`` GPUs, if any."""
+# a curated profile's shape was sized on its reference card: it is the default on a card of about
+# that memory (a 24 GB profile on any 24 GB card), not on an 80 GB card it would leave mostly idle
+REFERENCE_MEMORY_TOLERANCE = 0.15
+
+
+def curated_default(catalog: "Catalog", spec: "ModelSpec", gpu_count: int,
+                    memory_bytes: "tuple[int, ...]" = ()) -> str | None:
+    """The curated profile upstream serves this curated model with on ``gpu_count`` GPUs, if any,
+    and only on cards of its reference card's memory (``memory_bytes``: the rig's; empty: any)."""
     if spec.curated is None:
         return None
     model = catalog.models.get(spec.curated.model_id)
@@ -39,9 +48,38 @@ def curated_default(catalog: "Catalog", spec: "ModelSpec", gpu_count: int) -> st
     key = model.serving_defaults.get(count_class(gpu_count))
     if key is None or key not in catalog.profiles:
         return None
-    if catalog.profiles[key].weights_variant != spec.curated.variant_id:
+    profile = catalog.profiles[key]
+    if profile.weights_variant != spec.curated.variant_id:
         return None
+    card = catalog.gpus.get(profile.reference_gpu) if profile.reference_gpu else None
+    if card is not None and memory_bytes:
+        ref = card.usable_memory_bytes
+        if abs(min(memory_bytes) - ref) > ref * REFERENCE_MEMORY_TOLERANCE:
+            return None
     return key
+
+
+@dataclass(frozen=True, slots=True)
+class AutoShape:
+    """The automatic shape: a curated profile for this rig (``profile``), else the derived shape."""
+
+    profile: str | None = None
+    choice: ShapeChoice | None = None
+
+
+def automatic_shape(spec: "ModelSpec", hw: "HardwareFacts", catalog: "Catalog",
+                    overrides: ShapeRequest = NO_SHAPE_REQUEST, *, min_context: int | None = None,
+                    curated: bool = True) -> AutoShape:
+    """The one shape stage ``pull``, ``fits`` and ``kv-calc`` share when no profile is named: the
+    curated profile upstream serves this model with on a rig of this GPU count and card memory
+    (only with no shape flag given), else the shape derived from the model and the rig. A curated
+    profile is one machine's: on a rig of several nodes it is the default for one node."""
+    per_node = hw.gpus_per_node if hw.nodes > 1 else hw.count
+    key = curated_default(catalog, spec, per_node, hw.memory_bytes) \
+        if curated and overrides == NO_SHAPE_REQUEST else None
+    if key is not None:
+        return AutoShape(profile=key)
+    return AutoShape(choice=derive_choice(spec, hw, catalog, overrides=overrides, min_context=min_context))
 
 
 def weights_of(spec: "ModelSpec", catalog: "Catalog") -> int | None:
@@ -54,7 +92,7 @@ def weights_of(spec: "ModelSpec", catalog: "Catalog") -> int | None:
 
 
 def derive_choice(spec: "ModelSpec", hw: "HardwareFacts", catalog: "Catalog", *,
-                  overrides: ShapeOverrides = NO_OVERRIDES, target_concurrency: int = 1,
+                  overrides: ShapeRequest = NO_SHAPE_REQUEST, target_concurrency: int = 1,
                   min_context: int | None = None) -> ShapeChoice:
     """The derived shape for ``spec`` on the rig ``hw`` (all its GPUs are candidates; on a rig of
     several nodes one node first, more only when one does not fit)."""

@@ -28,6 +28,7 @@ from typing import Any, Protocol
 from club3090.argv import drop_flags, flag_value, set_flag
 from club3090.compose.generate import PULLS_MOUNT_ROOT
 from club3090.compose.launch import (
+    HF_TOKEN_VARS,
     Launch,
     launch_json,
     plain_data,
@@ -46,7 +47,7 @@ PID = "server.pid"
 BUNDLE_FILES = ("compose.yml", ".env", "serve.sh", "launch.json")
 _MODEL_REF = re.compile(r"/root/\.cache/huggingface/[^\s\"',]+")
 _CONTAINER_ROOTS = ("/root/", "/etc/", "/usr/", "/opt/", "/app/", "/workspace/")
-_HF_TOKEN_VARS = ("HUGGING_FACE_HUB_TOKEN", "HF_TOKEN")
+_HF_TOKEN_VARS = HF_TOKEN_VARS
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from club3090.edges import boot as boot_edge
 from club3090.edges import launchers
 from club3090.errors import InputError, UsageError
 from club3090.outcome import Outcome
@@ -98,16 +99,19 @@ def start_bundle(req: UpRequest, plan: bundle_mod.Bundle, state: dict[str, Any],
     started = launcher.start(job)
     state.update(started.handle)
     if started.error is not None:
-        return _failed(req, result, state, started.detail, started.error, launcher, provider)
+        return _failed(req, result, state, started.detail, started.error, launcher, provider,
+                       failure=START_FAILED)
     write_state(directory, state, provider.write_file)
     ready = launchers.wait_ready(url, model=plan.served_model, running=lambda: launcher.running(directory, state),
                                  last_line=lambda: launcher.logs(directory, state, lines=1).strip(),
                                  show=req.progress.spin, http=provider.http(), deadline_s=req.ready_deadline_s)
     if not ready.ok:
+        exited = ready.why == "exited"
         return _failed(req, result, state, launcher.logs(directory, state, lines=40),
-                       "the server exited" if ready.why == "exited" else
+                       "the server exited" if exited else
                        f"{plan.served_model} not listed at {url}/v1/models after {ready.seconds:.0f}s",
-                       launcher, provider)
+                       launcher, provider, failure=boot_edge.PROCESS_EXITED if exited else boot_edge.BOOT_TIMEOUT,
+                       seconds=ready.seconds)
     settled = getattr(launcher, "settled", None)
     state.update(settled(directory, state) if callable(settled) else {})
     state.update(state="running", ready_s=round(ready.seconds, 1))
@@ -149,10 +153,10 @@ def _verify(req: UpRequest, result: UpResult, state: dict[str, Any], provider: P
     smoke = boot.smoke(url, model, http=http)
     result.lines.append("[up] smoke " + " ".join(f"{c}={v}" for c, v in smoke.results.items()))
     client = OpenAIClient(f"{url}/v1", timeout=300.0, http=http, deadline_s=900.0)
-    # a launch without vLLM's tool flags serves no tool calls: probing them would fail by construction
-    llama = state.get("engine") == "llama.cpp"
-    # llama-server serves tool calls only with --jinja (the chat template's tool format)
-    tools_flag = "--jinja" if llama else "--enable-auto-tool-choice"
+    # a launch without its engine's tool flag serves no tool calls: probing them would fail by construction
+    from club3090.pipeline import engines
+
+    tools_flag = (engines.by_type(str(state.get("engine", ""))) or engines.DEFAULT).tools_flag
     skip_tools = state.get("skip_tools", False) or tools_flag not in state.get("argv", [])
     report = verify(client, model=model, skip_tools=skip_tools, progress=req.progress.say)
     if skip_tools and not state.get("skip_tools"):
@@ -179,7 +183,7 @@ def result_dir(state: dict[str, Any]) -> str:
 
 
 def _failed(req: UpRequest, result: UpResult, state: dict[str, Any], tail: str, why: str,
-            launcher: launchers.Launcher, provider: Provider) -> UpResult:
+            launcher: launchers.Launcher, provider: Provider, *, failure: str, seconds: float = 0.0) -> UpResult:
     """A start that did not become ready: whatever it left running is stopped (its pid file goes),
     the state says "failed", the log tail is shown and a capture bundle written."""
     from club3090.reports.capture import CAPTURES_DIRNAME
@@ -193,7 +197,9 @@ def _failed(req: UpRequest, result: UpResult, state: dict[str, Any], tail: str, 
         result.lines.append(f"[up] left running: {stopped.refused}")
     result.lines += [f"[up] log: {ln}" for ln in tail.splitlines()[-20:]]
     try:
-        bundle = _capture(result, state, tail, req.captures or Path.cwd() / CAPTURES_DIRNAME, provider.now())
+        boot = boot_edge.BootReport(ok=False, seconds=seconds, failure=failure, detail=why, log_excerpt=tail)
+        bundle = _capture(result, state, tail, req.captures or Path.cwd() / CAPTURES_DIRNAME, provider.now(),
+                          boot.to_point())
         result.lines.append(f"[up] capture bundle: {bundle}")
     except (OSError, ValueError, TypeError, KeyError) as exc:
         result.lines.append(f"[up] could not write the capture bundle: {exc}")
@@ -202,7 +208,9 @@ def _failed(req: UpRequest, result: UpResult, state: dict[str, Any], tail: str, 
     return result
 
 
-def _capture(result: UpResult, state: dict[str, Any], tail: str, root: Path, now: datetime) -> Path:
+def _capture(result: UpResult, state: dict[str, Any], tail: str, root: Path, now: datetime,
+             boot: dict[str, Any]) -> Path:
+    """The failed start as an [E] bundle: the gate and the boot (its log tail), so the Loop can classify it."""
     from club3090.reports import capture
 
     gate = result.gate
@@ -210,7 +218,7 @@ def _capture(result: UpResult, state: dict[str, Any], tail: str, root: Path, now
     keys = getattr(capture, "GATE_KEYS", ())
     gate_fields = {k: payload.get(k) for k in keys} if keys else payload
     return capture.write_e_bundle(root, slug=str(state.get("repo_id", "up")), gate=gate_fields,
-                                  points={}, manifest_fields={"model": state.get("repo_id"),
+                                  points={"boot": boot}, manifest_fields={"model": state.get("repo_id"),
                                                               **({"swap_of": state["swap_of"]}
                                                                  if state.get("swap_of") else {})},
                                   outcome="failed", now=now, boot_log=tail or None)

@@ -4,7 +4,7 @@ The rig (``--gpus``, else the detected GPUs) -> for each model: its facts (the o
 catalog model needs no network) -> its shape (the curated profile for the GPU count, else the
 derived shape, ``pipeline.auto_profile``) -> the fit. No gate, no download: the plain question.
 A Hub repo holding only GGUF files is priced quant by quant with llama.cpp's memory model
-(``pipeline.gguf_fits``); a repo with safetensors and GGUF files is priced on its safetensors and
+(``engines.llamacpp.fits``); a repo with safetensors and GGUF files is priced on its safetensors and
 says the GGUF files are there.
 """
 
@@ -14,23 +14,24 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from club3090.fit.auto_shape import ShapeChoice, ShapeOverrides
+from club3090.fit.auto_shape import ShapeChoice
+from club3090.fit.estimate import served_concurrency
 from club3090.fit.memory import FitResult, Unpriceable, predict
-from club3090.fit.shape import profile_shape
+from club3090.fit.shape import ShapeRequest, profile_shape
 from club3090.fit.speed import SpeedEstimate, estimate_speed
 from club3090.gate.advisories import advise
 from club3090.outcome import Notice, Outcome, Reason, Stop, Stratum
-from club3090.pipeline.auto_profile import curated_default, derive_choice, weights_of
-from club3090.pipeline.stages import calibrated, gpu_set
-from club3090.rig.gpus import GpuSet
+from club3090.pipeline import engines
+from club3090.pipeline.auto_profile import automatic_shape, weights_of
+from club3090.pipeline.stages import calibrated
+from club3090.rig.gpus import GpuSet, card_set
 from club3090.rig.hardware import HardwareFacts, resolve_hardware
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from club3090.catalog.model import Catalog
-    from club3090.fit.llamacpp import LlamaCppArgs
+    from club3090.engines.llamacpp.fits import GgufListing
     from club3090.fit.memory import ServeShape
     from club3090.model.spec import ModelSpec
-    from club3090.pipeline.gguf_fits import GgufListing
     from club3090.pipeline.provider import Provider
 
 __all__ = ["FitsReport", "FitsRequest", "FitsRow", "fits", "rank_key"]
@@ -39,11 +40,9 @@ __all__ = ["FitsReport", "FitsRequest", "FitsRow", "fits", "rank_key"]
 @dataclass(frozen=True, slots=True)
 class FitsRequest:
     models: tuple[str, ...] = ()             # none: every catalog model
-    gpus: str | None = None
+    gpus: GpuSet | None = None               # --gpus, parsed once by the CLI (None: detect)
     min_context: int | None = None
-    overrides: ShapeOverrides = field(default_factory=ShapeOverrides)
-    nodes: int | None = None                 # --nodes: --gpus is one node of that many
-    interconnect: str | None = None          # --interconnect: the link between nodes
+    shape: ShapeRequest = field(default_factory=ShapeRequest)   # the shape flags (vLLM's names)
     # GGUF repos, in llama.cpp's terms: -c (else --min-context, else 4096) and the cache types
     ctx_size: int | None = None
     cache_type_k: str | None = None
@@ -94,6 +93,7 @@ class FitsRow:
                 "max_model_len": fit.max_model_len if fit else None,
                 "max_model_len_fit": fit.max_model_len_fit if fit else None,
                 "max_concurrency": round(fit.max_concurrency, 2) if fit else None,
+                "concurrent_requests": served_concurrency(fit) if fit else None,
                 "raw_verdict": fit.raw_verdict if fit else None,
                 "calibration": fit.calibration.to_json() if fit is not None and fit.calibration else None,
                 "shape": self.choice.to_json() if self.choice is not None else None, "stop": self.stop,
@@ -109,7 +109,7 @@ class FitsReport:
     hardware: HardwareFacts | None
     rows: tuple[FitsRow, ...] = ()
     stop: Stop | None = None                 # no rig to price (no GPU named or detected)
-    gpus_spec: str | None = None
+    gpus: GpuSet | None = None               # the --gpus asked about (None: detected)
     notes: tuple[str, ...] = field(default=())
 
     @property
@@ -141,7 +141,7 @@ def rank_key(row: FitsRow) -> tuple[int, int, int, float]:
 
 def fits(request: FitsRequest, provider: "Provider") -> FitsReport:
     catalog = provider.catalog()
-    given = gpu_set(request.gpus, catalog, nodes=request.nodes, interconnect=request.interconnect)
+    given = request.gpus
     detected = provider.detect_gpus() if given is None else None
     count = given.count if given is not None else len(detected.gpus) if detected is not None else 0
     hw = resolve_hardware(tp=max(count, 1), gpu_set=given, detected=detected)
@@ -154,9 +154,8 @@ def fits(request: FitsRequest, provider: "Provider") -> FitsReport:
     names = list(request.models) if request.models else []
     if len(names) != 1:
         names = [*catalog.models, *(n for n in names if n not in catalog.models)]
-    cards = given if given is not None else GpuSet(
-        count=len(hw.names), memory_bytes=hw.memory_bytes, names=hw.names, sm=hw.sm, gpu=None,
-        gpus=tuple(catalog.gpu(n) for n in hw.names))
+    cards = given if given is not None else card_set(hw.memory_bytes, hw.names,
+                                                     tuple(catalog.gpu(n) for n in hw.names), hw.sm, "detected")
     local = (provider.measured(), provider.receipts())
     rows = [with_advice(with_speed(with_local(row_for(name, provider, catalog, hw, request), catalog, hw, local,
                                               request.min_context), catalog, cards), catalog, hw)
@@ -165,34 +164,52 @@ def fits(request: FitsRequest, provider: "Provider") -> FitsReport:
         rows = [replace(r, gpus_per_node=hw.gpus_per_node) for r in rows]
     if len(names) > 1:
         rows.sort(key=rank_key)
-    return FitsReport(hardware=hw, rows=tuple(rows), gpus_spec=request.gpus)
+    return FitsReport(hardware=hw, rows=tuple(rows), gpus=request.gpus)
 
 
 def row_for(name: str, provider: "Provider", catalog: "Catalog", hw: HardwareFacts,
             request: FitsRequest) -> FitsRow:
+    """One model's row, from the engine the registry names: ``--gguf`` asks for the GGUF files'
+    engine by their format; otherwise the resolver decides (a GGUF-only repo is llama.cpp's)."""
     if request.gguf and name not in catalog.models and _is_hub_repo(name):
-        return _gguf_row(name, provider, hw, request)
+        return engines.for_format("gguf").fits_row(name, provider, hw, request)
     facts = provider.resolve(name, catalog)
-    if isinstance(facts, Stop) and facts.reason == Reason.UNSUPPORTED_FORMAT and facts.sub_reason == "gguf-only":
+    other = engines.for_stop(facts) if isinstance(facts, Stop) else None
+    if other is not None:
         if name not in catalog.models and _is_hub_repo(name):
-            return _gguf_row(name, provider, hw, request)
+            return other.fits_row(name, provider, hw, request)
         model = catalog.models.get(name)
         variant = model.weights.get(model.default_weight_variant) if model is not None else None
         if len(request.models) == 1 and variant is not None and variant.hf_repos:
-            # one catalog model asked about whose weights are a GGUF: its repo's quants (network)
-            return _gguf_row(variant.hf_repos[0], provider, hw, request, label=name, only=tuple(variant.files))
+            # one catalog model asked about whose weights are another engine's: its repo (network)
+            return other.fits_row(variant.hf_repos[0], provider, hw, request, label=name, only=tuple(variant.files))
     if isinstance(facts, Stop):
         return FitsRow(model=name, repo=None, fits=False,
                        stop=f"{facts.token}: {facts.detail.get('message', '')}".rstrip(": "))
+    return vllm_row(name, provider, hw, request, facts=facts)
+
+
+def vllm_row(name: str, provider: "Provider", hw: HardwareFacts, request: FitsRequest, *,
+             facts: "ModelSpec | None" = None) -> FitsRow:
+    """A model's row under vLLM: the automatic shape (``pipeline.auto_profile.automatic_shape``,
+    the one ``pull`` and ``kv-calc`` use) priced on the rig."""
+    catalog = provider.catalog()
+    if facts is None:
+        resolved = provider.resolve(name, catalog)
+        if isinstance(resolved, Stop):
+            return FitsRow(model=name, repo=None, fits=False,
+                           stop=f"{resolved.token}: {resolved.detail.get('message', '')}".rstrip(": "))
+        facts = resolved
     repo = repo_of(facts, catalog)
-    # a curated profile is one machine's: on a rig of several nodes it is offered for one node
-    per_node = hw.gpus_per_node if hw.nodes > 1 else hw.count
-    key = curated_default(catalog, facts, per_node) if request.overrides == ShapeOverrides() else None
-    if key is not None:
-        curated = _curated_row(name, repo, facts, catalog, hw, key, request.min_context)
+    auto = automatic_shape(facts, hw, catalog, request.shape, min_context=request.min_context)
+    if auto.profile is not None:
+        curated = _curated_row(name, repo, facts, catalog, hw, auto.profile, request.min_context)
         if curated.fits or hw.nodes == 1:
             return curated
-    choice = derive_choice(facts, hw, catalog, overrides=request.overrides, min_context=request.min_context)
+        auto = automatic_shape(facts, hw, catalog, request.shape, min_context=request.min_context,
+                               curated=False)
+    choice = auto.choice
+    assert choice is not None
     pick = choice.chosen or choice.best
     if pick is None:
         return FitsRow(model=name, repo=repo, fits=False, confidence=facts.confidence, shape_source="derived",
@@ -203,40 +220,10 @@ def row_for(name: str, provider: "Provider", catalog: "Catalog", hw: HardwareFac
                    gguf_files=facts.gguf_files)
 
 
-def gguf_args(request: FitsRequest) -> "LlamaCppArgs":
-    """The llama.cpp flags a GGUF repo is priced with: the target context and the cache types."""
-    from club3090.fit.llamacpp import LlamaCppArgs
-    from club3090.fit.llamacpp_fits import DEFAULT_TARGET_CONTEXT
-
-    return LlamaCppArgs(ctx_size=request.ctx_size or request.min_context or DEFAULT_TARGET_CONTEXT,
-                        cache_type_k=request.cache_type_k or "f16", cache_type_v=request.cache_type_v or "f16")
-
-
 def _is_hub_repo(name: str) -> bool:
     from club3090.edges.resolve import is_repo_id, split_source
 
     return is_repo_id(split_source(name)[0])
-
-
-def _gguf_row(name: str, provider: "Provider", hw: HardwareFacts, request: FitsRequest, *,
-              label: str | None = None, only: tuple[str, ...] = ()) -> FitsRow:
-    """``name``'s GGUF quants priced for llama.cpp (``only``: the quants made of these files, when
-    the repo has them; ``label``: what the user asked for, when not the repo)."""
-    from club3090.edges.hub import HubClient
-    from club3090.edges.resolve import split_source
-    from club3090.pipeline.gguf_fits import gguf_listing
-
-    client = provider.hub()
-    if not isinstance(client, HubClient):
-        client = HubClient(provider.settings)
-    repo, revision = split_source(name)
-    listing = gguf_listing(client, repo, revision, gguf_args(request), list(hw.memory_bytes), only=only,
-                           quant=request.quant)
-    stop = None if listing.rows else (
-        f"unsupported-format: no GGUF quant {request.quant!r} in the repository" if request.quant
-        else "unsupported-format: the repository lists no loadable GGUF model file")
-    return FitsRow(model=label or name, repo=repo, fits=listing.fits, confidence=listing.confidence, shape_source="gguf",
-                   tp=1, gguf=listing, stop=stop)
 
 
 def _curated_row(name: str, repo: str | None, facts: "ModelSpec", catalog: "Catalog", hw: HardwareFacts,

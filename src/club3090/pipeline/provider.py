@@ -41,7 +41,9 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from club3090.catalog.model import Catalog, Patch, Profile
+    from club3090.catalog.open_index import OpenIndex
     from club3090.edges.download import DownloadReport
+    from club3090.edges.gguf_source import GgufSource
     from club3090.edges.gpu_probe import DetectedGpus
     from club3090.edges.http_transport import Http
     from club3090.edges.hub import HubSource
@@ -63,11 +65,18 @@ class Provider(Protocol):
     def resolve(self, source: str, catalog: "Catalog", *, weights_optional: bool = False,
                 progress: "Callable[[int, int], None] | None" = None) -> "ModelSpec | Stop": ...
 
+    def resolve_gguf(self, source: str | None, catalog: "Catalog", *, profile: "Profile | None" = None,
+                     quant: str | None = None) -> "GgufSource": ...
+
     def hub(self) -> "HubSource": ...
 
     def detect_gpus(self) -> "DetectedGpus": ...
 
     def free_bytes(self, path: Path) -> int | None: ...
+
+    def system_memory_bytes(self) -> int | None: ...
+
+    def open_index(self) -> "OpenIndex": ...
 
     def now(self) -> datetime: ...
 

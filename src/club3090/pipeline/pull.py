@@ -13,12 +13,11 @@ from decimal import Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from club3090.fit.auto_shape import ShapeOverrides
+from club3090.fit.shape import ShapeRequest
 from club3090.gate.flags import given_flags
 from club3090.outcome import STRATUM_NAMES, Notice, NoticeCode, Outcome, Stratum
 from club3090.pipeline.pull_gate import EFFECTIVE_CAP_NOTICE, ComposeStep, PathName, Verdict, decide, select_path
 from club3090.pipeline.pull_records import Emission, emit, record
-from club3090.pipeline.stages import gpu_set
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from club3090.catalog.model import Catalog
@@ -48,12 +47,10 @@ class PullRequest:
     out: Path | None = None
     force: bool = False                      # overwrite an existing --out file
     hardware_sm: Decimal | None = None       # --hardware
-    gpus: str | None = None                  # --gpus SPEC
-    nodes: int | None = None                 # --nodes: --gpus is one node of that many
-    interconnect: str | None = None          # --interconnect: the link between nodes
+    gpus: "GpuSet | None" = None             # --gpus, parsed once by the CLI (nodes and link included)
     downloads_here: bool = True              # False: `up --launcher ray|k8s` (each node downloads)
     path: PathName | None = None             # explicit path (library callers and tests)
-    shape_overrides: ShapeOverrides = field(default_factory=ShapeOverrides)   # vLLM flags pinning the shape
+    shape_request: ShapeRequest = field(default_factory=ShapeRequest)   # vLLM flags pinning the shape
 
     @property
     def given(self) -> frozenset[str]:
@@ -160,7 +157,7 @@ def evaluate(request: PullRequest, provider: "Provider", *, stages: "EStages | N
              compose: ComposeStep | None = None, facts: Any = None) -> PullResult:
     """Run the gate for one request and return the decision as a value.
 
-    Tool failures (a bad ``--gpus``, the Hub unreachable, an invalid catalog) raise; every verdict,
+    Tool failures (the Hub unreachable, an invalid catalog) raise; every verdict,
     refusals included, is a PullResult. ``stages`` turns on ``[E]`` for a non-curated repo whose
     Path-B terminal is satisfied (the CLI passes them; without them ``--out`` only gets the derived
     compose). A hard stop writes a redacted gate bundle under ``captures_root`` when one is given.
@@ -169,7 +166,7 @@ def evaluate(request: PullRequest, provider: "Provider", *, stages: "EStages | N
     caller that looked at it first does not read the Hub twice.
     """
     catalog = catalog if catalog is not None else provider.catalog()
-    gpus = gpu_set(request.gpus, catalog, nodes=request.nodes, interconnect=request.interconnect)            # the rig's one --gpus parse, before any network
+    gpus = request.gpus
     facts = facts if facts is not None else provider.resolve(request.source, catalog)
     verdict = decide(request, facts, catalog, gpus, provider, compose=compose or _curated_compose(provider),
                      e_enabled=stages is not None)

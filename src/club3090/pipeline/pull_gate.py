@@ -31,6 +31,7 @@ from club3090.gate.engine_support import (
 from club3090.gate.flags import BYPASS_EXPERIMENTAL_ARCH
 from club3090.gate.profile_match import check_profile
 from club3090.gate.terminal import Terminal, terminal_for
+from club3090.model.context import model_max_len
 from club3090.outcome import Notice, NoticeCode, Outcome, Reason, Stop, Stratum, bypassed
 from club3090.pipeline.stages import calibrated
 from club3090.rig.hardware import HardwareFacts, resolve_hardware
@@ -183,8 +184,7 @@ def route(at: Gate, spec: "ModelSpec", catalog: "Catalog") -> Gate:
 def with_auto_shape(at: Gate, catalog: "Catalog", gpu_set: "GpuSet | None", provider: "Provider") -> Gate | Stop:
     """No --profile-like: the rig first (every GPU is a candidate), then the curated default for
     its GPU count, else the shape derived from the model and the rig (``pipeline.auto_profile``)."""
-    from club3090.fit.auto_shape import ShapeOverrides
-    from club3090.pipeline.auto_profile import auto_profile, catalog_with, curated_default, derive_choice
+    from club3090.pipeline.auto_profile import auto_profile, automatic_shape, catalog_with
 
     request, spec = at.request, at.spec
     assert spec is not None
@@ -195,16 +195,16 @@ def with_auto_shape(at: Gate, catalog: "Catalog", gpu_set: "GpuSet | None", prov
     hw = resolve_hardware(tp=max(count, 1), hardware_sm=request.hardware_sm, gpu_set=gpu_set, detected=detected)
     if hw.sm is None or not hw.memory_bytes:
         return hardware_stop(hw)
-    # a curated profile is one machine's: on a rig of several nodes it is the default for one node
-    per_node = hw.gpus_per_node if hw.nodes > 1 else hw.count
-    key = curated_default(catalog, spec, per_node) if request.shape_overrides == ShapeOverrides() else None
+    auto = automatic_shape(spec, hw, catalog, request.shape_request)     # the one shape stage (fits, kv-calc)
+    key = auto.profile
     if key is not None:
         at = replace(at, request=replace(request, profile_like=key), shape_source="curated-default")
         return at.noting(Notice(NoticeCode.AUTO_SHAPE,
                                 f"shape: the curated profile {key} for {hw.count} GPU(s) (upstream's default); "
                                 "pass --profile-like to choose another",
                                 {"source": "curated-default", "profile": key}))
-    choice = derive_choice(spec, hw, catalog, overrides=request.shape_overrides)
+    choice = auto.choice
+    assert choice is not None
     candidate = choice.chosen or choice.best
     if candidate is None:
         return Stop(Stratum.ELIGIBILITY, Reason.NO_FIT_MODEL,
@@ -321,12 +321,17 @@ def disk_stop(at: Gate, provider: "Provider") -> Stop | None:
 
 
 def with_shape(at: Gate, catalog: "Catalog") -> Gate:
-    """The ServeShape the gate prices: ``fit.shape.profile_shape`` (so ``pull`` and ``kv-calc
-    --profile`` agree), the drafter on Path A only, the mem_util default where the profile sets
+    """The ServeShape the gate prices: the automatic shape's own ``ServeShape`` when it was derived
+    (``fits`` and ``kv-calc`` price the same value), else ``fit.shape.profile_shape`` (so ``pull``
+    and ``kv-calc --profile`` agree), the drafter on Path A only, the mem_util default where the profile sets
     none, and on Path B (non-curated) the context capped at the model's own maximum."""
     spec, profile, hw = at.spec, at.profile, at.hardware
     assert spec is not None and profile is not None
-    model_max = spec.arch.max_position_embeddings
+    pick = (at.choice.chosen or at.choice.best) if at.choice is not None and at.shape_source == "derived" else None
+    if pick is not None:        # the automatic shape is priced as chosen, not rebuilt from its profile record
+        return replace(at, shape=replace(pick.shape, device_name=hw.names[0] if hw is not None and hw.names
+                                         else pick.shape.device_name))
+    model_max = model_max_len(spec.arch)
     max_model_len = profile.max_model_len
     if at.path != "A" and spec.curated is None and model_max and max_model_len > model_max:
         at = at.noting(Notice(NoticeCode.CONTEXT_CAPPED_TO_MODEL,

@@ -5,9 +5,6 @@ promoted measurement of the same shape on this machine (``measured_here``, confi
 else the residual of this machine's receipts of a near shape (``near_here``, docs/DESIGN.md, the
 Loop), else, for a curated profile, the residual of the catalog's measured start-ups of that
 profile (``curated_measured``).
-
-``gpu_set`` is the only caller of :func:`club3090.rig.gpus.parse_gpus`: a ``--gpus`` value is
-parsed here, once, whichever command received it (a test checks there is no other call site).
 """
 
 from __future__ import annotations
@@ -17,25 +14,11 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from club3090.outcome import Notice, NoticeCode
-from club3090.rig.gpus import GpuSet, parse_gpus
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from club3090.catalog.model import Catalog
     from club3090.fit.memory import FitResult, ServeShape
     from club3090.model.spec import ModelSpec
-
-
-def gpu_set(spec: str | None, catalog: "Catalog", *, nodes: int | None = None,
-            interconnect: str | None = None) -> GpuSet | None:
-    """The GPUs a ``--gpus SPEC`` names (None when not given), with ``--nodes`` / ``--interconnect``
-    for a rig of several machines. Raises ``UsageError`` on a bad spec (or those flags without --gpus)."""
-    if spec is None:
-        if nodes is not None or interconnect is not None:
-            from club3090.errors import UsageError
-            raise UsageError("--nodes and --interconnect describe the GPUs of --gpus: give --gpus ONE NODE too, "
-                             "e.g. --nodes 2 --gpus 2x3090")
-        return None
-    return parse_gpus(spec, catalog, nodes=nodes, interconnect=interconnect)
 
 
 def calibrated(fit: "FitResult", spec: "ModelSpec", shape: "ServeShape", memory: "Sequence[int]",
@@ -223,4 +206,4 @@ def measured_here(fit: "FitResult", spec: "ModelSpec", shape: "ServeShape", memo
     return apply_measured(fit, match), replace(spec, confidence="exact"), notice
 
 
-__all__ = ["calibrated", "curated_measured", "gpu_set", "measured_here", "near_here"]
+__all__ = ["calibrated", "curated_measured", "measured_here", "near_here"]

@@ -30,6 +30,7 @@ if TYPE_CHECKING:  # pragma: no cover - typing only
     from club3090.catalog.model import Catalog, Profile
     from club3090.model.spec import ModelSpec, Quantization
     from club3090.pipeline.provider import Provider
+    from club3090.rig.gpus import GpuSet
     from club3090.rig.hardware import HardwareFacts
 
 CONFIDENCE = "derived-from-curated"   # the curated profile's shape, priced with the fine-tune's weights
@@ -42,7 +43,7 @@ class SwapRequest:
     directory: Path
     emit_only: bool = False
     launcher: str = DEFAULT_LAUNCHER
-    gpus: str | None = None
+    gpus: "GpuSet | None" = None           # --gpus, parsed once by the CLI
     port: int | None = None
     served_model_name: str | None = None
     no_start: bool = False
@@ -130,10 +131,9 @@ def _rig(req: SwapRequest, profile: "Profile", catalog: "Catalog", provider: "Pr
          notes: list[str]) -> tuple["HardwareFacts", tuple[int, ...], str | None]:
     """(hardware, the memory of the GPUs the profile uses, device name): --gpus, else detected,
     else the profile's reference GPU (stated)."""
-    from club3090.pipeline.stages import gpu_set
     from club3090.rig.hardware import resolve_hardware
 
-    given = gpu_set(req.gpus, catalog)
+    given = req.gpus
     detected = provider.detect_gpus() if given is None or given.sm is None else None
     ranks = profile.tp * profile.pp
     hw = resolve_hardware(tp=ranks, gpu_set=given, detected=detected)
@@ -160,6 +160,11 @@ def swap(req: SwapRequest, provider: "Provider") -> SwapResult:
     profile = catalog.profiles.get(req.profile_like)
     if profile is None:
         raise UsageError(f"unknown --profile-like {req.profile_like!r}; `club3090 profiles` lists them")
+    from club3090.pipeline import engines
+
+    if engines.for_profile(catalog, profile.key) is not engines.DEFAULT:    # swap re-prices the gate engine's fit
+        raise UsageError(f"{profile.key} is not a vLLM service; `swap` re-points a vLLM profile (serve a GGUF with "
+                         f"`club3090 up REPO --quant QUANT`)")
     result = SwapResult(outcome=Outcome.OK, repo=req.source, profile_like=profile.key)
     spec = provider.resolve(req.source, catalog)
     if isinstance(spec, Stop):

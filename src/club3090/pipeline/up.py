@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     from club3090.pipeline.boot_receipt import BootReceipt
     from club3090.pipeline.provider import Provider
     from club3090.pipeline.pull import PullResult
+    from club3090.rig.gpus import GpuSet
     from club3090.validate.verify import VerifyReport
 
 LAUNCHERS = launchers.names()                   # ray / k8s: multi-node files, written only (cluster_up)
@@ -66,7 +67,7 @@ class UpRequest:
     directory: Path
     profile_like: str | None = None          # None: the gate's automatic shape
     launcher: str = launchers.DEFAULT
-    gpus: str | None = None
+    gpus: "GpuSet | None" = None           # --gpus, parsed once by the CLI
     port: int | None = None
     no_start: bool = False
     vllm: str | None = None                    # a path or a command line ("python -m vllm.entrypoints...")
@@ -240,28 +241,26 @@ def up(req: UpRequest, provider: "Provider") -> UpResult:
     if req.profile_like is not None and req.profile_like not in catalog.profiles:
         raise UsageError(f"unknown --profile-like {req.profile_like!r}; `club3090 profiles` lists them")
     if req.llamacpp:
-        from club3090.pipeline.llamacpp_up import llamacpp_profile, up_llamacpp
+        from club3090.pipeline import engines
 
-        family = llamacpp_profile(catalog, req)
-        if family is not None:
-            return up_llamacpp(req, provider, catalog=catalog, profile=family)
+        handed = engines.before_gate(catalog, req.profile_like, req.source)
+        if handed is not None:
+            return handed[0].up(req, provider, catalog=catalog, profile=handed[1])
     elif req.llama_server_bin or req.quant or req.ctx_size or req.cache_type_k or req.cache_type_v:
         raise UsageError("--quant, --ctx-size, --cache-type-k/-v and --llama-server-bin are `up`'s GGUF flags")
     captures = req.captures if req.captures is not None else Path.cwd() / CAPTURES_DIRNAME
     facts = None
-    if req.llamacpp:                 # a GGUF-only repo is llama.cpp's: no gate refusal (nor its capture)
+    if req.llamacpp:                 # another engine's weights (a GGUF-only repo): no gate refusal (nor its capture)
         from club3090.outcome import Stop
-        from club3090.pipeline.stages import gpu_set
+        from club3090.pipeline import engines
 
-        gpu_set(req.gpus, catalog, nodes=req.nodes, interconnect=req.interconnect)   # before any network
         facts = provider.resolve(req.source, catalog)
-        if isinstance(facts, Stop) and facts.sub_reason == "gguf-only":
-            from club3090.pipeline.llamacpp_up import up_llamacpp
-
-            return up_llamacpp(req, provider, catalog=catalog, profile=None)
+        other = engines.for_stop(facts) if isinstance(facts, Stop) else None
+        if other is not None:
+            return other.up(req, provider, catalog=catalog, profile=None)
     gate = evaluate(PullRequest(source=req.source, profile_like=req.profile_like, yes=req.yes,
                                 force_download=req.force_download, trust_remote_code=req.trust_remote_code,
-                                gpus=req.gpus, nodes=req.nodes, interconnect=req.interconnect,
+                                gpus=req.gpus,
                                 downloads_here=not launchers.get(req.launcher).multi_node), provider,
                     captures_root=captures, facts=facts)
     # `pull`'s hints about --out do not apply: `up` writes and downloads everything itself

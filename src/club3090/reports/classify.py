@@ -3,7 +3,8 @@
 Order (docs/DESIGN.md, the Loop):
 
 0. the user's own environment (no Docker, no compose plugin, no NVIDIA runtime, port in use,
-   disk full): a local verdict with the next step; never routed upstream;
+   disk full) or launch settings vLLM refuses (a ``--max-model-len`` over the model's limit, an
+   unknown ``--tool-call-parser``): a local verdict with the next step; never routed upstream;
 1. Tier 1, the OOM fast path: a CUDA out-of-memory or KV-cache-too-small error -> ``genuine-oom``;
    ``route_as_kv_calc_bug`` only when the gate's predicted breakdown, the attempted allocation and
    the worker's reported memory all exist and the actual use exceeded the prediction;
@@ -105,6 +106,11 @@ ENVIRONMENT_RULES: tuple[tuple[str, tuple[str, ...], str], ...] = (
      "stop whatever listens on that port, or choose another with --port"),
     ("disk-full", ("no space left on device",),
      "free disk space where Docker and the Hugging Face cache live"),
+    # the user's launch settings, refused by vLLM before it loads anything
+    ("max-model-len-over-model-limit", ("user-specified max_model_len",),
+     "lower --max-model-len to the model's limit (max_position_embeddings in its config.json)"),
+    ("tool-call-parser-unknown", ("invalid tool call parser",),
+     "choose a --tool-call-parser that this vLLM lists (its error names the valid ones)"),
 )
 
 

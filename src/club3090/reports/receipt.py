@@ -28,6 +28,7 @@ from club3090.reports.vllm_log import (
 from club3090.units import GiB
 
 RECEIPT_SCHEMA = 1
+CPU_NOTE = "vLLM's CPU build: its KV pool (CPU KV cache size) is host memory, never compared with a GPU prediction"
 RECEIPT_KIND = "vllm-startup-receipt"
 MEASURED_TERMS: tuple[str, ...] = (
     "model_loading_gib", "available_kv_cache_gib", "gpu_kv_cache_tokens", "num_gpu_blocks", "max_concurrency",
@@ -160,8 +161,14 @@ def build_receipt(log: StartupLog, *, log_bytes: bytes, source_name: str, redact
                if p]
     if folders:
         redactor = redactor.with_local(folders)
-    predicted, note = (None, "no model config given (--config)") if config is None else \
-        predict_terms(log, config, gpu_memory_gib=memory, gpu_name=gpu_name)
+    predicted: dict[str, Any] | None
+    note: str | None
+    if log.device == "cpu":     # a host-memory pool: no GPU prediction is comparable, its shape is apart
+        shape["device"] = "cpu"
+        predicted, note = None, CPU_NOTE
+    else:
+        predicted, note = (None, "no model config given (--config)") if config is None else \
+            predict_terms(log, config, gpu_memory_gib=memory, gpu_name=gpu_name)
     receipt = {
         "schema": RECEIPT_SCHEMA,
         "kind": RECEIPT_KIND,
@@ -183,7 +190,7 @@ def build_receipt(log: StartupLog, *, log_bytes: bytes, source_name: str, redact
 
 SHAPE_KEY_FIELDS: tuple[str, ...] = (
     "model", "quantization", "dtype", "tensor_parallel_size", "pipeline_parallel_size", "gpu_memory_utilization",
-    "max_model_len", "kv_cache_dtype", "block_size", "vllm_version", "gpu_name", "gpu_memory_gib",
+    "max_model_len", "kv_cache_dtype", "block_size", "vllm_version", "gpu_name", "gpu_memory_gib", "device",
 )
 
 

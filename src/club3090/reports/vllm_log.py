@@ -49,6 +49,7 @@ _PROFILE_RESULTS = re.compile(r"Memory profiling results: (.*)")
 _PROFILE_ITEM = re.compile(r"(?<!\w)(\w{1,64})=(-?[\d.]{1,32})(?:GiB|GB)?")
 _AVAILABLE = re.compile(r"Available KV cache memory: (-?)" + _NUM + _UNIT)   # negative: the shortfall
 _KV_SIZE = re.compile(r"GPU KV cache size: " + _NUM + r" tokens")
+_CPU_KV_SIZE = re.compile(r"CPU KV cache size: " + _NUM + r" tokens")
 _GPU_BLOCKS = re.compile(r"# (?:GPU|cuda|CUDA) blocks: " + _NUM)
 _CONCURRENCY = re.compile(r"Maximum concurrency for " + _NUM + r" tokens per request: " + _NUM + r"x")
 _GRAPHS = re.compile(r"Graph capturing finished in " + _NUM + r" secs?, took " + _SNUM + r" ?(GiB|GB|MiB)")
@@ -121,6 +122,7 @@ class StartupLog:
     gpu_total_memory_gib: float | None = None
     local_model: str | None = None            # a local folder the log served, replaced by a given model
     sampler: str | None = None                # "FlashInfer" | "Triton" | "PyTorch-native": top-k / top-p path
+    device: str | None = None                 # "cpu": vLLM's CPU build (its KV pool is host memory)
 
     @property
     def found(self) -> bool:
@@ -135,7 +137,8 @@ class StartupLog:
                     "no_available_kv_memory": "kv_error_no_available_memory"}.get(str(error.get("type")), "oom")
         if self.measured.get("num_gpu_blocks") == 0:    # V0 then raises "No available memory for the cache blocks"
             return "kv_error_no_available_memory"
-        if any(k in self.measured for k in ("gpu_kv_cache_tokens", "max_concurrency", "num_gpu_blocks",
+        if any(k in self.measured for k in ("gpu_kv_cache_tokens", "cpu_kv_cache_tokens", "max_concurrency",
+                                            "num_gpu_blocks",
                                             "kv_cache_in_use_gib")):   # printed once the cache is allocated
             return "ok"
         return None
@@ -324,6 +327,7 @@ _LINE_RULES: tuple[tuple[str, re.Pattern[str], Handler], ...] = (
     ('CUDA graph pool memory', _GRAPH_POOL, _graph_pool),
     ('Available KV cache memory', _AVAILABLE, _available),
     ('KV cache size: ', _KV_SIZE, _set("gpu_kv_cache_tokens", _i)),
+    ('CPU KV cache size: ', _CPU_KV_SIZE, lambda log, m: _cpu_pool(log, m.string)),
     (' blocks: ', _GPU_BLOCKS, _set("num_gpu_blocks", _i)),
     ('Maximum concurrency for', _CONCURRENCY, _concurrency),
     ('top-p & top-k sampling', _SAMPLER, lambda log, m: setattr(log, "sampler", m.group(1) or m.group(2))),
@@ -353,6 +357,18 @@ def _derived_terms(measured: dict[str, Any]) -> None:
     consumed, weights = measured.get("weights_plus_non_torch_gib"), measured.get("model_loading_gib")
     if consumed is not None and weights is not None and "non_torch_gib" not in measured:
         measured["non_torch_gib"] = round(consumed - weights, 4)
+
+
+def _cpu_pool(log: StartupLog, line: str) -> None:
+    if (tokens := cpu_kv_cache_tokens(line)) is not None:
+        log.measured["cpu_kv_cache_tokens"], log.device = tokens, "cpu"
+
+
+def cpu_kv_cache_tokens(line: str) -> int | None:
+    """The KV pool of vLLM's CPU build, ``CPU KV cache size: N tokens``: host memory sized by
+    ``VLLM_CPU_KVCACHE_SPACE``, never a GPU pool, so it is kept apart from ``gpu_kv_cache_tokens``."""
+    m = _CPU_KV_SIZE.search(line)
+    return _i(m.group(1)) if m is not None else None
 
 
 def parse_startup(text: str) -> StartupLog:

@@ -77,6 +77,7 @@ class GpuSet:
     nodes: int = 1                         # machines; the GPUs are listed node by node
     interconnect: str | None = None        # the link between nodes (rig/interconnect.py); None: one node
     interconnect_assumed: bool = False     # True: --interconnect not given, the default is priced
+    one_node_spec: str = ""                # one node's GPUs as given (``8xH100`` of ``2x(8xH100)``)
 
     @property
     def gpus_per_node(self) -> int:
@@ -138,6 +139,7 @@ class GpuSet:
             nodes, link, assumed = 1, None, False
         return GpuSet(count=n, memory_bytes=self.memory_bytes[:n], names=self.names[:n], sm=sm,
                       gpu=same, gpus=gpus, spec=self.spec, nodes=nodes, interconnect=link,
+                      one_node_spec=self.one_node_spec,
                       interconnect_assumed=assumed)
 
     def to_json(self) -> dict[str, Any]:
@@ -148,6 +150,15 @@ class GpuSet:
             doc.update({"nodes": self.nodes, "gpus_per_node": self.gpus_per_node,
                         "interconnect": self.interconnect})
         return doc
+
+
+def card_set(memory_bytes: "tuple[int, ...]", names: "tuple[str, ...]", cards: "tuple[Gpu | None, ...]",
+             sm: Decimal | None, spec: str) -> GpuSet:
+    """A ``GpuSet`` for GPUs known some other way than ``--gpus`` (detected here, or a profile's
+    reference card); ``spec`` says where they came from."""
+    same = cards[0] if cards and cards[0] is not None and all(c == cards[0] for c in cards) else None
+    return GpuSet(count=len(memory_bytes), memory_bytes=memory_bytes, names=names, sm=sm, gpu=same, gpus=cards,
+                  spec=spec, one_node_spec=spec)
 
 
 def _size_bytes(number: str, unit: str) -> int:
@@ -165,8 +176,50 @@ def _size_bytes(number: str, unit: str) -> int:
 _BARE_NUMBER_RE = re.compile(r"^\d{1,15}(?:\.\d{1,15})?$", re.ASCII)
 
 
-def _lookup(name: str, catalog: Catalog, spec: str, count: int = 1) -> Gpu:
+_SIZE_SUFFIX_RE = re.compile(r"^\d{1,4}gb?$", re.ASCII)
+_BRANDS = ("nvidia", "geforce", "rtx")
+
+
+def _compact(name: str) -> str:
+    """``RTX 4070 Ti Super`` / ``rtx-4070-ti-super`` / ``4070tisuper`` -> one spelling-free key."""
+    return re.sub(r"[^a-z0-9]", "", name.lower())
+
+
+def _unbranded(key: str) -> str:
+    for brand in _BRANDS:
+        key = key.removeprefix(brand)
+    return key
+
+
+def resolve_card(name: str, catalog: Catalog) -> Gpu | tuple[str, ...]:
+    """A GPU name as people type it: the catalog's names and aliases, else the same letters with
+    separators and the brand words dropped (``4070tisuper``, ``rtx6000ada``); a name that is
+    several cards of different memory (``A100``: 40 and 80 GB) returns their ids, never a guess."""
     gpu = catalog.gpu(name)
+    if gpu is not None:
+        return gpu
+    index: dict[str, set[str]] = {}
+    for gid, card in catalog.gpus.items():
+        for alias in (gid, card.display_name, *card.aliases):
+            index.setdefault(_compact(alias), set()).add(gid)
+            index.setdefault(_unbranded(_compact(alias)), set()).add(gid)
+    want = _compact(name)
+    for key in (want, _unbranded(want)):
+        ids = index.get(key, set())
+        if len(ids) == 1:
+            return catalog.gpus[next(iter(ids))]
+    want = _unbranded(want)
+    sized = {gid for key, ids in index.items() if want and key.startswith(want)
+             and _SIZE_SUFFIX_RE.match(key[len(want):]) for gid in ids}
+    return tuple(sorted(sized))
+
+
+def _lookup(name: str, catalog: Catalog, spec: str, count: int = 1) -> Gpu:
+    found = resolve_card(name, catalog)
+    if isinstance(found, tuple) and len(found) > 1:
+        raise UsageError(f"--gpus {spec!r}: {name!r} names {len(found)} cards of different memory: "
+                         f"{', '.join(found)}; name one, e.g. {count}x{found[-1]}")
+    gpu = found if not isinstance(found, tuple) else None
     if gpu is None and _BARE_NUMBER_RE.match(name.strip()):
         # a size without its unit ("2x24"): the user meant memory, not a card name
         raise UsageError(f"--gpus {spec!r}: {name!r} has no unit; did you mean {count}x{name.strip()}GiB? "
@@ -229,7 +282,8 @@ def parse_gpus(spec: str, catalog: Catalog, *, nodes: int | None = None,
         raise UsageError(f"--gpus {spec!r}: {count} nodes x {node.count} GPUs is over {MAX_GPUS} GPUs")
     return GpuSet(count=node.count * count, memory_bytes=node.memory_bytes * count, names=node.names * count,
                   sm=node.sm, gpu=node.gpu, gpus=node.gpus * count, spec=spec.strip(), nodes=count,
-                  interconnect=interconnect or DEFAULT_INTERCONNECT, interconnect_assumed=interconnect is None)
+                  interconnect=interconnect or DEFAULT_INTERCONNECT, interconnect_assumed=interconnect is None,
+                  one_node_spec=node.one_node_spec)
 
 
 def _parse_node(spec: str, catalog: Catalog, whole: str) -> GpuSet:
@@ -273,4 +327,4 @@ def _parse_node(spec: str, catalog: Catalog, whole: str) -> GpuSet:
     sm = None if any(s is None for s in sms) else min(s for s in sms if s is not None)
     same = cards[0] if cards[0] is not None and all(c == cards[0] for c in cards) else None
     return GpuSet(count=len(memory), memory_bytes=tuple(memory), names=tuple(names), sm=sm, gpu=same,
-                  gpus=tuple(cards), spec=whole.strip())
+                  gpus=tuple(cards), spec=whole.strip(), one_node_spec=spec.strip())

@@ -22,6 +22,7 @@ the server was unreachable.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import threading
 import uuid
@@ -167,15 +168,17 @@ def stress(client: OpenAIClient, *, model: str | None = None, streams: int = STR
     context = context or listed.context(model)
     plan: list[tuple[str, Callable[[], tuple[str, str]]]] = []
     if model is not None:
-        name = model
-        plan.append(("concurrent-streams", lambda: concurrent_streams(client, name, streams)))
-        plan.append(("long-prompt", lambda: long_prompt(client, name, context, fill=fill, top=upstream.ladder_max)))
+        # partial binds the served name now: the loop below rebinds `name` (a closure would ask the server
+        # for a model called "long-prompt")
+        plan.append(("concurrent-streams", functools.partial(concurrent_streams, client, model, streams)))
+        plan.append(("long-prompt", functools.partial(long_prompt, client, model, context, fill=fill,
+                                                      top=upstream.ladder_max)))
         for i in range(rounds):
-            plan.append((f"tool-round-trip-{i + 1}", lambda: (SKIP, "--skip-tools") if skip_tools
-                         else tool_round_trip(client, name)))
-        plan.extend(upstream_plan(client, name, context, salt=lambda: uuid.uuid4().hex, ladder_max=upstream.ladder_max,
-                                tool_prefill_tokens=upstream.tool_prefill_tokens, ladder=upstream.ladder,
-                                probes=upstream.probes, skip_tools=skip_tools).probes)
+            plan.append((f"tool-round-trip-{i + 1}", (lambda: (SKIP, "--skip-tools")) if skip_tools
+                         else functools.partial(tool_round_trip, client, model)))
+        plan.extend(upstream_plan(client, model, context, salt=lambda: uuid.uuid4().hex, ladder_max=upstream.ladder_max,
+                                  tool_prefill_tokens=upstream.tool_prefill_tokens, ladder=upstream.ladder,
+                                  probes=upstream.probes, skip_tools=skip_tools).probes)
     deadline_hit = False
     for name, run in plan:
         if client.expired:

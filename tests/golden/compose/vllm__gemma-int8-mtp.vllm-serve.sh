@@ -7,8 +7,7 @@
 # patches excluded: none
 # run: docker compose --project-directory <club-3090 checkout>/models/gemma-4-31b/vllm/compose/dual/autoround-int4 -f <out> up -d
 # note: entrypoint script (patch installs, NVLink detection) runs only inside the container
-HUGGING_FACE_HUB_TOKEN='' \
-  HF_HUB_OFFLINE=0 \
+HF_HUB_OFFLINE=0 \
   TRANSFORMERS_OFFLINE=0 \
   VLLM_WORKER_MULTIPROC_METHOD=spawn \
   NVLINK_MODE=auto \
@@ -18,12 +17,12 @@ HUGGING_FACE_HUB_TOKEN='' \
   OMP_NUM_THREADS=1 \
   PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True,max_split_size_mb:512 \
   VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 \
-  TRITON_CACHE_DIR=/root/.triton/cache \
+  TRITON_CACHE_DIR='<club-3090 checkout>/models/gemma-4-31b/vllm/cache/triton_int8' \
   vllm serve \
   --override-generation-config '{"temperature":1.0,"top_p":0.95,"top_k":64,"min_p":0.0,"repetition_penalty":1.0}' \
   --host 0.0.0.0 \
   --port 8032 \
-  --model /root/.cache/huggingface/gemma-4-31b-autoround-int4 \
+  --model '<club-3090 checkout>/models-cache/gemma-4-31b-autoround-int4' \
   --served-model-name gemma-4-31b-autoround \
   --tensor-parallel-size 2 \
   --pipeline-parallel-size 1 \

@@ -7,8 +7,7 @@
 # patches excluded: qwen-vllm-marlin-pad (not load-bearing here), qwen-vllm-pr41800-truncate-prompt-tokens (not load-bearing here)
 # run: docker compose --project-directory <club-3090 checkout>/models/qwen3.6-27b/vllm/compose/single/autoround-int4 -f <out> up -d
 # note: entrypoint script (patch installs, NVLink detection) runs only inside the container
-HUGGING_FACE_HUB_TOKEN='' \
-  HF_HUB_OFFLINE=0 \
+HF_HUB_OFFLINE=0 \
   TRANSFORMERS_OFFLINE=0 \
   VLLM_WORKER_MULTIPROC_METHOD=spawn \
   NCCL_CUMEM_ENABLE=0 \
@@ -17,7 +16,7 @@ HUGGING_FACE_HUB_TOKEN='' \
   PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True \
   OMP_NUM_THREADS=1 \
   vllm serve \
-  --model /root/.cache/huggingface/qwen3.6-27b-autoround-int4 \
+  --model '<club-3090 checkout>/models-cache/qwen3.6-27b-autoround-int4' \
   --served-model-name qwen3.6-27b-autoround \
   --quantization auto_round \
   --dtype float16 \
@@ -27,7 +26,7 @@ HUGGING_FACE_HUB_TOKEN='' \
   --gpu-memory-utilization 0.92 \
   --max-num-seqs 1 \
   --kv-cache-dtype fp8_e5m2 \
-  --chat-template /etc/qwen-froggeric-chat-template.jinja \
+  --chat-template '<club-3090 checkout>/models/qwen3.6-27b/vllm/patches/froggeric-chat-template/chat_template.jinja' \
   --reasoning-parser qwen3 \
   --default-chat-template-kwargs '{"enable_thinking": false}' \
   --enable-auto-tool-choice \

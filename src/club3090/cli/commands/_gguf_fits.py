@@ -69,7 +69,7 @@ def sentence(row: Any, rig: str, *, short: bool = False) -> str:
 
 
 def detail_lines(row: Any) -> list[str]:
-    from club3090.pipeline.gguf_fits import llama_server_command
+    from club3090.engines.llamacpp.fits import llama_server_command
 
     listing = row.gguf
     width = max((len(r.label) for r in listing.rows), default=4)

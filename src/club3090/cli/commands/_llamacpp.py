@@ -1,5 +1,5 @@
-"""kv-calc for the llama.cpp family: a GGUF model (local file, llama.cpp profile, GGUF repo) priced
-with llama.cpp's memory model (``club3090.fit.llamacpp``), llama.cpp's own flag names.
+"""kv-calc's llama.cpp flags (llama.cpp's own names) and the rendering of its answer; the pricing
+is the llama.cpp engine's (``club3090.engines.llamacpp.price``), reached through the registry.
 
 Exit codes as kv-calc's: 0 fits, 2 won't fit or cannot be priced, 64 usage.
 """
@@ -8,13 +8,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
-from dataclasses import asdict, replace
 from typing import Any
 
 from club3090.cli.commands._types import non_negative_int, positive_int
-
-DEFAULT_GPU = "rtx-3090"
 
 
 def tensor_split(text: str) -> tuple[float, ...]:
@@ -67,129 +63,42 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--no-kv-offload", action="store_true", help="keep the KV cache in host memory")
 
 
-def wants_llamacpp(args: argparse.Namespace, catalog: Any) -> bool:
-    from club3090.edges.gguf_source import is_gguf_path, llamacpp_profile  # light: the readers load lazily
+def flags_of(args: argparse.Namespace) -> Any:
+    """The llama.cpp flags as given, as the request's value (``LlamaFlags``)."""
+    from club3090.engines.llamacpp.price import LlamaFlags
 
-    return is_gguf_path(args.model) or llamacpp_profile(catalog, args.profile or args.model) is not None
-
-
-# vLLM-only kv-calc flags: a GGUF model refuses them rather than ignoring them
-VLLM_ONLY = ("pp", "mem_util", "max_num_batched_tokens", "block_size", "dtype", "weights_gib", "vllm_version",
-             "num_speculative_tokens")
-
-
-def _check_flags(args: argparse.Namespace) -> None:
-    from club3090.errors import UsageError
-
-    given = [name for name in VLLM_ONLY if getattr(args, name, None) is not None]
-    if getattr(args, "enforce_eager", False):
-        given.append("enforce_eager")
-    if given:
-        flags = ", ".join("--" + g.replace("_", "-") for g in given)
-        raise UsageError(f"{flags}: vLLM settings; a GGUF model is priced with llama.cpp's flags "
-                         "(--ctx-size, --cache-type-k/-v, --n-gpu-layers, ...)")
-
-
-def _llama_args(args: argparse.Namespace, profile: Any) -> Any:
-    from club3090.fit.llamacpp import LlamaCppArgs, cache_types
-    from club3090.fit.memory import Unpriceable
-
-    base = LlamaCppArgs(ctx_size=4096)
-    if profile is not None:
-        pair = cache_types(profile.kv_format)
-        if isinstance(pair, Unpriceable):
-            return pair
-        base = replace(base, ctx_size=profile.max_model_len, parallel=profile.max_num_seqs,
-                       cache_type_k=pair[0], cache_type_v=pair[1])
-    # the shared kv-calc flags, in llama.cpp's terms
-    if args.max_model_len is not None:
-        base = replace(base, ctx_size=args.max_model_len)
-    if args.max_num_seqs is not None:
-        base = replace(base, parallel=args.max_num_seqs)
-    if args.kv_cache_dtype is not None:
-        pair = cache_types(args.kv_cache_dtype)
-        if isinstance(pair, Unpriceable):
-            return pair
-        base = replace(base, cache_type_k=pair[0], cache_type_v=pair[1])
-    given = {"ctx_size": args.ctx_size, "cache_type_k": args.cache_type_k, "cache_type_v": args.cache_type_v,
-             "n_gpu_layers": args.n_gpu_layers, "tensor_split": args.tensor_split, "split_mode": args.split_mode,
-             "main_gpu": args.main_gpu, "n_cpu_moe": args.n_cpu_moe, "parallel": args.parallel,
-             "batch_size": args.batch_size, "ubatch_size": args.ubatch_size}
-    out = replace(base, **{k: v for k, v in given.items() if v is not None})
-    if args.flash_attn is not None:
-        out = replace(out, flash_attn=args.flash_attn != "off")
-    if args.override_tensor:
-        out = replace(out, override_tensors=tuple(r for group in args.override_tensor for r in group))
-    if args.swa_full:
-        out = replace(out, swa_full=True)
-    if args.no_kv_offload:
-        out = replace(out, kv_offload=False)
-    return out
+    rules = tuple(r for group in (getattr(args, "override_tensor", None) or ()) for r in group)
+    return LlamaFlags(ctx_size=args.ctx_size, cache_type_k=args.cache_type_k, cache_type_v=args.cache_type_v,
+                      n_gpu_layers=args.n_gpu_layers, tensor_split=args.tensor_split, split_mode=args.split_mode,
+                      main_gpu=args.main_gpu, n_cpu_moe=args.n_cpu_moe, parallel=args.parallel,
+                      batch_size=args.batch_size, ubatch_size=args.ubatch_size, flash_attn=args.flash_attn,
+                      override_tensors=rules, swa_full=bool(args.swa_full), no_kv_offload=bool(args.no_kv_offload),
+                      quant=args.quant)
 
 
 def _mib(n: int) -> str:
     return f"{n / (1 << 20):,.0f}"
 
 
-def run(args: argparse.Namespace, settings: Any, catalog: Any) -> int:
-    from club3090.cli.exit_codes import exit_code
-    from club3090.cli.render import safe
-    from club3090.edges.gguf_source import resolve_gguf
-    from club3090.fit.llamacpp import fewest_offloaded, largest_context, predict
-    from club3090.fit.memory import Unpriceable
-    from club3090.outcome import Outcome
-    from club3090.pipeline.stages import gpu_set
-
-    _check_flags(args)
-    src = resolve_gguf(args.model, catalog, settings, profile_key=args.profile, quant=args.quant)
-    prof = src.profile
-    count = args.tp or (prof.tp if prof is not None else 1)
-    spec = args.gpus or f"{count}x{prof.reference_gpu if prof is not None else DEFAULT_GPU}"
-    gpus = gpu_set(spec, catalog)
-    gpu_bytes = list(gpus.memory_bytes) if gpus is not None else []
-    largs = _llama_args(args, prof)
-    result = largs if isinstance(largs, Unpriceable) else predict(src.model, largs, gpu_bytes)
-    if isinstance(result, Unpriceable):      # a verdict about the model or flags (no-fit-model), not a crash
-        payload = {"ok": False, "reason": "no-fit-model", "error": result.reason, "model": src.label}
-        if args.json:
-            print(json.dumps(payload))
-        else:
-            print(safe(f"no-fit-model: {src.label}: {result.reason}"), file=sys.stderr)
-        return exit_code(Outcome.REFUSED)
-    best = largest_context(src.model, largs, gpu_bytes, limit=max(src.model.ctx_train or 0, largs.ctx_size))
-    if args.solve_max_ctx and best:
-        solved = predict(src.model, replace(largs, ctx_size=best), gpu_bytes)
-        result = solved if not isinstance(solved, Unpriceable) else result
-    rescue = None if result.fits else fewest_offloaded(src.model, largs, gpu_bytes)
-    verdict = "fits-clean" if result.fits else "wont-fit"
-    if args.json:
-        print(json.dumps(_to_json(src, spec, result, verdict, best, rescue), indent=1))
+def render(price: Any, *, as_json: bool) -> None:
+    """kv-calc's llama.cpp answer (``engines.llamacpp.price.LlamaPrice``): JSON, or the human tables
+    (its ``NoFit`` is kv-calc's own, rendered there)."""
+    if as_json:
+        print(json.dumps(price.to_json(), indent=1))
     else:
-        _render(src, spec, result, verdict, best, rescue)
-    return exit_code(Outcome.OK if result.fits else Outcome.REFUSED)
+        _render(price)
 
 
-def _to_json(src: Any, spec: str, result: Any, verdict: str, best: int | None, rescue: Any) -> dict[str, Any]:
-    m = src.model
-    return {
-        "ok": True, "engine": "llama.cpp", "model": src.label, "architecture": m.arch, "quant": src.quant,
-        "source": src.where, "gpus": spec, "profile": src.profile.key if src.profile is not None else None,
-        "confidence": result.confidence, "verdict": verdict, "weights_bytes": m.weights_bytes,
-        "args": asdict(result.args), "kv": {**asdict(result.kv), "total_bytes": result.kv.total_bytes},
-        "devices": [{**asdict(d), "total_bytes": d.total_bytes, "fits": d.fits} for d in result.devices],
-        "max_ctx_fit": best,
-        "fits_with": None if rescue is None else {"n_gpu_layers": rescue.args.n_gpu_layers,
-                                                  "n_cpu_moe": rescue.args.n_cpu_moe},
-    }
-
-
-def _render(src: Any, spec: str, result: Any, verdict: str, best: int | None, rescue: Any) -> None:
+def _render(price: Any) -> None:
     from rich.table import Table
 
     from club3090.cli.render import terminal_console
 
+    src, spec, result, best, rescue = price.source, price.gpus, price.result, price.best, price.rescue
     m, a, kv = src.model, result.args, result.kv
     console = terminal_console()
+    for note in price.notes:
+        console.print(f"note: {note}", markup=False, highlight=False, soft_wrap=True)
     console.print(f"{src.label} ({m.arch}, {src.quant or 'GGUF'}, {m.weights_bytes / (1 << 30):.2f} GiB of "
                   f"weights from {src.where}) on {spec}, llama.cpp")
     console.print(f"-c {a.ctx_size:,}  -np {a.parallel}  -b {a.batch_size}  -ub {a.ubatch_size}  "
@@ -215,4 +124,4 @@ def _render(src: Any, spec: str, result: Any, verdict: str, best: int | None, re
     if rescue is not None:
         console.print(f"fits with: -ngl {'all' if rescue.args.n_gpu_layers < 0 else rescue.args.n_gpu_layers} "
                       f"--n-cpu-moe {rescue.args.n_cpu_moe}")
-    console.print(f"verdict: {verdict}   confidence: {result.confidence}")
+    console.print(f"verdict: {price.verdict}   confidence: {result.confidence}")

@@ -88,17 +88,18 @@ def vllm_version(text: str) -> str:
     return text
 
 
-def shape_overrides(args: argparse.Namespace) -> Any:
-    from club3090.fit.auto_shape import ShapeOverrides
+def shape_request(args: argparse.Namespace) -> Any:
+    """The shape flags as the one :class:`club3090.fit.shape.ShapeRequest` every command takes."""
+    from club3090.fit.shape import AUTO, ShapeRequest
 
     length = getattr(args, "max_model_len", None)
-    return ShapeOverrides(tensor_parallel_size=getattr(args, "tp", None),
-                          pipeline_parallel_size=getattr(args, "pp", None),
-                          gpu_memory_utilization=getattr(args, "mem_util", None),
-                          max_model_len=None if length == "auto" else length,
-                          kv_cache_dtype=getattr(args, "kv_cache_dtype", None),
-                          max_num_seqs=getattr(args, "max_num_seqs", None),
-                          vllm_version=getattr(args, "vllm_version", None))
+    return ShapeRequest(tensor_parallel_size=getattr(args, "tp", None),
+                        pipeline_parallel_size=getattr(args, "pp", None),
+                        gpu_memory_utilization=getattr(args, "mem_util", None),
+                        max_model_len=AUTO if length == "auto" else length,
+                        kv_cache_dtype=getattr(args, "kv_cache_dtype", None),
+                        max_num_seqs=getattr(args, "max_num_seqs", None),
+                        vllm_version=getattr(args, "vllm_version", None))
 
 
 def add_rig_flags(p: argparse.ArgumentParser) -> None:
@@ -112,8 +113,33 @@ def add_rig_flags(p: argparse.ArgumentParser) -> None:
                         f"(default with several nodes: {DEFAULT_INTERCONNECT})")
 
 
+GPUS_HELP = ("the GPUs: COUNTxNAME (1x3090, 2xrtx-4090, 4xH100-80GB), COUNTxSIZE (2x24GiB, 1x80GB), "
+             "MiB:NAME,MiB:NAME, or NODESx(ONE NODE) (2x(8xH100)); default: the GPUs detected here")
+
+
+def add_gpus_flag(p: argparse.ArgumentParser) -> None:
+    """``--gpus SPEC``: the one declaration of the flag (every command reads it with :func:`gpu_set`)."""
+    p.add_argument("--gpus", metavar="SPEC", help=GPUS_HELP)
+
+
+def gpu_set(args: argparse.Namespace, catalog: Any) -> Any:
+    """``--gpus`` (with ``--nodes`` / ``--interconnect`` where the command has them) as a
+    :class:`club3090.rig.gpus.GpuSet`, None when not given: the one call of ``parse_gpus``, so a
+    bad value is a usage error before any network, and every request carries the parsed value."""
+    from club3090.errors import UsageError
+    from club3090.rig.gpus import parse_gpus
+
+    spec, rig = getattr(args, "gpus", None), rig_flags(args)
+    if spec is None:
+        if rig["nodes"] is not None or rig["interconnect"] is not None:
+            raise UsageError("--nodes and --interconnect describe the GPUs of --gpus: give --gpus ONE NODE too, "
+                             "e.g. --nodes 2 --gpus 2x3090")
+        return None
+    return parse_gpus(spec, catalog, **rig)
+
+
 def rig_flags(args: argparse.Namespace) -> dict[str, Any]:
-    """``nodes`` / ``interconnect`` as given (None when not), for a request or ``stages.gpu_set``."""
+    """``nodes`` / ``interconnect`` as given (None when not)."""
     return {"nodes": getattr(args, "nodes", None), "interconnect": getattr(args, "interconnect", None)}
 
 

@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from club3090.cli.commands._types import add_gpus_flag, gpu_set
 from club3090.cli.exit_codes import exit_code
 from club3090.cli.render import safe
 from club3090.outcome import Outcome
@@ -36,7 +37,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("log", metavar="LOG|DIR|-", help="a vLLM log file, a folder of them, or - for stdin")
     p.add_argument("--config", type=Path, metavar="FILE",
                    help="the model's config.json, to price the same shape and show the per-term error")
-    p.add_argument("--gpus", metavar="SPEC", help="GPU set the log ran on (name and memory): 1x3090, 2x24GiB, ...")
+    add_gpus_flag(p)   # the GPU set the log ran on (name and memory)
     p.add_argument("--arg", action="append", default=[], metavar="KEY=VALUE",
                    help="a setting the log does not print, in vLLM's names (repeatable)")
     p.add_argument("--out", type=Path, metavar="FILE", help='write {"receipts": [...]} as JSON to FILE')
@@ -102,8 +103,7 @@ def run(args: argparse.Namespace, provider: Any) -> int:
             raise InputError(str(args.config), "expected a config.json object")
     gpu_name = gpu_memory_gib = gpu_count = None
     if args.gpus is not None:
-        from club3090.pipeline.stages import gpu_set
-        gpus = gpu_set(args.gpus, provider.catalog())
+        gpus = gpu_set(args, provider.catalog())
         assert gpus is not None
         gpu_name = gpus.gpu.display_name if gpus.gpu is not None else gpus.names[0]
         gpu_memory_gib = gpus.min_memory_bytes / 2**30

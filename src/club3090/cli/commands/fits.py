@@ -16,8 +16,16 @@ import json
 from typing import Any
 
 from club3090.cli.commands import _gguf_fits as gguf_flags
-from club3090.cli.commands._types import add_rig_flags, add_shape_flags, positive_int, rig_flags, shape_overrides
-from club3090.cli.render import confidence_text, safe
+from club3090.cli.commands import _open_fits as open_flags
+from club3090.cli.commands._types import (
+    add_gpus_flag,
+    add_rig_flags,
+    add_shape_flags,
+    gpu_set,
+    positive_int,
+    shape_request,
+)
+from club3090.cli.render import concurrency_text, confidence_text, safe
 
 
 def add_parser(sub: Any) -> None:
@@ -33,12 +41,13 @@ def add_parser(sub: Any) -> None:
                "  club3090 fits Qwen/Qwen2.5-7B --gpus 1x4090 --min-context 32768 --json\n"
                "  club3090 fits unsloth/Qwen3-8B-GGUF --gpus 1x3090 -c 32768 -ctk q8_0 -ctv q8_0")
     p.add_argument("models", nargs="*", metavar="MODEL", help="Hub repo id, local folder or catalog model id")
-    p.add_argument("--gpus", metavar="SPEC", help="the GPUs (default: detected): 1x3090, 2xrtx-4090, 4xH100-80GB")
+    add_gpus_flag(p)
     p.add_argument("--min-context", type=positive_int, metavar="N",
                    help="a model fits only if this many tokens of context fit")
     add_rig_flags(p)
     add_shape_flags(p)
     gguf_flags.add_arguments(p)
+    open_flags.add_arguments(p)
     p.add_argument("--verbose", "-v", action="store_true", help="also print each shape's reason and runner-ups")
     p.add_argument("--json", action="store_true", help="print the answer as one JSON object")
     p.set_defaults(run=run)
@@ -48,33 +57,36 @@ def run(args: argparse.Namespace, provider: Any) -> int:
     from club3090.cli.exit_codes import exit_code
     from club3090.pipeline.fits import FitsRequest, fits
 
-    report = fits(FitsRequest(models=tuple(args.models), gpus=args.gpus, min_context=args.min_context,
-                              overrides=shape_overrides(args), **rig_flags(args), ctx_size=args.ctx_size,
+    report = fits(FitsRequest(models=tuple(args.models), gpus=gpu_set(args, provider.catalog()),
+                              min_context=args.min_context, shape=shape_request(args), ctx_size=args.ctx_size,
                               cache_type_k=args.cache_type_k, cache_type_v=args.cache_type_v,
                               gguf=args.gguf, quant=args.quant), provider)
+    extended = open_flags.extend(report, args, provider)
+    report = extended.report
     code = exit_code(report.outcome)
     single = len(args.models) == 1
     if args.json:
-        print(safe(json.dumps(to_json(report, code, single, rig_args(args), interconnect=args.interconnect),
-                              ensure_ascii=False, indent=1),
-                   multiline=True))
+        doc = to_json(report, code, single)
+        open_flags.add_json(doc, extended, args.limit, rig_args(report.gpus))
+        print(safe(json.dumps(doc, ensure_ascii=False, indent=1), multiline=True))
         return code
     if report.stop is not None:
         print(safe(f"Cannot tell which GPUs to price: {report.stop.detail.get('message', '')}"))
         return code
-    rig = rig_text(report, interconnect_given=args.interconnect is not None)
+    rig = rig_text(report)
     if single:
         row = report.rows[0]
         print(safe(sentence(row, rig)))
-        for line in detail_lines(row, rig, rig_args(args), verbose=True):
+        for line in detail_lines(row, rig, report.gpus, verbose=True):
             print(safe(line))
         return code
     print(safe(f"On {rig}: {sum(r.fits for r in report.rows)} of {len(report.rows)} models fit "
                "(estimates from the memory model, not measurements)"))
-    for i, row in enumerate(report.rows, 1):
+    for i, row in enumerate(report.rows[:args.limit], 1):
         print(safe(f"{i:>2}. {sentence(row, rig, short=True)}"))
-        for line in detail_lines(row, rig, rig_args(args), verbose=args.verbose):
+        for line in detail_lines(row, rig, report.gpus, verbose=args.verbose):
             print(safe(f"    {line}"))
+    open_flags.print_rows(extended, len(report.rows) + 1, args.limit, rig_args(report.gpus))
     return code
 
 
@@ -84,17 +96,21 @@ def k(n: int) -> str:
     return f"{n // 1024}K" if n >= 1024 and n % 1024 == 0 else f"{n:,}"
 
 
-def rig_args(args: argparse.Namespace) -> str:
-    """The rig flags as given, for the serve command (a spec with parentheses is quoted)."""
+def rig_args(gpus: Any, *, one_node: bool = False) -> str:
+    """The rig flags of a serve command, from the parsed ``--gpus`` (None: detected, no flag); with
+    ``one_node`` only one node's GPUs (a shape that fits one machine is served on one)."""
     import shlex
 
-    out = f" --gpus {shlex.quote(args.gpus)}" if args.gpus else ""
-    if args.nodes is not None:
-        out += f" --nodes {args.nodes}"
-    return out + (f" --interconnect {args.interconnect}" if args.interconnect else "")
+    if gpus is None:
+        return ""
+    if one_node or gpus.nodes == 1:
+        return f" --gpus {shlex.quote(gpus.one_node_spec)}"
+    grouped = gpus.spec != gpus.one_node_spec          # written NODESx(ONE NODE), not with --nodes
+    out = f" --gpus {shlex.quote(gpus.spec)}" if grouped else f" --gpus {shlex.quote(gpus.spec)} --nodes {gpus.nodes}"
+    return out + ("" if gpus.interconnect_assumed else f" --interconnect {gpus.interconnect}")
 
 
-def rig_text(report: Any, *, interconnect_given: bool = True) -> str:
+def rig_text(report: Any) -> str:
     from club3090.catalog import load_catalog
 
     hw = report.hardware
@@ -105,7 +121,7 @@ def rig_text(report: Any, *, interconnect_given: bool = True) -> str:
     one = f"{len(shown)}x {shown[0]}" if len(set(shown)) == 1 else ", ".join(shown)
     if hw.nodes <= 1:
         return one
-    assumed = " assumed" if not interconnect_given else ""
+    assumed = " assumed" if report.gpus is None or report.gpus.interconnect_assumed else ""
     return f"{hw.nodes} nodes of {one}, {hw.interconnect}{assumed}"
 
 
@@ -124,19 +140,18 @@ def sentence(row: Any, rig: str, *, short: bool = False) -> str:
     if row.gguf is not None:
         return gguf_flags.sentence(row, rig, short=short)
     fit = row.fit
-    n = int(fit.max_concurrency)
     where = "" if short else f" on {rig}"
     if row.fits:
         speed = (f", ~{row.speed.decode_tps:.0f} tok/s decode and ~{row.speed.ttft_s:.1f} s to first token "
                  f"({row.speed.label})" if row.speed is not None else "")
-        return (f"{name}: fits{where} ({shape_text(row)}): {k(fit.max_model_len)} context, {n} concurrent "
-                f"full-length request{'s' if n != 1 else ''}{speed} - {conf}")
+        return (f"{name}: fits{where} ({shape_text(row)}): {k(fit.max_model_len)} context, "
+                f"{concurrency_text(fit)}{speed} - {conf}")
     most = fit.max_model_len_fit
     tail = f"the largest context that fits is {k(most)}" if most else "the weights leave no room for a KV cache"
     return f"{name}: does not fit{where} ({shape_text(row)}) - {conf}: {tail}"
 
 
-def detail_lines(row: Any, rig: str, gpus: str | None, *, verbose: bool) -> list[str]:
+def detail_lines(row: Any, rig: str, gpus: Any, *, verbose: bool) -> list[str]:
     if row.gguf is not None:
         return gguf_flags.detail_lines(row)
     note = gguf_flags.mixed_note(row)
@@ -175,19 +190,12 @@ def rank_text(row: Any) -> str:
             "smallest over all ranks)")
 
 
-def serve_command(row: Any, gpus: str | None) -> str:
+def serve_command(row: Any, gpus: Any) -> str:
     """The one command that serves this row's shape (``up`` takes the curated profile by name;
-    ``gpus``: the rig flags as given). A shape spanning several nodes launches on Ray."""
-    import shlex
-
-    from club3090.rig.gpus import node_spec
-
+    ``gpus``: the parsed ``--gpus``). A shape spanning several nodes launches on Ray."""
     profile = f" --profile-like {row.profile}" if row.profile else ""
-    rig = gpus if gpus is None or gpus.startswith(" ") else f" --gpus {gpus}"
     across = row.gpus_per_node and row.tp * row.pp > row.gpus_per_node
-    if row.gpus_per_node and not across and rig:      # fits one machine: served on one, as one box
-        words = shlex.split(rig)
-        rig = f" --gpus {shlex.quote(node_spec(words[words.index('--gpus') + 1]))}" if "--gpus" in words else ""
+    rig = rig_args(gpus, one_node=bool(row.gpus_per_node) and not across)   # fits one machine: served on one
     launcher = " --launcher ray" if across else ""
     # `up` stops at the same [C0] ack `pull` asks for; the hint carries it so the command runs as printed
     facts = getattr(row, "facts", None)
@@ -195,17 +203,16 @@ def serve_command(row: Any, gpus: str | None) -> str:
     return f"club3090 up {row.repo}{profile}" + (rig or "") + launcher + trc + " --dir run/"
 
 
-def to_json(report: Any, code: int, single: bool, gpus: str | None, *,
-            interconnect: str | None = None) -> dict[str, Any]:
-    hw = report.hardware
+def to_json(report: Any, code: int, single: bool) -> dict[str, Any]:
+    hw, gpus = report.hardware, report.gpus
     doc: dict[str, Any] = {
         "ok": code == 0, "exit_code": code,
-        "gpus": {"spec": gpus, "names": list(hw.names), "memory_bytes": list(hw.memory_bytes),
+        "gpus": {"spec": gpus.spec if gpus is not None else None, "names": list(hw.names), "memory_bytes": list(hw.memory_bytes),
                  "sm": str(hw.sm) if hw.sm is not None else None} if hw is not None else None,
     }
     if hw is not None and hw.nodes > 1:
         doc["gpus"].update({"nodes": hw.nodes, "gpus_per_node": hw.gpus_per_node, "interconnect": hw.interconnect,
-                            "interconnect_assumed": interconnect is None})
+                            "interconnect_assumed": gpus is None or gpus.interconnect_assumed})
     if report.stop is not None:
         doc.update({"summary": "STOPPED", "reason": report.stop.token,
                     "detail": report.stop.detail.get("message", ""), "models": []})

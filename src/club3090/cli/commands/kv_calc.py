@@ -23,15 +23,17 @@ from typing import Any
 
 from club3090.cli.commands import _llamacpp
 from club3090.cli.commands._types import (
+    add_gpus_flag,
     add_rig_flags,
     add_shape_flags,
     bounded,
+    gpu_set,
     non_negative_int,
     positive_int,
     positive_number,
-    rig_flags,
+    shape_request,
 )
-from club3090.cli.render import confidence_text, safe, terminal_console
+from club3090.cli.render import concurrency_text, confidence_text, safe, terminal_console
 from club3090.fit.kv_formats import KV_FORMATS, MODEL_DTYPES, canonical_dtype, kv_format
 from club3090.fit.vllm_rules import SPECULATIVE_METHODS
 from club3090.units import GiB
@@ -100,7 +102,7 @@ def add_parser(sub: Any) -> None:
                                    "largest context that fits.")
     p.add_argument("model", nargs="?", help="local folder, config.json path, profile key, model id, or org/name")
     p.add_argument("--profile", help="curated profile key whose settings to use")
-    p.add_argument("--gpus", help="GPU set: 1x3090, 2xrtx-4090, 2x24GiB, MiB:NAME,...; nodes: 2x(8xH100)")
+    add_gpus_flag(p)
     add_rig_flags(p)
     add_shape_flags(p, aliases=True)
     p.add_argument("--max-num-batched-tokens", type=positive_int, help="tokens per scheduler step")
@@ -144,9 +146,7 @@ def headline(est: Any) -> str:
     where = f"{est.gpus} (TP {est.tp}" + (f" x PP {est.pp})" if est.pp > 1 else ")")
     ctx = f"{r.max_model_len // 1024}K" if r.max_model_len % 1024 == 0 else f"{r.max_model_len:,}"
     if r.raw_verdict != "wont-fit":
-        n = int(r.max_concurrency)
-        return (f"Fits on {where}: {ctx} context, {n} concurrent full-length request{'s' if n != 1 else ''}"
-                f" - {conf}")
+        return f"Fits on {where}: {ctx} context, {concurrency_text(r)} - {conf}"
     g = r.per_gpu
     used = g.weights_bytes + g.non_torch_bytes + g.activation_bytes + g.cudagraph_bytes
     if used >= g.budget_bytes:
@@ -167,6 +167,9 @@ def render_human(est: Any) -> None:
 
     console = terminal_console()
     result, s = est.result, est.result.settings
+    for note in (est.shape_note, est.rig_note):      # the shape or the GPUs differ from what was asked: first
+        if note:
+            console.print(note, markup=False, highlight=False, soft_wrap=True)
     console.print(headline(est), markup=False, highlight=False, soft_wrap=True)
     if est.choice is not None:
         console.print(f"shape: {est.choice.reason}", markup=False, highlight=False, soft_wrap=True)
@@ -281,17 +284,15 @@ def run_calibration(args: argparse.Namespace, catalog: Any, receipts: Any = ()) 
 # ---------------------------------------------------------------------------------------------
 
 
-def request_of(args: argparse.Namespace) -> Any:
-    from club3090.fit.estimate import Overrides
+def request_of(args: argparse.Namespace, catalog: Any) -> Any:
+    from club3090.fit.estimate import PriceSettings
     from club3090.pipeline.kv_calc import PriceRequest
 
-    auto_len = args.max_model_len == "auto"       # vLLM's -1: the largest that fits
     spec = getattr(args, "speculative_config", None)
-    return PriceRequest(model=args.model, profile=args.profile, gpus=args.gpus, **rig_flags(args), overrides=Overrides(
-        tp=args.tp, pp=args.pp, mem_util=args.mem_util, max_model_len=-1 if auto_len else args.max_model_len,
-        max_num_seqs=args.max_num_seqs, max_num_batched_tokens=args.max_num_batched_tokens,
-        block_size=args.block_size, kv_cache_dtype=args.kv_cache_dtype, dtype=args.dtype,
-        vllm_version=args.vllm_version,
+    return PriceRequest(model=args.model, profile=args.profile, gpus=gpu_set(args, catalog),
+                        llamacpp=_llamacpp.flags_of(args), overrides=PriceSettings(
+        shape=shape_request(args), max_num_batched_tokens=args.max_num_batched_tokens,
+        block_size=args.block_size, dtype=args.dtype,
         num_speculative_tokens=spec["num_speculative_tokens"] if spec else args.num_speculative_tokens,
         speculative_method=spec["method"] if spec else None,
         enforce_eager=args.enforce_eager, enable_prefix_caching=args.enable_prefix_caching,
@@ -299,26 +300,11 @@ def request_of(args: argparse.Namespace) -> Any:
         solve_max_ctx=args.solve_max_ctx), drafter=spec["model"] if spec else None)
 
 
-def _no_html_for_llamacpp(html: Path | None) -> None:
-    if html is not None:
-        from club3090.errors import UsageError
-
-        raise UsageError("--html draws vLLM's memory split; llama.cpp pricing has no page yet (drop --html)")
-
-
-def _one_machine_for_llamacpp(args: argparse.Namespace) -> None:
-    """llama.cpp is priced on one machine: a rig of several nodes is a usage error, not a wrong answer."""
-    from club3090.errors import UsageError
-
-    if (args.nodes or 1) > 1 or args.interconnect or "(" in (args.gpus or ""):
-        raise UsageError("llama.cpp models are priced on one machine: drop --nodes / --interconnect and give "
-                         "one node's GPUs (--gpus 2x3090)")
-
-
 def run(args: argparse.Namespace, provider: Any) -> int:
     from club3090.cli.exit_codes import exit_code
     from club3090.cli.model_json import stop_to_json
-    from club3090.fit.estimate import NoFit
+    from club3090.errors import UsageError
+    from club3090.fit.estimate import Estimate, NoFit
     from club3090.outcome import Stop
     from club3090.pipeline.kv_calc import price, price_outcome
 
@@ -330,23 +316,18 @@ def run(args: argparse.Namespace, provider: Any) -> int:
         from club3090.edges.files import check_output_path
 
         check_output_path(html, force=args.force, flag="--html")
-    if _llamacpp.wants_llamacpp(args, catalog):     # GGUF file or llama.cpp profile: llama.cpp's model
-        _no_html_for_llamacpp(html)
-        _one_machine_for_llamacpp(args)
-        return _llamacpp.run(args, provider.settings, catalog)
-    result = price(request_of(args), provider)
-    if isinstance(result, Stop) and result.sub_reason == "gguf-only":   # a GGUF repo: llama.cpp prices it
-        _no_html_for_llamacpp(html)
-        _one_machine_for_llamacpp(args)
-        return _llamacpp.run(args, provider.settings, catalog)
-    if html is not None and not isinstance(result, (Stop, NoFit)):
+    result = price(request_of(args, catalog), provider)
+    if html is not None and isinstance(result, Estimate):
         write_html(html, result, force=args.force)
-    if isinstance(result, Stop):        # the resolver's stratum-1 stop: a verdict, as inspect gives it
+    elif html is not None and not isinstance(result, (Stop, NoFit)):
+        raise UsageError("--html draws vLLM's memory split; llama.cpp pricing has no page yet (drop --html)")
+    if isinstance(result, Stop):        # a stop (the resolver's, or no GPUs to price): a verdict
         payload = stop_to_json(result)
         if args.json:
             print(safe(json.dumps(payload, ensure_ascii=False)))
         else:
-            print(safe(f"[kv-calc] stratum 1 stop: {payload['reason']} ({payload['detail']})"), file=sys.stderr)
+            print(safe(f"[kv-calc] stratum {payload['stratum']} stop: {payload['reason']} ({payload['detail']})"),
+                  file=sys.stderr)
             if payload["message"]:
                 print(safe(f"[kv-calc] {payload['message']}"), file=sys.stderr)
     elif isinstance(result, NoFit):     # a verdict about the model, not a tool failure
@@ -354,6 +335,8 @@ def run(args: argparse.Namespace, provider: Any) -> int:
             print(json.dumps(result.to_json()))
         else:
             print(safe(f"no-fit-model: {result.model}: {result.error}"), file=sys.stderr)
+    elif not isinstance(result, Estimate):      # another engine's answer
+        _llamacpp.render(result, as_json=args.json)
     elif args.json:
         print(json.dumps(result.to_json(), indent=1))
     else:

@@ -15,6 +15,7 @@ import sys
 import textwrap
 from typing import Any
 
+from club3090.cli.commands._types import add_gpus_flag, gpu_set
 from club3090.cli.exit_codes import exit_code
 from club3090.outcome import Outcome
 
@@ -23,20 +24,16 @@ def add_parser(sub: Any) -> None:
     p = sub.add_parser("profiles", help="list the curated serving profiles",
                        description=__doc__.splitlines()[0].split(": ", 1)[1],
                        formatter_class=argparse.RawDescriptionHelpFormatter,
-                       epilog="--gpus forms: 1x3090, 2xrtx-4090, 4xH100-80GB, 2x24GiB, 1x80GB, "
-                              "24576:NVIDIA GeForce RTX 3090,24576:NVIDIA GeForce RTX 3090")
-    p.add_argument("--gpus", metavar="SPEC",
-                   help="rig to check each profile against (GPU count and SM only)")
+                       epilog="with --gpus, each profile is checked against the rig (GPU count and SM only)")
+    add_gpus_flag(p)
     p.add_argument("--json", action="store_true", help='print {"profiles": [...]} as JSON')
     p.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace, provider: Any) -> int:
     from club3090.catalog.listing import emittability, profile_rows
-    from club3090.pipeline.stages import gpu_set
-
     catalog = provider.catalog()
-    gpus = gpu_set(args.gpus, catalog)
+    gpus = gpu_set(args, catalog)
     rows = profile_rows(catalog, gpus)
     _apply_compose_verdict(rows, catalog, provider)
     if args.json:
@@ -58,8 +55,8 @@ def _apply_compose_verdict(rows: list[dict[str, Any]], catalog: Any, provider: A
     from club3090.compose.generate import dry_run
 
     for row in rows:
-        # the llama.cpp family is out of the vLLM scope rule, but compose replays its captures
-        llama = row["engine_type"] == "llama.cpp" and row["not_emittable_reason"] == "engine-not-vllm"
+        # another engine's profile is out of the vLLM scope rule, but compose replays its captures
+        llama = row["not_emittable_reason"] == "engine-not-vllm" and not _gate_engine(row)
         if not row["emittable"] and not llama:
             continue
         outcome = dry_run(row["key"], catalog, guard_runner=provider.drift_guard)
@@ -108,6 +105,13 @@ GAP = 2
 WRAP_MIN = 24
 
 
+def _gate_engine(row: dict[str, Any]) -> bool:
+    """The row's engine is the registry's default (vLLM: the one `compose` and the gate replay)."""
+    from club3090.pipeline import engines
+
+    return engines.by_type(row["engine_type"]) is engines.DEFAULT
+
+
 def render(rows: list[dict[str, Any]], version: str, gpus: Any, width: int | None) -> str:
     """The table as text: at ``width`` columns (a terminal) less important columns are dropped so
     the profile key stays whole, and the last column wraps if it must; ``width=None`` (a pipe)
@@ -131,9 +135,9 @@ def render(rows: list[dict[str, Any]], version: str, gpus: Any, width: int | Non
             for c in cells:
                 del c[i]
     title = f"club3090 profiles (catalog {version})" + (f" on {safe(gpus.spec)}" if gpus is not None else "")
-    emittable = sum(1 for r in rows if r["emittable"] and r["engine_type"] == "vllm")
-    vllm = sum(1 for r in rows if r["engine_type"] == "vllm")
-    llama = [r for r in rows if r["engine_type"] == "llama.cpp"]
+    emittable = sum(1 for r in rows if r["emittable"] and _gate_engine(r))
+    vllm = sum(1 for r in rows if _gate_engine(r))
+    llama = [r for r in rows if not _gate_engine(r)]
     summary = (f"{len(rows)} profiles, {emittable} of {vllm} vLLM profiles emittable by `club3090 compose`, "
                f"{sum(1 for r in llama if r['emittable'])} of {len(llama)} llama.cpp-family ones "
                f"(`--json` gives each refusal's reason).")

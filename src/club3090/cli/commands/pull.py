@@ -17,9 +17,9 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from club3090.cli.commands._types import add_rig_flags, add_shape_flags, rig_flags, shape_overrides
+from club3090.cli.commands._types import add_gpus_flag, add_rig_flags, add_shape_flags, gpu_set, shape_request
 from club3090.cli.exit_codes import UNAVAILABLE, exit_code, with_exit_code
-from club3090.cli.render import confidence_text, safe
+from club3090.cli.render import concurrency_text, confidence_text, safe
 from club3090.outcome import Outcome
 from club3090.units import GiB
 
@@ -87,8 +87,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--no-boot", action="store_true",
                    help="non-curated repos: write the compose and download, but do not start Docker")
     p.add_argument("--hardware", type=parse_sm, metavar="SM", help="override the compute capability, e.g. 8.6")
-    p.add_argument("--gpus", metavar="SPEC",
-                   help="override the GPU topology: 2x3090, 4xH100-80GB, 2x24GiB, or 'MiB:NAME,...'")
+    add_gpus_flag(p)
     # upstream's spelling, accepted; hidden from --help
     p.add_argument("--hardware-gpus", dest="gpus", metavar="SPEC", help=argparse.SUPPRESS)
     p.add_argument("--recommend", action="store_true", help="append a plain-language recommendation")
@@ -114,9 +113,9 @@ def run(args: argparse.Namespace, provider: Any) -> int:
     if args.profile_like is not None and not args.profile_like.strip():
         raise UsageError("--profile-like needs a KEY (see `club3090 profiles`), or leave it out for the "
                          "automatic shape")
-    from club3090.fit.auto_shape import NO_OVERRIDES
+    from club3090.fit.shape import NO_SHAPE_REQUEST
 
-    if args.profile_like and shape_overrides(args) != NO_OVERRIDES:
+    if args.profile_like and shape_request(args) != NO_SHAPE_REQUEST:
         raise UsageError("--profile-like gives the whole serving shape; drop it to choose the shape "
                          "with vLLM flags (-tp, --max-model-len, ...)")
     if args.out is not None and not args.dry_run and getattr(args, "out_bundle", False):
@@ -127,7 +126,7 @@ def run(args: argparse.Namespace, provider: Any) -> int:
 
     from club3090.pipeline.pull import evaluate
 
-    result = evaluate(request_of(args), provider, captures_root=captures_root(args),
+    result = evaluate(request_of(args, provider.catalog()), provider, captures_root=captures_root(args),
                       stages=_e_stages(args, provider))
     if provider.settings.debug:
         for note in result.detection_notes:
@@ -159,14 +158,14 @@ def captures_root(args: argparse.Namespace) -> Path:
     return captures_dir(getattr(args, "captures_dir", None))
 
 
-def request_of(args: argparse.Namespace) -> Any:
+def request_of(args: argparse.Namespace, catalog: Any) -> Any:
     from club3090.pipeline.pull import PullRequest
 
     return PullRequest(source=args.source, profile_like=args.profile_like, dry_run=args.dry_run, yes=args.yes,
                        force_download=args.force_download, experimental_arch=args.experimental_arch,
                        trust_remote_code=args.trust_remote_code, out=args.out, force=args.force,
-                       hardware_sm=args.hardware, gpus=args.gpus, shape_overrides=shape_overrides(args),
-                       **rig_flags(args))
+                       hardware_sm=args.hardware, gpus=gpu_set(args, catalog),
+                       shape_request=shape_request(args))
 
 
 def _e_stages(args: argparse.Namespace, provider: Any) -> Any:
@@ -309,9 +308,8 @@ def headline(result: Any) -> str:
         shape = (f"TP {ranks}" + ("" if kv in ("auto", "bf16", "fp16") else f", {kv} KV")
                  if result.profile_like in (None, "auto") or result.shape_source == "derived"
                  else f"{result.profile_like}, TP {ranks}")
-        n = int(fit.max_concurrency)
         body = (f"Fits on {rig_text(result)} ({shape}): {tokens_text(fit.max_model_len)} context, "
-                f"{n} concurrent full-length request{'s' if n != 1 else ''} - {conf}")
+                f"{concurrency_text(fit)} - {conf}")
         if result.ok:
             return body
         if int(result.stratum) != 0:

@@ -14,7 +14,7 @@ import json
 import sys
 from typing import Any
 
-from club3090.cli.commands._types import add_bundle_flags
+from club3090.cli.commands._types import add_bundle_flags, add_gpus_flag, gpu_set
 from club3090.cli.commands.up import add_launcher_flag
 from club3090.cli.exit_codes import exit_code, with_exit_code
 from club3090.cli.render import safe
@@ -36,7 +36,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--emit-only", action="store_true",
                    help="write the bundle only: no weight download, no start")
     add_launcher_flag(p, launchers.names(multi_node=False))
-    p.add_argument("--gpus", metavar="SPEC", help="the GPUs the fit is re-priced on: 1x3090, 2x24GiB, ...")
+    add_gpus_flag(p)
     p.add_argument("--served-model-name", metavar="NAME",
                    help="the name clients ask for (default: REPO's name, lower-cased)")
     p.add_argument("--json", action="store_true", help="print the result as one JSON object")
@@ -52,7 +52,7 @@ def run(args: argparse.Namespace, provider: Any) -> int:
     if args.port is not None and not 0 < args.port < 65536:
         raise UsageError("--port must be 1-65535")
     req = SwapRequest(source=args.source, profile_like=args.profile_like, directory=args.directory,
-                      emit_only=args.emit_only, launcher=args.launcher, gpus=args.gpus, port=args.port,
+                      emit_only=args.emit_only, launcher=args.launcher, gpus=gpu_set(args, provider.catalog()), port=args.port,
                       served_model_name=args.served_model_name, no_start=args.no_start, vllm=args.vllm,
                       force=args.force, skip_tools=args.skip_tools, progress=progress(args),
                       captures=captures_root(args))

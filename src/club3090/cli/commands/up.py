@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from club3090.cli.commands._llamacpp import cache_type
-from club3090.cli.commands._types import add_bundle_flags, add_rig_flags, positive_int
+from club3090.cli.commands._types import add_bundle_flags, add_gpus_flag, add_rig_flags, gpu_set, positive_int
 from club3090.cli.exit_codes import exit_code, with_exit_code
 from club3090.cli.render import safe
 from club3090.edges import launchers
@@ -37,7 +37,7 @@ def add_parser(sub: Any) -> None:
     add_bundle_flags(p)
     p.add_argument("--profile-like", metavar="KEY",
                    help="registry profile giving the runtime shape (default: the gate's automatic shape)")
-    p.add_argument("--gpus", metavar="SPEC", help="the GPU topology: 1x3090, 2x24GiB, ...")
+    add_gpus_flag(p)
     add_launcher_flag(p, launchers.names())
     add_rig_flags(p)
     p.add_argument("--head-ip", metavar="ADDR", default="",
@@ -102,7 +102,7 @@ def run_request(args: argparse.Namespace, provider: Any, *, directory: Path, no_
                              network_interface=getattr(args, "network_interface", ""),
                              ray_port=getattr(args, "ray_port", 6379), model_cache=getattr(args, "model_cache", "pvc"))
     req = UpRequest(source=args.source, directory=directory, profile_like=args.profile_like,
-                    launcher=launcher, gpus=args.gpus, port=port, no_start=no_start,
+                    launcher=launcher, gpus=gpu_set(args, provider.catalog()), port=port, no_start=no_start,
                     vllm=vllm, yes=args.yes, force_download=args.force_download,
                     trust_remote_code=args.trust_remote_code, force=args.force, skip_tools=skip_tools,
                     llamacpp=args.command == "up", quant=getattr(args, "quant", None),

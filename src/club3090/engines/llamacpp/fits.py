@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
+from club3090.compose.llamacpp import ENGINE_TYPE
 from club3090.fit.llamacpp import LlamaCppArgs
 from club3090.fit.llamacpp_fits import QuantFit, quant_fit, rank_key
 from club3090.fit.memory import Unpriceable
@@ -20,8 +21,11 @@ if TYPE_CHECKING:  # pragma: no cover - typing only
     from club3090.edges.gguf_remote import QuantFile
     from club3090.edges.hub import HubClient
     from club3090.model.gguf_model import GgufModel
+    from club3090.pipeline.fits import FitsRequest, FitsRow
+    from club3090.pipeline.provider import Provider
+    from club3090.rig.hardware import HardwareFacts
 
-__all__ = ["GgufListing", "QuantRow", "gguf_listing", "llama_server_command"]
+__all__ = ["GgufListing", "QuantRow", "gguf_args", "gguf_listing", "gguf_row", "llama_server_command"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,7 +81,7 @@ class GgufListing:
 
     def to_json(self) -> dict[str, Any]:
         best = self.best
-        return {"engine": "llama.cpp", "repo": self.repo, "commit": self.commit, "confidence": self.confidence,
+        return {"engine": ENGINE_TYPE, "repo": self.repo, "commit": self.commit, "confidence": self.confidence,
                 "target_context": self.args.ctx_size, "cache_type_k": self.args.cache_type_k,
                 "cache_type_v": self.args.cache_type_v, "header_bytes_read": self.header_bytes_read,
                 "best": best.label if best is not None else None,
@@ -133,3 +137,30 @@ def gguf_listing(client: "HubClient", repo_id: str, revision: str | None, args: 
     read, used = read_quants(client, info, quants)
     rows = price_quants([(q.quant, q.model, q.problem) for q in read], args, gpu_bytes)
     return GgufListing(repo=repo_id, commit=info.commit, args=args, rows=tuple(rows), header_bytes_read=used)
+
+
+def gguf_args(request: "FitsRequest") -> LlamaCppArgs:
+    """The llama.cpp flags a GGUF repo is priced with: the target context and the cache types."""
+    from club3090.fit.llamacpp_fits import DEFAULT_TARGET_CONTEXT
+
+    return LlamaCppArgs(ctx_size=request.ctx_size or request.min_context or DEFAULT_TARGET_CONTEXT,
+                        cache_type_k=request.cache_type_k or "f16", cache_type_v=request.cache_type_v or "f16")
+
+
+def gguf_row(name: str, provider: "Provider", hw: "HardwareFacts", request: "FitsRequest", *,
+             label: str | None = None, only: tuple[str, ...] = ()) -> "FitsRow":
+    """``fits``' row for ``name``'s GGUF quants priced for llama.cpp (``only``: the quants made of
+    these files, when the repo has them; ``label``: what the user asked for, when not the repo)."""
+    from club3090.edges.gguf_remote import ranged_client
+    from club3090.edges.resolve import split_source
+    from club3090.pipeline.fits import FitsRow
+
+    client = ranged_client(provider.hub, provider.settings)
+    repo, revision = split_source(name)
+    listing = gguf_listing(client, repo, revision, gguf_args(request), list(hw.memory_bytes), only=only,
+                           quant=request.quant)
+    stop = None if listing.rows else (
+        f"unsupported-format: no GGUF quant {request.quant!r} in the repository" if request.quant
+        else "unsupported-format: the repository lists no loadable GGUF model file")
+    return FitsRow(model=label or name, repo=repo, fits=listing.fits, confidence=listing.confidence,
+                   shape_source="gguf", tp=1, gguf=listing, stop=stop)

