@@ -75,6 +75,17 @@ def add_shape_flags(p: argparse.ArgumentParser, *, aliases: bool = False) -> Non
                         "supports): " + ", ".join(KV_FORMATS))
     p.add_argument("--max-num-seqs", type=positive_int, metavar="N",
                    help="concurrent sequences (default: vLLM's for the version)")
+    p.add_argument("--vllm-version", type=vllm_version, metavar="X.Y.Z",
+                   help="the vLLM release to price (`vllm --version`; default: the profile's or catalog's "
+                        "engine pin, else the tightest of the release lines in use, named in the answer)")
+
+
+def vllm_version(text: str) -> str:
+    from club3090.fit.vllm_rules import VERSION_RE
+
+    if not VERSION_RE.match(text):
+        raise argparse.ArgumentTypeError(f"expected a vLLM version such as 0.22.0, got {text!r}")
+    return text
 
 
 def shape_request(args: argparse.Namespace) -> Any:
@@ -87,7 +98,8 @@ def shape_request(args: argparse.Namespace) -> Any:
                         gpu_memory_utilization=getattr(args, "mem_util", None),
                         max_model_len=AUTO if length == "auto" else length,
                         kv_cache_dtype=getattr(args, "kv_cache_dtype", None),
-                        max_num_seqs=getattr(args, "max_num_seqs", None))
+                        max_num_seqs=getattr(args, "max_num_seqs", None),
+                        vllm_version=getattr(args, "vllm_version", None))
 
 
 def add_rig_flags(p: argparse.ArgumentParser) -> None:
