@@ -346,9 +346,10 @@ class _Run:
             return Turn(phase, session, k, start, self.elapsed() - start, None, None, "none", None, None, False,
                         self.client.scrub(f"{type(exc).__name__}: {exc}")), ""
         tps = None
-        if r.error is None and not r.empty and (r.completion_tokens or 0) >= MIN_DECODE_TOKENS and \
-                r.ttft_s is not None and r.wall_s > r.ttft_s:
-            tps = r.completion_tokens / (r.wall_s - r.ttft_s)
+        tokens = r.completion_tokens or 0
+        if r.error is None and not r.empty and tokens >= MIN_DECODE_TOKENS and r.ttft_s is not None and \
+                r.wall_s > r.ttft_s:
+            tps = tokens / (r.wall_s - r.ttft_s)
         if r.error is not None and self.left() <= 0:
             return None, ""         # cut by the run's deadline: not a server error, not a measurement
         turn = Turn(phase, session, k, start, r.wall_s, r.ttft_s, r.completion_tokens, r.tokens_source,
