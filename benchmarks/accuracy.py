@@ -3,7 +3,12 @@
 
     python benchmarks/accuracy.py [--cases FILE] [--configs FILE] [--json] [--no-refit]
 
-Each case is priced the way `kv-calc` prices its flags: `serving.profile_shape` without a profile
+The headline is grouped cross-validation (``benchmarks/refit.py``): leave one source out, leave one
+GPU class out, leave one release line out, every fitted constant refitted without the held-out
+group, each next to the in-sample figure. ``--no-refit`` skips it (seconds instead of minutes).
+
+Cases: every ``tests/fixtures/calibration/vllm_startup_cases*.json`` (configs from every
+``vllm_startup_configs*.json``), or one ``--cases`` file. Each case is priced the way `kv-calc` prices its flags: `serving.profile_shape` without a profile
 (given settings on top of vLLM's defaults for the version and device) and `memory.predict`.
 
 A cases file follows the schema in `tests/fixtures/calibration/README.md`: one object per vLLM
@@ -18,8 +23,6 @@ tokens (%), and whether the verdict agrees (false "fits" = we said it starts, vL
 false "won't fit" = the reverse). A second token figure, `page-math`, feeds the *measured* KV pool
 through the page layout to isolate the exact part of the model from the fitted overheads.
 
-Then (unless ``--no-refit``) the out-of-sample table of ``benchmarks/refit.py``: the free terms
-refitted per release line with one model group left out at a time (a few minutes).
 """
 
 from __future__ import annotations
@@ -36,11 +39,29 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from club3090.fit.estimate import weights_per_rank_bytes  # noqa: E402
 from club3090.fit.memory import ServeShape, Unpriceable, predict  # noqa: E402
-from club3090.units import GiB  # noqa: E402
 from club3090.fit.shape import profile_shape  # noqa: E402
 from club3090.model.architecture import parse_config  # noqa: E402
+from club3090.units import GiB  # noqa: E402
 
-DEFAULT_CASES = ROOT / "tests" / "fixtures" / "calibration" / "vllm_startup_cases.json"
+FIXTURES = ROOT / "tests" / "fixtures" / "calibration"
+DEFAULT_CASES = FIXTURES / "vllm_startup_cases.json"
+CASES_GLOB, CONFIGS_GLOB = "vllm_startup_cases*.json", "vllm_startup_configs*.json"
+
+
+def load_all(folder: Path = FIXTURES) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Every cases file of the folder (the first holder of an id wins) and every configs file."""
+    cases: list[dict[str, Any]] = []
+    seen: set[str] = set()
+    for path in sorted(folder.glob(CASES_GLOB)):
+        for case in json.loads(path.read_text(encoding="utf-8")):
+            if case.get("id") not in seen:
+                seen.add(case.get("id"))
+                cases.append(case)
+    configs: dict[str, Any] = {}
+    for path in sorted(folder.glob(CONFIGS_GLOB)):
+        for repo, config in json.loads(path.read_text(encoding="utf-8")).items():
+            configs.setdefault(repo, config)
+    return cases, configs
 
 # total memory as torch/the driver report it, for logs that name the GPU but not its memory
 GPU_TOTAL_GIB = {
@@ -51,6 +72,7 @@ GPU_TOTAL_GIB = {
     "nvidia l40": 44.99,             # 46068 MiB, the same board memory as the L40S
     "nvidia h100 80gb hbm3": 79.19,
     "nvidia a100-sxm4-80gb": 79.15,
+    "nvidia a100-sxm4-40gb": 39.39,  # "total_gpu_memory (39.39GiB)" in public A100 40 GB logs
 }
 
 OK_OUTCOMES = {"ok"}
@@ -82,8 +104,13 @@ def _weights_per_rank(case: dict[str, Any], cases: list[dict[str, Any]]) -> tupl
 
 
 def _gpu_gib(case: dict[str, Any]) -> float | None:
+    """The card's memory: the case's, else what its quoted log lines state (the profiling
+    summary's total, "Free memory on device (F/T GiB)"), else the table for the named GPU."""
     if case.get("gpu_total_memory_gib"):
         return float(case["gpu_total_memory_gib"])
+    logged = _quoted(case).gpu_total_memory_gib
+    if logged:
+        return float(logged)
     name = (case.get("gpu_model") or "").strip().lower()
     return GPU_TOTAL_GIB.get(name)
 
@@ -93,6 +120,9 @@ def _shape(case: dict[str, Any], pool_bytes: int | None = None) -> ServeShape:
     util = case.get("gpu_memory_utilization")
     if case.get("gpu_memory_utilization_defaulted"):
         util = None      # vLLM's version default applies; the recorded value is the case author's assumption
+    logged = _quoted(case).args.get("gpu_memory_utilization")
+    if isinstance(logged, (int, float)) and not isinstance(logged, bool):
+        util = float(logged)         # what the log's profiling line printed wins over any record
     kv = case.get("kv_cache_dtype") or "auto"
     return profile_shape(
         None, None,
@@ -110,8 +140,22 @@ def _shape(case: dict[str, Any], pool_bytes: int | None = None) -> ServeShape:
         device_name=case.get("gpu_model"),
         kv_cache_memory_bytes=pool_bytes,
         enable_prefix_caching=case.get("enable_prefix_caching"),
+        sampler_sorts=_sampler_sorts(case),
         **_speculation(case),
     )
+
+
+def _quoted(case: dict[str, Any]) -> Any:
+    """The case's quoted log lines, read by ``calibrate``'s parser."""
+    from club3090.reports.vllm_log import parse_startup
+
+    return parse_startup("\n".join(str(q) for q in case.get("quote") or ()))
+
+
+def _sampler_sorts(case: dict[str, Any]) -> bool | None:
+    """Whether the case's log says its top-k / top-p sampler sorts (None: the log does not say)."""
+    said = _quoted(case).sampler
+    return None if said is None else said == "PyTorch-native"
 
 
 def _unpriced_drafter(case: dict[str, Any]) -> bool:
@@ -229,10 +273,14 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def run(cases_path: Path, configs_path: Path | None) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    cases = json.loads(cases_path.read_text(encoding="utf-8"))
-    configs_path = configs_path or cases_path.with_name("vllm_startup_configs.json")
-    configs = json.loads(configs_path.read_text(encoding="utf-8")) if configs_path.exists() else {}
+def run(cases_path: Path | None, configs_path: Path | None) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Score one cases file (its sibling configs file unless ``configs_path``), or all (None)."""
+    if cases_path is None:
+        cases, configs = load_all()
+    else:
+        cases = json.loads(cases_path.read_text(encoding="utf-8"))
+        configs_path = configs_path or cases_path.with_name("vllm_startup_configs.json")
+        configs = json.loads(configs_path.read_text(encoding="utf-8")) if configs_path.exists() else {}
     rows = [score_case(case, configs, cases) for case in cases]
     return rows, summarize(rows)
 
@@ -243,10 +291,10 @@ def _fmt(value: Any, spec: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--cases", type=Path, default=DEFAULT_CASES)
+    parser.add_argument("--cases", type=Path, default=None, help=f"one cases file (default: every {CASES_GLOB})")
     parser.add_argument("--configs", type=Path, default=None)
     parser.add_argument("--json", action="store_true")
-    parser.add_argument("--no-refit", action="store_true", help="skip the leave-one-group-out refit")
+    parser.add_argument("--no-refit", action="store_true", help="skip the grouped cross-validation")
     args = parser.parse_args(argv)
     rows, summary = run(args.cases, args.configs)
     refit_report: dict[str, Any] | None = None
@@ -254,14 +302,16 @@ def main(argv: list[str] | None = None) -> int:
         sys.path.insert(0, str(ROOT / "benchmarks"))
         import refit
 
-        refit_report = refit.run(args.cases)
+        refit_report = refit.run()
     if args.json:
         doc: dict[str, Any] = {"cases": rows, "summary": summary}
         if refit_report is not None:
-            doc["out_of_sample"] = {"table": refit_report["table"], "full_fit": refit_report["full_fit"],
-                                    "rows": [{k: v for k, v in r.items()} for r in refit_report["rows"]]}
+            doc["grouped_cross_validation"] = refit_report
         print(json.dumps(doc, indent=1, default=str))
         return 0
+    if refit_report is not None:
+        refit.print_headline(refit_report)
+        print()
     print(f"{'case':44s} {'meas KV':>8s} {'pred KV':>8s} {'err GiB':>8s} {'tok err%':>8s} "
           f"{'page%':>7s} {'verdict':>18s}  note")
     for r in rows:
@@ -284,8 +334,7 @@ def main(argv: list[str] | None = None) -> int:
     for case_id, why in s["skipped"].items():
         print(f"skipped {case_id}: {why}")
     if refit_report is not None:
-        print()
-        refit.print_table(refit_report)
+        refit.print_groups(refit_report)
     return 0
 
 

@@ -1,31 +1,37 @@
-"""Leave-one-group-out refit of the fit engine's free terms, per vLLM release line.
+"""Grouped cross-validation of the fit engine's fitted constants: every constant refitted without
+the held-out group, the group predicted with those values.
 
-    python benchmarks/refit.py [--cases FILE] [--json]
+    python benchmarks/refit.py [--json] [--no-anchors]
 
-Cases: the public start-ups (``vllm_startup_cases.json``: logged "Available KV cache memory") and
-the catalog's anchors (curated RTX 3090 boots: each one started, so a "won't fit" is an error; where
-the pool was measured its error is implied by the token error, tokens being proportional to
-blocks). A *group* is one base model
-(the config's architecture, width and depth): every case of a model is held out together, so a
-model never helps predict itself.
+Cases: every public start-up of ``tests/fixtures/calibration/vllm_startup_cases*.json`` whose log
+gives the pool and the card's memory, plus the catalog's anchors (curated RTX 3090 boots: each one
+started, so a "won't fit" is an error; a measured pool gives a KV error implied by the token error).
+Three groupings, each left out one group at a time: the case's *source* (the repository or thread
+its log came from), its *GPU class* and its vLLM *release line* (``0.19``; ``unstated``).
 
-Release lines: ``<=0.20`` (CUDA graphs captured outside the budget: only the activation term
-matters) and ``>=0.21`` (the graph estimate is subtracted: activation and graph terms). For each
-held-out group the terms are refitted by grid search on the other groups of its line (falling
-back to all other groups when its line has no other group) and the held-out cases are predicted
-with those values: the out-of-sample errors. The objective counts an over-predicted pool twice
-(the direction that produces a false "fits"). Never tuned on the test fold.
+Speed: each case is priced once by ``memory.predict`` while the profile terms' inputs are recorded
+(:func:`probe`); a refit then re-evaluates only the fitted terms (non-torch, activation, CUDA
+graphs) for each candidate value, the page layout and block size staying the case's own. At the
+module's constants the surrogate reproduces ``predict`` (checked: ``surrogate_check``).
+
+Fitting: coordinate descent over each constant's grid, two passes. The loss counts an
+over-predicted pool twice (the direction of a false "fits"), a false fit ten times, a false
+refusal twice. Each source's weight is capped so that no source holds more than
+:data:`SOURCE_CAP` of the weight of the cases that fit a constant (:func:`source_weights`). A
+constant whose cases come from fewer than ``1 / SOURCE_CAP`` sources cannot meet the cap: it is not
+fitted and keeps the module's value (printed as "held").
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import itertools
 import json
 import statistics
 import sys
-from collections.abc import Iterator
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -36,20 +42,58 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 import accuracy  # noqa: E402
 
 from club3090.fit import profiling  # noqa: E402
-from club3090.fit.memory import Unpriceable, predict  # noqa: E402
-from club3090.units import GiB  # noqa: E402
-from club3090.fit.vllm_rules import GRAPH_ESTIMATE_FROM, parse_version  # noqa: E402
+from club3090.fit.memory import FitResult, predict  # noqa: E402
+from club3090.fit.vllm_rules import GRAPH_ESTIMATE_FROM, native_sampler, parse_version  # noqa: E402
 from club3090.model.architecture import parse_config  # noqa: E402
+from club3090.units import GiB  # noqa: E402
 
-GRID: dict[str, list[float]] = {
-    "ACT_FORWARD_COEF": [0.5 + 0.1 * i for i in range(16)],            # 0.5 .. 2.0
-    "ACT_FORWARD_COEF_GRAPHS": [0.5 + 0.1 * i for i in range(11)],     # 0.5 .. 1.5
-    "CUDAGRAPH_BASE_TOKENS": [1024.0 * i for i in range(7)],            # 0 .. 6144
-    "CUDAGRAPH_PER_GRAPH_TOKENS": [12.0 * i for i in range(4)],         # 0 .. 36
+SOURCE_CAP = 0.15
+MIN_SOURCES = 7            # the fewest sources among which no one holds more than 15 %
+
+FORWARD_LINE = ">=0.21"
+
+
+def _line(case: Case) -> str:
+    return FORWARD_LINE if case.graphs_in_budget else "<=0.20"
+
+
+def _graph_data(case: Case) -> bool:
+    """The pool's graph term matters (subtracted from 0.21), or the log measured the graph pool."""
+    return _line(case) == FORWARD_LINE or "cudagraph_gib" in case.terms
+
+
+def _nvswitch(case: Case) -> bool:
+    """The case's ranks pay the NVSwitch (NVLS) term: TP > 1 on a card priced with it."""
+    args = case.stage_calls[0]["non_torch_bytes"][0] if case.stage_calls else ()
+    return case.tp > 1 and len(args) > 2 and bool(args[2])
+
+
+# constant -> (grid, the cases it is fitted on: a predicate over a case)
+TERMS: dict[str, tuple[list[float], Callable[[Case], bool]]] = {
+    "ACT_FORWARD_COEF": ([0.5 + 0.1 * i for i in range(16)], lambda c: _line(c) == "<=0.20" and c.sampler != "v0"),
+    "ACT_FORWARD_COEF_V0": ([0.5 + 0.1 * i for i in range(16)], lambda c: c.sampler == "v0"),
+    "ACT_FORWARD_COEF_GRAPHS": ([0.5 + 0.1 * i for i in range(11)], lambda c: _line(c) == FORWARD_LINE),
+    "CUDAGRAPH_BASE_TOKENS": ([512.0 * i for i in range(13)], lambda c: _graph_data(c)),
+    "CUDAGRAPH_PER_GRAPH_TOKENS": ([6.0 * i for i in range(9)], lambda c: _graph_data(c)),
+    "SAMPLER_COEF": ([2.0 + 0.25 * i for i in range(13)], lambda c: c.sampler == "kernel"),
+    "SAMPLER_NATIVE_COEF": ([6.0 + 0.5 * i for i in range(13)], lambda c: c.sampler == "native"),
+    "NON_TORCH_TP1": ([0.05 * i for i in range(13)], lambda c: True),
+    "NON_TORCH_MULTI": ([0.1 * i for i in range(11)], lambda c: c.world > 1),
+    "NON_TORCH_NVSWITCH": ([0.25 * i for i in range(9)], _nvswitch),
 }
-LINE_TERMS = {"<=0.20": ("ACT_FORWARD_COEF",),
-              ">=0.21": ("ACT_FORWARD_COEF_GRAPHS", "CUDAGRAPH_BASE_TOKENS", "CUDAGRAPH_PER_GRAPH_TOKENS")}
-INT_TERMS = ("CUDAGRAPH_BASE_TOKENS", "CUDAGRAPH_PER_GRAPH_TOKENS")
+GIB_TERMS = ("NON_TORCH_TP1", "NON_TORCH_MULTI", "NON_TORCH_NVSWITCH")     # grids in GiB, constants in bytes
+INT_TERMS = ("CUDAGRAPH_BASE_TOKENS", "CUDAGRAPH_PER_GRAPH_TOKENS", *GIB_TERMS)
+
+
+def _to_module(name: str, value: float) -> float | int:
+    if name in GIB_TERMS:
+        return round(value * GiB)
+    return int(value) if name in INT_TERMS else value
+
+
+def _from_module(name: str) -> float:
+    value = getattr(profiling, name)
+    return value / GiB if name in GIB_TERMS else float(value)
 
 
 @contextlib.contextmanager
@@ -58,15 +102,124 @@ def coefficients(values: dict[str, float]) -> Iterator[None]:
     saved = {name: getattr(profiling, name) for name in values}
     try:
         for name, value in values.items():
-            setattr(profiling, name, int(value) if name in INT_TERMS else value)
+            setattr(profiling, name, _to_module(name, value))
         yield
     finally:
         for name, value in saved.items():
             setattr(profiling, name, value)
 
 
-def line_of(version: str | None) -> str:
-    return ">=0.21" if parse_version(version) >= GRAPH_ESTIMATE_FROM else "<=0.20"
+# ---------------------------------------------------------------------------------------------
+# one case, probed once
+
+
+@dataclass
+class Case:
+    id: str
+    source: str
+    gpu_class: str
+    release: str
+    kind: str
+    tp: int
+    world: int
+    graphs_in_budget: bool
+    sampler: str                   # "kernel" | "native" (V1 before 0.17: a full sort) | "v0"
+    measured_kv_gib: float | None
+    measured_tokens: int | None
+    outcome: str | None
+    result: FitResult
+    terms: dict[str, float] = field(default_factory=dict)    # the log's breakdown: MEASURED_TERMS
+    stage_calls: list[dict[str, tuple[tuple[Any, ...], dict[str, Any]]]] = field(default_factory=list)
+
+
+_RECORDED = ("non_torch_bytes", "activation", "cudagraph_bytes")
+
+
+@contextlib.contextmanager
+def _recording(calls: list[tuple[str, tuple[Any, ...], dict[str, Any]]]) -> Iterator[None]:
+    saved = {name: getattr(profiling, name) for name in _RECORDED}
+
+    def wrap(name: str) -> Callable[..., Any]:
+        real = saved[name]
+
+        def recorded(*args: Any, **kwargs: Any) -> Any:
+            calls.append((name, args, kwargs))
+            return real(*args, **kwargs)
+        return recorded
+    try:
+        for name in _RECORDED:
+            setattr(profiling, name, wrap(name))
+        yield
+    finally:
+        for name, fn in saved.items():
+            setattr(profiling, name, fn)
+
+
+def probe(run: Callable[[], Any]) -> tuple[FitResult | None, list[dict[str, Any]]]:
+    """The case priced once, with the inputs of each stage's profile terms."""
+    calls: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = []
+    with _recording(calls):
+        result = run()
+    if not isinstance(result, FitResult):
+        return None, []
+    # each term is priced once per PP stage: its k-th call belongs to stage k, whatever the order
+    per_term: dict[str, list[tuple[tuple[Any, ...], dict[str, Any]]]] = {name: [] for name in _RECORDED}
+    for name, args, kwargs in calls:
+        per_term[name].append((args, kwargs))
+    count = min(len(v) for v in per_term.values())
+    return result, [{name: per_term[name][k] for name in _RECORDED} for k in range(count)]
+
+
+def surrogate(case: Case) -> tuple[float, int, bool, dict[str, float]]:
+    """(pool GiB, KV tokens, fits, the profile terms in GiB) of the limiting rank at the module's
+    current constants."""
+    res = case.result
+    tp = max(1, case.tp)
+    best: tuple[int, int, dict[str, float]] | None = None
+    for rank in res.ranks:
+        if not rank.bytes_per_block:
+            continue
+        calls = case.stage_calls[rank.rank // tp]
+        nt = profiling.non_torch_bytes(*calls["non_torch_bytes"][0], **calls["non_torch_bytes"][1])
+        act = profiling.activation(*calls["activation"][0], **calls["activation"][1]).total
+        graphs = profiling.cudagraph_bytes(*calls["cudagraph_bytes"][0], **calls["cudagraph_bytes"][1])
+        subtracted = graphs if res.settings.cudagraphs_subtracted else 0
+        pool = max(0, rank.budget_bytes - rank.weights_bytes - nt - act - subtracted)
+        blocks = pool // rank.bytes_per_block
+        if best is None or blocks < best[0]:
+            best = (blocks, pool, {"non_torch_gib": nt / GiB, "activation_peak_gib": act / GiB,
+                                   "cudagraph_gib": graphs / GiB})
+    blocks, pool, terms = best or (0, 0, {})
+    tokens = round(res.kv_cache_tokens * blocks / res.num_blocks) if res.num_blocks else 0
+    return pool / GiB, tokens, blocks >= res.blocks_per_request and blocks > 0, terms
+
+
+# the terms a log's breakdown measures (``reports/vllm_log``), compared one by one
+MEASURED_TERMS = ("non_torch_gib", "activation_peak_gib", "cudagraph_gib")
+
+
+def evaluate(case: Case) -> dict[str, Any]:
+    pool, tokens, fits, terms = surrogate(case)
+    row: dict[str, Any] = {"id": case.id, "source": case.source, "gpu_class": case.gpu_class,
+                           "release": case.release, "kind": case.kind, "predicted_kv_gib": pool}
+    measured = case.measured_tokens
+    if case.measured_kv_gib is not None:
+        row["kv_error_gib"] = pool - case.measured_kv_gib
+    elif measured and tokens:
+        row["kv_error_gib"] = pool - pool * measured / tokens      # implied measured pool
+    if measured and case.outcome == "ok" and tokens:
+        row["token_error_pct"] = 100.0 * (tokens - measured) / measured
+    for term in MEASURED_TERMS:
+        if term in case.terms and term in terms:
+            row[f"{term}_error"] = terms[term] - case.terms[term]
+    started = case.outcome == "ok"
+    row["false_fit"] = fits and not started and str(case.outcome).startswith("kv_error")
+    row["false_wont_fit"] = started and not fits
+    return row
+
+
+# ---------------------------------------------------------------------------------------------
+# the cases
 
 
 def attention_kind(arch: Any) -> str:
@@ -80,22 +233,75 @@ def attention_kind(arch: Any) -> str:
     return "full"
 
 
-def _group(arch: Any) -> str:
-    return f"{arch.architecture}/{arch.hidden_size}x{arch.num_hidden_layers}"
+def source_of(case: dict[str, Any]) -> str:
+    src = case.get("source")
+    if isinstance(src, dict):
+        return str(src.get("repo") or src.get("url") or case.get("source_group") or "unknown")
+    return str(src or case.get("source_group") or "unknown")
 
 
-# ---------------------------------------------------------------------------------------------
-# cases: a callable per case that returns (predicted pool GiB, predicted tokens, verdict)
+GPU_CLASSES = (("h100", "H100"), ("h200", "H200"), ("gh200", "H200"), ("h20", "H20"), ("a100", "A100"),
+               ("l40", "L40/L40S"), ("l4", "L4"), ("a10", "A10/A10G"), ("t4", "T4"), ("3090", "RTX 3090"),
+               ("4090", "RTX 4090"), ("5090", "RTX 5090"), ("6000", "RTX 6000"), ("mi300", "MI300"),
+               ("b200", "B200"), ("gb200", "B200"))
 
 
-def public_cases(cases_path: Path) -> list[dict[str, Any]]:
-    cases = json.loads(cases_path.read_text(encoding="utf-8"))
-    configs = json.loads(cases_path.with_name("vllm_startup_configs.json").read_text(encoding="utf-8"))
+def gpu_class(name: str | None, memory_gib: float | None = None) -> str:
+    text = (name or "").lower()
+    for key, label in GPU_CLASSES:
+        if key in text:
+            if label == "A100" and memory_gib:
+                return "A100-80" if memory_gib > 60 else "A100-40"
+            return label
+    return "other " + (name or "unknown").replace("NVIDIA ", "").replace("GeForce ", "") if name else "unknown"
+
+
+def release_of(version: str | None, engine: str | None = None) -> str:
+    if not version:
+        return "unstated"
+    major, minor, _ = parse_version(version)
+    return f"{major}.{minor}"
+
+
+def logged_terms(case: dict[str, Any]) -> dict[str, float]:
+    """The case's breakdown terms, read from its quoted log lines by ``calibrate``'s parser."""
+    from club3090.reports.vllm_log import parse_startup
+
+    recorded = dict(case.get("measured") or {})
+    if "peak_activation_gib" in recorded:                      # the fixture's spelling
+        recorded.setdefault("activation_peak_gib", recorded["peak_activation_gib"])
+    measured = {**recorded, **parse_startup("\n".join(str(q) for q in case.get("quote") or ())).measured}
+    return {t: float(measured[t]) for t in MEASURED_TERMS
+            if isinstance(measured.get(t), (int, float)) and not isinstance(measured.get(t), bool)}
+
+
+def _case(run: Callable[[str | None], Any], **fields: Any) -> Case | None:
+    """A version-less case is probed on the release line its answer assumed (the tightest)."""
+    first = run(None)
+    if not isinstance(first, FitResult):
+        return None
+    result, stages = probe(lambda: run(first.settings.vllm_version))
+    if result is None or len(stages) * max(1, fields["tp"]) < len(result.ranks):
+        return None
+    ver = parse_version(result.settings.vllm_version)
+    fields.pop("version")
+    engine = result.settings.engine
+    graphs = engine == "v1" and ver >= GRAPH_ESTIMATE_FROM
+    # the path the case was priced with (a log that names its sampler overrides the line's default)
+    sorts = stages[-1]["activation"][1].get("native_sampler", native_sampler(ver, engine)) if stages else False
+    sampler = "v0" if engine == "v0" else "native" if sorts else "kernel"
+    return Case(result=result, stage_calls=stages, graphs_in_budget=graphs, sampler=sampler, **fields)
+
+
+def public_cases() -> list[Case]:
+    cases, configs = accuracy.load_all()
     out = []
     for case in cases:
         config = configs.get(case.get("hf_repo") or "")
         measured = case.get("measured") or {}
         if not config or not config.get("architectures") or measured.get("available_kv_cache_gib") is None:
+            continue
+        if accuracy._unpriced_drafter(case):
             continue
         gpu = accuracy._gpu_gib(case)
         weights, _ = accuracy._weights_per_rank(case, cases)
@@ -104,19 +310,23 @@ def public_cases(cases_path: Path) -> list[dict[str, Any]]:
         arch = parse_config({k: v for k, v in config.items() if not k.startswith("config_")})
         shape = accuracy._shape(case)
 
-        def run(arch: Any = arch, shape: Any = shape, gpu: float = gpu, weights: float = weights) -> Any:
+        def run(version: str | None, arch: Any = arch, shape: Any = shape, gpu: float = gpu,
+                weights: float = weights) -> Any:
             return predict(arch, weights_bytes=0, weights_bytes_per_rank=int(weights * GiB),
-                           gpu_memory_bytes=[int(gpu * GiB)], shape=shape)
+                           gpu_memory_bytes=[int(gpu * GiB)],
+                           shape=replace(shape, vllm_version=version or shape.vllm_version))
 
-        out.append({"id": case["id"], "source": "public", "group": _group(arch), "kind": attention_kind(arch),
-                    "line": line_of(shape.vllm_version), "run": run,
-                    "measured_kv_gib": float(measured["available_kv_cache_gib"]),
-                    "measured_tokens": measured.get("gpu_kv_cache_tokens"),
-                    "outcome": measured.get("startup_outcome")})
+        built = _case(run, id=case["id"], source=source_of(case), terms=logged_terms(case), gpu_class=gpu_class(case.get("gpu_model"), gpu),
+                      release=release_of(case.get("vllm_version")), kind=attention_kind(arch),
+                      tp=shape.tp, world=shape.tp * shape.pp, version=shape.vllm_version,
+                      measured_kv_gib=float(measured["available_kv_cache_gib"]),
+                      measured_tokens=measured.get("gpu_kv_cache_tokens"), outcome=measured.get("startup_outcome"))
+        if built is not None:
+            out.append(built)
     return out
 
 
-def anchor_cases() -> list[dict[str, Any]]:
+def anchor_cases() -> list[Case]:
     from club3090.catalog.loader import load_catalog
     from club3090.fit.calibration import anchor_inputs
 
@@ -128,132 +338,202 @@ def anchor_cases() -> list[dict[str, Any]]:
             continue
         arch = parse_config(inputs.model.hf_config)
 
-        def run(arch: Any = arch, inputs: Any = inputs) -> Any:
+        def run(version: str | None, arch: Any = arch, inputs: Any = inputs) -> Any:
             return predict(arch, weights_bytes=int(inputs.weights_bytes),
-                           gpu_memory_bytes=[inputs.gpu.memory_bytes] * inputs.world, shape=inputs.shape)
+                           gpu_memory_bytes=[inputs.gpu.memory_bytes] * inputs.world,
+                           shape=replace(inputs.shape, vllm_version=version or inputs.shape.vllm_version))
 
-        out.append({"id": anchor.id, "source": "anchor", "group": _group(arch), "kind": attention_kind(arch),
-                    "line": line_of(inputs.shape.vllm_version), "run": run, "measured_kv_gib": None,
-                    "measured_tokens": anchor.measured_kv_tokens, "outcome": "ok"})
+        built = _case(run, id=anchor.id, source="club3090 anchors (noonghunna/club-3090 composes)",
+                      gpu_class="RTX 3090", release=release_of(inputs.shape.vllm_version), kind=attention_kind(arch),
+                      tp=inputs.shape.tp, world=inputs.world, version=inputs.shape.vllm_version,
+                      measured_kv_gib=None, measured_tokens=anchor.measured_kv_tokens, outcome="ok")
+        if built is not None:
+            out.append(built)
     return out
 
 
-def evaluate(case: dict[str, Any]) -> dict[str, Any] | None:
-    result = case["run"]()
-    if isinstance(result, Unpriceable):
-        return None
-    pool = result.per_gpu.kv_pool_bytes / GiB
-    row: dict[str, Any] = {"id": case["id"], "group": case["group"], "kind": case["kind"], "line": case["line"],
-                           "source": case["source"], "predicted_kv_gib": pool, "verdict": result.raw_verdict}
-    tokens = case["measured_tokens"]
-    if case["measured_kv_gib"] is not None:
-        row["kv_error_gib"] = pool - case["measured_kv_gib"]
-    elif tokens and result.kv_cache_tokens:
-        row["kv_error_gib"] = pool - pool * tokens / result.kv_cache_tokens      # implied measured pool
-    if tokens and case["outcome"] == "ok":
-        row["token_error_pct"] = 100.0 * (result.kv_cache_tokens - tokens) / tokens
-    started = case["outcome"] == "ok"
-    fits = result.raw_verdict != "wont-fit"
-    row["false_fit"] = fits and not started
-    row["false_wont_fit"] = started and not fits
-    return row
+# ---------------------------------------------------------------------------------------------
+# fitting
 
 
-def _loss(rows: list[dict[str, Any]]) -> float:
-    errors = [r["kv_error_gib"] for r in rows if "kv_error_gib" in r]
-    return (sum(2 * e if e > 0 else -e for e in errors) + 10.0 * sum(r["false_fit"] for r in rows)
-            + 2.0 * sum(r["false_wont_fit"] for r in rows))
+def source_weights(cases: list[Case], cap: float = SOURCE_CAP) -> tuple[dict[str, float], float]:
+    """Per-case weight by source so that no source holds more than ``cap`` of the total weight
+    (each source's weight is min(its cases, c), c the largest value that keeps every share under
+    ``cap``); and the largest share reached (over ``cap`` only when fewer than 1 / cap sources)."""
+    counts = Counter(c.source for c in cases)
+    if not counts:
+        return {}, 0.0
+    lo, hi = 1e-9, float(max(counts.values()))
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        total = sum(min(n, mid) for n in counts.values())
+        if mid <= cap * total:
+            lo = mid
+        else:
+            hi = mid
+    c = lo
+    weights = {s: min(n, c) / n for s, n in counts.items()}
+    total = sum(min(n, c) for n in counts.values())
+    return weights, max(min(n, c) for n in counts.values()) / total
 
 
-def fit(cases: list[dict[str, Any]], terms: tuple[str, ...]) -> dict[str, float]:
-    """The grid point of ``terms`` with the least loss over ``cases``."""
-    best: tuple[float, dict[str, float]] | None = None
-    for point in itertools.product(*(GRID[t] for t in terms)):
-        values = dict(zip(terms, point, strict=True))
-        with coefficients(values):
-            rows = [r for r in (evaluate(c) for c in cases) if r is not None]
-        loss = _loss(rows)
-        if best is None or loss < best[0] - 1e-9:
-            best = (loss, values)
-    return best[1] if best else {}
+def _loss(rows: list[dict[str, Any]], weight: dict[str, float]) -> float:
+    loss = 0.0
+    for r in rows:
+        w = weight.get(r["source"], 1.0)
+        e = r.get("kv_error_gib")
+        if e is not None:
+            loss += w * (2 * e if e > 0 else -e)
+        loss += w * (10.0 * r["false_fit"] + 2.0 * r["false_wont_fit"])
+        for term in MEASURED_TERMS:
+            t = r.get(f"{term}_error")
+            if t is not None:      # a term under-stated leaves the pool too large: twice
+                loss += w * (-2 * t if t < 0 else t)
+    return loss
 
 
-def leave_one_group_out(cases: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """Out-of-sample rows (each group predicted by a fit without it) and the full per-line fits."""
+def fit(cases: list[Case], passes: int = 2) -> tuple[dict[str, float], dict[str, float]]:
+    """Each constant's value with the least loss on the cases that fit it (coordinate descent from
+    the module's values); and each fitted constant's largest source share (held constants: absent)."""
+    values = {name: _from_module(name) for name in TERMS}
+    shares: dict[str, float] = {}
+    for _ in range(passes):
+        for name, (grid, uses) in TERMS.items():
+            train = [c for c in cases if uses(c)]
+            if len({c.source for c in train}) < MIN_SOURCES:
+                continue                # the cap cannot hold: the module's value stays
+            weight, shares[name] = source_weights(train)
+            best: tuple[float, float] | None = None
+            for value in grid:
+                with coefficients({**values, name: value}):
+                    loss = _loss([evaluate(c) for c in train], weight)
+                if best is None or loss < best[0] - 1e-9:
+                    best = (loss, value)
+            assert best is not None
+            values[name] = best[1]
+    return values, shares
+
+
+def in_sample(cases: list[Case]) -> tuple[list[dict[str, Any]], dict[str, float], dict[str, float]]:
+    values, shares = fit(cases)
+    with coefficients(values):
+        rows = [evaluate(c) for c in cases]
+    return rows, values, shares
+
+
+def leave_one_out(cases: list[Case], key: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Rows of every group predicted by a fit without it; and one line per group."""
     rows: list[dict[str, Any]] = []
-    for group in sorted({c["group"] for c in cases}):
-        held = [c for c in cases if c["group"] == group]
-        for line in sorted({c["line"] for c in held}):
-            terms = LINE_TERMS[line]
-            train = [c for c in cases if c["line"] == line and c["group"] != group]
-            fallback = not train
-            if fallback:
-                train = [c for c in cases if c["group"] != group]
-            values = fit(train, terms)
-            with coefficients(values):
-                for case in (c for c in held if c["line"] == line):
-                    row = evaluate(case)
-                    if row is not None:
-                        row["fit"] = {k: round(v, 2) for k, v in values.items()}
-                        row["fallback"] = fallback
-                        rows.append(row)
-    full = {line: fit([c for c in cases if c["line"] == line], LINE_TERMS[line])
-            for line in sorted({c["line"] for c in cases})}
-    return rows, full
+    groups: list[dict[str, Any]] = []
+    for group in sorted({getattr(c, key) for c in cases}):
+        held = [c for c in cases if getattr(c, key) == group]
+        values, _ = fit([c for c in cases if getattr(c, key) != group])
+        with coefficients(values):
+            held_rows = [evaluate(c) for c in held]
+        rows.extend(held_rows)
+        groups.append({"group": group, **summary(held_rows), "fit": {k: round(v, 3) for k, v in values.items()}})
+    return rows, groups
 
 
-def table(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Median / p90 |ΔKV| GiB, median |token error| %, false fits, by line x attention kind (+ all)."""
-    keys = [*sorted({(r["line"], r["kind"]) for r in rows}), ("all", "all")]
-    out = []
-    for line, kind in keys:
-        sel = [r for r in rows if (line == "all" or r["line"] == line) and (kind == "all" or r["kind"] == kind)]
-        kv = [abs(r["kv_error_gib"]) for r in sel if "kv_error_gib" in r]
-        tok = [abs(r["token_error_pct"]) for r in sel if "token_error_pct" in r]
-        out.append({"line": line, "kind": kind, "cases": len(sel), "groups": len({r["group"] for r in sel}),
-                    "kv_median_gib": statistics.median(kv) if kv else None,
-                    "kv_p90_gib": accuracy._pct(kv, 0.9) if kv else None,
-                    "token_median_pct": statistics.median(tok) if tok else None,
-                    "false_fits": sum(r["false_fit"] for r in sel),
-                    "false_wont_fits": sum(r["false_wont_fit"] for r in sel)})
-    return out
+def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    kv = [abs(r["kv_error_gib"]) for r in rows if "kv_error_gib" in r]
+    tok = [abs(r["token_error_pct"]) for r in rows if "token_error_pct" in r]
+    return {"cases": len(rows),
+            "kv_median_gib": statistics.median(kv) if kv else None,
+            "kv_p90_gib": accuracy._pct(kv, 0.9) if kv else None,
+            "over_05_gib": sum(1 for r in rows if r.get("kv_error_gib", 0) > 0.5),
+            "token_median_pct": statistics.median(tok) if tok else None,
+            "false_fits": sum(r["false_fit"] for r in rows),
+            "false_wont_fits": sum(r["false_wont_fit"] for r in rows),
+            "terms": {t: {"cases": len(e), "median_abs_gib": statistics.median(abs(x) for x in e) if e else None,
+                          "mean_signed_gib": statistics.mean(e) if e else None}
+                      for t in MEASURED_TERMS for e in [[r[f"{t}_error"] for r in rows if f"{t}_error" in r]]}}
 
 
-def run(cases_path: Path, with_anchors: bool = True) -> dict[str, Any]:
-    cases = public_cases(cases_path) + (anchor_cases() if with_anchors else [])
-    rows, full = leave_one_group_out(cases)
-    return {"rows": rows, "table": table(rows), "full_fit": full,
-            "current": {t: getattr(profiling, t) for t in GRID}}
+def surrogate_check(cases: list[Case]) -> float:
+    """Largest |surrogate - predict| pool (GiB) at the module's constants (0 when exact)."""
+    return max((abs(surrogate(c)[0] - c.result.per_gpu.kv_pool_bytes / GiB) for c in cases), default=0.0)
 
 
-def print_table(report: dict[str, Any]) -> None:
-    f = accuracy._fmt
-    print("Out-of-sample (leave one model out, refit per release line):")
-    print(f"{'line':7s} {'attention':13s} {'cases':>5s} {'groups':>6s} {'med |dKV| GiB':>13s} "
-          f"{'p90 GiB':>8s} {'med tok %':>9s} {'false fits':>10s} {'false wont':>10s}")
-    for t in report["table"]:
-        print(f"{t['line']:7s} {t['kind']:13s} {t['cases']:5d} {t['groups']:6d} {f(t['kv_median_gib'], '13.3f')} "
-              f"{f(t['kv_p90_gib'], '8.3f')} {f(t['token_median_pct'], '9.2f')} {t['false_fits']:10d} "
-              f"{t['false_wont_fits']:10d}")
-    print("full-data fit per line:", json.dumps(report["full_fit"]), " module constants:",
-          json.dumps(report["current"]))
+GROUPINGS = (("source", "leave one source out"), ("gpu_class", "leave one GPU class out"),
+             ("release", "leave one release line out"))
+
+
+def run(with_anchors: bool = True) -> dict[str, Any]:
+    cases = public_cases() + (anchor_cases() if with_anchors else [])
+    rows, values, shares = in_sample(cases)
+    shipped = [evaluate(c) for c in cases]
+    report: dict[str, Any] = {
+        "shipped": summary(shipped), "shipped_rows": shipped,
+        "cases": len(cases), "surrogate_max_error_gib": surrogate_check(cases),
+        "source_counts": Counter(c.source for c in cases).most_common(),
+        "in_sample": summary(rows), "in_sample_fit": values, "max_source_share": shares,
+        "module": {name: _from_module(name) for name in TERMS},
+        "in_sample_rows": rows, "grouped": {},
+    }
+    for key, _title in GROUPINGS:
+        held_rows, groups = leave_one_out(cases, key)
+        report["grouped"][key] = {"summary": summary(held_rows), "groups": groups, "rows": held_rows}
+    return report
+
+
+def _fmt(value: Any, spec: str) -> str:
+    width = "".join(ch for ch in spec.split(".")[0] if ch.isdigit())
+    return accuracy._fmt(value, spec).rjust(int(width or 0))
+
+
+def _summary_line(label: str, s: dict[str, Any]) -> str:
+    return (f"{label:34s} {s['cases']:5d} {_fmt(s['kv_median_gib'], '10.3f')} {_fmt(s['kv_p90_gib'], '8.3f')} "
+            f"{_fmt(s['token_median_pct'], '9.2f')} {s['false_fits']:6d} {s['false_wont_fits']:6d} "
+            f"{s['over_05_gib']:8d}")
+
+
+HEADER = (f"{'':34s} {'cases':>5s} {'med |dKV|':>10s} {'p90 GiB':>8s} {'med tok%':>9s} {'false':>6s} "
+          f"{'f.wont':>6s} {'over+0.5':>8s}")
+
+
+def print_headline(report: dict[str, Any]) -> None:
+    print(f"Grouped cross-validation ({report['cases']} cases; every fitted constant refitted without the "
+          f"held-out group; surrogate vs predict max {report['surrogate_max_error_gib']:.4f} GiB):")
+    print(HEADER)
+    print(_summary_line("module constants (shipped)", report["shipped"]))
+    print(_summary_line("in sample (all cases fit)", report["in_sample"]))
+    for key, title in GROUPINGS:
+        print(_summary_line(title, report["grouped"][key]["summary"]))
+    shares = report["max_source_share"]
+    held = [name for name in TERMS if name not in shares]
+    print(f"largest source share of a fitted constant's weight: {max(shares.values(), default=0.0):.1%} "
+          f"(cap {SOURCE_CAP:.0%}); held at the module's value (cases from < {MIN_SOURCES} sources): "
+          + (", ".join(held) or "none"))
+    print("cases per source: " + ", ".join(f"{s} {n}" for s, n in report["source_counts"]))
+    terms = report["shipped"]["terms"]
+    print("per-term error of the shipped constants, against the logs' breakdowns (predicted - measured): "
+          + "; ".join(f"{t.removesuffix('_gib')} {v['cases']} case(s), median |err| "
+                      f"{_fmt(v['median_abs_gib'], '.3f')}, mean {_fmt(v['mean_signed_gib'], '+.3f')} GiB"
+                      for t, v in terms.items()))
+    print("in-sample fit:", json.dumps({k: round(v, 3) for k, v in report["in_sample_fit"].items()}),
+          " module:", json.dumps({k: round(v, 3) for k, v in report["module"].items()}))
+
+
+def print_groups(report: dict[str, Any]) -> None:
+    for key, title in GROUPINGS:
+        print(f"\n{title} (held-out group: its cases predicted by a fit without it)")
+        print(HEADER)
+        for g in report["grouped"][key]["groups"]:
+            print(_summary_line(str(g["group"])[:34], g))
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--cases", type=Path, default=accuracy.DEFAULT_CASES)
     parser.add_argument("--no-anchors", action="store_true", help="public start-ups only")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
-    report = run(args.cases, with_anchors=not args.no_anchors)
+    report = run(with_anchors=not args.no_anchors)
     if args.json:
-        print(json.dumps({k: v for k, v in report.items()}, indent=1, default=str))
-    else:
-        for r in report["rows"]:
-            print(f"{r['id'][:44]:44s} {r['line']:7s} {r['kind']:12s} err {accuracy._fmt(r.get('kv_error_gib'), '+.2f')} GiB"
-                  f"  tok {accuracy._fmt(r.get('token_error_pct'), '+.1f')} %  fit {r['fit']}"
-                  + ("  (fallback: no other group on this line)" if r["fallback"] else ""))
-        print_table(report)
+        print(json.dumps(report, indent=1, default=str))
+        return 0
+    print_headline(report)
+    print_groups(report)
     return 0
 
 

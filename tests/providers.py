@@ -55,3 +55,10 @@ def rig(spec: str | None, **flags: Any) -> Any:
     from club3090.rig.gpus import parse_gpus
 
     return parse_gpus(spec, load_catalog(), **flags)
+
+
+def offline_here(tmp_path: Any, monkeypatch: Any) -> None:
+    """Work in ``tmp_path`` with an empty HF_HOME there and no Hub (curated repos answer offline)."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")

@@ -26,7 +26,7 @@ MARKERS = {"model_loading_gib": "Model loading took", "available_kv_cache_gib": 
 # the cases whose quote holds log lines (the others are transcriptions: markdown tables, parse_log
 # records); counted from the fixture itself so a case added with log lines is parsed too
 LINE_PHRASES = ("Model loading took", "GPU KV cache size", "Available KV cache memory", "# GPU blocks",
-                "Maximum concurrency", "max seq len")
+                "Maximum concurrency", "max seq len", "Actual usage is")
 # every recorded set: the first collection and each later round (``vllm_startup_cases_r5.json``, ...)
 CASE_FILES = sorted(fixture_path("calibration").glob("vllm_startup_cases*.json"))
 
@@ -57,6 +57,8 @@ def test_every_recorded_startup_whose_quote_holds_the_lines_parses_to_its_number
                 continue            # recorded as the message text, not as the parser's structure
             if any(str(d).startswith(term) for d in recorded.get("derived_fields") or ()):
                 continue            # computed by the case's author from other lines (V0: blocks x 16)
+            if got is not None and recorded.get(term) is None and term == "available_kv_cache_gib" and got < 0:
+                continue            # the log's negative reserve (the shortfall), which the record leaves out
             if got is not None:
                 assert got == recorded[term], (case["id"], term, got, recorded[term])
             elif recorded.get(term) is not None and term != "num_gpu_blocks":
@@ -80,6 +82,101 @@ def test_every_recorded_startup_whose_quote_holds_the_lines_parses_to_its_number
 def test_each_log_format_yields_its_terms(name, expected):
     log = parse_startup(fixture_path("logs", name).read_text())
     assert log.measured == expected
+
+
+# the breakdown forms, as vLLM's format strings print them (the 0.27.1 line is quoted from the
+# club-3090 PR #1139 case of the calibration fixture)
+V1_08_PROFILING = ("INFO 03-14 09:13:07 [gpu_worker.py:227] Memory profiling takes 11.85 seconds. Total non KV cache "
+                   "memory: 16.51GiB; torch peak memory increase: 1.21GiB; non-torch forward increase memory: "
+                   "0.31GiB; weights memory: 14.99GiB.")
+V1_011_USAGE = ("(Worker_TP1 pid=1806414) INFO 10-23 15:14:56 [gpu_worker.py:391] Free memory on device "
+                "(139.21/139.81 GiB) on startup. Desired GPU memory utilization is (0.9, 125.83 GiB). Actual usage "
+                "is 74.28 GiB for weight, 5.58 GiB for peak activation, 1.38 GiB for non-torch memory, and 2.37 GiB "
+                "for CUDAGraph memory. Replace gpu_memory_utilization config with `--kv-cache-memory=45175492096` "
+                "to fit into requested memory, or `--kv-cache-memory=59540753920` to fully utilize gpu memory. "
+                "Current kv cache memory in use is 47878721024 bytes.")
+
+
+def _case_quote(case_id):
+    return "\n".join(next(c for c in CASES if c["id"] == case_id)["quote"])
+
+
+def test_each_breakdown_form_yields_separate_terms():
+    v08 = parse_startup(V1_08_PROFILING).measured
+    assert v08 == {"non_kv_gib": 16.51, "activation_peak_gib": 1.21, "non_torch_gib": 0.31,
+                   "profile_weights_gib": 14.99}
+    v011 = parse_startup(V1_011_USAGE)
+    assert v011.gpu_total_memory_gib == 139.81 and serving_shape(v011)["gpu_memory_utilization"] == 0.9
+    assert {k: round(v, 3) for k, v in v011.measured.items()} == {
+        "free_memory_at_start_gib": 139.21, "memory_budget_gib": 125.83, "profile_weights_gib": 74.28,
+        "activation_peak_gib": 5.58, "non_torch_gib": 1.38, "cudagraph_gib": 2.37, "kv_cache_in_use_gib": 44.591}
+    assert v011.startup_outcome == "ok"
+    newest = parse_startup(_case_quote("gh-club3090-pr1139-qwen38-27b-fp8-mtp-2gpu-v0271")
+                           + "\nINFO Model loading took 14.95 GiB memory and 30.1 seconds")
+    m = newest.measured
+    assert (m["weights_plus_non_torch_gib"], m["activation_peak_gib"], m["cudagraph_gib"],
+            m["cudagraph_estimate_gib"], m["kv_cache_in_use_gib"]) == (15.25, 1.66, 0.14, 0.2, 4.76)
+    assert m["non_torch_gib"] == 0.3         # consumed - weights
+    wrapped = parse_startup("Actual usage is 8.28 GiB for weight, 1.02 GiB for peak activation,\n"
+                            "  -3.58 GiB for non-torch memory, and 0.68 GiB for CUDAGraph memory.").measured
+    assert wrapped == {"profile_weights_gib": 8.28, "activation_peak_gib": 1.02, "non_torch_gib": -3.58,
+                       "cudagraph_gib": 0.68}
+
+
+def test_the_profiling_samplers_path_is_read_and_priced(tmp_path):
+    """vLLM logs which top-k / top-p path its sampler takes (``topk_topp_sampler.py``); a receipt
+    prices the one the log names: the kernel path has no full sort of the logits."""
+    kernel = "INFO 09-22 20:31:06 [topk_topp_sampler.py:49] Using FlashInfer for top-p & top-k sampling."
+    native = ("WARNING 02-26 18:56:48 [topk_topp_sampler.py:60] FlashInfer is not available. Falling back to the "
+              "PyTorch-native implementation of top-p & top-k sampling. For the best performance, please install "
+              "FlashInfer.")
+    assert parse_startup(kernel).sampler == "FlashInfer" and parse_startup(native).sampler == "PyTorch-native"
+    assert parse_startup("INFO Available KV cache memory: 1.00 GiB").sampler is None
+    case = infsim_case()
+    config = CONFIGS[case["hf_repo"]]
+    base = "\n".join(case["quote"])
+    peaks = {}
+    for name, line in (("kernel", kernel), ("native", native)):
+        log = parse_startup(line + "\n" + base)
+        receipt = build_receipt(log, log_bytes=b"", source_name=name, redactor=Redactor(), gpu_memory_gib=79.19,
+                                config={k: v for k, v in config.items() if not k.startswith("config_")})
+        peaks[name] = receipt["predicted"]["activation_peak_gib"]
+    assert peaks["native"] > peaks["kernel"]
+
+
+def test_the_v0_breakdowns_still_yield_their_terms():
+    v063 = parse_startup("INFO worker.py:262] Memory profiling results: duration=3.2 seconds, total_gpu_memory="
+                         "79.10GiB, initial_memory_usage=15.70GiB, peak_torch_memory=16.23GiB, "
+                         "memory_usage_post_profile=15.89GiB, non_torch_memory=0.36GiB, kv_cache_size=54.62GiB, "
+                         "gpu_memory_utilization=0.90.")
+    assert v063.measured == {"non_torch_gib": 0.36, "available_kv_cache_gib": 54.62}
+    assert v063.gpu_total_memory_gib == 79.10
+
+
+def test_calibrate_reads_a_4_mib_adversarial_log_in_under_5_seconds(tmp_path, capsys):
+    import time
+
+    hostile = [
+        "a" * 65_000,                                                   # one word run: (\\w+)= scans
+        "x='" * 21_000,                                                  # unterminated quotes
+        "Initializing a LLM engine (v0.1) with config: " + "k=" * 30_000,
+        "non-default args: {" + "}" * 60_000 + " ",
+        "Memory profiling results: " + "k" * 60_000,
+        "1" * 65_000 + " GiB for peak actvation",                      # a figure before its label
+        "Model loading took " + "9" * 65_000,
+        "'k': '" * 10_000,
+    ]
+    lines = []
+    while sum(len(x) + 1 for x in lines) < 4 * 2**20:
+        lines.extend(hostile)
+    log = tmp_path / "hostile.log"
+    log.write_text("\n".join(lines) + "\nINFO Available KV cache memory: 1.00 GiB\n")
+    assert log.stat().st_size >= 4 * 2**20
+    started = time.perf_counter()
+    code = cli.main(["calibrate", str(log), "--json"])
+    elapsed = time.perf_counter() - started
+    capsys.readouterr()
+    assert code == 0 and elapsed < 5.0, elapsed
 
 
 def test_the_engine_config_and_non_default_args_lines_give_the_shape():

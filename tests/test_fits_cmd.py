@@ -111,3 +111,16 @@ def test_every_fitting_row_carries_a_labelled_speed_estimate(capsys):
 def test_a_size_only_rig_has_no_speed_to_estimate(capsys):
     _, doc = _json(capsys, "--gpus", "1x24GiB")
     assert all(r.get("speed") is None for r in doc.get("models", []))
+
+
+def test_vllm_version_prices_the_release_the_user_names(hub, capsys):
+    """``--vllm-version`` (the shared shape flag of kv-calc, fits and pull) replaces the catalog's pin."""
+    _code, pinned = _json(capsys, "microsoft/phi-4", "--gpus", "2x3090")
+    _code, named = _json(capsys, "microsoft/phi-4", "--gpus", "2x3090", "--vllm-version", "0.16.0")
+    # 0.16 captures CUDA graphs outside the budget and defaults to util 0.90 (the pin: 0.21 on, 0.92)
+    assert pinned["models"][0]["worst_rank"]["cudagraph_bytes"] > 0
+    assert named["models"][0]["worst_rank"]["cudagraph_bytes"] == 0
+    assert named["models"][0]["shape"]["chosen"]["gpu_memory_utilization"] == 0.9
+    with pytest.raises(SystemExit) as exc:
+        main(["fits", "microsoft/phi-4", "--gpus", "2x3090", "--vllm-version", "nightly"])
+    assert exc.value.code == 64

@@ -62,6 +62,9 @@ def test_human_output_lines(capsys):
                  "--verbose"]) == 2
     out = capsys.readouterr().out.splitlines()
     assert out[0].startswith("Does not fit on 1x 16GiB at 32K context - exact (curated)")
+    cliffs = [line for line in out if line.startswith("known cliff (arch:")]   # right under the headline
+    assert cliffs and out[1:1 + len(cliffs)] == cliffs
+    out = [out[0], *out[1 + len(cliffs):]]
     assert out[1] == f"[pull] ABORT path=B stratum=DECIDED slug={CURATED} profile-like=vllm/minimal"
     assert out[2] == "[pull] confidence=exact raw_verdict=wont-fit terminal=hard-block"
     assert "[pull] reason=hard-block" in out

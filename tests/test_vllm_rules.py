@@ -10,7 +10,14 @@ import pytest
 
 from club3090.fit import profiling
 from club3090.fit.memory import ServeShape, Unpriceable, predict
-from club3090.fit.vllm_rules import NEWEST_KNOWN_VLLM, choose_engine, mla_rule, parse_version, v0_batched_tokens
+from club3090.fit.vllm_rules import (
+    NEWEST_KNOWN_VLLM,
+    RELEASES_IN_USE,
+    choose_engine,
+    mla_rule,
+    parse_version,
+    v0_batched_tokens,
+)
 from club3090.model.architecture import parse_config
 from club3090.model.param_estimate import bytes_per_parameter, estimate_weights
 from club3090.units import GiB
@@ -144,11 +151,28 @@ def test_max_model_len_auto_reports_the_length_vllm_chooses():
     assert isinstance(run(a, max_model_len=-1, kv_cache_memory_bytes=pool, vllm_version="0.11.0"), Unpriceable)
 
 
-def test_unknown_version_is_todays_line_and_said():
+def test_unknown_version_is_priced_on_the_tightest_release_line_in_use_and_named():
+    """A version-less answer names the release it assumed and is never "fits" where an older
+    release line still in use would refuse (issue 24, item 5)."""
     a = arch(QWEN7)
-    r = run(a, max_model_len=8192, kv_cache_memory_bytes=GiB)
-    assert r.settings.vllm_version == NEWEST_KNOWN_VLLM
-    assert any("version not given" in n and NEWEST_KNOWN_VLLM in n for n in r.notes)
+    weights = int(14.25 * GiB)
+    shape = {"max_model_len": 32768, "max_num_seqs": 1024}
+    # a card where the newest line fits and the full-sort sampler of 0.16 (1,024 requests x a
+    # 152K vocabulary) leaves too little for one 32K request
+    gpus = [int((16 + 0.125 * i) * GiB) for i in range(64)]
+    split = next(g for g in gpus if run(a, gpu=g, weights=weights, vllm_version="0.16.0", **shape).raw_verdict
+                 == "wont-fit" and run(a, gpu=g, weights=weights, vllm_version=NEWEST_KNOWN_VLLM,
+                                       **shape).raw_verdict != "wont-fit")
+    r = run(a, gpu=split, weights=weights, **shape)
+    assert r.raw_verdict == "wont-fit"
+    assert r.settings.vllm_version in RELEASES_IN_USE and r.settings.vllm_version != NEWEST_KNOWN_VLLM
+    assert any("version not given" in n and f"vLLM {r.settings.vllm_version}" in n for n in r.notes)
+    # where every line fits, the answer still names the release it assumed, and its pool is the least
+    roomy = run(a, gpu=80 * GiB, weights=weights, **shape)
+    assert roomy.raw_verdict != "wont-fit"
+    assert roomy.per_gpu.kv_pool_bytes == min(
+        run(a, gpu=80 * GiB, weights=weights, vllm_version=v, **shape).per_gpu.kv_pool_bytes for v in RELEASES_IN_USE)
+    assert any(f"priced as vLLM {roomy.settings.vllm_version}" in n for n in roomy.notes)
     odd = run(a, max_model_len=8192, kv_cache_memory_bytes=GiB, vllm_version="nightly")
     assert any("unreadable" in n for n in odd.notes)
     assert not any("version" in n for n in run(a, max_model_len=8192, kv_cache_memory_bytes=GiB,
@@ -243,6 +267,20 @@ def test_mla_block_size_by_backend():
     # the user's --block-size wins
     assert run(a, max_model_len=8192, kv_cache_memory_bytes=GiB, vllm_version="0.10.1", compute_capability="9.0",
                block_size=16).block_size == 16
+
+
+def test_nvls_buffers_only_on_gpus_with_nvlink_multicast():
+    """NCCL's NVLS buffers (the NVSwitch non-torch term) need Hopper-class NVSwitch: an A100 SXM at
+    TP 2 does not pay them, an H100 does, an unnamed 80 GiB card is assumed to (the safe side)."""
+    a = arch(QWEN7)
+    shape = {"tp": 2, "max_model_len": 8192, "vllm_version": "0.19.0"}
+    a100 = run(a, gpu=80 * GiB, device_name="NVIDIA A100-SXM4-80GB", **shape)
+    h100 = run(a, gpu=80 * GiB, device_name="NVIDIA H100 80GB HBM3", **shape)
+    unnamed = run(a, gpu=80 * GiB, **shape)
+    assert h100.per_gpu.non_torch_bytes - a100.per_gpu.non_torch_bytes == profiling.NON_TORCH_NVSWITCH
+    assert unnamed.per_gpu.non_torch_bytes == h100.per_gpu.non_torch_bytes
+    assert a100.per_gpu.kv_pool_bytes > h100.per_gpu.kv_pool_bytes
+    assert not profiling.nvls_capable("NVIDIA H100", "8.0") and profiling.nvls_capable(None, "9.0")
 
 
 def test_one_list_of_speculative_methods_serves_kv_calc_and_the_catalog_drafters():

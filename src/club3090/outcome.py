@@ -148,6 +148,7 @@ class NoticeCode(str, Enum):
     # Pull-Emit-Derived [E] (club3090.pipeline.emit_derived)
     GPU_TOPOLOGY_UNDETERMINED = "gpu-topology-undetermined"
     CONTEXT_FITTED = "context-fitted"                          # data: profile_ctx, max_model_len
+    CLASS_DEFAULTS = "class-defaults"                          # data: keys (text_config keys from class defaults)
     LOCAL_FOLDER = "local-folder"                              # data: snapshot
     BOOT_SKIPPED = "boot-skipped"                              # data: why, compose
     # compose generator (club3090.compose.generate)

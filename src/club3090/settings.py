@@ -119,6 +119,7 @@ class Settings:
     hub_command_deadline_s: float = DEFAULT_HUB_COMMAND_DEADLINE_S   # all Hub reads of one command
     download_stall_s: float = DEFAULT_DOWNLOAD_STALL_S               # a download without progress fails
     upstream_url: str = DEFAULT_UPSTREAM_URL                         # club-3090 files (patch payloads)
+    allow_xet: bool = False           # --allow-xet: huggingface_hub's Xet transfer rung (edges/hub.xet_rung)
 
     @property
     def redaction_secrets(self) -> tuple[str, ...]:

@@ -451,6 +451,21 @@ class Catalog:
             return False, "genesis-equipped"
         return True, None
 
+    def static_route(self, key: str) -> str:
+        """For a profile ``compose`` cannot replay: the shipped compose file it comes from and its
+        archive status, so a person can run it from upstream's repository (issue 28 item 7)."""
+        p = self.profiles[key]
+        archive = ("archived: not in upstream's registry at the synced commit" if p.archived
+                   else "in upstream's registry")
+        replaced = f"; replaced by {p.replaced_by}" if p.replaced_by else ""
+        return (f"upstream ships it as {p.compose_path or '(no compose file recorded)'} "
+                f"(status {p.status}, {archive}{replaced}); run that file from a checkout of "
+                f"{self._upstream_repo()} at the catalog's commit")
+
+    def _upstream_repo(self) -> str:
+        up = self.upstream.get("club-3090")
+        return up.repo if up is not None else "upstream's repository"
+
     def need_sm(self, key: str, kv_format: str | None = None) -> Decimal:
         """docs/DESIGN.md §6: max(engine min SM, fallback_sm else required_sm, KV-format floor).
 

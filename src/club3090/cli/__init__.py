@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import importlib
 import json
 import os
@@ -254,6 +255,8 @@ def _main(argv: Sequence[str] | None, make_provider: ProviderFactory | None) -> 
         parser.print_help(sys.stderr)
         return USAGE
     settings = Settings.from_env(hf_home_flag=getattr(args, "hf_home", None), debug=args.debug)
+    if getattr(args, "allow_xet", False):
+        settings = dataclasses.replace(settings, allow_xet=True)
     try:
         if make_provider is None:
             from club3090.edges.provider import LiveProvider

@@ -121,7 +121,7 @@ def _checks(profile_key: str, profile: "Profile", catalog: "Catalog") -> _Checke
     # 1 scope (Catalog.emittable owns the rule)
     emittable, why = catalog.emittable(profile_key)
     if not emittable:
-        return refuse(profile_key, SCOPE, why or "not emittable")
+        return refuse(profile_key, SCOPE, f"{why or 'not emittable'}: {catalog.static_route(profile_key)}")
     engine = catalog.engines[profile.engine]
     runtime = profile.runtime           # emittable: captured, not Genesis-equipped
     if runtime is None:

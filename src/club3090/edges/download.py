@@ -19,8 +19,8 @@ at import). The endpoint and token come from ``Settings`` and are passed explici
   so there is no stale lock to take over and no takeover race.
 - Time: metadata requests have the Hub request deadline (``Settings.hub_deadline_s``); a body
   that makes no progress for ``Settings.download_stall_s`` fails (``request_budget``).
-- Ladder: (1) ``hf_hub_download`` (classic LFS; rung 2, Xet, is not wired: ``HF_HUB_DISABLE_XET``
-  decides as usual), (3) a single-stream GET of the resolve URL, capped at the listed size (no
+- Ladder: (1) ``hf_hub_download`` (classic LFS; rung 2, Xet, only with ``--allow-xet``
+  (``Settings.allow_xet``, ``hub.xet_rung``), never when ``HF_HUB_DISABLE_XET`` is set), (3) a single-stream GET of the resolve URL, capped at the listed size (no
   resume: staging starts empty); both failing is ``fallback-failed``.
 - Offline (``Settings.offline``) the Hub fetcher requests nothing; a repo found in the HF cache is
   copied out of its snapshot by ``folder_fetcher`` instead.
@@ -210,7 +210,8 @@ def hub_fetcher(settings: "Settings", *, revision: str | None = None, timeout: f
         if not meta.etag or meta.size is None:
             raise _Failed(NO_ETAG, f"{filename}: the Hub sent no ETag or size", filename)
         try:
-            with hub.online(), bounded(Budget.for_stream(settings.download_stall_s, STALL_BYTES)):
+            with hub.online(), hub.xet_rung(settings.allow_xet), \
+                    bounded(Budget.for_stream(settings.download_stall_s, STALL_BYTES)):
                 staged = Path(hf_hub_download(repo_id, filename, revision=revision, endpoint=settings.endpoint,
                                               token=token, local_dir=staging, cache_dir=settings.hub_cache,
                                               library_name="club3090", etag_timeout=timeout))

@@ -144,7 +144,8 @@ def fetch_into_cache(settings: "Settings", repo_id: str, commit: str, files: Seq
                                                       "set; run once online", f.name)
                 say(f"[up] weights {i}/{len(files)} {f.name} ({size})")
                 try:
-                    with _online(), bounded(Budget.for_stream(settings.download_stall_s, dl.STALL_BYTES)):
+                    with _online(), _xet(settings), bounded(Budget.for_stream(settings.download_stall_s,
+                                                                               dl.STALL_BYTES)):
                         if dl._is_weights(f.name):
                             cached = _resumable(settings, repo_id, commit, f, hub_cache, bar=bar)
                         else:
@@ -262,6 +263,12 @@ def _online() -> AbstractContextManager[None]:
     from club3090.edges import hub
 
     return hub.online()
+
+
+def _xet(settings: "Settings") -> AbstractContextManager[None]:
+    from club3090.edges import hub
+
+    return hub.xet_rung(settings.allow_xet)
 
 
 __all__ = ["OFFLINE_MISSING", "cached_bytes", "cached_snapshot", "fetch_into_cache", "repo_folder", "serving_files", "snapshot_dir"]

@@ -186,6 +186,26 @@ online = _OnlineOverride()
 """Wrap every online huggingface_hub call (here and in ``download``) in ``with online():``."""
 
 
+_XET_LOCK = threading.Lock()
+
+
+@contextmanager
+def xet_rung(allow: bool) -> Iterator[None]:
+    """The Xet transfer rung of ``hf_hub_download`` for the calls inside: off unless ``allow``
+    (``--allow-xet``); ``HF_HUB_DISABLE_XET`` set by the person keeps it off either way.
+    huggingface_hub reads ``constants.HF_HUB_DISABLE_XET`` at call time, so the switch is scoped."""
+    from huggingface_hub import constants
+
+    with _XET_LOCK:
+        saved = constants.HF_HUB_DISABLE_XET
+        constants.HF_HUB_DISABLE_XET = saved or not allow
+    try:
+        yield
+    finally:
+        with _XET_LOCK:
+            constants.HF_HUB_DISABLE_XET = saved
+
+
 def _status(exc: BaseException) -> int | None:
     response = getattr(exc, "response", None)
     code = getattr(response, "status_code", None)

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 from club3090.fit.kv_formats import canonical_dtype
 from club3090.fit.memory import FitResult, ServeShape, Unpriceable, parse_version, predict, tp_geometry_problem
 from club3090.fit.shape import NO_SHAPE_REQUEST, ShapeRequest
+from club3090.fit.vllm_rules import engine_release
 from club3090.model.context import model_max_len
 from club3090.rig.interconnect import advisories
 
@@ -311,7 +312,7 @@ def _choose(spec: "ModelSpec", gpu_memory_bytes: Sequence[int], catalog: "Catalo
     start = replace(start, mem_util=o.gpu_memory_utilization if o.gpu_memory_utilization is not None
                     else start.mem_util,
                     max_num_seqs=o.max_num_seqs if o.max_num_seqs is not None else start.max_num_seqs,
-                    vllm_version=start.vllm_version or (engine.vllm_version if engine else None),
+                    vllm_version=o.vllm_version or start.vllm_version or engine_release(engine),
                     device_name=device_name or start.device_name)
     priced: list[Candidate] = []
     unpriceable: str | None = None

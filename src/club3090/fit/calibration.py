@@ -19,6 +19,7 @@ from typing import Any
 from club3090.catalog.model import NO_DRAFTER
 from club3090.fit.memory import FitResult, ServeShape, Unpriceable, predict
 from club3090.fit.shape import drafter_terms, profile_shape
+from club3090.fit.vllm_rules import engine_release
 from club3090.model.architecture import parse_config
 from club3090.units import GiB
 
@@ -152,6 +153,8 @@ def anchor_inputs(anchor: Any, catalog: Any) -> AnchorInputs:
         drafter = None if anchor.drafter == NO_DRAFTER else catalog.drafters.get(anchor.drafter)
         overrides["num_speculative_tokens"], overrides["extra_weights_bytes"] = drafter_terms(drafter)
     version = anchor.vllm_version or (engine.vllm_version if engine is not None else None)
+    if version is None and profile is None:    # a nightly without a profile's release: today's line
+        version = engine_release(engine)
     shape = profile_shape(
         profile, catalog, drafter=anchor.drafter is None, tp=tp, pp=pp, mem_util=anchor.mem_util,
         max_model_len=anchor.ctx, max_num_seqs=anchor.max_num_seqs,

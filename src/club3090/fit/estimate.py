@@ -44,7 +44,6 @@ class PriceSettings:
     max_num_batched_tokens: int | None = None
     block_size: int | None = None
     dtype: str | None = None
-    vllm_version: str | None = None
     num_speculative_tokens: int | None = None
     speculative_method: str | None = None   # --speculative-config's method
     enforce_eager: bool = False
@@ -119,7 +118,7 @@ def serving_shape(spec: "ModelSpec", profile: "Profile | None", overrides: Price
         profile, catalog if profile is not None else None, drafter=False, **o.shape.serve_fields(),
         max_num_batched_tokens=o.max_num_batched_tokens, block_size=o.block_size,
         enforce_eager=True if o.enforce_eager else None,
-        vllm_version=o.vllm_version, dtype=o.dtype,
+        dtype=o.dtype,
         num_speculative_tokens=o.num_speculative_tokens if o.num_speculative_tokens is not None else num_spec,
         speculative_method=o.speculative_method, extra_weights_bytes=extra,
         enable_prefix_caching=o.enable_prefix_caching)

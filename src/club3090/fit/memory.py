@@ -45,6 +45,7 @@ from club3090.fit.vllm_rules import (
     AUTO_FIT_FLAG_FROM,
     GRAPH_ESTIMATE_FROM,
     NEWEST_KNOWN_VLLM,
+    RELEASES_IN_USE,
     VERSION_RE,
     capture_sizes,
     choose_engine,
@@ -190,11 +191,38 @@ def predict(arch: Architecture, *, weights_bytes: int, gpu_memory_bytes: Sequenc
     ``drafter``: the config of a separate draft model (EAGLE, DFlash, draft model); with
     ``shape.num_speculative_tokens`` its cache layers join the KV groups (``fit/drafter_kv.py``);
     its weights are ``shape.extra_weights_bytes``."""
+    kwargs: dict[str, Any] = {"weights_bytes": weights_bytes, "gpu_memory_bytes": gpu_memory_bytes,
+                              "weights_bytes_per_rank": weights_bytes_per_rank, "confidence": confidence,
+                              "drafter": drafter}
     try:
-        return _predict(arch, weights_bytes=weights_bytes, gpu_memory_bytes=gpu_memory_bytes, shape=shape,
-                        weights_bytes_per_rank=weights_bytes_per_rank, confidence=confidence, drafter=drafter)
+        if shape.vllm_version is None:
+            return _tightest_release(arch, shape, kwargs)
+        return _predict(arch, shape=shape, **kwargs)
     except CannotPrice as exc:
         return Unpriceable(str(exc))
+
+
+def _tightest_release(arch: Architecture, shape: ServeShape, kwargs: dict[str, Any]) -> FitResult:
+    """No version given: the shape priced on every release line still in use; the tightest answers
+    (the worst verdict, then the smallest pool), naming itself and the band, so a start-up on an
+    older release is never a false "fits"."""
+    priced: list[FitResult] = []
+    refused: CannotPrice | None = None
+    for version in RELEASES_IN_USE:
+        try:
+            priced.append(_predict(arch, shape=replace(shape, vllm_version=version), **kwargs))
+        except CannotPrice as exc:       # e.g. --max-model-len auto before 0.12: that line cannot run it
+            refused = exc
+    if not priced:
+        assert refused is not None
+        raise refused
+    worst = min(priced, key=lambda r: (-VERDICTS.index(r.raw_verdict), r.per_gpu.kv_pool_bytes, r.max_concurrency))
+    pools = [r.per_gpu.kv_pool_bytes / GiB for r in priced]
+    tokens = [r.kv_cache_tokens for r in priced]
+    note = (f"vLLM version not given: priced as vLLM {worst.settings.vllm_version}, the tightest of the release "
+            f"lines in use ({RELEASES_IN_USE[0]} to {RELEASES_IN_USE[-1]}: KV pool {min(pools):.2f}-{max(pools):.2f} "
+            f"GiB per GPU, {min(tokens):,}-{max(tokens):,} tokens); --vllm-version prices one release")
+    return replace(worst, notes=(note, *worst.notes))
 
 
 @dataclass(frozen=True, slots=True)
@@ -338,7 +366,8 @@ def _prepare(arch: Architecture, shape: ServeShape, gpu_memory_bytes: Sequence[i
                 model_bytes=model_bytes,
                 ssm_bytes=dtype_bytes(ssm_name) if ssm_name and ssm_name != "auto" else model_bytes,
                 num_spec=int(shape.num_speculative_tokens or 0),
-                nvswitch=shape.nvswitch if shape.nvswitch is not None else (min(mems) >= 70 * GiB),
+                nvswitch=shape.nvswitch if shape.nvswitch is not None else (
+                    min(mems) >= 70 * GiB and profiling.nvls_capable(shape.device_name, shape.compute_capability)),
                 util=Fraction(res.mem_util).limit_denominator(10_000), block_size=shape.block_size, repack=Fraction(0),
                 weights_bytes=int(weights_bytes), weights_bytes_per_rank=weights_bytes_per_rank)
 
@@ -423,7 +452,8 @@ def _stage_ranks(run: _Run, stage: int, first_layer: int, num_layers: int, layou
                                last_stage=last, num_spec=run.num_spec, engine=res.engine,
                                encoder=shape.mm_encoder_profiling and stage == 0,
                                graphs_in_budget=res.engine == "v1" and run.ver >= GRAPH_ESTIMATE_FROM,
-                               native_sampler=native_sampler(run.ver, res.engine))
+                               native_sampler=native_sampler(run.ver, res.engine) if shape.sampler_sorts is None
+                               else res.engine == "v1" and shape.sampler_sorts)
     subtracted = graphs if res.cudagraphs_subtracted else 0
     ranks = []
     for tp_rank in range(tp):

@@ -3,8 +3,8 @@ of the profile run (forward pass, sampler and speculative rejection sampler, mul
 and the CUDA-graph pool.
 
 Each term is a small physical formula; its coefficient is fitted to public start-up logs with
-leave-one-group-out validation (``benchmarks/accuracy.py``, docs/ACCURACY.md). Module constants,
-no per-model values.
+grouped cross-validation (``benchmarks/refit.py``: leave one source, GPU class or release line out;
+docs/ACCURACY.md). Module constants, no per-model values.
 
 What the profile run does (``v1/worker/gpu_model_runner.py::profile_run``): encoder profiling for
 multimodal models (a dummy batch of ``encoder budget // tokens per item`` maximal images, the
@@ -28,6 +28,7 @@ from club3090.units import GiB
 __all__ = [
     "ACT_FORWARD_COEF",
     "ACT_FORWARD_COEF_GRAPHS",
+    "ACT_FORWARD_COEF_V0",
     "CUDAGRAPH_BASE_TOKENS",
     "CUDAGRAPH_PER_GRAPH_TOKENS",
     "ENCODER_COEF",
@@ -41,6 +42,7 @@ __all__ = [
     "cudagraph_bytes",
     "encoder_items",
     "non_torch_bytes",
+    "nvls_capable",
 ]
 
 
@@ -49,7 +51,9 @@ NON_TORCH_TP1 = int(0.20 * GiB)            # cuBLAS/attention workspaces that ap
 NON_TORCH_MULTI = int(0.30 * GiB)          # + NCCL / custom all-reduce buffers once world size > 1
 NON_TORCH_NVSWITCH = int(1.45 * GiB)       # + NCCL NVLS (NVSwitch multicast) buffers, TP > 1 on SXM parts
 # activation peak: max(forward, sampler, encoder)
-ACT_FORWARD_COEF = 1.5                     # x the per-token activation width (bytes) x tokens, up to 0.20
+ACT_FORWARD_COEF = 1.5                     # x the per-token activation width (bytes) x tokens, V1 up to 0.20
+ACT_FORWARD_COEF_V0 = 1.5                  # the same on the V0 engine (no piecewise compilation; its profile
+                                           # batch is the whole context without chunked prefill): fitted apart
 ACT_FORWARD_COEF_GRAPHS = 1.3              # the same from 0.21, where the graph estimate is separate
 SAMPLER_COEF = 3.75                        # x fp32 logits (num_reqs x vocab x 4 B): a kernel top-k/top-p
 SAMPLER_NATIVE_COEF = 9.7                  # the same with PyTorch's full sort (values, int64 indices,
@@ -124,7 +128,8 @@ def activation(arch: Architecture, *, tp: int, tokens: int, num_seqs: int, last_
     line subtracts a CUDA-graph estimate, 0.21 on; its forward coefficient is fitted separately;
     ``native_sampler``: top-k / top-p by a full sort of the logits)."""
     enc_peak, enc_cache = _encoder_bytes(arch, tokens) if encoder else (0, 0)
-    coef = ACT_FORWARD_COEF_GRAPHS if graphs_in_budget else ACT_FORWARD_COEF
+    coef = ACT_FORWARD_COEF_GRAPHS if graphs_in_budget else ACT_FORWARD_COEF_V0 if engine == "v0" \
+        else ACT_FORWARD_COEF
     forward = int(coef * tokens * activation_width(arch, tp)) + enc_cache
     sampler = 0
     if last_stage:
@@ -133,6 +138,22 @@ def activation(arch: Architecture, *, tp: int, tokens: int, num_seqs: int, last_
             + (SPEC_SAMPLER_COEF if num_spec > 0 else 0.0)
         sampler = int(rows * reqs * arch.vocab_size * 4)
     return Activation(forward, sampler, enc_peak)
+
+
+# NCCL's NVLS (NVLink SHARP multicast) buffers need Hopper-generation NVSwitch (sm 9.0+): an A100
+# SXM board has NVSwitch but no multicast, so its TP ranks do not pay them
+_NO_NVLS_NAMES = ("a100", "a800", "v100", "a40", "a30", "a10", "a6000", "l40", "l4", "l20")
+
+
+def nvls_capable(device_name: str | None, compute_capability: str | None) -> bool:
+    """Whether NCCL allocates NVLS buffers on this GPU (unknown: assumed, the safe side)."""
+    if compute_capability:
+        try:
+            return int(str(compute_capability).split(".")[0]) >= 9
+        except ValueError:
+            return True
+    name = (device_name or "").lower()
+    return not any(part in name for part in _NO_NVLS_NAMES)
 
 
 def non_torch_bytes(tp: int, pp: int, nvswitch: bool) -> int:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Final
 from club3090.argv import flag_value
 from club3090.errors import CatalogError, InterpolationError, Problem
 from club3090.fit.memory import ServeShape
-from club3090.fit.vllm_rules import SPECULATIVE_METHODS
+from club3090.fit.vllm_rules import SPECULATIVE_METHODS, engine_release
 from club3090.interpolate import interpolate
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
@@ -54,6 +54,7 @@ class ShapeRequest:
     max_model_len: int | _Auto | None = None
     kv_cache_dtype: str | None = None
     max_num_seqs: int | None = None
+    vllm_version: str | None = None           # ``--vllm-version``: the release to price instead of the pin
 
     @property
     def length(self) -> int | None:
@@ -65,7 +66,8 @@ class ShapeRequest:
         length = VLLM_AUTO_LEN if self.max_model_len is AUTO else self.max_model_len
         return {"tp": self.tensor_parallel_size, "pp": self.pipeline_parallel_size,
                 "mem_util": self.gpu_memory_utilization, "max_model_len": length,
-                "kv_cache_dtype": self.kv_cache_dtype, "max_num_seqs": self.max_num_seqs}
+                "kv_cache_dtype": self.kv_cache_dtype, "max_num_seqs": self.max_num_seqs,
+                "vllm_version": self.vllm_version}
 
 
 NO_SHAPE_REQUEST = ShapeRequest()
@@ -183,7 +185,7 @@ def profile_shape(profile: "Profile | None", catalog: "Catalog | None", *, draft
             "max_model_len": profile.max_model_len, "max_num_seqs": profile.max_num_seqs,
             "max_num_batched_tokens": profile_batched_tokens(profile),
             "kv_cache_dtype": profile.kv_format or "auto",
-            "vllm_version": engine.vllm_version,
+            "vllm_version": engine_release(engine),
             "mm_encoder_profiling": profile_encoder_profiling(profile),
             "enable_prefix_caching": profile_prefix_caching(profile),
         }

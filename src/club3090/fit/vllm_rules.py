@@ -1,8 +1,9 @@
 """vLLM's start-up rules by release line: which engine runs, what it profiles with, what it logs.
 
 Each rule names the vLLM code it follows (paths relative to the ``vllm/`` package, at the release
-line where it applies). An unparseable or missing version is priced as :data:`NEWEST_KNOWN_VLLM`
-and the caller says so (:func:`version_note`).
+line where it applies). A missing version is priced over :data:`RELEASES_IN_USE` and the tightest
+line answers (``memory.predict``); an unparseable one as :data:`NEWEST_KNOWN_VLLM`; the answer says
+which (:func:`version_note`).
 
 - Engine (``engine/arg_utils.py::_is_v1_supported_oracle``, ``envs.py`` ``VLLM_USE_V1``): V0 before
   0.8.0; V1 by default from 0.8.0, falling back to V0 for what that line's V1 lacked; V1 only from
@@ -59,6 +60,7 @@ __all__ = [
     "KERNEL_SAMPLER_FROM",
     "MAMBA_ALIGN_FROM",
     "NEWEST_KNOWN_VLLM",
+    "RELEASES_IN_USE",
     "SPECULATIVE_METHODS",
     "V0_REMOVED_FROM",
     "V1_DEFAULT_FROM",
@@ -67,6 +69,7 @@ __all__ = [
     "batch_defaults",
     "capture_sizes",
     "choose_engine",
+    "engine_release",
     "fp8_marlin_scale_ratio",
     "mamba_cache_mode",
     "mla_block_size",
@@ -83,6 +86,10 @@ Version = tuple[int, int, int]
 # speculative tokens under vLLM (``mtp_gguf`` and ``dspark`` are llama.cpp drafters, not here)
 SPECULATIVE_METHODS = ("mtp", "eagle", "eagle3", "dflash", "draft_model", "ngram", "suffix", "mtp_assistant")
 NEWEST_KNOWN_VLLM = "0.33.0"
+# the release lines a version-less answer is priced over (the tightest wins): the first V1-only
+# line, the last with the full-sort sampler, the last with CUDA graphs outside the budget, the
+# first that subtracts their estimate, and today's
+RELEASES_IN_USE: tuple[str, ...] = ("0.11.0", "0.16.0", "0.20.0", "0.21.0", NEWEST_KNOWN_VLLM)
 V1_DEFAULT_FROM: Version = (0, 8, 0)
 V0_REMOVED_FROM: Version = (0, 11, 0)
 PP_MP_ON_V1_FROM: Version = (0, 9, 0)      # 0.8.x V1 ran PP only with the Ray executor
@@ -120,6 +127,14 @@ def parse_version(version: str | None) -> Version:
         match = VERSION_RE.match(NEWEST_KNOWN_VLLM)
         assert match is not None
     return int(match.group(1)), int(match.group(2)), int(match.group(3) or 0)
+
+
+def engine_release(engine: Any) -> str | None:
+    """The release a catalog engine runs: its tag's version; a vLLM nightly is today's line (it
+    is not a version-less answer: the build is known to be at least the newest release)."""
+    if engine is None:
+        return None
+    return engine.vllm_version or (NEWEST_KNOWN_VLLM if engine.type == "vllm" else None)
 
 
 def version_note(version: str | None) -> str | None:

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from club3090.fit.memory import tp_geometry_problem
 from club3090.gate.flags import BYPASS_EXPERIMENTAL_ARCH, BYPASS_TRUST_REMOTE_CODE
 from club3090.outcome import Reason, Stop, Stratum, Token
-from club3090.rig.hardware import HardwareFacts
+from club3090.rig.hardware import HardwareFacts, mixed_generations
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from club3090.catalog.model import ArchRow, Catalog, Engine, Profile
@@ -218,6 +218,10 @@ def _hardware_finding(inputs: EngineInputs, catalog: "Catalog", kv_format: str, 
         return EngineFinding(EngineState.ENGINE_SUPPORT_UNKNOWN, None, frozenset(),
                              f"{why}; refusing to judge the runtime blind", arch_name,
                              Reason.HARDWARE_SM_UNDETERMINED, need)
+    mixed = mixed_generations(hw.names[:tp], hw.sms[:tp])
+    if p.requires_homogeneous_arch and mixed:
+        return incompatible(f"profile {p.key} requires every GPU of one generation (requires_homogeneous_arch: "
+                            f"its kernels are built for one SM); this rig mixes {mixed}")
     kv_floor, kv_ceiling = catalog.kv_sm_window(kv_format)
     if kv_ceiling is not None and hw.sm > kv_ceiling:
         return incompatible(f"{kv_format} KV is only built for SM {kv_floor or 0} to {kv_ceiling}; "

@@ -51,7 +51,9 @@ def check_profile(key: str, catalog: "Catalog", *, path: str,
         if not ok:
             return Stop(Stratum.PROFILE_LIKE, Reason.PROFILE_NOT_EMITTABLE,
                         detail=_frozen({"profile_like": key, "not_emittable_reason": why,
-                                        "message": NOT_EMITTABLE_TEXT[why or ""][0]}))
+                                        "shipped_compose": profile.compose_path, "archived": profile.archived,
+                                        "message": f"{NOT_EMITTABLE_TEXT[why or ''][0]}; "
+                                                   f"{catalog.static_route(key)}"}))
         if curated_model is None:
             return Stop(Stratum.PROFILE_LIKE, Reason.PROFILE_MISMATCH,
                         detail=_frozen({"profile_like": key,

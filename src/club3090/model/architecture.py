@@ -29,9 +29,10 @@ Pure: no I/O, no environment, no printing.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
+from club3090.model.class_defaults import complete_text_config
 from club3090.model.config_reading import (
     DIMENSION_CAPS,
     SIGNED_DIMENSIONS,
@@ -110,6 +111,7 @@ class Architecture:
     derived_max_model_len: int | None = None      # vLLM's default max_model_len (rope scaling applied)
     notes: tuple[str, ...] = field(default=())
     vision: VisionSpec | None = None              # the vision tower vLLM's encoder profiling runs
+    class_defaults: tuple[str, ...] = ()          # text_config keys filled from transformers' class defaults
 
     @property
     def is_moe(self) -> bool:
@@ -156,13 +158,14 @@ def _empty(config: Mapping[str, Any], reason: str) -> Architecture:
 
 
 def _parse(config: Mapping[str, Any]) -> Architecture:
+    config, defaulted, completed = complete_text_config(config)   # a wrapper's text_config left to class defaults
     cfg, inner, has_vision = _merged_text_config(config)
     archs = _architectures(config)
     model_type = str(config.get("model_type") or cfg.get("model_type") or "")
     text_model_type = str(cfg.get("model_type") or model_type)
     fam = family(text_model_type)      # the language model's family drives its layout and defaults
     _apply_family_defaults(cfg, fam)
-    notes: list[str] = []
+    notes: list[str] = [completed] if completed else []
     problems: list[str] = _out_of_range(cfg)
     dims = _dimensions(cfg, fam, notes)
     moe = _moe(cfg, dims.intermediate)
@@ -174,8 +177,9 @@ def _parse(config: Mapping[str, Any]) -> Architecture:
     problems.extend(layout.problems)
     notes.extend(layout.notes)
     _check_required(dims, layout, problems, notes)
-    return _assemble(config, cfg, inner, has_vision=has_vision, archs=archs, model_type=model_type, fam=fam,
-                     dims=dims, moe=moe, layout=layout, problems=problems, notes=notes)
+    return replace(_assemble(config, cfg, inner, has_vision=has_vision, archs=archs, model_type=model_type, fam=fam,
+                             dims=dims, moe=moe, layout=layout, problems=problems, notes=notes),
+                   class_defaults=defaulted)
 
 
 def _architectures(config: Mapping[str, Any]) -> tuple[str, ...]:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from club3090.fit.auto_shape import Candidate, ShapeChoice, choose_shape, pick_engine
 from club3090.fit.shape import NO_SHAPE_REQUEST, ShapeRequest
 from club3090.gate.engine_support import find_arch_row
+from club3090.gate.routing import count_class
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from club3090.catalog.model import Catalog, Profile
@@ -25,10 +26,6 @@ AUTO_KEY = "auto"
 
 __all__ = ["AUTO_KEY", "AutoShape", "auto_profile", "automatic_shape", "catalog_with", "count_class", "curated_default",
            "derive_choice"]
-
-
-def count_class(gpu_count: int) -> str:
-    return "single" if gpu_count <= 1 else "dual" if gpu_count == 2 else "multi"
 
 
 # a curated profile's shape was sized on its reference card: it is the default on a card of about

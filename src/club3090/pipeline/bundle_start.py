@@ -154,16 +154,21 @@ def _verify(req: UpRequest, log: FactLog, state: dict[str, Any], provider: Provi
     missing = None if engine.tools_flag in state.get("argv", []) else engine.tools_flag
     skipped = facts.ToolsSkipped(by_user, missing) if by_user or missing else None
     why = "--skip-tools" if by_user else f"no {missing}"
-    report = verify(client, model=model, skip_tools=skipped is not None, skip_tools_why=why,
+    report = verify(client, model=model, full=True, skip_tools=skipped is not None, skip_tools_why=why,
                     hints=engine.verify_hints, progress=_spinner(req))
     if skipped is not None:
         log.add(skipped)
     log.add(facts.Verified(report))
-    ok = smoke.floor_green and report.ok
-    state.update(verified=ok)
+    stressed = _stress(req, client, model, skipped is not None) if req.stress and smoke.floor_green and report.ok \
+        else None
+    if stressed is not None:
+        log.add(facts.Verified(stressed, stress=True))
+    full_ok = smoke.floor_green and report.ok
+    ok = full_ok and (not req.stress or (stressed is not None and stressed.ok))
+    state.update(verified=full_ok, verified_stress=stressed.ok if stressed is not None else None)
     if state.get("directory"):
         write_state(Path(state["directory"]), state, provider.write_file)
-    log.add(facts.Serving(url, model, result_dir(state), ok))
+    log.add(facts.Serving(url, model, result_dir(state), full_ok, req.stress, stressed is not None and stressed.ok))
     return log.result(Outcome.OK if ok else Outcome.FAILED, state, None if ok else VERIFY_FAILED)
 
 
@@ -171,6 +176,13 @@ def _spinner(req: UpRequest) -> Callable[[str], None]:
     """Each verify check on the spinner line while it runs (the table is printed once, from the facts)."""
     spin = req.progress.spin
     return spin if spin is not None else (lambda _line: None)
+
+
+def _stress(req: UpRequest, client: Any, model: str, skip_tools: bool) -> Any:
+    """``up --stress``: verify-stress (the needle ladder, the tool-result prefill, the probes)."""
+    from club3090.validate.stress import stress
+
+    return stress(client, model=model, skip_tools=skip_tools, progress=_spinner(req))
 
 
 def result_dir(state: dict[str, Any]) -> str:

@@ -22,7 +22,7 @@ from club3090.fit.speed import SpeedEstimate, estimate_speed
 from club3090.gate.advisories import advise
 from club3090.outcome import Notice, Outcome, Reason, Stop, Stratum
 from club3090.pipeline import engines
-from club3090.pipeline.auto_profile import automatic_shape, weights_of
+from club3090.pipeline.auto_profile import AutoShape, automatic_shape, weights_of
 from club3090.pipeline.stages import calibrated
 from club3090.rig.gpus import GpuSet, card_set
 from club3090.rig.hardware import HardwareFacts, resolve_hardware
@@ -31,6 +31,7 @@ if TYPE_CHECKING:  # pragma: no cover - typing only
     from club3090.catalog.model import Catalog
     from club3090.engines.llamacpp.fits import GgufListing
     from club3090.fit.memory import ServeShape
+    from club3090.gate.cliffs import Cliff
     from club3090.model.spec import ModelSpec
     from club3090.pipeline.provider import Provider
 
@@ -49,6 +50,7 @@ class FitsRequest:
     cache_type_v: str | None = None
     gguf: bool = False                       # price a repo's GGUF files even when it has safetensors
     quant: str | None = None                 # --quant: only this quant of a GGUF repo
+    user_defaults: Mapping[str, str] = field(default_factory=dict)   # model id -> the person's default profile
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +74,7 @@ class FitsRow:
     shape: "ServeShape | None" = field(default=None, compare=False, repr=False)
     gguf: "GgufListing | None" = None        # a GGUF repo: every quant priced for llama.cpp
     gguf_files: tuple[str, ...] = ()         # a safetensors repo that also holds GGUF files
+    cliffs: "tuple[Cliff, ...]" = ()         # known failure modes from the catalog (gate.cliffs), shown first
 
     @property
     def context(self) -> int:
@@ -101,6 +104,7 @@ class FitsRow:
                 "gguf": self.gguf.to_json() if self.gguf is not None else None,
                 "gguf_files": list(self.gguf_files),
                 "advisories": [n.to_json() for n in self.advisories],
+                "cliffs": [c.to_json() for c in self.cliffs],
                 "worst_rank": worst_rank(fit, self.tp, self.gpus_per_node) if fit else None}
 
 
@@ -202,7 +206,9 @@ def vllm_row(name: str, provider: "Provider", hw: HardwareFacts, request: FitsRe
                            stop=f"{resolved.token}: {resolved.detail.get('message', '')}".rstrip(": "))
         facts = resolved
     repo = repo_of(facts, catalog)
-    auto = automatic_shape(facts, hw, catalog, request.shape, min_context=request.min_context)
+    mine = _own_default(facts, catalog, request, hw.count)
+    auto = AutoShape(profile=mine) if mine is not None else \
+        automatic_shape(facts, hw, catalog, request.shape, min_context=request.min_context)
     if auto.profile is not None:
         curated = _curated_row(name, repo, facts, catalog, hw, auto.profile, request.min_context)
         if curated.fits or hw.nodes == 1:
@@ -219,6 +225,18 @@ def vllm_row(name: str, provider: "Provider", hw: HardwareFacts, request: FitsRe
                    choice=choice, fit=pick.fit, tp=pick.shape.tp, pp=pick.shape.pp,
                    kv_cache_dtype=pick.shape.kv_cache_dtype, facts=facts, shape=pick.shape,
                    gguf_files=facts.gguf_files)
+
+
+def _own_default(facts: "ModelSpec", catalog: "Catalog", request: FitsRequest, gpus: int) -> str | None:
+    """The person's default profile for this curated model (``profiles --set-default``), when it is a
+    vLLM profile of these weights for at most ``gpus`` GPUs and no shape flag was given."""
+    if facts.curated is None or request.shape != ShapeRequest():
+        return None
+    key = catalog.profile_key(request.user_defaults.get(facts.curated.model_id) or "")
+    if key is None or engines.for_profile(catalog, key) is not engines.DEFAULT:
+        return None
+    p = catalog.profiles[key]
+    return key if p.weights_variant == facts.curated.variant_id and p.tp * p.pp <= gpus else None
 
 
 def _is_hub_repo(name: str) -> bool:
@@ -271,12 +289,26 @@ def with_speed(row: FitsRow, catalog: "Catalog", cards: GpuSet) -> FitsRow:
 
 
 def with_advice(row: FitsRow, catalog: "Catalog", hw: HardwareFacts) -> FitsRow:
-    """The row with the stratum-5 advisories that apply to it (none for a curated model that fits)."""
+    """The row with the known cliffs and the stratum-5 advisories that apply to it (no advisory for a
+    curated model that fits)."""
+    row = with_cliffs(row, catalog)
     if row.facts is None or row.facts.source == "local" or (row.fits and row.facts.curated is not None):
         return row
     notes = advise(row.facts, catalog, fit=row.fit, memory=hw.memory_bytes,
                    device_name=hw.names[0] if hw.names else None, gpu_count=hw.count)
     return replace(row, advisories=notes) if notes else row
+
+
+def with_cliffs(row: FitsRow, catalog: "Catalog") -> FitsRow:
+    from club3090.gate.cliffs import known_cliffs
+
+    facts = row.facts
+    if facts is None:
+        return row
+    cliffs = known_cliffs(catalog, profile=catalog.profiles.get(row.profile or ""),
+                          curated_model=facts.curated.model_id if facts.curated else None,
+                          architecture=facts.arch.architecture)
+    return replace(row, cliffs=cliffs) if cliffs else row
 
 
 def repo_of(facts: "ModelSpec", catalog: "Catalog") -> str | None:

@@ -66,6 +66,7 @@ def price(request: PriceRequest, provider: "Provider") -> object:
     catalog = provider.catalog()
     if not request.model and not request.profile:
         raise UsageError("kv-calc needs MODEL or --profile")
+    request = renamed(request, catalog)
     if request.profile and request.profile not in catalog.profiles:
         raise UsageError(f"unknown profile {request.profile!r}{did_you_mean(request.profile, catalog)}; "
                          "list them with `club3090 profiles`")
@@ -189,6 +190,17 @@ def did_you_mean(name: str, catalog: "Catalog") -> str:
 
     close = difflib.get_close_matches(name, list(catalog.profiles), n=3, cutoff=0.75)
     return f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+
+
+def renamed(request: "PriceRequest", catalog: "Catalog") -> "PriceRequest":
+    """An old (renamed) profile slug, as ``--profile`` or MODEL, read through the catalog's aliases
+    (the seed's kv-calc alias fix): the request names the current profile."""
+    from dataclasses import replace
+
+    profile = catalog.profile_key(request.profile) if request.profile else None
+    model = catalog.profile_key(request.model) if request.model and "/" in request.model else None
+    return replace(request, profile=profile or request.profile,
+                   model=model if model and model != request.model else request.model)
 
 
 def looks_like_profile_typo(name: str, catalog: "Catalog") -> bool:

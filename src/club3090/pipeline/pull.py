@@ -23,6 +23,7 @@ if TYPE_CHECKING:  # pragma: no cover - typing only
     from club3090.catalog.model import Catalog
     from club3090.fit.auto_shape import ShapeChoice
     from club3090.fit.memory import FitResult
+    from club3090.gate.cliffs import Cliff
     from club3090.gate.engine_support import EngineFinding
     from club3090.pipeline.emit_derived import EReport, EStages
     from club3090.pipeline.provider import Provider
@@ -32,7 +33,9 @@ if TYPE_CHECKING:  # pragma: no cover - typing only
 # Our wording of the upstream design's boot-fit caveat.
 CAVEAT = ("This verdict is about start-up only: the model is predicted to load and serve at the "
           "configured context, which says nothing about staying stable under long-running or "
-          "ever-growing conversations. Run a continuous soak test before you rely on it.")
+          "ever-growing conversations: fitting at boot is necessary, not sufficient (the accumulated-context "
+          "and prefill cliffs show up later, in long agent sessions). Run `club3090 soak --mode continuous` "
+          "before you rely on it.")
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +90,7 @@ class PullResult:
     choice: "ShapeChoice | None" = None      # the derived shape, with its reason and runner-ups
     dry_run: bool = False
     advisories: tuple[Notice, ...] = ()      # stratum-5 advice (gate.advisories); never changes the decision
+    cliffs: "tuple[Cliff, ...]" = ()         # known failure modes from the catalog (gate.cliffs), shown first
 
     @property
     def stratum_name(self) -> str:
@@ -142,6 +146,7 @@ class PullResult:
             "shape_source": self.shape_source,
             "shape": self.choice.to_json() if self.choice is not None else None,
             "advisories": [n.to_json() for n in self.advisories],
+            "cliffs": [c.to_json() for c in self.cliffs],
         }
 
 
@@ -177,7 +182,18 @@ def evaluate(request: PullRequest, provider: "Provider", *, stages: "EStages | N
     emission = Emission(notices=(across,)) if across is not None else emit(verdict, catalog, provider, stages,
                                                                                captures_root)
     bundle = record(verdict, emission, provider, captures_root)
-    return replace(assemble(verdict, emission, bundle), advisories=advisories(verdict, catalog))
+    return replace(assemble(verdict, emission, bundle), advisories=advisories(verdict, catalog),
+                   cliffs=cliffs_of(verdict.gate, catalog))
+
+
+def cliffs_of(at: Any, catalog: "Catalog") -> "tuple[Cliff, ...]":
+    """The known cliffs of the model and profile the gate judged (``gate.cliffs``)."""
+    from club3090.gate.cliffs import known_cliffs
+
+    spec = at.spec
+    return known_cliffs(catalog, profile=at.profile,
+                        curated_model=spec.curated.model_id if spec is not None and spec.curated else None,
+                        architecture=spec.arch.architecture if spec is not None else "")
 
 
 def advisories(verdict: Verdict, catalog: "Catalog") -> tuple[Notice, ...]:

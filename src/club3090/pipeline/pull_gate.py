@@ -290,6 +290,9 @@ def check_engine(at: Gate, catalog: "Catalog") -> tuple[Gate, Stop | None]:
         at = at.noting(Notice(NoticeCode.TRC_NOT_NEEDED,
                               f"trust-remote-code not needed: arch row {row.arch} says unverified, and {evidence}",
                               {"evidence": evidence, "arch": row.arch}))
+    if arch.class_defaults:
+        at = at.noting(Notice(NoticeCode.CLASS_DEFAULTS, next(n for n in arch.notes if "class defaults" in n),
+                              {"keys": arch.class_defaults}))
     given = request.given
     if at.path == "A":
         given = given - {BYPASS_EXPERIMENTAL_ARCH}   # --experimental-arch is Path B only

@@ -84,6 +84,7 @@ class UpRequest:
     trust_remote_code: bool = False
     force: bool = False
     skip_tools: bool = False
+    stress: bool = False                       # --stress: SERVING also needs verify-stress green
     # the llama.cpp family (GGUF repos, llama.cpp-family profiles); `pull --out` keeps the seed's refusals
     llamacpp: bool = True
     quant: str | None = None

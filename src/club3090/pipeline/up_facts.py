@@ -30,7 +30,7 @@ __all__ = [
     "EnginePlanned",
     "Fact",
     "FactLog",
-    "GateAnswered",
+    "GateAnswered", "KnownCliffs",
     "NotStarted",
     "PortInUse",
     "Ready",
@@ -55,6 +55,13 @@ class GateAnswered:
     """The pull gate's answer ``up`` starts from: the plan, shown first."""
 
     gate: "PullResult"
+
+
+@dataclass(frozen=True)
+class KnownCliffs:
+    """The profile's known cliffs (``gate.cliffs``), shown before anything else."""
+
+    cliffs: tuple[Any, ...]
 
 
 @dataclass(frozen=True)
@@ -157,7 +164,10 @@ class ToolsSkipped:
 
 @dataclass(frozen=True)
 class Verified:
-    report: "VerifyReport"
+    """``verify --full``'s table (``stress``: verify-stress's, run after it with ``up --stress``)."""
+
+    report: Any                      # validate.verify.VerifyReport, or validate.stress's report
+    stress: bool = False
 
 
 @dataclass(frozen=True)
@@ -165,7 +175,9 @@ class Serving:
     url: str
     model: str
     directory: str
-    ok: bool
+    ok: bool                         # the smoke and every verify --full check green
+    stress: bool = False             # up --stress: verify-stress gates SERVING too
+    stress_ok: bool = False
 
 
 @dataclass(frozen=True)
@@ -225,7 +237,7 @@ class SwapRefused:
     mismatches: tuple["Mismatch", ...] = ()
 
 
-Fact = (GateAnswered | EnginePlanned | EngineNoFit | DerivedLaunch | BundleWritten | WeightsFetched | EmitOnly | NotStarted | PortInUse | Ready | ReceiptWritten | ReceiptSkipped | Smoke | ToolsSkipped | Verified | Serving | StartFailed | ClusterWritten | SwapNote | SwapFits | SwapPriced | SwapRefused)
+Fact = (GateAnswered | KnownCliffs | EnginePlanned | EngineNoFit | DerivedLaunch | BundleWritten | WeightsFetched | EmitOnly | NotStarted | PortInUse | Ready | ReceiptWritten | ReceiptSkipped | Smoke | ToolsSkipped | Verified | Serving | StartFailed | ClusterWritten | SwapNote | SwapFits | SwapPriced | SwapRefused)
 
 
 def _quiet(_fact: Fact) -> None:
@@ -248,7 +260,7 @@ class UpResult:
 
     @property
     def verify(self) -> "VerifyReport | None":
-        return next((f.report for f in reversed(self.facts) if isinstance(f, Verified)), None)
+        return next((f.report for f in reversed(self.facts) if isinstance(f, Verified) and not f.stress), None)
 
     @property
     def receipt(self) -> "BootReceipt | None":

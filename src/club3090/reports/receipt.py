@@ -36,7 +36,7 @@ MEASURED_TERMS: tuple[str, ...] = (
 )
 # the terms the fit engine predicts, compared with the measured ones
 PREDICTED_TERMS: tuple[str, ...] = ("available_kv_cache_gib", "gpu_kv_cache_tokens", "num_gpu_blocks",
-                                    "max_concurrency")
+                                    "max_concurrency", "non_torch_gib", "activation_peak_gib", "cudagraph_gib")
 
 
 def predict_terms(log: StartupLog, config: Mapping[str, Any], *, gpu_memory_gib: float | None,
@@ -63,7 +63,8 @@ def predict_terms(log: StartupLog, config: Mapping[str, Any], *, gpu_memory_gib:
             block_size=shape.get("block_size"), kv_cache_dtype=str(shape.get("kv_cache_dtype") or "auto"),
             enforce_eager=bool(shape.get("enforce_eager")), vllm_version=log.vllm_version,
             dtype=shape.get("dtype") if shape.get("dtype") not in (None, "auto") else None,
-            device_name=gpu_name)
+            device_name=gpu_name,
+            sampler_sorts=None if log.sampler is None else log.sampler == "PyTorch-native")
         result = fit_memory.predict(parse_config(dict(config)), weights_bytes=0,
                                     weights_bytes_per_rank=weights_per_rank_bytes(float(weights)),
                                     gpu_memory_bytes=[int(memory * GiB)], shape=serve)
@@ -76,6 +77,10 @@ def predict_terms(log: StartupLog, config: Mapping[str, Any], *, gpu_memory_gib:
         "gpu_kv_cache_tokens": result.kv_cache_tokens,
         "num_gpu_blocks": result.num_blocks,
         "max_concurrency": round(result.max_concurrency, 2),
+        # the separate terms the log's breakdown measures (per rank)
+        "non_torch_gib": round(result.per_gpu.non_torch_bytes / GiB, 4),
+        "activation_peak_gib": round(result.per_gpu.activation_bytes / GiB, 4),
+        "cudagraph_gib": round((result.per_gpu.cudagraph_bytes or result.cudagraph_outside_budget_bytes) / GiB, 4),
         "raw_verdict": result.raw_verdict,
         "confidence": result.confidence,
         "breakdown_gib": {k: round(v / GiB, 4) for k, v in result.per_gpu.to_json().items()},

@@ -18,44 +18,84 @@ from __future__ import annotations
 
 import ast
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 MAX_LINES = 200_000
 MAX_LINE = 64 * 1024
-_GIB_PER = {"gib": 1.0, "gb": 1.0, "mib": 1 / 1024, "mb": 1 / 1024, "kib": 1 / 1024**2, "kb": 1 / 1024**2}
+_GIB_PER = {"gib": 1.0, "gb": 1.0, "mib": 1 / 1024, "mb": 1 / 1024, "kib": 1 / 1024**2, "kb": 1 / 1024**2,
+            "bytes": 1 / 1024**3}
 
-_NUM = r"(\d[\d,]*(?:\.\d+)?)"
-_VERSION_LINE = re.compile(r"Initializing an? (?:(V0|V1) )?LLM engine \(v([^)\s]+)\) with config: (.*)")
-_SERVER_VERSION = re.compile(r"vLLM API server version (\S+)")
-_NON_DEFAULT = re.compile(r"non-default args: (\{.*\})\s*$")
-_MODEL_LOADING = re.compile(r"Model loading took " + _NUM + r" ?(GiB|GB)(?: memory)?(?: and " + _NUM + r" ?s)?", re.I)
-_WEIGHTS_TOOK = re.compile(r"Loading model weights took " + _NUM + r" ?(GiB|GB)", re.I)
+# Every pattern is linear on a bounded line: each quantifier is bounded (a number has at most
+# 24 digits, a name 128 characters) or runs to the line's end once, so a hostile line costs
+# O(length), never O(length^2) (issue 29, BUG-2).
+_NUM = r"(\d[\d,]{0,24}(?:\.\d{1,12})?)"
+_SNUM = r"(-?\d[\d,]{0,24}(?:\.\d{1,12})?)"     # a signed figure: vLLM prints negative non-torch growth
+_UNIT = r" ?(GiB|GB)"
+# a figure that precedes its label ("1.46 GiB for peak activation"): it must start a number
+_LEAD = r"(?<![\d.,])" + _SNUM + _UNIT
+_VERSION_LINE = re.compile(r"Initializing an? (?:(V0|V1) )?LLM engine \(v([^)\s]{1,64})\) with config: (.*)")
+_SERVER_VERSION = re.compile(r"vLLM API server version (\S{1,64})")
+_MODEL_LOADING = re.compile(r"Model loading took " + _NUM + _UNIT + r"(?: memory)?(?: and " + _NUM + r" ?s)?", re.I)
+_WEIGHTS_TOOK = re.compile(r"Loading model weights took " + _NUM + _UNIT, re.I)
 _LOADING_SECONDS = re.compile(r"Loading weights took " + _NUM + r" ?seconds", re.I)
-_TOTAL = re.compile(r"total_gpu_memory \(" + _NUM + r" ?(GiB|GB)\) x gpu_memory_utilization \(" + _NUM
-                    + r"\) = " + _NUM + r" ?(GiB|GB)")
-_TERMS = re.compile(r"model weights take " + _NUM + r" ?(GiB|GB); non_torch_memory takes " + _NUM
-                    + r" ?(GiB|GB); PyTorch activation peak memory takes " + _NUM + r" ?(GiB|GB); the rest of the "
-                    r"memory reserved for KV Cache is " + _NUM + r" ?(GiB|GB)")
+_TOTAL = re.compile(r"total_gpu_memory \(" + _NUM + _UNIT + r"\) x gpu_memory_utilization \(" + _NUM
+                    + r"\) = " + _NUM + _UNIT)
+_TERMS = re.compile(r"model weights take " + _NUM + _UNIT + r"; non_torch_memory takes " + _SNUM + _UNIT
+                    + r"; PyTorch activation peak memory takes " + _NUM + _UNIT + r"; the rest of the "
+                    r"memory reserved for KV Cache is " + _SNUM + _UNIT)
 _PROFILE_RESULTS = re.compile(r"Memory profiling results: (.*)")
-_AVAILABLE = re.compile(r"Available KV cache memory: (-?)" + _NUM + r" ?(GiB|GB)")   # negative: the shortfall
+_PROFILE_ITEM = re.compile(r"(?<!\w)(\w{1,64})=(-?[\d.]{1,32})(?:GiB|GB)?")
+_AVAILABLE = re.compile(r"Available KV cache memory: (-?)" + _NUM + _UNIT)   # negative: the shortfall
 _KV_SIZE = re.compile(r"GPU KV cache size: " + _NUM + r" tokens")
 _CPU_KV_SIZE = re.compile(r"CPU KV cache size: " + _NUM + r" tokens")
 _GPU_BLOCKS = re.compile(r"# (?:GPU|cuda|CUDA) blocks: " + _NUM)
 _CONCURRENCY = re.compile(r"Maximum concurrency for " + _NUM + r" tokens per request: " + _NUM + r"x")
-_GRAPHS = re.compile(r"Graph capturing finished in " + _NUM + r" secs?, took " + _NUM + r" ?(GiB|GB|MiB)")
-_CAPTURE_SIZES = re.compile(r"""["']?cudagraph_capture_sizes["']?\s*[:=]\s*\[([\d,\s]*)\]""")
+_GRAPHS = re.compile(r"Graph capturing finished in " + _NUM + r" secs?, took " + _SNUM + r" ?(GiB|GB|MiB)")
+_CAPTURE_SIZES = re.compile(r"""["']?cudagraph_capture_sizes["']?\s{0,8}[:=]\s{0,8}\[([\d,\s]{0,8192})\]""")
 _MAX_LEN_ERROR = re.compile(r"max seq len \(" + _NUM + r"\) is larger than the maximum number of tokens that can be "
                             r"stored in KV cache \(" + _NUM + r"\)")
-_NEEDED_ERROR = re.compile(r"max seq len \(" + _NUM + r"\), \(" + _NUM + r" ?(GiB|GB) KV cache is needed, which is "
-                           r"larger than the available KV cache memory \(" + _NUM + r" ?(GiB|GB)\)")
+_NEEDED_ERROR = re.compile(r"max seq len \(" + _NUM + r"\), \(" + _NUM + _UNIT + r" KV cache is needed, which is "
+                           r"larger than the available KV cache memory \(" + _NUM + _UNIT + r"\)")
 _OOM = re.compile(r"OutOfMemoryError: CUDA out of memory\. Tried to allocate " + _NUM + r" ?(GiB|MiB|KiB|GB|MB)"
-                  r"(?:\. GPU \d+ has a total capac[a-z]+ of " + _NUM + r" ?(GiB|GB))?")
+                  r"(?:\. GPU \d{1,3} has a total capac[a-z]{1,16} of " + _NUM + _UNIT + r")?")
 _CUDA_OOM = re.compile(r"CUDA error: out of memory")
 _NO_KV_MEMORY = re.compile(r"No available memory for the cache blocks")
 _ESTIMATED_LEN = re.compile(r"the estimated maximum model length is " + _NUM)
-_CONFIG_ITEM = re.compile(r"(\w+)=('(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"|[^,\s]+)")
+_CONFIG_ITEM = re.compile(r"(?<!\w)(\w{1,128})=('(?:[^'\\]|\\.){0,4096}'|\"(?:[^\"\\]|\\.){0,4096}\"|[^,\s]{1,4096})")
+_LITERAL_ITEM = re.compile(r"'(\w{1,128})': ('(?:[^'\\]|\\.){0,4096}'|\[[^\]]{0,4096}\]|[\w.+-]{1,256})")
+
+# the per-term breakdowns vLLM prints after profiling, one pattern per clause so a wrapped line
+# (or a release that rewords the rest of the sentence) still yields each term
+# V1 0.8-0.10 (``v1/worker/gpu_worker.py``): "Memory profiling takes S seconds. Total non KV cache
+# memory: N GiB; torch peak memory increase: P GiB; non-torch forward increase memory: T GiB;
+# weights memory: W GiB."
+_NON_KV_TOTAL = re.compile(r"Total non KV cache memory: " + _SNUM + _UNIT)
+_TORCH_PEAK = re.compile(r"torch peak memory increase: " + _SNUM + _UNIT)
+_NON_TORCH_FORWARD = re.compile(r"non-torch forward increase memory: " + _SNUM + _UNIT)
+_WEIGHTS_MEMORY = re.compile(r"weights memory: " + _NUM + _UNIT)
+# V1 from 0.11 (``gpu_worker.py::compile_or_warm_up_model``): "Free memory on device (F/T GiB) on
+# startup. Desired GPU memory utilization is (U, B GiB). Actual usage is W GiB for weight, P GiB for
+# peak activation, N GiB for non-torch memory, and C GiB for CUDAGraph memory." -- later releases:
+# "Actual usage is A GiB for consumed memory (weights + non-torch), P GiB for peak activation, and
+# C GiB for CUDAGraph memory." Then "Current kv cache memory in use is X GiB" (or "N bytes").
+_FREE_ON_DEVICE = re.compile(r"Free memory on device \(" + _NUM + r"/" + _NUM + _UNIT + r"\) on startup")
+_DESIRED = re.compile(r"Desired GPU memory utilization is \(" + _NUM + r", " + _NUM + _UNIT + r"\)")
+_FOR_WEIGHT = re.compile(_LEAD + r" for weight\b")
+_FOR_CONSUMED = re.compile(_LEAD + r" for consumed memory")
+_FOR_ACTIVATION = re.compile(_LEAD + r" for peak activation")
+_FOR_NON_TORCH = re.compile(_LEAD + r" for non-torch memory")
+_FOR_GRAPHS = re.compile(_LEAD + r" for CUDAGraph memory")
+_KV_IN_USE = re.compile(r"Current kv cache memory in use is " + _NUM + r" ?(GiB|GB|bytes)")
+# the profiling sampler's top-k / top-p path (``v1/sample/ops/topk_topp_sampler.py``): "Using FlashInfer
+# for top-p & top-k sampling." (or Triton), else "... Falling back to the PyTorch-native implementation
+# of top-p & top-k sampling" (a full sort of the logits)
+_SAMPLER = re.compile(r"Using (FlashInfer|Triton) for top-p & top-k sampling|(PyTorch-native) implementation of top-p")
+# the CUDA-graph estimate subtracted from 0.21 and the pool actually captured
+_GRAPH_ESTIMATE = re.compile(r"Estimated CUDA graph memory: " + _SNUM + _UNIT)
+_GRAPH_POOL = re.compile(r"CUDA graph pool memory: " + _SNUM + _UNIT + r" \(actual\), " + _SNUM + _UNIT
+                         + r" \(estimated\)")
 
 
 def _f(text: str) -> float:
@@ -81,6 +121,7 @@ class StartupLog:
     measured: dict[str, Any] = field(default_factory=dict)
     gpu_total_memory_gib: float | None = None
     local_model: str | None = None            # a local folder the log served, replaced by a given model
+    sampler: str | None = None                # "FlashInfer" | "Triton" | "PyTorch-native": top-k / top-p path
     device: str | None = None                 # "cpu": vLLM's CPU build (its KV pool is host memory)
 
     @property
@@ -94,8 +135,11 @@ class StartupLog:
             return {"max_seq_len_larger_than_kv_tokens": "kv_error_max_len_too_large",
                     "kv_needed_gt_available": "kv_error_needed_gt_available",
                     "no_available_kv_memory": "kv_error_no_available_memory"}.get(str(error.get("type")), "oom")
+        if self.measured.get("num_gpu_blocks") == 0:    # V0 then raises "No available memory for the cache blocks"
+            return "kv_error_no_available_memory"
         if any(k in self.measured for k in ("gpu_kv_cache_tokens", "cpu_kv_cache_tokens", "max_concurrency",
-                                            "num_gpu_blocks")):
+                                            "num_gpu_blocks",
+                                            "kv_cache_in_use_gib")):   # printed once the cache is allocated
             return "ok"
         return None
 
@@ -108,7 +152,7 @@ def _literal_dict(text: str) -> dict[str, Any]:
     except (ValueError, SyntaxError, MemoryError, RecursionError):
         pass
     out: dict[str, Any] = {}
-    for m in re.finditer(r"'(\w+)': ('(?:[^'\\]|\\.)*'|\[[^\]]*\]|[\w.+-]+)", text):
+    for m in _LITERAL_ITEM.finditer(text):
         try:
             out[m.group(1)] = ast.literal_eval(m.group(2))
         except (ValueError, SyntaxError):
@@ -138,6 +182,188 @@ def _config_items(text: str) -> dict[str, Any]:
     return out
 
 
+Handler = Callable[[StartupLog, "re.Match[str]"], None]
+
+
+def _version(log: StartupLog, m: re.Match[str]) -> None:
+    log.engine = (m.group(1) or "").lower() or None
+    log.vllm_version = m.group(2)
+    config = _config_items(m.group(3))
+    if "max_seq_len" in config:
+        config.setdefault("max_model_len", config["max_seq_len"])
+    for key, value in config.items():
+        log.args.setdefault(key, value)
+
+
+def _server_version(log: StartupLog, m: re.Match[str]) -> None:
+    if log.vllm_version is None:
+        log.vllm_version = m.group(1)
+
+
+def _model_loading(log: StartupLog, m: re.Match[str]) -> None:
+    log.measured["model_loading_gib"] = _gib(m.group(1), m.group(2))
+    if m.group(3):
+        log.measured["model_loading_seconds"] = _f(m.group(3))
+
+
+def _weights_took(log: StartupLog, m: re.Match[str]) -> None:
+    log.measured.setdefault("model_loading_gib", _gib(m.group(1), m.group(2)))
+
+
+def _total(log: StartupLog, m: re.Match[str]) -> None:
+    log.gpu_total_memory_gib = _gib(m.group(1), m.group(2))
+    log.args.setdefault("gpu_memory_utilization", _f(m.group(3)))
+    log.measured["memory_budget_gib"] = _gib(m.group(4), m.group(5))
+
+
+def _terms(log: StartupLog, m: re.Match[str]) -> None:
+    for n, key in enumerate(("profile_weights_gib", "non_torch_gib", "activation_peak_gib", "available_kv_cache_gib")):
+        log.measured[key] = _gib(m.group(2 * n + 1), m.group(2 * n + 2))
+
+
+def _profile_results(log: StartupLog, m: re.Match[str]) -> None:
+    """V0 0.6.3: ``Memory profiling results: total_gpu_memory=...GiB ... kv_cache_size=...GiB``."""
+    items = {k: v for k, v in _PROFILE_ITEM.findall(m.group(1))}
+    try:
+        if "total_gpu_memory" in items:
+            log.gpu_total_memory_gib = float(items["total_gpu_memory"])
+        for key, name in (("non_torch_memory", "non_torch_gib"), ("kv_cache_size", "available_kv_cache_gib")):
+            if key in items:
+                log.measured[name] = float(items[key])
+        if "gpu_memory_utilization" in items:
+            log.args.setdefault("gpu_memory_utilization", float(items["gpu_memory_utilization"]))
+    except ValueError:
+        return
+
+
+def _available(log: StartupLog, m: re.Match[str]) -> None:
+    log.measured["available_kv_cache_gib"] = (-1 if m.group(1) else 1) * _gib(m.group(2), m.group(3))
+
+
+def _concurrency(log: StartupLog, m: re.Match[str]) -> None:
+    log.measured["max_concurrency_for_len"] = _i(m.group(1))
+    log.measured["max_concurrency"] = _f(m.group(2))
+
+
+def _capture_sizes(log: StartupLog, m: re.Match[str]) -> None:
+    sizes = [s for s in m.group(1).replace(",", " ").split() if s.isdigit()]
+    if sizes:
+        log.measured["cudagraph_capture_sizes"] = len(sizes)
+
+
+def _max_len_error(log: StartupLog, m: re.Match[str]) -> None:
+    log.measured["gpu_kv_cache_tokens"] = _i(m.group(2))
+    log.measured["error"] = {"type": "max_seq_len_larger_than_kv_tokens", "max_seq_len": _i(m.group(1)),
+                             "kv_cache_tokens": _i(m.group(2))}
+
+
+def _needed_error(log: StartupLog, m: re.Match[str]) -> None:
+    log.measured["available_kv_cache_gib"] = _gib(m.group(4), m.group(5))
+    error = {"type": "kv_needed_gt_available", "max_seq_len": _i(m.group(1)),
+             "needed_gib": _gib(m.group(2), m.group(3)), "available_gib": _gib(m.group(4), m.group(5))}
+    if (e := _ESTIMATED_LEN.search(m.string)) is not None:    # vLLM's own suggestion
+        error["estimated_max_model_len"] = _i(e.group(1))
+    log.measured["error"] = error
+
+
+def _oom(log: StartupLog, m: re.Match[str]) -> None:
+    log.measured["error"] = {"type": "cuda_oom", "attempted_alloc_gib": round(_gib(m.group(1), m.group(2)), 4)}
+    if m.group(3):
+        log.gpu_total_memory_gib = log.gpu_total_memory_gib or _gib(m.group(3), m.group(4))
+
+
+def _error_once(kind: dict[str, Any]) -> Handler:
+    def handler(log: StartupLog, m: re.Match[str]) -> None:
+        log.measured.setdefault("error", dict(kind))
+    return handler
+
+
+def _free_on_device(log: StartupLog, m: re.Match[str]) -> None:
+    log.measured["free_memory_at_start_gib"] = _gib(m.group(1), m.group(3))
+    log.gpu_total_memory_gib = _gib(m.group(2), m.group(3))
+
+
+def _desired(log: StartupLog, m: re.Match[str]) -> None:
+    log.args.setdefault("gpu_memory_utilization", _f(m.group(1)))
+    log.measured["memory_budget_gib"] = _gib(m.group(2), m.group(3))
+
+
+def _graph_pool(log: StartupLog, m: re.Match[str]) -> None:
+    log.measured["cudagraph_gib"] = _gib(m.group(1), m.group(2))
+    log.measured["cudagraph_estimate_gib"] = _gib(m.group(3), m.group(4))
+
+
+def _set(key: str, number: Callable[[str], float | int] = _f, unit: bool = False) -> Handler:
+    """A handler storing group 1 under ``key`` (as GiB when ``unit``: group 2 names it)."""
+    def handler(log: StartupLog, m: re.Match[str]) -> None:
+        log.measured[key] = _gib(m.group(1), m.group(2)) if unit else number(m.group(1))
+    return handler
+
+
+# (literal the line must hold, pattern, handler), in order: a later handler on the same line may read
+# an earlier one; the literal is a fast substring test that skips the pattern on most lines
+_LINE_RULES: tuple[tuple[str, re.Pattern[str], Handler], ...] = (
+    ('LLM engine (v', _VERSION_LINE, _version),
+    ('API server version', _SERVER_VERSION, _server_version),
+    ('oading model weights took', _WEIGHTS_TOOK, _weights_took),
+    ('odel loading took', _MODEL_LOADING, _model_loading),
+    ('oading weights took', _LOADING_SECONDS, _set("weights_loading_seconds")),
+    ('total_gpu_memory (', _TOTAL, _total),
+    ('model weights take', _TERMS, _terms),
+    ('Memory profiling results:', _PROFILE_RESULTS, _profile_results),
+    ('Total non KV cache memory', _NON_KV_TOTAL, _set("non_kv_gib", unit=True)),
+    ('torch peak memory increase', _TORCH_PEAK, _set("activation_peak_gib", unit=True)),
+    ('non-torch forward increase', _NON_TORCH_FORWARD, _set("non_torch_gib", unit=True)),
+    ('weights memory: ', _WEIGHTS_MEMORY, _set("profile_weights_gib", unit=True)),
+    ('Free memory on device', _FREE_ON_DEVICE, _free_on_device),
+    ('Desired GPU memory utilization', _DESIRED, _desired),
+    (' for weight', _FOR_WEIGHT, _set("profile_weights_gib", unit=True)),
+    (' for consumed memory', _FOR_CONSUMED, _set("weights_plus_non_torch_gib", unit=True)),
+    (' for peak activation', _FOR_ACTIVATION, _set("activation_peak_gib", unit=True)),
+    (' for non-torch memory', _FOR_NON_TORCH, _set("non_torch_gib", unit=True)),
+    (' for CUDAGraph memory', _FOR_GRAPHS, _set("cudagraph_gib", unit=True)),
+    ('kv cache memory in use', _KV_IN_USE, _set("kv_cache_in_use_gib", unit=True)),
+    ('Estimated CUDA graph memory', _GRAPH_ESTIMATE, _set("cudagraph_estimate_gib", unit=True)),
+    ('CUDA graph pool memory', _GRAPH_POOL, _graph_pool),
+    ('Available KV cache memory', _AVAILABLE, _available),
+    ('KV cache size: ', _KV_SIZE, _set("gpu_kv_cache_tokens", _i)),
+    ('CPU KV cache size: ', _CPU_KV_SIZE, lambda log, m: _cpu_pool(log, m.string)),
+    (' blocks: ', _GPU_BLOCKS, _set("num_gpu_blocks", _i)),
+    ('Maximum concurrency for', _CONCURRENCY, _concurrency),
+    ('top-p & top-k sampling', _SAMPLER, lambda log, m: setattr(log, "sampler", m.group(1) or m.group(2))),
+    ('Graph capturing finished', _GRAPHS, lambda log, m: log.measured.__setitem__("cudagraph_gib", _gib(m.group(2), m.group(3)))),
+    ('cudagraph_capture_sizes', _CAPTURE_SIZES, _capture_sizes),
+    ('max seq len (', _MAX_LEN_ERROR, _max_len_error),
+    ('max seq len (', _NEEDED_ERROR, _needed_error),
+    ('OutOfMemoryError', _OOM, _oom),
+    ('CUDA error: out of memory', _CUDA_OOM, _error_once({"type": "cuda_oom", "attempted_alloc_gib": None})),
+    ('No available memory for the cache blocks', _NO_KV_MEMORY, _error_once({"type": "no_available_kv_memory"})),
+)
+_NON_DEFAULT_MARK = "non-default args: "
+
+
+def _non_default_args(log: StartupLog, line: str) -> None:
+    """``non-default args: {...}`` to the line's end, found without a regular expression."""
+    at = line.find(_NON_DEFAULT_MARK)
+    if at < 0:
+        return
+    rest = line[at + len(_NON_DEFAULT_MARK):].rstrip()
+    if rest.startswith("{") and rest.endswith("}"):
+        log.args.update(_literal_dict(rest))
+
+
+def _derived_terms(measured: dict[str, Any]) -> None:
+    """The newest breakdown states weights + non-torch as one figure: split it with the weights line."""
+    consumed, weights = measured.get("weights_plus_non_torch_gib"), measured.get("model_loading_gib")
+    if consumed is not None and weights is not None and "non_torch_gib" not in measured:
+        measured["non_torch_gib"] = round(consumed - weights, 4)
+
+
+def _cpu_pool(log: StartupLog, line: str) -> None:
+    if (tokens := cpu_kv_cache_tokens(line)) is not None:
+        log.measured["cpu_kv_cache_tokens"], log.device = tokens, "cpu"
+
+
 def cpu_kv_cache_tokens(line: str) -> int | None:
     """The KV pool of vLLM's CPU build, ``CPU KV cache size: N tokens``: host memory sized by
     ``VLLM_CPU_KVCACHE_SPACE``, never a GPU pool, so it is kept apart from ``gpu_kv_cache_tokens``."""
@@ -148,85 +374,15 @@ def cpu_kv_cache_tokens(line: str) -> int | None:
 def parse_startup(text: str) -> StartupLog:
     """Parse a start-up log. Later lines win (a log may hold several attempts: the last counts)."""
     log = StartupLog()
-    m_: dict[str, Any] = log.measured
     for n, raw in enumerate(text.splitlines()):
         if n >= MAX_LINES:
             break
         line = raw[:MAX_LINE]
-        if (m := _VERSION_LINE.search(line)) is not None:
-            log.engine = (m.group(1) or "").lower() or None
-            log.vllm_version = m.group(2)
-            config = _config_items(m.group(3))
-            if "max_seq_len" in config:
-                config.setdefault("max_model_len", config["max_seq_len"])
-            for key, value in config.items():
-                log.args.setdefault(key, value)
-        elif (m := _SERVER_VERSION.search(line)) is not None and log.vllm_version is None:
-            log.vllm_version = m.group(1)
-        if (m := _NON_DEFAULT.search(line)) is not None:
-            log.args.update(_literal_dict(m.group(1)))
-        if (m := _MODEL_LOADING.search(line)) is not None:
-            m_["model_loading_gib"] = _gib(m.group(1), m.group(2))
-            if m.group(3):
-                m_["model_loading_seconds"] = _f(m.group(3))
-        elif (m := _WEIGHTS_TOOK.search(line)) is not None:
-            m_["model_loading_gib"] = _gib(m.group(1), m.group(2))
-        if (m := _LOADING_SECONDS.search(line)) is not None:
-            m_["weights_loading_seconds"] = _f(m.group(1))
-        if (m := _TOTAL.search(line)) is not None:
-            log.gpu_total_memory_gib = _gib(m.group(1), m.group(2))
-            log.args.setdefault("gpu_memory_utilization", _f(m.group(3)))
-            m_["memory_budget_gib"] = _gib(m.group(4), m.group(5))
-        if (m := _TERMS.search(line)) is not None:
-            m_["profile_weights_gib"] = _gib(m.group(1), m.group(2))
-            m_["non_torch_gib"] = _gib(m.group(3), m.group(4))
-            m_["activation_peak_gib"] = _gib(m.group(5), m.group(6))
-            m_["available_kv_cache_gib"] = _gib(m.group(7), m.group(8))
-        if (m := _PROFILE_RESULTS.search(line)) is not None:
-            items = {k: v for k, v in re.findall(r"(\w+)=([\d.]+)(?:GiB|GB)?", m.group(1))}
-            if "total_gpu_memory" in items:
-                log.gpu_total_memory_gib = float(items["total_gpu_memory"])
-            if "non_torch_memory" in items:
-                m_["non_torch_gib"] = float(items["non_torch_memory"])
-            if "kv_cache_size" in items:
-                m_["available_kv_cache_gib"] = float(items["kv_cache_size"])
-            if "gpu_memory_utilization" in items:
-                log.args.setdefault("gpu_memory_utilization", float(items["gpu_memory_utilization"]))
-        if (m := _AVAILABLE.search(line)) is not None:
-            m_["available_kv_cache_gib"] = (-1 if m.group(1) else 1) * _gib(m.group(2), m.group(3))
-        if (m := _KV_SIZE.search(line)) is not None:
-            m_["gpu_kv_cache_tokens"] = _i(m.group(1))
-        if (cpu_tokens := cpu_kv_cache_tokens(line)) is not None:
-            m_["cpu_kv_cache_tokens"], log.device = cpu_tokens, "cpu"
-        if (m := _GPU_BLOCKS.search(line)) is not None:
-            m_["num_gpu_blocks"] = _i(m.group(1))
-        if (m := _CONCURRENCY.search(line)) is not None:
-            m_["max_concurrency_for_len"] = _i(m.group(1))
-            m_["max_concurrency"] = _f(m.group(2))
-        if (m := _GRAPHS.search(line)) is not None:
-            m_["cudagraph_gib"] = _gib(m.group(2), m.group(3))
-        if (m := _CAPTURE_SIZES.search(line)) is not None:
-            sizes = [int(s) for s in re.findall(r"\d+", m.group(1))]
-            if sizes:
-                m_["cudagraph_capture_sizes"] = len(sizes)
-        if (m := _MAX_LEN_ERROR.search(line)) is not None:
-            m_["gpu_kv_cache_tokens"] = _i(m.group(2))
-            m_["error"] = {"type": "max_seq_len_larger_than_kv_tokens", "max_seq_len": _i(m.group(1)),
-                           "kv_cache_tokens": _i(m.group(2))}
-        if (m := _NEEDED_ERROR.search(line)) is not None:
-            m_["available_kv_cache_gib"] = _gib(m.group(4), m.group(5))
-            m_["error"] = {"type": "kv_needed_gt_available", "max_seq_len": _i(m.group(1)),
-                           "needed_gib": _gib(m.group(2), m.group(3)), "available_gib": _gib(m.group(4), m.group(5))}
-            if (e := _ESTIMATED_LEN.search(line)) is not None:    # vLLM's own suggestion
-                m_["error"]["estimated_max_model_len"] = _i(e.group(1))
-        if (m := _OOM.search(line)) is not None:
-            m_["error"] = {"type": "cuda_oom", "attempted_alloc_gib": round(_gib(m.group(1), m.group(2)), 4)}
-            if m.group(3):
-                log.gpu_total_memory_gib = log.gpu_total_memory_gib or _gib(m.group(3), m.group(4))
-        elif _CUDA_OOM.search(line) and "error" not in m_:
-            m_["error"] = {"type": "cuda_oom", "attempted_alloc_gib": None}
-        if _NO_KV_MEMORY.search(line) and "error" not in m_:
-            m_["error"] = {"type": "no_available_kv_memory"}
+        for key, pattern, handler in _LINE_RULES:
+            if key in line and (m := pattern.search(line)) is not None:
+                handler(log, m)
+        _non_default_args(log, line)
+    _derived_terms(log.measured)
     return log
 
 

@@ -111,6 +111,11 @@ def _sm(tp: int, hardware_sm: Decimal | None, gpu_set: Any, visible: tuple[Any, 
     if hardware_sm is not None:
         return Decimal(hardware_sm), "hardware-flag"
     if gpu_set is not None and sms:
+        mixed = mixed_generations(tuple(str(n) for n in gpu_set.names)[:tp], sms[:tp])
+        if mixed:
+            notices.append(Notice(NoticeCode.MIXED_GPU_ARCH,
+                                  f"mixed GPU generations among the GPUs in use ({mixed}); the lowest SM "
+                                  "gates the runtime", {"sms": tuple(str(c) for c in sms[:tp])}))
         return min(sms[:tp]), "gpus-flag"
     if in_use and all(g.sm is not None or not _is_nvidia(g) for g in in_use):
         caps = [Decimal(g.sm) if _is_nvidia(g) else NON_NVIDIA_SM for g in in_use]
@@ -121,6 +126,17 @@ def _sm(tp: int, hardware_sm: Decimal | None, gpu_set: Any, visible: tuple[Any, 
                                   {"sms": tuple(str(c) for c in caps)}))
         return min(caps), "detected" if all(_is_nvidia(g) for g in in_use) else "probe"
     return None, "none"
+
+
+def mixed_generations(names: tuple[str, ...], sms: tuple[Decimal, ...]) -> str | None:
+    """``"3090 (SM 8.6), 4090 (SM 8.9)"`` when the GPUs are of more than one generation (SM), else None.
+    The one test of a mixed-generation rig (the notice and ``requires_homogeneous_arch``)."""
+    if len(set(sms)) < 2:
+        return None
+    seen: dict[Decimal, str] = {}
+    for i, sm in enumerate(sms):
+        seen.setdefault(sm, names[i] if i < len(names) else f"GPU {i}")
+    return ", ".join(f"{name} (SM {sm})" for sm, name in seen.items())
 
 
 def _non_nvidia_notices(tp: int, gpu_set: Any, visible: tuple[Any, ...]) -> list[Notice]:

@@ -10,7 +10,8 @@ errors. GPU memory in use is sampled before the first turn and after each turn t
 
 Retention compares like with like: ``probes`` identical requests (a fresh conversation, the same
 short prompt, so the same context length) before the first turn and after the last; retention =
-median decode TPS of the end probes / median of the start probes. Noise-aware: the floor is
+median decode TPS of the end probes / median of the start probes (a probe answered in fewer than
+``MIN_DECODE_TOKENS`` tokens has no decode to time and counts as no measurement). Noise-aware: the floor is
 ``min_retention - max(tolerance, NOISE_K x noise)``, where noise is the larger relative median
 absolute deviation of the two probe groups; with noise above ``MAX_NOISE`` a retention under
 ``min_retention - tolerance`` is inconclusive rather than a coin toss.
@@ -45,6 +46,9 @@ NOISE_K = 2.0
 MAX_NOISE = 0.25
 PROBES = 5
 MIN_PROBES = 3
+# a decode rate needs a decode to time: an answer of a few tokens arrives in one or two chunks and its
+# "rate" (tokens over a near-zero window) is noise, not a measurement
+MIN_DECODE_TOKENS = 8
 PROBE_PROMPT = "Write a short paragraph about the history of the bicycle."
 MAX_GROWTH_MIB = 200.0
 DEADLINE_S = 1800.0
@@ -342,8 +346,10 @@ class _Run:
             return Turn(phase, session, k, start, self.elapsed() - start, None, None, "none", None, None, False,
                         self.client.scrub(f"{type(exc).__name__}: {exc}")), ""
         tps = None
-        if r.error is None and not r.empty and r.completion_tokens and r.ttft_s is not None and r.wall_s > r.ttft_s:
-            tps = r.completion_tokens / (r.wall_s - r.ttft_s)
+        tokens = r.completion_tokens or 0
+        if r.error is None and not r.empty and tokens >= MIN_DECODE_TOKENS and r.ttft_s is not None and \
+                r.wall_s > r.ttft_s:
+            tps = tokens / (r.wall_s - r.ttft_s)
         if r.error is not None and self.left() <= 0:
             return None, ""         # cut by the run's deadline: not a server error, not a measurement
         turn = Turn(phase, session, k, start, r.wall_s, r.ttft_s, r.completion_tokens, r.tokens_source,

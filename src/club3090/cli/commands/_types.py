@@ -75,6 +75,17 @@ def add_shape_flags(p: argparse.ArgumentParser, *, aliases: bool = False) -> Non
                         "supports): " + ", ".join(KV_FORMATS))
     p.add_argument("--max-num-seqs", type=positive_int, metavar="N",
                    help="concurrent sequences (default: vLLM's for the version)")
+    p.add_argument("--vllm-version", type=vllm_version, metavar="X.Y.Z",
+                   help="the vLLM release to price (`vllm --version`; default: the profile's or catalog's "
+                        "engine pin, else the tightest of the release lines in use, named in the answer)")
+
+
+def vllm_version(text: str) -> str:
+    from club3090.fit.vllm_rules import VERSION_RE
+
+    if not VERSION_RE.match(text):
+        raise argparse.ArgumentTypeError(f"expected a vLLM version such as 0.22.0, got {text!r}")
+    return text
 
 
 def shape_request(args: argparse.Namespace) -> Any:
@@ -87,7 +98,8 @@ def shape_request(args: argparse.Namespace) -> Any:
                         gpu_memory_utilization=getattr(args, "mem_util", None),
                         max_model_len=AUTO if length == "auto" else length,
                         kv_cache_dtype=getattr(args, "kv_cache_dtype", None),
-                        max_num_seqs=getattr(args, "max_num_seqs", None))
+                        max_num_seqs=getattr(args, "max_num_seqs", None),
+                        vllm_version=getattr(args, "vllm_version", None))
 
 
 def add_rig_flags(p: argparse.ArgumentParser) -> None:
@@ -144,3 +156,10 @@ def add_bundle_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--force", action="store_true", help="rewrite a bundle folder that is not serving")
     p.add_argument("--skip-tools", action="store_true",
                    help="verify without the tool-call checks (an engine without tool calling)")
+
+
+def add_xet_flag(p: Any) -> None:
+    """``--allow-xet`` (pull, up): let huggingface_hub use its Xet transfer rung (off by default)."""
+    p.add_argument("--allow-xet", action="store_true",
+                   help="let huggingface_hub use its Xet transfer (hf_xet) for downloads; off by default, "
+                        "and HF_HUB_DISABLE_XET=1 keeps it off")

@@ -8,7 +8,17 @@ from functools import singledispatch
 from club3090.pipeline import up_facts as f
 from club3090.units import GiB, MiB
 
-__all__ = ["lines"]
+__all__ = ["lines", "serving_line"]
+
+
+def serving_line(full_ok: bool, stress: bool, stress_ok: bool = False) -> str:
+    """Design rule 5: ``SERVING`` only when verify --full (and, with ``--stress``, verify-stress) is
+    green; anything less is said as what it is."""
+    if not full_ok:
+        return "[up] serving, not verified: verify --full failed (see above)"
+    if stress and not stress_ok:
+        return "[up] serving, not verified under stress: verify-stress failed (see above)"
+    return "[up] SERVING: verified (verify --full" + (", verify-stress)" if stress else ")")
 
 def lines(fact: f.Fact) -> list[str]:
     """The terminal lines of one fact."""
@@ -25,6 +35,11 @@ def _(fact: f.GateAnswered) -> list[str]:
     from club3090.cli.commands.pull import render as render_gate
 
     return [render_gate(fact.gate)]
+
+
+@_render.register
+def _(fact: f.KnownCliffs) -> list[str]:
+    return [c.line() for c in fact.cliffs]
 
 
 @_render.register
@@ -116,7 +131,8 @@ def _(fact: f.ToolsSkipped) -> list[str]:
 
 @_render.register
 def _(fact: f.Verified) -> list[str]:
-    return [f"[up] verify {c.status.upper():4s} {c.name:16s} {c.detail}" for c in fact.report.checks]
+    tool = "verify-stress" if fact.stress else "verify"
+    return [f"[up] {tool} {c.status.upper():4s} {c.name:16s} {c.detail}" for c in fact.report.checks]
 
 
 @_render.register
@@ -126,7 +142,7 @@ def _(fact: f.Serving) -> list[str]:
     return [f"[up] URL: {url}/v1", f"[up] served model: {model}",
             f"[up] try: curl -s {url}/v1/chat/completions -H 'Content-Type: application/json' -d '{body}'",
             f"[up] stop it with: club3090 down {fact.directory}",
-            "[up] SERVING: verified" if fact.ok else "[up] SERVING, but verification FAILED (see above)"]
+            serving_line(fact.ok, fact.stress, fact.stress_ok)]
 
 
 @_render.register

@@ -54,13 +54,16 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace, provider: Any) -> int:
+    from club3090.cli.commands._routing import default_notes, user_defaults
     from club3090.cli.exit_codes import exit_code
     from club3090.pipeline.fits import FitsRequest, fits
 
+    mine, gpus = user_defaults(), gpu_set(args, provider.catalog())
+    default_notes(provider.catalog(), args.models, mine, gpus.count if gpus is not None else None)
     report = fits(FitsRequest(models=tuple(args.models), gpus=gpu_set(args, provider.catalog()),
                               min_context=args.min_context, shape=shape_request(args), ctx_size=args.ctx_size,
                               cache_type_k=args.cache_type_k, cache_type_v=args.cache_type_v,
-                              gguf=args.gguf, quant=args.quant), provider)
+                              gguf=args.gguf, quant=args.quant, user_defaults=mine), provider)
     extended = open_flags.extend(report, args, provider)
     report = extended.report
     code = exit_code(report.outcome)
@@ -77,14 +80,15 @@ def run(args: argparse.Namespace, provider: Any) -> int:
     if single:
         row = report.rows[0]
         print(safe(sentence(row, rig)))
-        for line in detail_lines(row, rig, report.gpus, verbose=True):
+        for line in [c.line() for c in row.cliffs] + detail_lines(row, rig, report.gpus, verbose=True):
             print(safe(line))
         return code
     print(safe(f"On {rig}: {sum(r.fits for r in report.rows)} of {len(report.rows)} models fit "
                "(estimates from the memory model, not measurements)"))
     for i, row in enumerate(report.rows[:args.limit], 1):
         print(safe(f"{i:>2}. {sentence(row, rig, short=True)}"))
-        for line in detail_lines(row, rig, report.gpus, verbose=args.verbose):
+        cliffs = [c.line() for c in row.cliffs] if args.verbose else []
+        for line in cliffs + detail_lines(row, rig, report.gpus, verbose=args.verbose):
             print(safe(f"    {line}"))
     open_flags.print_rows(extended, len(report.rows) + 1, args.limit, rig_args(report.gpus))
     return code

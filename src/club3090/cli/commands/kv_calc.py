@@ -95,14 +95,6 @@ def speculative_config(text: str) -> dict[str, Any]:
     return {"num_speculative_tokens": n, "method": method.lower() if method else None, "model": model}
 
 
-def vllm_version(text: str) -> str:
-    from club3090.fit.memory import VERSION_RE
-
-    if not VERSION_RE.match(text):
-        raise argparse.ArgumentTypeError(f"expected a vLLM version such as 0.22.0, got {text!r}")
-    return text
-
-
 def add_parser(sub: Any) -> None:
     p = sub.add_parser("kv-calc", help="predict vLLM's (or, for GGUF models, llama.cpp's) memory, verdict and max context",
                        description="Predict vLLM's start-up memory split per GPU: weights, non-torch, "
@@ -118,9 +110,6 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--dtype", type=model_dtype, help=f"model dtype ({', '.join(MODEL_DTYPES)})")
     p.add_argument("--weights-gib", type=positive_number,
                    help="weights loaded per GPU rank, as vLLM's 'Model loading took X GiB'")
-    p.add_argument("--vllm-version", type=vllm_version,
-                   help="vLLM version whose defaults and logs to follow (default: the "
-                        "profile's engine pin, else the newest known)")
     p.add_argument("--num-speculative-tokens", type=non_negative_int, help="speculative tokens (MTP/draft)")
     p.add_argument("--speculative-config", type=speculative_config, metavar="JSON",
                    help='vLLM\'s speculative config: {"method": ..., "model": DRAFTER, "num_speculative_tokens": N}; '
@@ -304,7 +293,6 @@ def request_of(args: argparse.Namespace, catalog: Any) -> Any:
                         llamacpp=_llamacpp.flags_of(args), overrides=PriceSettings(
         shape=shape_request(args), max_num_batched_tokens=args.max_num_batched_tokens,
         block_size=args.block_size, dtype=args.dtype,
-        vllm_version=args.vllm_version,
         num_speculative_tokens=spec["num_speculative_tokens"] if spec else args.num_speculative_tokens,
         speculative_method=spec["method"] if spec else None,
         enforce_eager=args.enforce_eager, enable_prefix_caching=args.enable_prefix_caching,

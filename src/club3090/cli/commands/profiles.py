@@ -17,6 +17,7 @@ from typing import Any
 
 from club3090.cli.commands._types import add_gpus_flag, gpu_set
 from club3090.cli.exit_codes import exit_code
+from club3090.cli.render import safe
 from club3090.outcome import Outcome
 
 
@@ -25,14 +26,63 @@ def add_parser(sub: Any) -> None:
                        description=__doc__.splitlines()[0].split(": ", 1)[1],
                        formatter_class=argparse.RawDescriptionHelpFormatter,
                        epilog="with --gpus, each profile is checked against the rig (GPU count and SM only)")
+    p.add_argument("model", nargs="?", metavar="MODEL",
+                   help="a curated model (id, repo or profile key): print its quick start instead of the table")
+    p.add_argument("--set-default", nargs=2, metavar=("MODEL", "KEY"),
+                   help="store KEY as your default profile for MODEL (state folder); pull, up and fits of "
+                        "MODEL then use it. KEY 'none' forgets it")
     add_gpus_flag(p)
     p.add_argument("--json", action="store_true", help='print {"profiles": [...]} as JSON')
     p.set_defaults(run=run)
 
 
+def _model_id(catalog: Any, name: str) -> str:
+    from club3090.errors import UsageError
+    from club3090.pipeline.routing import curated_model
+
+    profile = catalog.profiles.get(catalog.profile_key(name) or "")
+    hit = curated_model(catalog, name)
+    if profile is None and hit is None:
+        raise UsageError(f"{name!r} is not a curated model, repo or profile; `club3090 profiles` lists them")
+    return profile.model if profile is not None else hit[0]  # type: ignore[index]
+
+
+def _set_default(args: argparse.Namespace, catalog: Any) -> int:
+    from club3090.edges.user_defaults import write_default
+    from club3090.errors import UsageError
+
+    model_id, name = _model_id(catalog, args.set_default[0]), args.set_default[1]
+    key = None if name.lower() == "none" else catalog.profile_key(name)
+    if name.lower() != "none":
+        if key is None:
+            raise UsageError(f"unknown profile {name!r}; `club3090 profiles {model_id}` lists this model's")
+        if catalog.profiles[key].model != model_id:
+            raise UsageError(f"profile {key} serves {catalog.profiles[key].model}, not {model_id}")
+    path = write_default(model_id, key)
+    doc = {"model": model_id, "default": key, "file": str(path)}
+    print(safe(json.dumps(doc) if args.json else
+               f"{model_id}: default profile {key or '(none: the automatic choice)'} (stored in {path})"))
+    return exit_code(Outcome.OK)
+
+
+def _quick_start(args: argparse.Namespace, catalog: Any) -> int:
+    from club3090.catalog.quick_start import quick_start, render_quick_start
+    from club3090.edges.user_defaults import read_defaults
+
+    model_id = _model_id(catalog, args.model)
+    doc = quick_start(catalog, model_id, read_defaults().get(model_id))
+    text = json.dumps(doc, indent=2, ensure_ascii=False) if args.json else "\n".join(render_quick_start(doc))
+    print(safe(text, multiline=True))
+    return exit_code(Outcome.OK)
+
+
 def run(args: argparse.Namespace, provider: Any) -> int:
     from club3090.catalog.listing import emittability, profile_rows
     catalog = provider.catalog()
+    if args.set_default:
+        return _set_default(args, catalog)
+    if args.model:
+        return _quick_start(args, catalog)
     gpus = gpu_set(args, catalog)
     rows = profile_rows(catalog, gpus)
     _apply_compose_verdict(rows, catalog, provider)

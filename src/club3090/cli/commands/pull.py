@@ -17,7 +17,14 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from club3090.cli.commands._types import add_gpus_flag, add_rig_flags, add_shape_flags, gpu_set, shape_request
+from club3090.cli.commands._types import (
+    add_gpus_flag,
+    add_rig_flags,
+    add_shape_flags,
+    add_xet_flag,
+    gpu_set,
+    shape_request,
+)
 from club3090.cli.exit_codes import UNAVAILABLE, exit_code, with_exit_code
 from club3090.cli.render import concurrency_text, confidence_text, safe
 from club3090.outcome import Outcome
@@ -71,6 +78,7 @@ def add_parser(sub: Any) -> None:
                         "$XDG_STATE_HOME/club3090/pull-captures, else ~/.local/state/club3090/pull-captures)")
     p.add_argument("--verbose", "-v", action="store_true", help="also print the gate's tokens and strata")
     p.add_argument("--yes", "-y", action="store_true", help="accept a confirm→proceed terminal")
+    add_xet_flag(p)
     p.add_argument("--force-download", action="store_true",
                    help="accept a low-confidence wont-fit (override-accepted; a calibration signal, not a fit)")
     p.add_argument("--experimental-arch", action="store_true",
@@ -118,6 +126,10 @@ def run(args: argparse.Namespace, provider: Any) -> int:
     if args.profile_like and shape_request(args) != NO_SHAPE_REQUEST:
         raise UsageError("--profile-like gives the whole serving shape; drop it to choose the shape "
                          "with vLLM flags (-tp, --max-model-len, ...)")
+    if args.profile_like is None and shape_request(args) == NO_SHAPE_REQUEST:   # the person's own default
+        from club3090.cli.commands._routing import routed_profile
+
+        args.profile_like = routed_profile(args, provider)
     if args.out is not None and not args.dry_run and getattr(args, "out_bundle", False):
         return _bundle(args, provider)
     if args.out is not None and not args.dry_run:  # fail fast, before the gate runs (exit 64)
@@ -341,7 +353,7 @@ def _c0_stop(result: Any) -> bool:
 
 
 def render(result: Any, *, recommend: bool = False, verbose: bool = False) -> str:
-    lines = [headline(result)]
+    lines = [headline(result), *(c.line() for c in result.cliffs)]   # known cliffs at the top (gate.cliffs)
     if verbose:
         status = "OK" if result.ok else "ABORT" if not result.dry_run or exit_code(result.outcome) else "DRY-RUN"
         lines.append(f"[pull] {status} path={result.path or '-'} stratum={result.stratum_name} "

@@ -20,7 +20,14 @@ from pathlib import Path
 from typing import Any
 
 from club3090.cli.commands._llamacpp import cache_type
-from club3090.cli.commands._types import add_bundle_flags, add_gpus_flag, add_rig_flags, gpu_set, positive_int
+from club3090.cli.commands._types import (
+    add_bundle_flags,
+    add_gpus_flag,
+    add_rig_flags,
+    add_xet_flag,
+    gpu_set,
+    positive_int,
+)
 from club3090.cli.exit_codes import exit_code, with_exit_code
 from club3090.cli.render import safe
 from club3090.edges import launchers
@@ -49,8 +56,14 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--model-cache", choices=("pvc", "hostpath"), default="pvc",
                    help="k8s: the model cache volume, a ReadWriteMany PVC (default) or a hostPath on every node")
     p.add_argument("--yes", "-y", action="store_true", help="accept a confirm→proceed terminal")
+    add_xet_flag(p)
     p.add_argument("--force-download", action="store_true", help="accept a low-confidence wont-fit")
     p.add_argument("--trust-remote-code", action="store_true", help="acknowledge custom modelling code")
+    p.add_argument("--stress", action="store_true",
+                   help="after verify --full, also run verify-stress (needle ladder, ~25K tool-result prefill, "
+                        "probes); SERVING only when both are green")
+    p.add_argument("--allow-deprecated", action="store_true",
+                   help="launch a profile upstream deprecated (default: stop and name its replacement)")
     g = p.add_argument_group("GGUF / llama.cpp family (a GGUF repo or a llama.cpp-family profile)")
     g.add_argument("--quant", metavar="QUANT", help="which quant of a GGUF repo to serve (default: the largest "
                                                     "that fits with every layer on the GPUs)")
@@ -102,10 +115,14 @@ def run_request(args: argparse.Namespace, provider: Any, *, directory: Path, no_
     cluster = ClusterOptions(nodes=nodes, head_ip=getattr(args, "head_ip", ""),
                              network_interface=getattr(args, "network_interface", ""),
                              ray_port=getattr(args, "ray_port", 6379), model_cache=getattr(args, "model_cache", "pvc"))
-    req = UpRequest(source=args.source, directory=directory, profile_like=args.profile_like,
+    from club3090.cli.commands._routing import routed_profile
+
+    profile_like = routed_profile(args, provider, up=args.command == "up")
+    req = UpRequest(source=args.source, directory=directory, profile_like=profile_like,
                     launcher=launcher, gpus=gpu_set(args, provider.catalog()), port=port, no_start=no_start,
                     vllm=vllm, yes=args.yes, force_download=args.force_download,
                     trust_remote_code=args.trust_remote_code, force=args.force, skip_tools=skip_tools,
+                    stress=bool(getattr(args, "stress", False)),
                     llamacpp=args.command == "up", quant=getattr(args, "quant", None),
                     ctx_size=getattr(args, "ctx_size", None), cache_type_k=getattr(args, "cache_type_k", None),
                     cache_type_v=getattr(args, "cache_type_v", None),

@@ -103,7 +103,12 @@ def up_llamacpp(req: "UpRequest", provider: "Provider", *, catalog: "Catalog",
     if not provider.launcher(req.launcher).starts:
         raise UsageError(f"--launcher {req.launcher}: a llama.cpp launch runs on this machine "
                          f"({' or '.join(launchers.names(multi_node=False))})")
+    from club3090.gate.cliffs import known_cliffs
+
     log = req.progress.log()
+    cliffs = known_cliffs(catalog, profile=profile) if profile is not None else ()
+    if cliffs:                       # known cliffs first
+        log.add(facts.KnownCliffs(tuple(cliffs)))
     if provider.settings.offline:
         raise UsageError("`up` for a GGUF reads its headers from the Hub; unset HF_HUB_OFFLINE")
     planned = plan_llamacpp(req, provider, catalog, profile)
@@ -116,12 +121,12 @@ def up_llamacpp(req: "UpRequest", provider: "Provider", *, catalog: "Catalog",
 
 def _source(req: "UpRequest", catalog: "Catalog", profile: "Profile | None",
             ) -> tuple[str, str | None, tuple[str, ...]]:
-    """(repo, revision, files): the profile's weight variant when SOURCE names it, else SOURCE."""
+    """(repo, revision, files): the profile's weight variant when SOURCE names it (or its model), else SOURCE."""
     if profile is not None:
         variant = catalog.models[profile.model].weights.get(profile.weights_variant)
         if variant is None or not variant.hf_repos:
             raise UsageError(f"{profile.key}: its weight variant names no Hub repository")
-        if req.source in (profile.key, *variant.hf_repos):
+        if req.source in (profile.key, profile.model, *variant.hf_repos):   # the model id: routing chose it
             return variant.hf_repos[0], variant.revision, tuple(variant.files)
     return req.source, None, ()
 
