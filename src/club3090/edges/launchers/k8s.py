@@ -6,8 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from club3090.edges.launchers.ray import _lines
-from club3090.edges.launchers.written import ClusterFiles, WrittenOnly
+from club3090.edges.launchers.written import ClusterFiles, WrittenOnly, preflight_lines
 
 NAME = "k8s"
 
@@ -27,7 +26,7 @@ class K8sLauncher(WrittenOnly):
 
         checks = tuple(cluster_probe.k8s_checks(**self.probe_kwargs()))
         texts = k8s_mod.k8s_files(cl, cache=options.model_cache, cache_size_gib=cache_size_gib)
-        texts["RUNBOOK.md"] = k8s_runbook(cl, replace(facts, preflight=_lines(checks)))
+        texts["RUNBOOK.md"] = k8s_runbook(cl, replace(facts, preflight=preflight_lines(checks)))
         ignored = tuple(flag for flag, given in (("--head-ip", options.head_ip),
                                                  ("--ray-port", options.ray_port != cluster_mod.DEFAULT_RAY_PORT))
                         if given)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from club3090.edges.launchers.written import ClusterFiles, WrittenOnly
+from club3090.edges.launchers.written import ClusterFiles, WrittenOnly, preflight_lines
 
 NAME = "ray"
 
@@ -26,13 +26,9 @@ class RayLauncher(WrittenOnly):
         checks = tuple(cluster_probe.ray_checks(head_ip=cl.net.head_ip, ray_port=cl.net.ray_port, serve_port=port,
                                                 ifname=cl.net.ifname, **self.probe_kwargs()))
         texts = cluster_mod.ray_files(cl)
-        texts["RUNBOOK.md"] = ray_runbook(cl, replace(facts, preflight=_lines(checks)))
+        texts["RUNBOOK.md"] = ray_runbook(cl, replace(facts, preflight=preflight_lines(checks)))
         ignored = (f"--model-cache {options.model_cache}",) if options.model_cache != "pvc" else ()
         return ClusterFiles(checks, texts, ignored, None)
-
-
-def _lines(checks: tuple[Any, ...]) -> tuple[str, ...]:
-    return tuple(("ok: " if c.ok else "note: ") + c.line for c in checks)
 
 
 LAUNCHER = RayLauncher()

@@ -65,4 +65,9 @@ class WrittenOnly:
         return {} if self.which is None else {"which": self.which}
 
 
-__all__ = ["ClusterFiles", "WrittenOnly"]
+def preflight_lines(checks: tuple[Any, ...]) -> tuple[str, ...]:
+    """The cluster checks as the runbook's preflight lines (``ok:`` / ``note:``)."""
+    return tuple(("ok: " if c.ok else "note: ") + c.line for c in checks)
+
+
+__all__ = ["ClusterFiles", "WrittenOnly", "preflight_lines"]
