@@ -176,6 +176,15 @@ def _speculation(case: dict[str, Any]) -> dict[str, Any]:
     return {"num_speculative_tokens": n, "speculative_method": "mtp"}
 
 
+def logged_rank(result: Any) -> Any:
+    """The rank whose pool the log's "Available KV cache memory" line prints: the first. vLLM logs
+    it once per node (``gpu_worker.determine_available_memory``: ``info_once(..., scope="local")``),
+    so under pipeline parallelism it is the first stage's pool, while the "GPU KV cache size" tokens
+    are the fewest blocks over every rank (the limiting stage: the token error scores that one).
+    Under TP alone every rank holds the same pool."""
+    return result.ranks[0]
+
+
 def score_case(case: dict[str, Any], configs: dict[str, Any], cases: list[dict[str, Any]]) -> dict[str, Any]:
     row: dict[str, Any] = {"id": case["id"], "hf_repo": case.get("hf_repo")}
     config = configs.get(case.get("hf_repo") or "")
@@ -220,12 +229,12 @@ def score_case(case: dict[str, Any], configs: dict[str, Any], cases: list[dict[s
     if isinstance(result, Unpriceable):
         row["skipped"] = f"unpriceable: {result.reason}"
         return row
-    row["predicted_kv_gib"] = result.per_gpu.kv_pool_bytes / GiB
+    row["predicted_kv_gib"] = logged_rank(result).kv_pool_bytes / GiB
     row["predicted_tokens"] = result.kv_cache_tokens
     row["predicted_verdict"] = result.raw_verdict
     row["settings"] = {"util": result.settings.mem_util, "mnbt": result.settings.max_num_batched_tokens,
                        "mns": result.settings.max_num_seqs, "graphs": result.settings.cudagraphs_subtracted}
-    row["breakdown_gib"] = {k: round(v / GiB, 3) for k, v in result.per_gpu.to_json().items()}
+    row["breakdown_gib"] = {k: round(v / GiB, 3) for k, v in logged_rank(result).to_json().items()}
     if measured_kv is not None:
         row["kv_error_gib"] = row["predicted_kv_gib"] - measured_kv
     if measured_tokens and outcome in OK_OUTCOMES:

@@ -171,11 +171,13 @@ def probe(run: Callable[[], Any]) -> tuple[FitResult | None, list[dict[str, Any]
 
 
 def surrogate(case: Case) -> tuple[float, int, bool, dict[str, float]]:
-    """(pool GiB, KV tokens, fits, the profile terms in GiB) of the limiting rank at the module's
-    current constants."""
+    """(pool GiB of the rank the log prints, KV tokens, fits, the profile terms in GiB of the
+    limiting rank) at the module's current constants (``accuracy.logged_rank``: the pool line is
+    the first rank's, the tokens and the verdict the limiting rank's)."""
     res = case.result
     tp = max(1, case.tp)
     best: tuple[int, int, dict[str, float]] | None = None
+    logged: int | None = None
     for rank in res.ranks:
         if not rank.bytes_per_block:
             continue
@@ -185,13 +187,15 @@ def surrogate(case: Case) -> tuple[float, int, bool, dict[str, float]]:
         graphs = profiling.cudagraph_bytes(*calls["cudagraph_bytes"][0], **calls["cudagraph_bytes"][1])
         subtracted = graphs if res.settings.cudagraphs_subtracted else 0
         pool = max(0, rank.budget_bytes - rank.weights_bytes - nt - act - subtracted)
+        if rank.rank == accuracy.logged_rank(res).rank:
+            logged = pool
         blocks = pool // rank.bytes_per_block
         if best is None or blocks < best[0]:
             best = (blocks, pool, {"non_torch_gib": nt / GiB, "activation_peak_gib": act / GiB,
                                    "cudagraph_gib": graphs / GiB})
     blocks, pool, terms = best or (0, 0, {})
     tokens = round(res.kv_cache_tokens * blocks / res.num_blocks) if res.num_blocks else 0
-    return pool / GiB, tokens, blocks >= res.blocks_per_request and blocks > 0, terms
+    return (pool if logged is None else logged) / GiB, tokens, blocks >= res.blocks_per_request and blocks > 0, terms
 
 
 # the terms a log's breakdown measures (``reports/vllm_log``), compared one by one
@@ -452,7 +456,7 @@ def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 def surrogate_check(cases: list[Case]) -> float:
     """Largest |surrogate - predict| pool (GiB) at the module's constants (0 when exact)."""
-    return max((abs(surrogate(c)[0] - c.result.per_gpu.kv_pool_bytes / GiB) for c in cases), default=0.0)
+    return max((abs(surrogate(c)[0] - accuracy.logged_rank(c.result).kv_pool_bytes / GiB) for c in cases), default=0.0)
 
 
 GROUPINGS = (("source", "leave one source out"), ("gpu_class", "leave one GPU class out"),
