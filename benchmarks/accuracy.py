@@ -38,7 +38,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
 from club3090.fit.estimate import weights_per_rank_bytes  # noqa: E402
-from club3090.fit.memory import ServeShape, Unpriceable, predict  # noqa: E402
+from club3090.fit.memory import ServeShape, Unpriceable, logged_rank, predict  # noqa: E402
 from club3090.fit.shape import profile_shape  # noqa: E402
 from club3090.model.architecture import parse_config  # noqa: E402
 from club3090.units import GiB  # noqa: E402
@@ -174,15 +174,6 @@ def _speculation(case: dict[str, Any]) -> dict[str, Any]:
     if "mtp" not in method or not isinstance(n, int) or n < 1:
         return {}
     return {"num_speculative_tokens": n, "speculative_method": "mtp"}
-
-
-def logged_rank(result: Any) -> Any:
-    """The rank whose pool the log's "Available KV cache memory" line prints: the first. vLLM logs
-    it once per node (``gpu_worker.determine_available_memory``: ``info_once(..., scope="local")``),
-    so under pipeline parallelism it is the first stage's pool, while the "GPU KV cache size" tokens
-    are the fewest blocks over every rank (the limiting stage: the token error scores that one).
-    Under TP alone every rank holds the same pool."""
-    return result.ranks[0]
 
 
 def score_case(case: dict[str, Any], configs: dict[str, Any], cases: list[dict[str, Any]]) -> dict[str, Any]:

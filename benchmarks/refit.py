@@ -42,7 +42,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 import accuracy  # noqa: E402
 
 from club3090.fit import profiling  # noqa: E402
-from club3090.fit.memory import FitResult, predict  # noqa: E402
+from club3090.fit.memory import FitResult, logged_rank, predict  # noqa: E402
 from club3090.fit.vllm_rules import GRAPH_ESTIMATE_FROM, native_sampler, parse_version  # noqa: E402
 from club3090.model.architecture import parse_config  # noqa: E402
 from club3090.units import GiB  # noqa: E402
@@ -171,31 +171,28 @@ def probe(run: Callable[[], Any]) -> tuple[FitResult | None, list[dict[str, Any]
 
 
 def surrogate(case: Case) -> tuple[float, int, bool, dict[str, float]]:
-    """(pool GiB of the rank the log prints, KV tokens, fits, the profile terms in GiB of the
-    limiting rank) at the module's current constants (``accuracy.logged_rank``: the pool line is
-    the first rank's, the tokens and the verdict the limiting rank's)."""
+    """(pool GiB, KV tokens, fits, the profile terms in GiB) at the module's current constants: the
+    pool and the terms of the rank the log prints (``memory.logged_rank``), the tokens and the
+    verdict of the limiting rank (fewest blocks), as vLLM logs them."""
     res = case.result
     tp = max(1, case.tp)
-    best: tuple[int, int, dict[str, float]] | None = None
-    logged: int | None = None
+    printed = logged_rank(res).rank
+    least: int | None = None
+    logged: tuple[int, dict[str, float]] = (0, {})
     for rank in res.ranks:
-        if not rank.bytes_per_block:
-            continue
         calls = case.stage_calls[rank.rank // tp]
         nt = profiling.non_torch_bytes(*calls["non_torch_bytes"][0], **calls["non_torch_bytes"][1])
         act = profiling.activation(*calls["activation"][0], **calls["activation"][1]).total
         graphs = profiling.cudagraph_bytes(*calls["cudagraph_bytes"][0], **calls["cudagraph_bytes"][1])
         subtracted = graphs if res.settings.cudagraphs_subtracted else 0
         pool = max(0, rank.budget_bytes - rank.weights_bytes - nt - act - subtracted)
-        if rank.rank == accuracy.logged_rank(res).rank:
-            logged = pool
-        blocks = pool // rank.bytes_per_block
-        if best is None or blocks < best[0]:
-            best = (blocks, pool, {"non_torch_gib": nt / GiB, "activation_peak_gib": act / GiB,
-                                   "cudagraph_gib": graphs / GiB})
-    blocks, pool, terms = best or (0, 0, {})
+        if rank.rank == printed:
+            logged = (pool, {"non_torch_gib": nt / GiB, "activation_peak_gib": act / GiB, "cudagraph_gib": graphs / GiB})
+        if rank.bytes_per_block:      # a stage without cache layers allocates no KV and limits nothing
+            least = min(pool // rank.bytes_per_block, least if least is not None else pool // rank.bytes_per_block)
+    blocks = least or 0
     tokens = round(res.kv_cache_tokens * blocks / res.num_blocks) if res.num_blocks else 0
-    return (pool if logged is None else logged) / GiB, tokens, blocks >= res.blocks_per_request and blocks > 0, terms
+    return logged[0] / GiB, tokens, blocks >= res.blocks_per_request and blocks > 0, logged[1]
 
 
 # the terms a log's breakdown measures (``reports/vllm_log``), compared one by one
@@ -456,7 +453,7 @@ def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 def surrogate_check(cases: list[Case]) -> float:
     """Largest |surrogate - predict| pool (GiB) at the module's constants (0 when exact)."""
-    return max((abs(surrogate(c)[0] - accuracy.logged_rank(c.result).kv_pool_bytes / GiB) for c in cases), default=0.0)
+    return max((abs(surrogate(c)[0] - logged_rank(c.result).kv_pool_bytes / GiB) for c in cases), default=0.0)
 
 
 GROUPINGS = (("source", "leave one source out"), ("gpu_class", "leave one GPU class out"),

@@ -9,7 +9,7 @@ import json
 import pytest
 
 from club3090.fit import profiling
-from club3090.fit.memory import ServeShape, Unpriceable, predict
+from club3090.fit.memory import ServeShape, Unpriceable, logged_rank, predict
 from club3090.fit.vllm_rules import (
     NEWEST_KNOWN_VLLM,
     RELEASES_IN_USE,
@@ -97,6 +97,22 @@ def test_v0_pp_fallback_on_0_8():
     assert r.settings.engine == "v0" and r.settings.max_num_batched_tokens == 32768
     assert any("pipeline parallelism" in n for n in r.notes)
     assert r.cudagraph_outside_budget_bytes > 0 and r.per_gpu.cudagraph_bytes == 0
+
+
+def test_logged_pool_is_the_first_stage_from_0_11_1_and_the_limiting_rank_before():
+    """The "Available KV cache memory" line: the first rank's from the 0.11.1 line (PR #26740), so
+    under PP the first stage's pool (no sampler), larger than the limiting last stage's; before it
+    every worker printed and a record quotes the limiting one (the llm-d PP sweep, harvest r6)."""
+    a = arch(QWEN7)
+    pp2 = dict(weights_bytes=15 * GiB, gpu_memory_bytes=[80 * GiB] * 2)
+    new = predict(a, **pp2, shape=ServeShape(pp=2, max_model_len=8192, max_num_seqs=1024, vllm_version="0.19.0"))
+    assert logged_rank(new) is new.ranks[0]
+    assert new.per_gpu.rank == 1 and logged_rank(new).kv_pool_bytes > new.per_gpu.kv_pool_bytes
+    old = predict(a, **pp2, shape=ServeShape(pp=2, max_model_len=8192, vllm_version="0.10.1"))
+    assert logged_rank(old) is old.per_gpu
+    tp2 = predict(a, weights_bytes=15 * GiB, gpu_memory_bytes=[80 * GiB] * 2,
+                  shape=ServeShape(tp=2, max_model_len=8192, vllm_version="0.19.0"))
+    assert logged_rank(tp2).kv_pool_bytes == tp2.per_gpu.kv_pool_bytes
 
 
 # --- MLA by version ----------------------------------------------------------------------------

@@ -54,6 +54,7 @@ from club3090.fit.vllm_rules import (
     mla_rule,
     native_sampler,
     parse_version,
+    pool_logged_by_first_rank,
     version_note,
 )
 from club3090.model.architecture import Architecture, LayerSpec
@@ -72,6 +73,7 @@ __all__ = [
     "Unpriceable",
     "capture_sizes",
     "kv_page_layout",
+    "logged_rank",
     "mamba_groups",
     "parse_version",
     "pp_layer_counts",
@@ -165,6 +167,17 @@ class FitResult:
             "notes": list(self.notes),
             "calibration": self.calibration.to_json() if self.calibration is not None else None,
         }
+
+
+def logged_rank(result: FitResult) -> RankBreakdown:
+    """The rank whose pool and breakdown the start-up log prints, to compare a log with: the first
+    rank where the release logs once (under pipeline parallelism the first stage, not the limiting
+    one), else the limiting rank (``vllm_rules.pool_logged_by_first_rank``). The log's tokens and
+    blocks are the limiting rank's either way."""
+    settings = result.settings
+    if pool_logged_by_first_rank(parse_version(settings.vllm_version), settings.engine):
+        return result.ranks[0]
+    return result.per_gpu
 
 
 def _without_mla(arch: Architecture, ver: tuple[int, int, int], quant: str | None, disabled: bool) -> Architecture:

@@ -30,6 +30,11 @@ which (:func:`version_note`).
   default in PR #40376). Observed: Qwen3-14B on an H100 at 1,024 sequences profiles a 5.64 GiB peak
   on 0.15 and 0.16 and 2.23 GiB on 0.17 and 0.18 (llm-d-planner's version sweep). Where a kernel
   path was in fact installed the native price over-states the peak: the safe direction.
+- Which rank's pool the start-up log prints (``v1/worker/gpu_worker.py::determine_available_memory``):
+  "Available KV cache memory" was logged by every worker until vLLM PR #26740 (October 2025, the
+  0.11.1 line) logged it on the first rank only; the "GPU KV cache size" tokens follow the fewest
+  blocks over all ranks. Under pipeline parallelism the first rank holds the first stage (no
+  sampler), not the limiting one (:func:`pool_logged_by_first_rank`).
 - Prefix caching of hybrid state models (``v1/kv_cache_interface.py::MambaSpec``): with prefix
   caching on, a Mamba / linear-attention layer runs in ``align`` mode (PR #30877, merged January
   2026; the first release line carrying it is taken as 0.15) and keeps 2 state pages per request
@@ -76,6 +81,7 @@ __all__ = [
     "mla_rule",
     "native_sampler",
     "parse_version",
+    "pool_logged_by_first_rank",
     "v0_batched_tokens",
     "version_note",
 ]
@@ -108,6 +114,7 @@ KV_TOKENS_BY_CONCURRENCY_FROM: Version = (0, 20, 1)  # 0.20.0 still logs blocks 
 AUTO_FIT_FLAG_FROM: Version = (0, 12, 0)
 AUTO_FIT_UNSET_FROM: Version = (0, 26, 0)
 KERNEL_SAMPLER_FROM: Version = (0, 17, 0)
+POOL_LOGGED_ONCE_FROM: Version = (0, 11, 1)  # "Available KV cache memory" on the first rank only
 MAMBA_ALIGN_FROM: Version = (0, 15, 0)     # prefix caching of state layers in align mode
 HYBRID_PREFIX_CACHING_DEFAULT_FROM: Version = (0, 28, 0)  # top-k / top-p without a full sort (Triton, then FlashInfer)
 V0_LONG_CONTEXT = 32_768
@@ -185,6 +192,12 @@ def mamba_cache_mode(ver: Version, engine: str, *, prefix_caching: bool | None, 
 def native_sampler(ver: Version, engine: str) -> bool:
     """Whether the profiling run's sampler sorts the full logits (V1 before the 0.17 line)."""
     return engine == "v1" and ver < KERNEL_SAMPLER_FROM
+
+
+def pool_logged_by_first_rank(ver: Version, engine: str) -> bool:
+    """Whether the log's "Available KV cache memory" line is the first rank's (from the 0.11.1
+    line); before it every worker printed its own and a record quotes the limiting one's."""
+    return engine == "v1" and ver >= POOL_LOGGED_ONCE_FROM
 
 
 def batch_defaults(ver: Version, engine: str, *, device_gib: float, device_name: str,

@@ -72,18 +72,19 @@ def predict_terms(log: StartupLog, config: Mapping[str, Any], *, gpu_memory_gib:
         return None, f"the fit engine cannot price this shape: {exc}"
     if not isinstance(result, fit_memory.FitResult):
         return None, f"the fit engine cannot price this shape: {result}"
+    printed = fit_memory.logged_rank(result)     # the rank whose pool and breakdown the log prints
     return {
-        "available_kv_cache_gib": round(result.per_gpu.kv_pool_bytes / GiB, 4),
+        "available_kv_cache_gib": round(printed.kv_pool_bytes / GiB, 4),
         "gpu_kv_cache_tokens": result.kv_cache_tokens,
         "num_gpu_blocks": result.num_blocks,
         "max_concurrency": round(result.max_concurrency, 2),
         # the separate terms the log's breakdown measures (per rank)
-        "non_torch_gib": round(result.per_gpu.non_torch_bytes / GiB, 4),
-        "activation_peak_gib": round(result.per_gpu.activation_bytes / GiB, 4),
-        "cudagraph_gib": round((result.per_gpu.cudagraph_bytes or result.cudagraph_outside_budget_bytes) / GiB, 4),
+        "non_torch_gib": round(printed.non_torch_bytes / GiB, 4),
+        "activation_peak_gib": round(printed.activation_bytes / GiB, 4),
+        "cudagraph_gib": round((printed.cudagraph_bytes or result.cudagraph_outside_budget_bytes) / GiB, 4),
         "raw_verdict": result.raw_verdict,
         "confidence": result.confidence,
-        "breakdown_gib": {k: round(v / GiB, 4) for k, v in result.per_gpu.to_json().items()},
+        "breakdown_gib": {k: round(v / GiB, 4) for k, v in printed.to_json().items()},
     }, None
 
 
