@@ -460,7 +460,7 @@ def _stage_ranks(run: _Run, stage: int, first_layer: int, num_layers: int, layou
                                    run.model_bytes, run.repack)
     if last and shape.extra_weights_bytes:
         weights += int(shape.extra_weights_bytes) // tp
-    non_torch = profiling.non_torch_bytes(tp, run.pp, run.nvswitch)
+    non_torch = profiling.non_torch_bytes(tp, run.pp, run.nvswitch, res.engine)
     act = profiling.activation(arch, tp=tp, tokens=res.max_num_batched_tokens, num_seqs=res.max_num_seqs,
                                last_stage=last, num_spec=run.num_spec, engine=res.engine,
                                encoder=shape.mm_encoder_profiling and stage == 0,
