@@ -140,7 +140,7 @@ def _shape(case: dict[str, Any], pool_bytes: int | None = None) -> ServeShape:
         device_name=case.get("gpu_model"),
         kv_cache_memory_bytes=pool_bytes,
         enable_prefix_caching=case.get("enable_prefix_caching"),
-        sampler_sorts=_sampler_sorts(case),
+        sampler=_quoted(case).sampler,
         **_speculation(case),
     )
 
@@ -150,12 +150,6 @@ def _quoted(case: dict[str, Any]) -> Any:
     from club3090.reports.vllm_log import parse_startup
 
     return parse_startup("\n".join(str(q) for q in case.get("quote") or ()))
-
-
-def _sampler_sorts(case: dict[str, Any]) -> bool | None:
-    """Whether the case's log says its top-k / top-p sampler sorts (None: the log does not say)."""
-    said = _quoted(case).sampler
-    return None if said is None else said == "PyTorch-native"
 
 
 def _unpriced_drafter(case: dict[str, Any]) -> bool:

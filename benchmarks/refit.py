@@ -43,7 +43,7 @@ import accuracy  # noqa: E402
 
 from club3090.fit import profiling  # noqa: E402
 from club3090.fit.memory import FitResult, logged_rank, predict  # noqa: E402
-from club3090.fit.vllm_rules import GRAPH_ESTIMATE_FROM, native_sampler, parse_version  # noqa: E402
+from club3090.fit.vllm_rules import GRAPH_ESTIMATE_FROM, parse_version  # noqa: E402
 from club3090.model.architecture import parse_config  # noqa: E402
 from club3090.units import GiB  # noqa: E402
 
@@ -76,7 +76,8 @@ TERMS: dict[str, tuple[list[float], Callable[[Case], bool]]] = {
     "CUDAGRAPH_BASE_TOKENS": ([512.0 * i for i in range(13)], lambda c: _graph_data(c)),
     "CUDAGRAPH_PER_GRAPH_TOKENS": ([6.0 * i for i in range(9)], lambda c: _graph_data(c)),
     "SAMPLER_COEF": ([2.0 + 0.25 * i for i in range(13)], lambda c: c.sampler == "kernel"),
-    "SAMPLER_NATIVE_COEF": ([6.0 + 0.5 * i for i in range(13)], lambda c: c.sampler == "native"),
+    "SAMPLER_FLASHINFER_COEF": ([1.5 + 0.25 * i for i in range(13)], lambda c: c.sampler == "flashinfer"),
+    "SAMPLER_NATIVE_COEF": ([6.0 + 0.5 * i for i in range(13)], lambda c: c.sampler in ("native", "v0")),
     "NON_TORCH_TP1": ([0.05 * i for i in range(13)], lambda c: True),
     "NON_TORCH_MULTI": ([0.1 * i for i in range(11)], lambda c: c.world > 1 and c.sampler != "v0"),
     "NON_TORCH_MULTI_V0": ([0.1 * i for i in range(16)], lambda c: c.world > 1 and c.sampler == "v0"),
@@ -124,7 +125,7 @@ class Case:
     tp: int
     world: int
     graphs_in_budget: bool
-    sampler: str                   # "kernel" | "native" (V1 before 0.17: a full sort) | "v0"
+    sampler: str                   # "kernel" | "flashinfer" | "native" (V1 before 0.17: a full sort) | "v0"
     measured_kv_gib: float | None
     measured_tokens: int | None
     outcome: str | None
@@ -290,8 +291,8 @@ def _case(run: Callable[[str | None], Any], **fields: Any) -> Case | None:
     engine = result.settings.engine
     graphs = engine == "v1" and ver >= GRAPH_ESTIMATE_FROM
     # the path the case was priced with (a log that names its sampler overrides the line's default)
-    sorts = stages[-1]["activation"][1].get("native_sampler", native_sampler(ver, engine)) if stages else False
-    sampler = "v0" if engine == "v0" else "native" if sorts else "kernel"
+    path = stages[-1]["activation"][1].get("sampler", "kernel") if stages else "kernel"
+    sampler = "v0" if engine == "v0" else "native" if path == "sort" else path
     return Case(result=result, stage_calls=stages, graphs_in_budget=graphs, sampler=sampler, **fields)
 
 

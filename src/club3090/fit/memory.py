@@ -52,9 +52,9 @@ from club3090.fit.vllm_rules import (
     fp8_marlin_scale_ratio,
     mla_block_size,
     mla_rule,
-    native_sampler,
     parse_version,
     pool_logged_by_first_rank,
+    sampler_path,
     version_note,
 )
 from club3090.model.architecture import Architecture, LayerSpec
@@ -465,8 +465,7 @@ def _stage_ranks(run: _Run, stage: int, first_layer: int, num_layers: int, layou
                                last_stage=last, num_spec=run.num_spec, engine=res.engine,
                                encoder=shape.mm_encoder_profiling and stage == 0,
                                graphs_in_budget=res.engine == "v1" and run.ver >= GRAPH_ESTIMATE_FROM,
-                               native_sampler=native_sampler(run.ver, res.engine) if shape.sampler_sorts is None
-                               else res.engine == "v1" and shape.sampler_sorts)
+                               sampler=sampler_path(run.ver, res.engine, shape.sampler, shape.device_name))
     subtracted = graphs if res.cudagraphs_subtracted else 0
     ranks = []
     for tp_rank in range(tp):

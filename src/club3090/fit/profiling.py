@@ -33,6 +33,7 @@ __all__ = [
     "CUDAGRAPH_PER_GRAPH_TOKENS",
     "ENCODER_COEF",
     "SAMPLER_COEF",
+    "SAMPLER_FLASHINFER_COEF",
     "SAMPLER_NATIVE_COEF",
     "SPEC_SAMPLER_COEF",
     "Activation",
@@ -56,9 +57,11 @@ ACT_FORWARD_COEF = 1.5                     # x the per-token activation width (b
 ACT_FORWARD_COEF_V0 = 1.5                  # the same on the V0 engine (no piecewise compilation; its profile
                                            # batch is the whole context without chunked prefill): fitted apart
 ACT_FORWARD_COEF_GRAPHS = 1.3              # the same from 0.21, where the graph estimate is separate
-SAMPLER_COEF = 3.75                        # x fp32 logits (num_reqs x vocab x 4 B): a kernel top-k/top-p
+SAMPLER_COEF = 3.75                        # x fp32 logits (num_reqs x vocab x 4 B): the Triton top-k/top-p
+SAMPLER_FLASHINFER_COEF = 3.75             # the same with FlashInfer's rejection sampler (fitted apart;
+                                           # shipped at the Triton value until it is)
 SAMPLER_NATIVE_COEF = 9.7                  # the same with PyTorch's full sort (values, int64 indices,
-                                           # workspace, probabilities): vllm_rules.native_sampler
+                                           # workspace, probabilities): vllm_rules.sampler_path
 SPEC_SAMPLER_COEF = 7.0                    # x fp32 logits rows per request with speculative decoding
                                            # (any depth): the rejection sampler's dummy batch of one
                                            # draft + one bonus position, draft probabilities, softmax
@@ -124,21 +127,21 @@ class Activation:
 
 def activation(arch: Architecture, *, tp: int, tokens: int, num_seqs: int, last_stage: bool,
                num_spec: int = 0, engine: str = "v1", encoder: bool = True,
-               graphs_in_budget: bool = False, native_sampler: bool = False) -> Activation:
+               graphs_in_budget: bool = False, sampler: str = "kernel") -> Activation:
     """The profile run's transient peak on one rank of a stage (``graphs_in_budget``: the release
     line subtracts a CUDA-graph estimate, 0.21 on; its forward coefficient is fitted separately;
-    ``native_sampler``: top-k / top-p by a full sort of the logits)."""
+    ``sampler``: the top-k / top-p path, ``vllm_rules.sampler_path``)."""
     enc_peak, enc_cache = _encoder_bytes(arch, tokens) if encoder else (0, 0)
     coef = ACT_FORWARD_COEF_GRAPHS if graphs_in_budget else ACT_FORWARD_COEF_V0 if engine == "v0" \
         else ACT_FORWARD_COEF
     forward = int(coef * tokens * activation_width(arch, tp)) + enc_cache
-    sampler = 0
+    sampled = 0
     if last_stage:
         reqs = num_seqs if engine == "v0" else min(num_seqs, tokens)
-        rows = (SAMPLER_NATIVE_COEF if native_sampler else SAMPLER_COEF) \
+        rows = {"sort": SAMPLER_NATIVE_COEF, "flashinfer": SAMPLER_FLASHINFER_COEF}.get(sampler, SAMPLER_COEF) \
             + (SPEC_SAMPLER_COEF if num_spec > 0 else 0.0)
-        sampler = int(rows * reqs * arch.vocab_size * 4)
-    return Activation(forward, sampler, enc_peak)
+        sampled = int(rows * reqs * arch.vocab_size * 4)
+    return Activation(forward, sampled, enc_peak)
 
 
 # NCCL's NVLS (NVLink SHARP multicast) buffers need Hopper-generation NVSwitch (sm 9.0+): an A100

@@ -69,9 +69,9 @@ class ServeShape:
     pp_layer_partition: tuple[int, ...] | None = None   # VLLM_PP_LAYER_PARTITION; None = vLLM's even split
     distributed_executor_backend: str | None = None     # "ray" (multi-node) | "mp"; None = vLLM's choice
     compute_capability: str | None = None    # e.g. "8.6"; FP8 weights run as Marlin W8A16 below 8.9
-    sampler_sorts: bool | None = None         # top-k / top-p by a full sort (a log's "PyTorch-native"), or
-                                             # not (its "Using FlashInfer/Triton for top-p & top-k
-                                             # sampling"); None = the release line's default
+    sampler: str | None = None               # the top-k / top-p path a log names ("FlashInfer", "Triton",
+                                             # "PyTorch-native"); None = the release line's default
+                                             # (vllm_rules.sampler_path)
 
 
 @dataclass(frozen=True, slots=True)

@@ -27,8 +27,12 @@ which (:func:`version_note`).
   workspace, probabilities), a kernel path (FlashInfer, later Triton) does not. FlashInfer was not a
   default dependency before 0.11 and was switched off by default in PR #26859 (October 2025); the
   native sort stayed the default until the 0.17 line (a Triton kernel, then FlashInfer again by
-  default in PR #40376). Observed: Qwen3-14B on an H100 at 1,024 sequences profiles a 5.64 GiB peak
-  on 0.15 and 0.16 and 2.23 GiB on 0.17 and 0.18 (llm-d-planner's version sweep). Where a kernel
+  default in PR #40376, opened April 2026: taken from the 0.21 line, the first surely carrying it,
+  on CUDA cards; ROCm takes its own sampler). Observed: Qwen3-14B on an H100 at 1,024 sequences
+  profiles a 5.64 GiB peak on 0.15 and 0.16 and 2.23 GiB on 0.17 and 0.18 (llm-d-planner's version
+  sweep); FlashInfer's rejection sampler holds less than the Triton kernel (about 2.3-2.5 x the fp32
+  logits in logs that name it, against about 3.8). :func:`sampler_path` picks the path; a log that
+  names it ("Using FlashInfer for top-p & top-k sampling.") overrides the line. Where a kernel
   path was in fact installed the native price over-states the peak: the safe direction.
 - Which rank's pool the start-up log prints (``v1/worker/gpu_worker.py::determine_available_memory``):
   "Available KV cache memory" was logged by every worker until vLLM PR #26740 (October 2025, the
@@ -82,6 +86,7 @@ __all__ = [
     "native_sampler",
     "parse_version",
     "pool_logged_by_first_rank",
+    "sampler_path",
     "v0_batched_tokens",
     "version_note",
 ]
@@ -114,6 +119,7 @@ KV_TOKENS_BY_CONCURRENCY_FROM: Version = (0, 20, 1)  # 0.20.0 still logs blocks 
 AUTO_FIT_FLAG_FROM: Version = (0, 12, 0)
 AUTO_FIT_UNSET_FROM: Version = (0, 26, 0)
 KERNEL_SAMPLER_FROM: Version = (0, 17, 0)
+FLASHINFER_SAMPLER_FROM: Version = (0, 21, 0)  # PR #40376: FlashInfer's top-k / top-p by default again
 POOL_LOGGED_ONCE_FROM: Version = (0, 11, 1)  # "Available KV cache memory" on the first rank only
 MAMBA_ALIGN_FROM: Version = (0, 15, 0)     # prefix caching of state layers in align mode
 HYBRID_PREFIX_CACHING_DEFAULT_FROM: Version = (0, 28, 0)  # top-k / top-p without a full sort (Triton, then FlashInfer)
@@ -190,8 +196,27 @@ def mamba_cache_mode(ver: Version, engine: str, *, prefix_caching: bool | None, 
 
 
 def native_sampler(ver: Version, engine: str) -> bool:
-    """Whether the profiling run's sampler sorts the full logits (V1 before the 0.17 line)."""
-    return engine == "v1" and ver < KERNEL_SAMPLER_FROM
+    """Whether the profiling run's V1 sampler sorts the full logits (before the 0.17 line)."""
+    return engine == "v1" and sampler_path(ver, engine) == "sort"
+
+
+SAMPLER_PATHS = ("sort", "kernel", "flashinfer")
+_NOT_CUDA = ("amd", "instinct", "radeon", "mi300", "mi250", "mi325", "mi355", "gaudi", "tpu")
+
+
+def sampler_path(ver: Version, engine: str, said: str | None = None, device_name: str | None = None) -> str:
+    """The profiling sampler's top-k / top-p path: "sort" (the PyTorch-native full sort: V1 before
+    the 0.17 line, and V0, whose ``profile_run`` samples with ``top_p=0.99, top_k=vocab - 1`` through
+    ``layers/sampler.py::_apply_top_k_top_p``, a sort of the whole logits), "kernel" (Triton) or
+    "flashinfer". ``said``: the path the log names ("FlashInfer", "Triton", "PyTorch-native", which
+    is the Triton kernel from 0.17)."""
+    if engine != "v1":
+        return "sort"
+    if said == "FlashInfer":
+        return "flashinfer"
+    if said is None and ver >= FLASHINFER_SAMPLER_FROM and not any(p in (device_name or "").lower() for p in _NOT_CUDA):
+        return "flashinfer"
+    return "sort" if ver < KERNEL_SAMPLER_FROM and said != "Triton" else "kernel"
 
 
 def pool_logged_by_first_rank(ver: Version, engine: str) -> bool:

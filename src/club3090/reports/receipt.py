@@ -67,7 +67,7 @@ def predict_terms(log: StartupLog, config: Mapping[str, Any], *, gpu_memory_gib:
             enforce_eager=bool(shape.get("enforce_eager")), vllm_version=log.vllm_version,
             dtype=shape.get("dtype") if shape.get("dtype") not in (None, "auto") else None,
             device_name=gpu_name,
-            sampler_sorts=None if log.sampler is None else log.sampler == "PyTorch-native")
+            sampler=log.sampler)
         result = fit_memory.predict(parse_config(dict(config)), weights_bytes=0,
                                     weights_bytes_per_rank=weights_per_rank_bytes(float(weights)),
                                     gpu_memory_bytes=[int(memory * GiB)], shape=serve)
