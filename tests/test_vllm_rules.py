@@ -16,6 +16,7 @@ from club3090.fit.vllm_rules import (
     choose_engine,
     mla_rule,
     parse_version,
+    sampler_path,
     v0_batched_tokens,
 )
 from club3090.model.architecture import parse_config
@@ -113,6 +114,29 @@ def test_logged_pool_is_the_first_stage_from_0_11_1_and_the_limiting_rank_before
     tp2 = predict(a, weights_bytes=15 * GiB, gpu_memory_bytes=[80 * GiB] * 2,
                   shape=ServeShape(tp=2, max_model_len=8192, vllm_version="0.19.0"))
     assert logged_rank(tp2).kv_pool_bytes == tp2.per_gpu.kv_pool_bytes
+
+
+@pytest.mark.parametrize("version, engine, said, device, path", [
+    ("0.8.3", "v0", None, None, "sort"),             # V0's profile_run samples top_p 0.99 / top_k vocab-1: a sort
+    ("0.10.1", "v1", None, None, "sort"),            # V1 before 0.17: the PyTorch-native full sort
+    ("0.10.1", "v1", "FlashInfer", None, "flashinfer"),   # ... unless the log names FlashInfer
+    ("0.19.0", "v1", None, "NVIDIA H100 80GB HBM3", "kernel"),   # the Triton kernel
+    ("0.19.0", "v1", "PyTorch-native", None, "kernel"),          # "native" is the Triton kernel from 0.17
+    ("0.21.0", "v1", None, "NVIDIA GeForce RTX 3090", "flashinfer"),   # PR #40376: FlashInfer by default
+    ("0.31.1", "v1", None, "AMD Instinct MI300X", "kernel"),     # not on ROCm
+    ("0.27.1", "v1", "Triton", None, "kernel"),
+])
+def test_the_profiling_samplers_path(version, engine, said, device, path):
+    assert sampler_path(parse_version(version), engine, said, device) == path
+
+
+def test_each_sampler_path_prices_its_own_coefficient():
+    a = arch(QWEN7)
+    logits = 256 * a.vocab_size * 4
+    for path, coef in (("sort", profiling.SAMPLER_NATIVE_COEF), ("kernel", profiling.SAMPLER_COEF),
+                       ("flashinfer", profiling.SAMPLER_FLASHINFER_COEF)):
+        got = profiling.activation(a, tp=1, tokens=4096, num_seqs=256, last_stage=True, sampler=path).sampler
+        assert got == int(coef * logits)
 
 
 # --- MLA by version ----------------------------------------------------------------------------
