@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 
-from club3090.edges import download
 from club3090.edges import hub as H
 from club3090.edges.request_budget import MAX_REDIRECTS, Budget, bounded, current, install_policy, is_installed
 from club3090.errors import HubUnreachable, InputError

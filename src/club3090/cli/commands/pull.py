@@ -246,7 +246,7 @@ def e_lines(e: Any) -> list[str]:
         lines.append(f"[pull] e: compose {e.compose_path} (max-model-len {e.max_model_len})")
     dl = e.download
     if dl is not None and dl.ok:
-        lines.append(f"[pull] e: downloaded {len(dl.files)} files ({_gib(dl.bytes)}) to {dl.dest}"
+        lines.append(f"[pull] e: downloaded {len(dl.files)} files ({_gib(dl.bytes)}) into the HF cache: {dl.dest}"
                      + (", sha256 verified" if dl.sha_verified else ""))
     if e.boot is not None and e.boot.ok:
         lines.append(f"[pull] e: booted in {e.boot.seconds:.0f}s")
