@@ -332,6 +332,41 @@ def test_gated_download_is_gated_401(catalog, hub, tmp_path):
     assert (r.e.stage, r.e.failure) == ("download", "gated-401")
 
 
+@pytest.mark.parametrize("allow,rung_two_fails,via_hf", [(False, False, False), (True, False, True),
+                                                          (True, True, True)])
+def test_the_xet_rung_is_taken_only_with_allow_xet_and_falls_back(hub, tmp_path, monkeypatch, allow,
+                                                                  rung_two_fails, via_hf):
+    """Rung 2 (huggingface_hub's own download, which uses Xet where the Hub offers it) only with
+    --allow-xet; any non-decisive failure there falls back to the resumable GET (rung 3)."""
+    import dataclasses
+
+    import huggingface_hub
+
+    from club3090.edges.hf_cache import fetch_into_cache
+
+    real = huggingface_hub.hf_hub_download
+    weights_asked: list[str] = []
+
+    def spy(repo_id: str, filename: str, **kw: Any) -> str:
+        if filename.endswith(".safetensors"):
+            weights_asked.append(filename)
+            if rung_two_fails:
+                raise OSError("the Xet transfer broke")
+        return real(repo_id, filename, **kw)
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", spy)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_DISABLE_XET", False)   # the person did not disable it
+    settings = dataclasses.replace(hub.settings(hf_home=tmp_path / "hf"), allow_xet=allow)
+    repo = hub.repos[REPO]
+    files = [RepoFile(n, repo.files[n].size, repo.files[n].sha256) for n in SHARDS]
+    report = fetch_into_cache(settings, REPO, repo.commit, files, bar=False)
+    assert report.ok and report.sha_verified, report
+    assert bool(weights_asked) is via_hf
+    blobs = _dest(tmp_path, hub).parent.parent / "blobs"
+    assert sorted(p.name for p in blobs.iterdir()) == sorted(repo.files[n].sha256 for n in SHARDS)  # no staging left
+    assert all(download._sha256(_dest(tmp_path, hub) / n) == repo.files[n].sha256 for n in SHARDS)
+    assert len(_fetched(hub)) == 2                                     # each shard downloaded once, by one rung
+
+
 # --------------------------------------------------------------------------------------------
 # --verify-in-place: files already on disk from an earlier pull
 # --------------------------------------------------------------------------------------------

@@ -5,7 +5,8 @@ selected files of one repo at one commit into the cache layout (``models--ORG--N
 plus ``snapshots/<commit>/NAME`` links):
 
 - A file the listing gives an LFS sha256 for (every weight file; a missing one is ``no-etag``) is
-  fetched by :func:`_resumable`: a GET of the resolve URL through huggingface_hub's own session into
+  fetched (with ``--allow-xet``, first by huggingface_hub's Xet transfer, :func:`_via_xet`, then) by
+  :func:`_resumable`: a GET of the resolve URL through huggingface_hub's own session into
   ``blobs/<sha256>.club3090-partial``, which an interrupted run leaves behind and the next run resumes
   with ``Range: bytes=<size>-``. It is renamed to ``blobs/<sha256>`` only once its sha256 matched, so
   the cache never holds an unverified weight file; a mismatch deletes it (``sha-mismatch``).
@@ -199,7 +200,7 @@ def _ensure(settings: "Settings", repo_id: str, commit: str, f: "RepoFile", adop
     say(f"{f.name} ({size})")
     try:
         with _online(), _xet(settings), bounded(Budget.for_stream(settings.download_stall_s, dl.STALL_BYTES)):
-            cached = (_resumable(settings, repo_id, commit, f, hub_cache, bar=bar) if f.sha256
+            cached = (_hashed(settings, repo_id, commit, f, hub_cache, bar=bar) if f.sha256
                       else _small(settings, repo_id, commit, f, hub_cache))
     except dl._Failed:
         raise
@@ -307,6 +308,7 @@ def _link(blob: Path, link: Path) -> Path:
 
 PARTIAL = ".club3090-partial"
 ADOPTING = ".club3090-adopting"   # --verify-in-place: a link or copy on its way into blobs/
+XET_STAGING = ".club3090-xet"     # --allow-xet: huggingface_hub's download, checked before it becomes the blob
 
 
 def _unsafe_name(hub_cache: Path, repo_id: str, commit: str, files: Sequence["RepoFile"]) -> "dl._Failed | None":
@@ -329,6 +331,46 @@ def _unsafe_name(hub_cache: Path, repo_id: str, commit: str, files: Sequence["Re
     except dl._Failed as exc:
         return exc
     return None
+
+
+def _hashed(settings: "Settings", repo_id: str, commit: str, f: "RepoFile", hub_cache: Path, *, bar: bool) -> Path:
+    """A file with an LFS sha256: rung 2, huggingface_hub's Xet transfer, when ``--allow-xet`` is given
+    and huggingface_hub can use it (``hf_xet`` installed, ``HF_HUB_DISABLE_XET`` unset); else, or when
+    it fails for any reason but a decisive one, the resumable ranged GET (rung 3)."""
+    from huggingface_hub.utils._runtime import is_xet_available
+
+    if settings.allow_xet and is_xet_available():     # read inside ``_xet``: the person's switch wins
+        try:
+            return _via_xet(settings, repo_id, commit, f, hub_cache)
+        except dl._Failed:
+            raise
+        except Exception as exc:  # noqa: BLE001 - decisive failures stop, the rest fall back to rung 3
+            failed = dl._hub_failure(exc, repo_id, f.name)
+            if failed is not None:
+                raise failed from None
+    return _resumable(settings, repo_id, commit, f, hub_cache, bar=bar)
+
+
+def _via_xet(settings: "Settings", repo_id: str, commit: str, f: "RepoFile", hub_cache: Path) -> Path:
+    """Rung 2: ``hf_hub_download`` into a staging folder beside the blobs, checked, then renamed to
+    ``blobs/<sha256>``: the cache never holds an unchecked weight file on this rung either."""
+    from huggingface_hub import hf_hub_download
+
+    assert f.sha256 is not None
+    blobs = repo_folder(hub_cache, repo_id) / "blobs"
+    staging = dl.within(blobs, f.sha256 + XET_STAGING)
+    shutil.rmtree(staging, ignore_errors=True)
+    try:
+        got = Path(hf_hub_download(repo_id, f.name, revision=commit, local_dir=str(staging),
+                                   endpoint=settings.endpoint, token=settings.token or False,
+                                   library_name="club3090", etag_timeout=dl.TIMEOUT_S))
+        digest = dl._sha256(got)
+        if digest != f.sha256:
+            raise dl._Failed(dl.SHA_MISMATCH, f"{f.name}: sha256 {digest}, the Hub says {f.sha256}", f.name)
+        os.replace(got, dl.within(blobs, f.sha256))
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return _link(dl.within(blobs, f.sha256), dl.within(snapshot_dir(hub_cache, repo_id, commit), f.name))
 
 
 def _resumable(settings: "Settings", repo_id: str, commit: str, f: "RepoFile", hub_cache: Path, *,
