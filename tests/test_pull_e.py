@@ -233,6 +233,43 @@ def test_an_interrupted_download_resumes_with_a_range(catalog, hub, tmp_path):
     assert download._sha256(final) == shard.sha256
 
 
+def test_a_killed_pull_resumes_where_it_stopped(catalog, hub, tmp_path):
+    """`club3090 pull` killed (SIGKILL, no cleanup) half-way through a shard: the next pull asks for
+    the rest with a Range from the partial blob's size, and the file lands checked in the HF cache."""
+    import os
+    import time
+
+    from club3090.edges.hf_cache import PARTIAL
+
+    shard = max((hub.repos[REPO].files[n] for n in SHARDS), key=lambda f: f.size)
+    hub.fault("stall", match=shard.sha256, times=None, delay=30.0)    # half the body, then the line hangs
+    env = {**os.environ, "HF_ENDPOINT": hub.url, "HF_HOME": str(tmp_path / "hf"),
+           "HF_HUB_CACHE": str(tmp_path / "hf" / "hub"), "CLUB3090_CAPTURES": str(tmp_path / ".pull-captures")}
+    argv = [sys.executable, "-m", "club3090", "pull", REPO, "--profile-like", "vllm/minimal", "--gpus", "1x3090",
+            "--yes", "--no-boot"]
+    partial = _dest(tmp_path, hub).parent.parent / "blobs" / (shard.sha256 + PARTIAL)
+    with subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True) as proc:
+        try:
+            deadline = time.monotonic() + 60
+            while not (partial.is_file() and partial.stat().st_size > 0):
+                assert proc.poll() is None, proc.stderr.read() if proc.stderr else proc.returncode
+                assert time.monotonic() < deadline, "the pull never reached the stalled shard"
+                time.sleep(0.05)
+        finally:
+            proc.kill()                                                # mid-file: nothing of it runs on
+    kept = partial.stat().st_size
+    assert 0 < kept < shard.size and not (_dest(tmp_path, hub) / shard.name).exists()
+    hub.faults.clear()
+    hub.clear_log()
+    r = _pull(catalog, hub, tmp_path, _stages(no_boot=True))
+    assert r.e.download.ok and r.e.download.sha_verified, r.e
+    ranges = [q.headers.get("range") for q in hub.requests("GET") if shard.sha256 in q.path
+              and not q.headers.get("range", "-").split("-")[-1]]
+    assert ranges == [f"bytes={kept}-"]                                # exactly the rest, once
+    final = _dest(tmp_path, hub) / shard.name
+    assert final.is_symlink() and download._sha256(final) == shard.sha256 and not partial.exists()
+
+
 def test_a_corrupted_file_is_a_sha_mismatch_and_never_lands(catalog, hub, tmp_path):
     shard = hub.repos[REPO].files[SHARDS[1]]
     real = shard.sha256
