@@ -749,16 +749,18 @@ def test_offline_a_cached_repo_is_served_from_the_cache_in_place(catalog, hub, t
 # the docker preflight before `docker compose` (up's, reused): fake executables on PATH
 # --------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize(("kind", "fix"), [
-    ("engine", "systemctl start docker"),
-    ("compose", "docker-compose-plugin"),
-    ("nvidia", "nvidia-ctk runtime configure"),
+@pytest.mark.parametrize(("kind", "fix", "environment"), [
+    ("engine", "systemctl start docker", "docker-daemon-unreachable"),
+    ("compose", "docker-compose-plugin", "compose-plugin-missing"),
+    ("nvidia", "nvidia-ctk runtime configure", "nvidia-runtime-missing"),
 ])
-def test_boot_runs_up_s_docker_preflight_first(catalog, hub, tmp_path, monkeypatch, capsys, kind, fix):
+def test_boot_runs_up_s_docker_preflight_first(catalog, hub, tmp_path, monkeypatch, kind, fix, environment):
     import shutil
 
     from club3090.cli.commands.pull import render
     from club3090.edges.launchers.base import run_process
+    from club3090.reports.classify import ROUTE_LOCAL, classify_points
+    from club3090.reports.fingerprints import load_table
     from tests.test_up import fake_docker
 
     bin_dir = tmp_path / "bin"
@@ -767,12 +769,18 @@ def test_boot_runs_up_s_docker_preflight_first(catalog, hub, tmp_path, monkeypat
     monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
     r = _pull(catalog, hub, tmp_path, EStages(runner=run_process, which=shutil.which))
     assert (r.ok, exit_code(r.outcome), r.e.stage, r.e.failure) == (True, 2, "boot", "docker-unavailable")
-    assert fix in r.e.detail and r.e.download.ok and r.e.boot is None
+    assert fix in r.e.detail and r.e.download.ok and r.e.boot_ok is False and r.e.smoke is None
     assert not (bin_dir / "compose-ran").exists()                 # no `docker compose ... up` ran
     lines = render(r).splitlines()
     assert "[pull] e-stage=boot failure=docker-unavailable" in lines
     assert any(line.startswith("[pull] e-detail: ") and fix in line for line in lines)
-    assert _bundle(r)["manifest.json"]["outcome"] == "failed"
+    files = _bundle(r)
+    assert files["manifest.json"]["outcome"] == "failed"
+    assert files["pt3-boot.json"]["failure"] == "docker-unavailable" and fix in files["pt3-boot.json"]["detail"]
+    # the Loop reads it as this machine's problem, with the next step: never "unknown", never filed
+    got = classify_points(read_bundle(r.e.bundle).points, arch_family=None, engine_version=None, gate_only=False,
+                          table=load_table())
+    assert (got.route, got.environment) == (ROUTE_LOCAL, environment)
 
 
 def test_kv_calc_version_covers_every_estimator_source():

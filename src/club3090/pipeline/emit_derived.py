@@ -237,10 +237,10 @@ def run(job: EInput, stages: EStages, now: Callable[[], datetime]) -> EReport:
                        notices=tuple(st.notices))
     dl, st = _download(job, paths, stages, st, say)
     skipped, st = _boot_skipped(paths, stages, st) if st.stage is None else (None, st)
-    st = _preflight(stages, st) if st.stage is None and skipped is None else st
+    refused, st = _preflight(stages, st) if st.stage is None and skipped is None else (None, st)
     runner = _compose_boot(job, paths, stages) if st.stage is None and skipped is None else None
     try:
-        booted = smoked = None
+        booted, smoked = refused, None
         log = ""
         if runner is not None:
             booted, smoked, log, st = _boot_and_smoke(runner, paths.compose, served or "", stages, st, say)
@@ -308,6 +308,9 @@ def _download(job: EInput, paths: _Paths, stages: EStages, st: _State,
                                          detail="the Hub named no commit for this repo; refusing an unpinned download")
         else:
             fetch = stages.fetch or partial(hf_cache.fetch_into_cache, job.settings)
+            if stages.verify_in_place:
+                say(f"[pull] download: --verify-in-place: files on disk are taken from {paths.legacy}"
+                    + ("" if paths.legacy.is_dir() else " (there is no such folder: nothing to adopt)"))
             say(f"[pull] download: {len(spec.download_files)} files of {spec.ref}@{spec.commit[:12]} into the HF "
                 f"cache {paths.snapshot}")
             dl = fetch(spec.ref, spec.commit, spec.download_files, progress=lambda m: say(f"[pull] download {m}"),
@@ -334,17 +337,19 @@ def _boot_skipped(paths: _Paths, stages: EStages, st: _State) -> tuple[str | Non
         {"why": skipped, "compose": str(compose), "project_directory": str(compose.parent)}))
 
 
-def _preflight(stages: EStages, st: _State) -> _State:
+def _preflight(stages: EStages, st: _State) -> tuple[boot_mod.BootReport | None, _State]:
     """``up``'s docker preflight before any ``docker compose``: the engine reachable, the compose plugin
-    present, the NVIDIA runtime registered; a miss fails the boot stage with the fix named."""
+    present, the NVIDIA runtime registered. A miss fails the boot stage with the fix named, and is the
+    boot point the capture bundle records (the Loop classifies it as this machine's problem)."""
     from club3090.edges.launchers.docker import preflight_docker
     from club3090.errors import LauncherUnavailable
 
     try:
         preflight_docker(run=stages.runner or boot_mod.subprocess_runner, which=stages.which)
     except LauncherUnavailable as exc:
-        return st.fail("boot", DOCKER_UNAVAILABLE, str(exc))
-    return st
+        return boot_mod.BootReport(False, 0.0, DOCKER_UNAVAILABLE, str(exc)), st.fail("boot", DOCKER_UNAVAILABLE,
+                                                                                     str(exc))
+    return None, st
 
 
 def _compose_boot(job: EInput, paths: _Paths, stages: EStages) -> boot_mod.ComposeBoot:
