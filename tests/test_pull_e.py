@@ -774,6 +774,7 @@ def test_boot_runs_up_s_docker_preflight_first(catalog, hub, tmp_path, monkeypat
     lines = render(r).splitlines()
     assert "[pull] e-stage=boot failure=docker-unavailable" in lines
     assert any(line.startswith("[pull] e-detail: ") and fix in line for line in lines)
+    assert not any("--submit-last" in line for line in lines)          # nothing to report upstream
     files = _bundle(r)
     assert files["manifest.json"]["outcome"] == "failed"
     assert files["pt3-boot.json"]["failure"] == "docker-unavailable" and fix in files["pt3-boot.json"]["detail"]

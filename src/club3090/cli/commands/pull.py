@@ -239,6 +239,8 @@ def fit_lines(fit: Any) -> list[str]:
 
 def e_lines(e: Any) -> list[str]:
     """What Pull-Emit-Derived [E] did, stage by stage, and the failing stage's token."""
+    from club3090.pipeline.emit_derived import DOCKER_UNAVAILABLE
+
     if e is None or not e.ran:
         return []
     lines = []
@@ -264,7 +266,8 @@ def e_lines(e: Any) -> list[str]:
             lines.extend(f"[pull] e-log: {ln}" for ln in tail)
     if e.bundle is not None:
         lines.append(f"[pull] capture bundle: {e.bundle} (outcome {e.outcome})")
-        lines.append("[pull] to report it: club3090 pull --submit-last (shows the payload and asks first)")
+        if e.failure != DOCKER_UNAVAILABLE:   # this machine's Docker: nothing to report upstream
+            lines.append("[pull] to report it: club3090 pull --submit-last (shows the payload and asks first)")
     return lines
 
 
