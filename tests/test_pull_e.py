@@ -623,6 +623,31 @@ def test_cli_no_boot_downloads_and_reports(hub, tmp_path, monkeypatch, capsys):
     assert data["ok"] is False and data["exit_code"] == 2 and data["e"]["failure"] == "sha-mismatch"
 
 
+@pytest.mark.parametrize("flag,published", [((), "127.0.0.1:"), (("--host", "0.0.0.0"), "0.0.0.0:")])
+def test_cli_publishes_on_127_0_0_1_unless_host_widens_it(hub, tmp_path, monkeypatch, capsys, flag, published):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HF_ENDPOINT", hub.url)
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    out = tmp_path / "derived.yml"
+    argv = ["pull", REPO, "--profile-like", "vllm/minimal", "--gpus", "1x3090", "--yes", "--no-boot",
+            "--out", str(out), *flag]
+    assert cli.main(argv, provider=plenty_of_disk) == 0, capsys.readouterr()
+    import yaml
+
+    svc = next(iter(yaml.safe_load(out.read_text(encoding="utf-8"))["services"].values()))
+    port = svc["command"][svc["command"].index("--port") + 1]
+    assert svc["ports"] == [f"{published}{port}:{port}"]
+    assert svc["command"][svc["command"].index("--host") + 1] == "0.0.0.0"     # inside the container
+
+
+def test_cli_host_must_be_an_ip_address(hub, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HF_ENDPOINT", hub.url)
+    code = cli.main(["pull", REPO, "--profile-like", "vllm/minimal", "--gpus", "1x3090", "--host", "example.org"])
+    assert code == exit_codes.USAGE and "--host must be an IP address" in capsys.readouterr().err
+    assert hub.log == []                                                # refused before any request
+
+
 def test_no_boot_flag_is_in_help():
     parser = cli.build_parser()
     text = parser._subparsers._group_actions[0].choices["pull"].format_help()

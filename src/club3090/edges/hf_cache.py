@@ -212,9 +212,10 @@ def _ensure(settings: "Settings", repo_id: str, commit: str, f: "RepoFile", adop
         _drop(cached)
         raise dl._Failed(dl.FALLBACK_FAILED, problem, f.name)
     if _content_ok(cached) is False:
+        etag = cached.resolve().name
         _drop(cached)
-        raise dl._Failed(dl.SHA_MISMATCH, f"{f.name}: its content hash is not the Hub's ({cached.resolve().name})",
-                         f.name)
+        raise dl._Failed(dl.SHA_MISMATCH, f"{f.name}: its content hash is not the Hub's ({etag}); the file was "
+                                          "deleted", f.name)
     return cached
 
 
