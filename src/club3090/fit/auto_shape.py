@@ -145,13 +145,13 @@ def pick_engine(catalog: "Catalog", row: "ArchRow | None") -> "Engine | None":
     engines = catalog.engines
     if row is not None:
         loads = [engines[p.engine] for p in row.engine_pins
-                 if p.loads and p.engine in engines and engines[p.engine].type == "vllm"]
+                 if p.loads and p.engine in engines and engines[p.engine].is_vllm]
         releases = [e for e in loads if e.vllm_version]
         if releases or loads:
             return (releases or loads)[0]
     if DEFAULT_ENGINE in engines:
         return engines[DEFAULT_ENGINE]
-    vllm = sorted((e for e in engines.values() if e.type == "vllm" and e.vllm_version),
+    vllm = sorted((e for e in engines.values() if e.is_vllm and e.vllm_version),
                   key=lambda e: parse_version(e.vllm_version), reverse=True)
     return vllm[0] if vllm else None
 
