@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from club3090.cli.commands._types import described
 from club3090.cli.exit_codes import exit_code
 from club3090.cli.render import emit, safe
 from club3090.outcome import Outcome
@@ -25,7 +26,7 @@ from club3090.outcome import Outcome
 
 def add_parser(sub: Any) -> None:
     p = sub.add_parser("loop", help="trust pipeline: ingest bundles and receipts, list, promote",
-                       description=__doc__.split("\n\n", 1)[1] if __doc__ else None,
+                       description=described(__doc__),
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     actions = p.add_subparsers(dest="loop_action", metavar="ACTION", required=True)
     ingest = actions.add_parser("ingest", help="validate bundles and receipts and count consensus")
