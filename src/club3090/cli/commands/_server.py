@@ -16,7 +16,7 @@ import os
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from club3090.cli.commands._types import described, seconds
+from club3090.cli.commands._types import add_command, seconds
 
 DEFAULT_URL = "http://localhost:8020/v1"
 
@@ -28,7 +28,7 @@ def server_command(sub: Any, name: str, doc: str | None, *, help: str, timeout: 
                    deadline: float) -> argparse.ArgumentParser:
     """A command against a running server (``verify``, ``bench``, ``soak``): its description is
     its module docstring, its flags the ones every such command takes."""
-    p: argparse.ArgumentParser = sub.add_parser(name, help=help, description=described(doc))
+    p = add_command(sub, name, doc, help=help)
     add_common(p, timeout=timeout, deadline=deadline)
     return p
 

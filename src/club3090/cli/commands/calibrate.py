@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from club3090.cli.commands._types import add_gpus_flag, described, gpu_set
+from club3090.cli.commands._types import add_command, add_gpus_flag, gpu_set
 from club3090.cli.exit_codes import exit_code
 from club3090.cli.render import emit, safe
 from club3090.outcome import Outcome
@@ -26,9 +26,7 @@ LOG_SUFFIXES = (".log", ".txt")
 
 
 def add_parser(sub: Any) -> None:
-    p = sub.add_parser("calibrate", help="turn vLLM start-up logs into calibration receipts",
-                       description=described(__doc__),
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = add_command(sub, "calibrate", __doc__, help="turn vLLM start-up logs into calibration receipts")
     p.add_argument("log", metavar="LOG|DIR|-", help="a vLLM log file, a folder of them, or - for stdin")
     p.add_argument("--config", type=Path, metavar="FILE",
                    help="the model's config.json, to price the same shape and show the per-term error")

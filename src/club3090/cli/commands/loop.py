@@ -18,16 +18,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from club3090.cli.commands._types import described
+from club3090.cli.commands._types import add_command
 from club3090.cli.exit_codes import exit_code
 from club3090.cli.render import emit, safe
 from club3090.outcome import Outcome
 
 
 def add_parser(sub: Any) -> None:
-    p = sub.add_parser("loop", help="trust pipeline: ingest bundles and receipts, list, promote",
-                       description=described(__doc__),
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = add_command(sub, "loop", __doc__, help="trust pipeline: ingest bundles and receipts, list, promote")
     actions = p.add_subparsers(dest="loop_action", metavar="ACTION", required=True)
     ingest = actions.add_parser("ingest", help="validate bundles and receipts and count consensus")
     ingest.add_argument("dirs", nargs="+", type=Path, metavar="DIR", help="capture folders, bundles or receipt files")
