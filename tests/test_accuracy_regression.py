@@ -42,3 +42,7 @@ def test_grouped_cross_validation_holds_the_source_cap_and_gives_no_false_fit():
         grouped = report["grouped"][key]
         assert grouped["summary"]["cases"] == report["cases"]       # every case held out once
         assert grouped["summary"]["false_fits"] == 0, key
+        # issue 24's targets, on cases each fold has not seen
+        assert grouped["summary"]["kv_median_gib"] <= 0.25, key
+        assert grouped["summary"]["kv_p90_gib"] <= 1.0, key
+        assert grouped["summary"]["token_median_pct"] <= 0.5, key
