@@ -48,19 +48,19 @@ __all__ = [
 
 
 # non-torch memory allocated after the start-up snapshot
-NON_TORCH_TP1 = int(0.20 * GiB)            # cuBLAS/attention workspaces that appear during profiling
-NON_TORCH_MULTI = int(0.30 * GiB)          # + NCCL / custom all-reduce buffers once world size > 1 (V1)
+NON_TORCH_TP1 = int(0.25 * GiB)            # cuBLAS/attention workspaces that appear during profiling
+NON_TORCH_MULTI = int(0.40 * GiB)          # + NCCL / custom all-reduce buffers once world size > 1 (V1)
 NON_TORCH_MULTI_V0 = int(0.30 * GiB)       # the same on the V0 engine, fitted apart
 NON_TORCH_NVSWITCH = int(1.45 * GiB)       # + NCCL NVLS (NVSwitch multicast) buffers, TP > 1 on SXM parts
 # activation peak: max(forward, sampler, encoder)
-ACT_FORWARD_COEF = 1.5                     # x the per-token activation width (bytes) x tokens, V1 up to 0.20
+ACT_FORWARD_COEF = 1.3                     # x the per-token activation width (bytes) x tokens, V1 up to 0.20
 ACT_FORWARD_COEF_V0 = 1.5                  # the same on the V0 engine (no piecewise compilation; its profile
                                            # batch is the whole context without chunked prefill): fitted apart
 ACT_FORWARD_COEF_GRAPHS = 1.3              # the same from 0.21, where the graph estimate is separate
 SAMPLER_COEF = 3.75                        # x fp32 logits (num_reqs x vocab x 4 B): the Triton top-k/top-p
 SAMPLER_FLASHINFER_COEF = 3.75             # the same with FlashInfer's rejection sampler (fitted apart;
                                            # shipped at the Triton value until it is)
-SAMPLER_NATIVE_COEF = 9.7                  # the same with PyTorch's full sort (values, int64 indices,
+SAMPLER_NATIVE_COEF = 9.5                  # the same with PyTorch's full sort (values, int64 indices,
                                            # workspace, probabilities): vllm_rules.sampler_path
 SPEC_SAMPLER_COEF = 7.0                    # x fp32 logits rows per request with speculative decoding
                                            # (any depth): the rejection sampler's dummy batch of one
