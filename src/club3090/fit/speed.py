@@ -27,6 +27,7 @@ Pure: no I/O. Reads only the values it is given.
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
@@ -131,14 +132,14 @@ def _kv_read_bytes(arch: Architecture, shape: ServeShape, context: int) -> int:
     model_bytes = dtype_bytes(shape.dtype or arch.torch_dtype)
     tp = max(int(shape.tp), 1)
     total = 0.0
-    for layer in arch.layers:
+    for layer, n in Counter(arch.layers).items():       # a few layer shapes, many layers
         if layer.is_attention:
             tokens = min(context, layer.window) if layer.window else context
-            total += float(_attn_token_bytes(layer, tp, fmt, model_bytes)) * tokens
+            total += float(_attn_token_bytes(layer, tp, fmt, model_bytes)) * tokens * n
         elif layer.is_state:
             ssm = 4 if (arch.mamba_ssm_cache_dtype or "").lower() in ("float32", "fp32") else model_bytes
             try:
-                total += 2 * _state_bytes(layer, tp, 0, model_bytes, ssm)
+                total += 2 * _state_bytes(layer, tp, 0, model_bytes, ssm) * n
             except CannotPrice:     # a state the memory model cannot size: it is small next to weights
                 continue
     return int(total)
