@@ -140,7 +140,7 @@ def row_text(row: Any) -> str:
             f"{_gb(row.weights_bytes)}, {where}): {row.context:,} context{speed} - estimated")
 
 
-def print_rows(extended: Extended, start: int, limit: int | None, rig: str) -> None:
+def print_rows(extended: Extended, start: int, limit: int | None, rig: str, bar: Any = None) -> None:
     index = extended.index
     if index is None:
         return
@@ -156,3 +156,5 @@ def print_rows(extended: Extended, start: int, limit: int | None, rig: str) -> N
             print(safe(f"     serve: {serve}"))
         if row.offloaded:
             print(safe(f"     llama-server: {row.llama_server()}"))
+        for line in bar(row, 5) if bar is not None else ():
+            print(safe(f"     {line}"))
