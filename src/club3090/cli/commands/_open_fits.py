@@ -124,8 +124,7 @@ def _gb(n: int) -> str:
 
 
 def row_text(row: Any) -> str:
-    speed = (f", ~{row.speed.decode_tps:.0f} tok/s decode ({row.speed.band_low:.0f}-{row.speed.band_high:.0f}, "
-             f"{row.speed.label})" if row.speed is not None else "")
+    speed = (f", {row.speed.decode_text()} ({row.speed.label})" if row.speed is not None else "")
     if not row.fits:
         what = f"{row.engine} {row.variant}".strip()
         return f"{row.model}: does not fit ({what}) - estimated: {row.reason}"

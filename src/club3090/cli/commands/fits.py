@@ -200,7 +200,7 @@ def sentence(row: Any, rig: str, *, short: bool = False) -> str:
     fit = row.fit
     where = "" if short else f" on {rig}"
     if row.fits:
-        speed = (f", ~{row.speed.decode_tps:.0f} tok/s decode and ~{row.speed.ttft_s:.1f} s to first token "
+        speed = (f", {row.speed.decode_text()} and {row.speed.ttft_text()}{row.speed.drafter_text()} "
                  f"({row.speed.label})" if row.speed is not None else "")
         return (f"{name}: fits{where} ({shape_text(row)}): {k(fit.max_model_len)} context, "
                 f"{concurrency_text(fit)}{speed} - {conf}")
