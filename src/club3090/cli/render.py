@@ -52,6 +52,11 @@ def _escaped(match: re.Match[str]) -> str:
     return _visible(ch) if unicodedata.category(ch) in _UNSAFE_CATEGORIES else ch
 
 
+def emit(*parts: object, **kwargs: Any) -> None:
+    """``print``, with what bundles and logs say made terminal-safe."""
+    print(*(safe(part) for part in parts), **kwargs)
+
+
 def safe_markup(value: object) -> str:
     """``safe`` text with rich markup escaped, for interpolation into a markup string."""
     from rich.markup import escape
