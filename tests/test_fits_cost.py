@@ -106,6 +106,19 @@ def test_an_altered_or_torn_cache_file_is_never_trusted(fresh, monkeypatch):
     assert len(parses) == 3
 
 
+def test_a_stored_document_of_other_types_is_not_used(fresh, monkeypatch):
+    import hashlib
+    import marshal
+
+    parses = _counting(monkeypatch)
+    blob = b"a: 1\n"
+    loader._parse("x.yaml", blob, Collector())
+    payload = marshal.dumps({"a": compile("1", "<x>", "eval")})   # a valid digest over a code object
+    pc.cache_path(blob, fresh).write_bytes(hashlib.sha256(payload).digest() + payload)
+    assert loader._parse("x.yaml", blob, Collector()) == {"a": 1}
+    assert len(parses) == 2
+
+
 def test_problems_are_reported_on_every_load_and_never_cached(fresh, monkeypatch):
     parses = _counting(monkeypatch)
     blob = b"a: 1\na: 2\n"

@@ -9,7 +9,8 @@ read-only home) parses the YAML again. The cache is never stale: a changed file 
 Every schema check still runs on the document: only the YAML parse is skipped.
 
 ``marshal`` holds exactly YAML's safe types (dict, list, str, int, float, bool, None) and never
-runs code when read; a document holding anything else (a date) is not stored.
+runs code when read; a document holding anything else (a date) is not stored, and one read back
+holding anything else is not used.
 """
 
 from __future__ import annotations
@@ -47,9 +48,10 @@ def _read(path: Path) -> tuple[Any] | None:
     if hashlib.sha256(payload).digest() != digest:
         return None
     try:
-        return (marshal.loads(payload),)
+        doc = marshal.loads(payload)
     except (EOFError, ValueError, TypeError):
         return None
+    return (doc,) if _plain(doc) else None
 
 
 def _plain(doc: Any) -> bool:
