@@ -151,3 +151,27 @@ def test_row_bars_sum_the_fit_over_every_rank():
     assert sizes["weights"] == sum(r.weights_bytes for r in row.fit.ranks)
     assert sizes["kv_pool"] == sum(r.kv_pool_bytes for r in row.fit.ranks)
     assert sum(sizes.values()) == bar.total_bytes == 48 * GiB
+
+
+def test_ascii_bars_for_a_non_utf8_locale(offline, capsys, monkeypatch):
+    from club3090.cli.fits_picture import FILL_ASCII, legend
+
+    bar = GpuBar("GPUs", 24 * GiB, (Segment("weights", "w", 12 * GiB), Segment("kv_pool", "kv", 6 * GiB),
+                                    Segment("free", "free", 6 * GiB)))
+    line = compact_bar((bar,), 60, ascii_only=True)
+    assert line.isascii() and FILL_ASCII["weights"] in line and FILL_ASCII["kv_pool"] in line
+    assert legend(ascii_only=True).isascii() and not legend().isascii()
+    monkeypatch.setenv("LC_ALL", "C")
+    assert main(["fits", "--gpus", "1x3090", "--no-index", "--limit", "5"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    bars = [line for line in out if line.strip().startswith("memory: ")]
+    assert bars and all(line.isascii() for line in bars) and out[-1].isascii()
+
+
+def test_the_locale_rule():
+    from club3090.settings import unicode_terminal
+
+    assert unicode_terminal({}) and unicode_terminal({"LANG": "en_US.UTF-8"})
+    assert unicode_terminal({"LC_ALL": "C.utf8", "LANG": "C"})
+    assert not unicode_terminal({"LC_ALL": "C", "LANG": "en_US.UTF-8"})         # LC_ALL decides first
+    assert not unicode_terminal({"LANG": "POSIX"})

@@ -20,10 +20,12 @@ from club3090.cli.html_report import GpuBar
 from club3090.fit.curve import Segment
 from club3090.units import GiB
 
-__all__ = ["compact_bar", "ranking_page", "row_bars"]
+__all__ = ["compact_bar", "legend", "ranking_page", "row_bars"]
 
-# segment key -> terminal fill (weights, KV, other, free); the HTML uses html_report.COLOURS
+# segment key -> terminal fill (weights, KV, other, free), Unicode and ASCII; the HTML uses
+# html_report.COLOURS
 FILL = {"weights": "█", "kv_pool": "▓", "non_torch": "▒", "free": "·"}
+FILL_ASCII = {"weights": "#", "kv_pool": "=", "non_torch": "+", "free": "."}
 OVER = "!"
 BAR_MIN, BAR_MAX = 10, 40
 TAIL = len(" 999.9/99.9 GiB")          # room kept for a bar's figures
@@ -78,21 +80,22 @@ def row_bars(row: Any, vram: int, ram: int) -> tuple[GpuBar, ...]:
     return (_bar("GPUs", vram, weights, 0, 0),) if weights else ()
 
 
-def _fill(bar: GpuBar, width: int) -> str:
+def _fill(bar: GpuBar, width: int, fills: dict[str, str]) -> str:
     from club3090.cli.memory_bar import bar_cells
 
     used = sum(s.bytes for s in bar.segments if s.key != "free")
     total = max(bar.total_bytes, used)
-    body = "".join(FILL.get(s.key, "?") * n for s, n in zip(bar.segments, bar_cells(bar.segments, total, width),
-                                                            strict=True))
+    body = "".join(fills.get(s.key, "?") * n for s, n in zip(bar.segments, bar_cells(bar.segments, total, width),
+                                                             strict=True))
     over = used > bar.total_bytes
     return (body[:-1] + OVER) if over and body else body
 
 
-def compact_bar(bars: Sequence[GpuBar], width: int, slots: int = 1) -> str:
+def compact_bar(bars: Sequence[GpuBar], width: int, slots: int = 1, *, ascii_only: bool = False) -> str:
     """``GPUs [███▓▓▓▒····] 30.1/48.0 GiB  RAM [██··] 20.3/60.0 GiB`` in ``width`` columns, each bar
     as long as ``slots`` bars side by side allow (the same for every row, so lengths compare down
-    the ranking; a ``!`` at the end: more than the memory holds). Legend: :data:`LEGEND`."""
+    the ranking; a ``!`` at the end: more than the memory holds; ``ascii_only``: ``#=+.`` fills).
+    Legend: :func:`legend`."""
     if not bars:
         return ""
     slots = max(slots, len(bars))
@@ -101,11 +104,15 @@ def compact_bar(bars: Sequence[GpuBar], width: int, slots: int = 1) -> str:
     out = []
     for b in bars:
         used = sum(s.bytes for s in b.segments if s.key != "free")
-        out.append(f"{b.title} [{_fill(b, cells)}] {used / GiB:.1f}/{b.total_bytes / GiB:.1f} GiB")
+        out.append(f"{b.title} [{_fill(b, cells, FILL_ASCII if ascii_only else FILL)}] "
+                   f"{used / GiB:.1f}/{b.total_bytes / GiB:.1f} GiB")
     return "  ".join(out)
 
 
-LEGEND = "memory bars: █ weights  ▓ KV cache (context)  ▒ runtime  · free  ! over capacity"
+def legend(*, ascii_only: bool = False) -> str:
+    f = FILL_ASCII if ascii_only else FILL
+    return (f"memory bars: {f['weights']} weights  {f['kv_pool']} KV cache (context)  {f['non_torch']} runtime  "
+            f"{f['free']} free  {OVER} over capacity")
 
 
 def _row_html(rank: int, title: str, detail: str, fits: bool, bars: Sequence[GpuBar], scale: int) -> str:
@@ -126,5 +133,7 @@ def ranking_page(title: str, headline: str, rows: Sequence[tuple[str, str, bool,
 
     scale = max((max(b.total_bytes, sum(s.bytes for s in b.segments)) for r in rows for b in r[3]), default=1)
     body = [_row_html(i, name, detail, fits, bars, scale) for i, (name, detail, fits, bars) in enumerate(rows, 1)]
-    return render_document(title, headline, body, notes=(LEGEND,),
+    return render_document(title, headline, body, notes=("Bars: weights, KV cache (the context), runtime "
+                                                         "(activations, CUDA graphs, buffers) and free memory, "
+                                                         "to one scale.",),
                            footer="Figures are estimates (club3090 fits), not measurements.")

@@ -103,9 +103,10 @@ def run(args: argparse.Namespace, provider: Any) -> int:
         for line in cliffs + detail_lines(row, rig, report.gpus, verbose=args.verbose) + bar(row, 4):
             print(safe(f"    {line}"))
     open_flags.print_rows(extended, len(report.rows) + 1, args.limit, rig_args(report.gpus), bar)
-    from club3090.cli.fits_picture import LEGEND
+    from club3090.cli.fits_picture import legend
+    from club3090.settings import unicode_terminal
 
-    print(LEGEND)
+    print(legend(ascii_only=not unicode_terminal()))
     return code
 
 
@@ -120,12 +121,14 @@ def memory_bar(report: Any, extended: Any) -> Any:
     import shutil
 
     from club3090.cli.fits_picture import compact_bar, row_bars
+    from club3090.settings import unicode_terminal
 
     vram, ram = _memory(report, extended)
-    width = shutil.get_terminal_size((100, 24)).columns
+    width, plain = shutil.get_terminal_size((100, 24)).columns, not unicode_terminal()
 
     def bar(row: Any, indent: int) -> list[str]:
-        line = compact_bar(row_bars(row, vram, ram), width - indent - len("memory: "), slots=2 if ram else 1)
+        line = compact_bar(row_bars(row, vram, ram), width - indent - len("memory: "), slots=2 if ram else 1,
+                           ascii_only=plain)
         return [f"memory: {line}"] if line else []
 
     return bar
