@@ -33,8 +33,8 @@ __all__ = ["ACCEPTANCE", "DRAFT_KIND", "QUANTIZED_HEAD_ACCEPTANCE", "TASKS", "TO
 TASKS = ("narrative", "code")
 # the engine's own time per drafted token beyond the bytes and FLOPs (the proposer's launches, its
 # sampling, rejection and scheduling): fitted on upstream's drafter rows over a grid
-# (benchmarks/speed.py refits it leaving each rig out: 1.5 ms on four of the five rigs, 1 ms on one)
-TOKEN_OVERHEAD_S = 1.5e-3
+# (benchmarks/speed.py refits it leaving each rig out: 1 ms on each of the five rigs)
+TOKEN_OVERHEAD_S = 1e-3
 
 # how a method drafts: per-token head passes, one block pass, a whole draft model per token, nothing
 DRAFT_KIND = {"mtp": "head", "mtp_gguf": "head", "mtp_assistant": "head", "eagle": "head", "eagle3": "head",

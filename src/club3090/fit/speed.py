@@ -305,7 +305,8 @@ def estimate_speed(arch: Architecture, weights_bytes: int, shape: ServeShape, gp
         decode *= speculative_speedup
         notes.append(f"speculative decoding: x{speculative_speedup:.2f} (measured speed-up of the drafter)")
     elif speculation is not None and (gain := _speculate(speculation, step, 2.0 * active / (flops * tp),
-                                                          body // layers // tp, head // tp, bandwidth)):
+                                                          body // layers // tp, head // tp, bandwidth,
+                                                          LAYER_OVERHEAD_S + comm / layers)):
         decode *= gain.speedup
         speculative_speedup = None
         notes.append(gain.note())
@@ -343,15 +344,16 @@ def _expert_active_params(arch: Architecture) -> int:
 
 
 def _speculate(spec: Speculation, step: float, token_compute: float, layer_bytes: int, head_bytes: int,
-               bandwidth: float) -> SpecGain | None:
+               bandwidth: float, layer_s: float) -> SpecGain | None:
     """The drafter's modelled gain (``fit/speculative.py``): a head pass reads one layer and the LM
-    head; a block drafter its weights and the LM head once; a draft model its weights per token."""
+    head; a block drafter its weights and the LM head once; a draft model its weights per token.
+    ``layer_s``: one layer's fixed cost and TP all-reduces, paid per drafter layer too."""
     drafter = max(int(spec.drafter_bytes), 0)
     return speculative_gain(spec.method, spec.task, int(spec.num_speculative_tokens), base_step_s=step,
                             token_compute_s=token_compute,
-                            head_step_s=(layer_bytes + head_bytes) / bandwidth + LAYER_OVERHEAD_S,
-                            block_step_s=(drafter + head_bytes) / bandwidth + DRAFT_BLOCK_LAYERS * LAYER_OVERHEAD_S,
-                            model_step_s=drafter / bandwidth + DRAFT_BLOCK_LAYERS * LAYER_OVERHEAD_S,
+                            head_step_s=(layer_bytes + head_bytes) / bandwidth + layer_s,
+                            block_step_s=(drafter + head_bytes) / bandwidth + DRAFT_BLOCK_LAYERS * layer_s,
+                            model_step_s=drafter / bandwidth + DRAFT_BLOCK_LAYERS * layer_s,
                             quantized_head=spec.quantized_head,
                             **({} if spec.token_overhead_s is None else {"token_overhead_s": spec.token_overhead_s}))
 
@@ -363,7 +365,9 @@ def _allreduce_s(arch: Architecture, tp: int, layers: int, link: str, node_link:
     message = arch.hidden_size * 2 * 2 * (tp - 1) / tp
     if node_link is not None:
         return layers * 2 * (node_link.latency_s + message / node_link.bytes_per_s)
-    return layers * 2 * (ALLREDUCE_LATENCY_S[link] + message / LINK_BYTES_PER_S[link])
+    # a ring all-reduce takes 2 (tp - 1) steps, each paying the link's latency: the constant is the
+    # two-step (TP 2) figure, so TP 4 pays three times it
+    return layers * 2 * (ALLREDUCE_LATENCY_S[link] * (tp - 1) + message / LINK_BYTES_PER_S[link])
 
 
 def _notes(arch: Architecture, card: Any, gpus: Any, *, tp: int, pp: int, link: str, layers: int, context: int,
