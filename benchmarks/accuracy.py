@@ -37,6 +37,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
+from club3090.fit import profiling  # noqa: E402
 from club3090.fit.estimate import weights_per_rank_bytes  # noqa: E402
 from club3090.fit.memory import ServeShape, Unpriceable, logged_rank, predict  # noqa: E402
 from club3090.fit.shape import profile_shape  # noqa: E402
@@ -92,6 +93,11 @@ def _weights_per_rank(case: dict[str, Any], cases: list[dict[str, Any]]) -> tupl
     if measured is not None:
         return float(measured), "measured"
     tp, pp = case.get("tensor_parallel_size") or 1, case.get("pipeline_parallel_size") or 1
+    consumed = {**(case.get("measured") or {}), **_quoted(case).measured}.get("weights_plus_non_torch_gib")
+    if isinstance(consumed, (int, float)) and tp * pp == 1:
+        # the log's breakdown measured weights + non-torch on this card; one GPU's non-torch is the
+        # TP 1 term (another case's load of the same repo may have run other kernels or another build)
+        return float(consumed) - profiling.NON_TORCH_TP1 / GiB, "breakdown's consumed memory - non-torch"
     for other in cases:
         if other is case or other.get("hf_repo") != case.get("hf_repo"):
             continue
