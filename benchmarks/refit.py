@@ -79,8 +79,8 @@ TERMS: dict[str, tuple[list[float], Callable[[Case], bool]]] = {
     "SAMPLER_FLASHINFER_COEF": ([1.5 + 0.25 * i for i in range(13)], lambda c: c.sampler == "flashinfer"),
     "SAMPLER_NATIVE_COEF": ([6.0 + 0.5 * i for i in range(13)], lambda c: c.sampler in ("native", "v0")),
     "NON_TORCH_TP1": ([0.05 * i for i in range(13)], lambda c: True),
-    "NON_TORCH_MULTI": ([0.1 * i for i in range(11)], lambda c: c.world > 1 and c.sampler != "v0"),
-    "NON_TORCH_MULTI_V0": ([0.1 * i for i in range(16)], lambda c: c.world > 1 and c.sampler == "v0"),
+    "NON_TORCH_MULTI": ([0.1 * i for i in range(11)], lambda c: c.tp > 1 and c.sampler != "v0"),
+    "NON_TORCH_MULTI_V0": ([0.1 * i for i in range(16)], lambda c: c.tp > 1 and c.sampler == "v0"),
     "NON_TORCH_NVSWITCH": ([0.25 * i for i in range(9)], _nvswitch),
 }
 GIB_TERMS = ("NON_TORCH_TP1", "NON_TORCH_MULTI", "NON_TORCH_MULTI_V0", "NON_TORCH_NVSWITCH")     # grids in GiB, constants in bytes

@@ -49,7 +49,7 @@ __all__ = [
 
 # non-torch memory allocated after the start-up snapshot
 NON_TORCH_TP1 = int(0.25 * GiB)            # cuBLAS/attention workspaces that appear during profiling
-NON_TORCH_MULTI = int(0.30 * GiB)          # + NCCL / custom all-reduce buffers once world size > 1 (V1)
+NON_TORCH_MULTI = int(0.30 * GiB)          # + NCCL / custom all-reduce buffers at TP > 1 (V1)
 NON_TORCH_MULTI_V0 = int(0.30 * GiB)       # the same on the V0 engine, fitted apart
 NON_TORCH_NVSWITCH = int(1.45 * GiB)       # + NCCL NVLS (NVSwitch multicast) buffers, TP > 1 on SXM parts
 # activation peak: max(forward, sampler, encoder)
@@ -162,7 +162,7 @@ def nvls_capable(device_name: str | None, compute_capability: str | None) -> boo
 
 def non_torch_bytes(tp: int, pp: int, nvswitch: bool, engine: str = "v1") -> int:
     value = NON_TORCH_TP1
-    if tp * pp > 1:
+    if tp > 1:      # the TP group's all-reduce buffers; a pipeline hop is a small point-to-point send
         value += NON_TORCH_MULTI_V0 if engine == "v0" else NON_TORCH_MULTI
     if tp > 1 and nvswitch:
         value += NON_TORCH_NVSWITCH
