@@ -130,6 +130,16 @@ def test_the_profiling_samplers_path(version, engine, said, device, path):
     assert sampler_path(parse_version(version), engine, said, device) == path
 
 
+def test_non_torch_pays_the_multi_gpu_term_for_a_tp_group_only():
+    """llm-d's PP 2 / PP 4 H100 runs (0.19) log 0.07 GiB of non-torch memory on every stage, their
+    TP 2 / TP 4 runs 2.07-2.21 (NVLS): the all-reduce buffers belong to the TP group."""
+    tp1 = profiling.NON_TORCH_TP1
+    assert profiling.non_torch_bytes(1, 2, False) == profiling.non_torch_bytes(1, 4, True) == tp1
+    assert profiling.non_torch_bytes(2, 1, False) == tp1 + profiling.NON_TORCH_MULTI
+    assert profiling.non_torch_bytes(2, 2, False, "v0") == tp1 + profiling.NON_TORCH_MULTI_V0
+    assert profiling.non_torch_bytes(4, 1, True) == tp1 + profiling.NON_TORCH_MULTI + profiling.NON_TORCH_NVSWITCH
+
+
 def test_each_sampler_path_prices_its_own_coefficient():
     a = arch(QWEN7)
     logits = 256 * a.vocab_size * 4
