@@ -40,7 +40,8 @@ from club3090.reports import capture
 from club3090.units import MiB
 
 if TYPE_CHECKING:
-    from club3090.catalog.model import Catalog, Profile
+    from club3090.catalog.model import Catalog
+    from club3090.fit.runtime import RuntimeShape
     from club3090.model.spec import ModelSpec
     from club3090.rig.hardware import HardwareFacts
     from club3090.settings import Settings
@@ -176,7 +177,7 @@ class EInput:
     """What ``[E]`` runs on: the satisfied Path-B verdict's facts and where its files go."""
 
     spec: "ModelSpec"
-    profile: "Profile"
+    runtime: "RuntimeShape"
     catalog: "Catalog"
     settings: "Settings"
     hardware: "HardwareFacts | None"
@@ -217,7 +218,7 @@ def run(job: EInput, stages: EStages, now: Callable[[], datetime]) -> EReport:
                        notices=tuple(st.notices))
     dl, st = _download(job, paths, stages, st, say)
     skipped, st = _boot_skipped(paths, stages, st) if st.stage is None else (None, st)
-    runner = _compose_boot(job.profile, paths, stages) if st.stage is None and skipped is None else None
+    runner = _compose_boot(job.runtime, paths, stages) if st.stage is None and skipped is None else None
     try:
         booted = smoked = None
         log = ""
@@ -250,7 +251,7 @@ def _emit(job: EInput, paths: _Paths, ctx: int, gpu_count: int, st: _State,
     """The derived compose, written: (its text, its served model name, the state), or (None, None, the
     failed state)."""
     try:
-        outcome = derived_compose(job.spec, job.profile.key, job.catalog, snapshot_dir=paths.snapshot,
+        outcome = derived_compose(job.spec, job.runtime, job.catalog, snapshot_dir=paths.snapshot,
                                   hf_home=paths.hf_home, max_model_len=ctx, trust_remote_code=job.trust_remote_code,
                                   gpu_indices=tuple(range(gpu_count)), out_name=str(paths.compose))
         if outcome.refusal is not None or not outcome.text:
@@ -302,9 +303,9 @@ def _boot_skipped(paths: _Paths, stages: EStages, st: _State) -> tuple[str | Non
         {"why": skipped, "compose": str(compose), "project_directory": str(compose.parent)}))
 
 
-def _compose_boot(profile: "Profile", paths: _Paths, stages: EStages) -> boot_mod.ComposeBoot:
+def _compose_boot(runtime: "RuntimeShape", paths: _Paths, stages: EStages) -> boot_mod.ComposeBoot:
     return boot_mod.ComposeBoot(
-        paths.compose, paths.compose.parent, f"http://127.0.0.1:{profile.port}",
+        paths.compose, paths.compose.parent, f"http://127.0.0.1:{runtime.port}",
         runner=stages.runner or boot_mod.subprocess_runner, http=stages.http or boot_mod.urllib_http,
         clock=stages.clock, sleep=stages.sleep, deadline_s=stages.boot_deadline_s,
         interval_s=stages.poll_interval_s)
