@@ -8,6 +8,9 @@ the clock and sleep. Tests pass fakes; nothing here runs at import. HTTP is
   every ``POLL_INTERVAL_S`` (``REQUEST_TIMEOUT_S`` per request) until a 200 or ``BOOT_DEADLINE_S``.
   On failure the last ``LOG_TAIL`` lines of ``docker compose logs --no-color`` (at most
   ``LOG_LIMIT_BYTES``) are kept. ``teardown`` (``down``) is the caller's, after smoke and capture.
+- Warm-up: after ``/v1/models`` answers, one tiny chat completion every ``WARMUP_INTERVAL_S``
+  until one succeeds or the warm-up window (upstream allows 180 s before verify-full) runs out:
+  a server still compiling or capturing graphs answers its first requests with errors.
 - Smoke: ``POST {endpoint}/v1/chat/completions`` with one user message ``"ping"``,
   ``max_tokens: 8``, plain and streaming (SSE): the floor. Every other capability is
   ``unsmoked`` (the smoke is then ``partial``).
@@ -34,6 +37,10 @@ SMOKE_TIMEOUT_S = 30.0
 LOG_TAIL = 400
 LOG_LIMIT_BYTES = 64 * 1024
 COMPOSE_TIMEOUT_S = 900.0     # `up -d` may pull a multi-GB image
+
+WARMUP_WINDOW_S = 180.0       # upstream's allowance between "server answers" and verify-full
+WARMUP_INTERVAL_S = 5.0
+WARMUP_REQUEST_S = 60.0
 
 FLOOR = ("plain-chat", "streaming")
 OPTIONAL = ("tool-call", "reasoning-streaming", "structured-output", "vision", "long-context")
@@ -244,6 +251,38 @@ def _stream_ok(resp: HttpResponse) -> str | None:
     return None
 
 
+@dataclass(frozen=True, slots=True)
+class WarmUp:
+    """The warm-up: whether a completion succeeded within ``window_s``, after how long, how many tries."""
+
+    ok: bool
+    seconds: float
+    attempts: int
+    window_s: float
+    last_error: str | None = None
+
+
+def warm_up(endpoint: str, model: str, *, http: Http, clock: Callable[[], float], sleep: Callable[[float], None],
+            window_s: float = WARMUP_WINDOW_S, interval_s: float = WARMUP_INTERVAL_S) -> WarmUp:
+    """Until one small chat completion succeeds, or ``window_s`` has passed since the first try."""
+    url = f"{endpoint.rstrip('/')}/v1/chat/completions"
+    t0 = clock()
+    attempts = 0
+    while True:
+        attempts += 1
+        budget = max(1.0, min(WARMUP_REQUEST_S, window_s - (clock() - t0)))
+        try:
+            error = _plain_ok(http("POST", url, _chat_body(model, False), budget))
+        except Exception as exc:  # noqa: BLE001 - a cold server's failure is a retry, never a crash
+            error = f"{type(exc).__name__}: {exc}"
+        elapsed = clock() - t0
+        if error is None:
+            return WarmUp(True, elapsed, attempts, window_s)
+        if elapsed + interval_s > window_s:
+            return WarmUp(False, elapsed, attempts, window_s, error)
+        sleep(interval_s)
+
+
 def smoke(endpoint: str, model: str, *, http: Http = urllib_http, declared: Iterable[str] = (),
           timeout: float = SMOKE_TIMEOUT_S) -> SmokeReport:
     """Probe the floor (plain chat, streaming). Capabilities beyond the floor are ``unsmoked``:
@@ -267,5 +306,5 @@ def smoke(endpoint: str, model: str, *, http: Http = urllib_http, declared: Iter
     return SmokeReport(FLOOR, results, detail)
 
 
-__all__ = ["BootReport", "ComposeBoot", "HttpResponse", "RunResult", "SmokeReport", "cap_log", "parse_actual",
-           "smoke", "subprocess_runner", "urllib_http"]
+__all__ = ["WARMUP_WINDOW_S", "BootReport", "ComposeBoot", "HttpResponse", "RunResult", "SmokeReport", "WarmUp",
+           "cap_log", "parse_actual", "smoke", "subprocess_runner", "urllib_http", "warm_up"]

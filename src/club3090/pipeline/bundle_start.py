@@ -24,13 +24,14 @@ if TYPE_CHECKING:
     from club3090.pipeline.up import UpRequest
     from club3090.pipeline.up_facts import FactLog, UpResult
 
-__all__ = ["PORT_IN_USE", "START_FAILED", "VERIFY_FAILED", "not_started", "port_refusal", "read_state", "refuse_port",
+__all__ = ["NOT_WARM", "PORT_IN_USE", "START_FAILED", "VERIFY_FAILED", "not_started", "port_refusal", "read_state", "refuse_port",
            "result_dir", "start_bundle", "state_path", "write_state"]
 
 # the failure tokens of a start (``UpResult.failure``)
 PORT_IN_USE = "port-in-use"
 START_FAILED = "start-failed"
 VERIFY_FAILED = "verify-failed"
+NOT_WARM = "not-warm"          # no completion succeeded within the warm-up window: verify never ran
 
 
 def state_path(directory: Path) -> Path:
@@ -143,6 +144,11 @@ def _verify(req: UpRequest, log: FactLog, state: dict[str, Any], provider: Provi
 
     http = provider.http()
     url, model = state["url"], state["served_model"]
+    warm = boot.warm_up(url, model, http=http, clock=provider.monotonic, sleep=provider.sleep,
+                        window_s=req.warmup_s)
+    log.add(facts.WarmedUp(warm))
+    if not warm.ok:
+        return _not_warm(log, state, provider)
     smoke = boot.smoke(url, model, http=http)
     log.add(facts.Smoke(tuple(smoke.results.items())))
     client = OpenAIClient(f"{url}/v1", timeout=300.0, http=http, deadline_s=900.0)
@@ -170,6 +176,15 @@ def _verify(req: UpRequest, log: FactLog, state: dict[str, Any], provider: Provi
         write_state(Path(state["directory"]), state, provider.write_file)
     log.add(facts.Serving(url, model, result_dir(state), full_ok, req.stress, stressed is not None and stressed.ok))
     return log.result(Outcome.OK if ok else Outcome.FAILED, state, None if ok else VERIFY_FAILED)
+
+
+def _not_warm(log: FactLog, state: dict[str, Any], provider: Provider) -> UpResult:
+    """Still cold at the end of the warm-up window: the server keeps running, unverified."""
+    state.update(verified=False, verified_stress=None, failure=NOT_WARM)
+    if state.get("directory"):
+        write_state(Path(state["directory"]), state, provider.write_file)
+    log.add(facts.Serving(state["url"], state["served_model"], result_dir(state), False, warm=False))
+    return log.result(Outcome.FAILED, state, NOT_WARM)
 
 
 def _spinner(req: UpRequest) -> Callable[[str], None]:
