@@ -188,10 +188,14 @@ def evaluate(request: PullRequest, provider: "Provider", *, stages: "EStages | N
 
 def cliffs_of(at: Any, catalog: "Catalog") -> "tuple[Cliff, ...]":
     """The known cliffs of the model and profile the gate judged (``gate.cliffs``)."""
-    from club3090.gate.cliffs import known_cliffs
+    from club3090.gate.cliffs import known_cliffs, served_by_profile, weight_format_of
 
     spec = at.spec
-    return known_cliffs(catalog, profile=at.profile,
+    served = served_by_profile(at.catalog or catalog, at.profile, tp=at.shape.tp if at.shape else None,
+                               pp=at.shape.pp if at.shape else None, weight_format=weight_format_of(spec),
+                               engine=at.engine.type if at.engine else None,
+                               sm=at.hardware.sm if at.hardware else None)
+    return known_cliffs(catalog, profile=at.profile, served=served,
                         curated_model=spec.curated.model_id if spec is not None and spec.curated else None,
                         architecture=spec.arch.architecture if spec is not None else "")
 
