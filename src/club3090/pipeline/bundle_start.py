@@ -140,6 +140,7 @@ def _receipt(log: FactLog, state: dict[str, Any], plan: bundle_mod.Bundle, snaps
 def _verify(req: UpRequest, log: FactLog, state: dict[str, Any], provider: Provider) -> UpResult:
     from club3090.edges import boot
     from club3090.edges.openai_client import OpenAIClient
+    from club3090.validate import capabilities
     from club3090.validate.verify import verify
 
     http = provider.http()
@@ -149,13 +150,13 @@ def _verify(req: UpRequest, log: FactLog, state: dict[str, Any], provider: Provi
     log.add(facts.WarmedUp(warm))
     if not warm.ok:
         return _not_warm(log, state, provider)
-    smoke = boot.smoke(url, model, http=http)
-    log.add(facts.Smoke(tuple(smoke.results.items())))
-    client = OpenAIClient(f"{url}/v1", timeout=300.0, http=http, deadline_s=900.0)
-    # a launch without its engine's tool flag serves no tool calls: probing them would fail by construction
     from club3090.pipeline import engines
 
     engine = engines.by_type(str(state.get("engine", ""))) or engines.DEFAULT
+    smoke = capabilities.smoke(url, model, state.get("argv") or (), http=http, hints=engine.verify_hints)
+    log.add(facts.Smoke(tuple(smoke.results.items()), smoke.problems))
+    client = OpenAIClient(f"{url}/v1", timeout=300.0, http=http, deadline_s=900.0)
+    # a launch without its engine's tool flag serves no tool calls: probing them would fail by construction
     by_user = bool(state.get("skip_tools", False))
     missing = None if engine.tools_flag in state.get("argv", []) else engine.tools_flag
     skipped = facts.ToolsSkipped(by_user, missing) if by_user or missing else None
@@ -171,7 +172,8 @@ def _verify(req: UpRequest, log: FactLog, state: dict[str, Any], provider: Provi
         log.add(facts.Verified(stressed, stress=True))
     full_ok = smoke.floor_green and report.ok
     ok = full_ok and (not req.stress or (stressed is not None and stressed.ok))
-    state.update(verified=full_ok, verified_stress=stressed.ok if stressed is not None else None)
+    state.update(verified=full_ok, verified_stress=stressed.ok if stressed is not None else None,
+                 smoke=dict(smoke.results))
     if state.get("directory"):
         write_state(Path(state["directory"]), state, provider.write_file)
     log.add(facts.Serving(url, model, result_dir(state), full_ok, req.stress, stressed is not None and stressed.ok))

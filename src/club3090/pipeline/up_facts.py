@@ -159,6 +159,7 @@ class ReceiptSkipped:
 @dataclass(frozen=True)
 class Smoke:
     results: tuple[tuple[str, Any], ...]
+    problems: tuple[tuple[str, str], ...] = ()      # (capability, why) of a red or declared-but-unprobed one
 
 
 @dataclass(frozen=True)

@@ -170,7 +170,7 @@ class ServerHints:
 VLLM_HINTS = ServerHints()
 
 
-def _hinted(detail: str, hints: ServerHints) -> str:
+def hinted(detail: str, hints: ServerHints) -> str:
     """A probe's detail with the server's own flag names in place of vLLM's."""
     return detail.replace(VLLM_HINTS.tools, hints.tools).replace(VLLM_HINTS.reasoning, hints.reasoning)
 
@@ -328,7 +328,7 @@ def verify(client: OpenAIClient, *, model: str | None = None, full: bool = False
                 status, detail = probe()
             except Exception as exc:  # noqa: BLE001 - a probe failure is a red check
                 status, detail = FAIL, f"{type(exc).__name__}: {exc}"
-            check = Check(name, status, _hinted(client.scrub(detail) or "", hints), clock() - t)
+            check = Check(name, status, hinted(client.scrub(detail) or "", hints), clock() - t)
         checks.append(check)
         progress(f"[verify] {name}: {check.status} {check.detail}")
         return check
@@ -361,4 +361,4 @@ def verify(client: OpenAIClient, *, model: str | None = None, full: bool = False
     return VerifyReport(client.base, model, full, tuple(checks), capabilities=caps, deadline_hit=deadline_hit)
 
 
-__all__ = ["WEATHER_TOOL", "Check", "VerifyReport", "list_model", "repeated_window", "verify"]
+__all__ = ["WEATHER_TOOL", "Check", "VerifyReport", "hinted", "list_model", "repeated_window", "verify"]

@@ -132,7 +132,8 @@ def _(fact: f.ReceiptSkipped) -> list[str]:
 
 @_render.register
 def _(fact: f.Smoke) -> list[str]:
-    return ["[up] smoke " + " ".join(f"{c}={v}" for c, v in fact.results)]
+    return ["[up] smoke " + " ".join(f"{c}={v}" for c, v in fact.results),
+            *(f"[up] smoke {c}: {why}" for c, why in fact.problems)]
 
 
 @_render.register
