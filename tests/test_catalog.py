@@ -383,6 +383,18 @@ def test_constraint_conditions_cross_reference_kv_formats(tmp_path):
     assert any(f == "arches.yaml" and p.endswith(".applies_when.kv_formats[0]") for f, p in found)
 
 
+def test_a_golden_triple_names_profiles_of_the_row_s_own_models(tmp_path):
+    root = _copy(tmp_path)
+    _edit(root, "arches.yaml", lambda d: d["arches"]["Qwen3NextForCausalLM"].update(
+        golden_triple_profiles=["vllm/minimal", "vllm/gemma-mtp-tp1", "no/such-profile"]))
+    with pytest.raises(CatalogError) as info:
+        load_catalog(root)
+    found = {p.path: p.message for p in info.value.problems if p.file == "arches.yaml"}
+    base = "arches['Qwen3NextForCausalLM'].golden_triple_profiles"
+    assert "not a model of this row" in found[f"{base}[1]"]
+    assert f"{base}[2]" in found and f"{base}[0]" not in found
+
+
 def test_missing_file_is_a_catalog_error(tmp_path):
     root = _copy(tmp_path)
     (root / "anchors.yaml").unlink()

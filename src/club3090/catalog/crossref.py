@@ -73,6 +73,12 @@ def _check_arch_refs(c: Collector, raw: dict[str, Any], cat: dict[str, Any]) -> 
             _ref(c, "arches.yaml", f"{base}.required_patches[{i}]", pid, raw["patches.yaml"], "patch")
         for i, slug in enumerate(row.model_slugs):
             _ref(c, "arches.yaml", f"{base}.model_slugs[{i}]", slug, raw["models.yaml"], "model")
+        for i, key in enumerate(row.golden_triple_profiles):
+            where = f"{base}.golden_triple_profiles[{i}]"
+            _ref(c, "arches.yaml", where, key, raw["profiles.yaml"], "profile")
+            model = cat["profiles"][key].model if key in cat["profiles"] else None
+            if model is not None and model not in row.model_slugs:
+                c.add(where, f"profile {key!r} serves {model!r}, not a model of this row", file="arches.yaml")
         for i, kc in enumerate(row.kernel_constraints):
             for j, kv in enumerate(kc.applies_when.kv_formats):
                 _ref(c, "arches.yaml", f"{base}.kernel_constraints[{i}].applies_when.kv_formats[{j}]", kv,

@@ -260,6 +260,7 @@ class ArchRow:
     config_architectures: tuple[str, ...]
     model_slugs: tuple[str, ...]
     kernel_constraints: tuple[KernelConstraint, ...] = ()
+    golden_triple_profiles: tuple[str, ...] = ()      # replays pinned byte for byte (upstream's golden triple)
 
     def pin_for(self, pin: str) -> EnginePin | None:
         for entry in self.engine_pins:

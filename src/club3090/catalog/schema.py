@@ -253,6 +253,11 @@ ARCH_SPEC: Spec = {
                                 "resolve to this row."),
     "model_slugs": req(list_of(t_id, unique=True), "Curated models (ids in models.yaml) this row "
                        "covers."),
+    "golden_triple_profiles": opt(list_of(t_id, unique=True), "Upstream's golden triple of the "
+                                  "architecture: profiles (of the models in `model_slugs`) whose registry "
+                                  "entry, captured runtime and shipped compose agree, so `compose` must replay "
+                                  "each byte for byte; `tests/test_compose.py` holds a golden file per profile "
+                                  "and `club3090 profiles` marks them `golden`.", ()),
 }
 APPLIES_SPEC: Spec = {
     "tp_min": opt(nullable(t_pos_int), "Applies at a tensor-parallel size of at least N (2: only under TP).", None),
