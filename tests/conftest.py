@@ -42,6 +42,11 @@ def _hermetic(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPath
     from huggingface_hub import constants as hf_constants
 
     monkeypatch.setattr(hf_constants, "HF_HUB_OFFLINE", False)
+    # the [C2a] disk gate reads statvfs through the provider: a test that does not inject its own
+    # free-space figure must not pass or fail with whatever this machine's disk holds today
+    from club3090.edges import disk
+
+    monkeypatch.setattr(disk, "free_bytes_at", lambda _path, **_kw: 10**15)
 
     real_connect = socket.socket.connect
 

@@ -17,6 +17,7 @@ from club3090.model.spec import CONFIDENCES
 
 # Closed value sets, shared by the loader (validation) and readers (documentation).
 ENGINE_TYPES = ("vllm", "llama.cpp")
+VLLM, LLAMACPP = ENGINE_TYPES            # the records' names; the pure core asks the properties below
 ENGINE_STABILITY = ("stable", "experimental", "deprecated")   # "deprecated": upstream withdrew it
 WEIGHT_KINDS = ("main", "draft", "gguf", "mmproj")
 GPU_COUNT_CLASSES = ("single", "dual", "multi")   # Model.serving_defaults keys
@@ -99,6 +100,16 @@ class Engine:
     supported_weight_formats: tuple[str, ...]
     vendored_overlays: tuple[VendoredOverlay, ...]
     required_genesis: bool
+
+    @property
+    def is_vllm(self) -> bool:
+        """Served by vLLM: priced with vLLM's memory model, written as a vLLM compose."""
+        return self.type == VLLM
+
+    @property
+    def is_llamacpp(self) -> bool:
+        """Served by llama.cpp's ``llama-server``."""
+        return self.type == LLAMACPP
     stability: str = "stable"          # "deprecated": upstream withdrew the engine (image gone)
 
     @property
@@ -307,6 +318,11 @@ class KvFormat:
     emittable: bool = True                     # False: never written into a compose (Genesis-only)
     max_sm: Decimal | None = None              # upper bound when a format is family-specific
     note: str = ""
+
+    @property
+    def on_vllm(self) -> bool:
+        """vLLM serves this format (its ``--kv-cache-dtype`` takes it)."""
+        return VLLM in self.engines
 
 
 @dataclass(frozen=True, slots=True)

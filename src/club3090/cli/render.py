@@ -49,6 +49,11 @@ def safe(value: object, *, multiline: bool = False) -> str:
     return "".join(out)
 
 
+def emit(*parts: object, **kwargs: Any) -> None:
+    """``print``, with what bundles and logs say made terminal-safe."""
+    print(*(safe(part) for part in parts), **kwargs)
+
+
 def safe_markup(value: object) -> str:
     """``safe`` text with rich markup escaped, for interpolation into a markup string."""
     from rich.markup import escape

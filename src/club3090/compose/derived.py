@@ -103,7 +103,7 @@ def _check_paths(spec: "ModelSpec", snapshot_dir: Path, hf_home: Path) -> None:
 def _runtime_refusal(profile_key: str, profile: "Profile", engine: "Engine | None",
                      visible_gpus: int) -> ComposeOutcome | None:
     """Why a derived compose cannot run this profile's runtime (engine, features, KV, drafter, GPUs)."""
-    if (engine is None or engine.type != "vllm" or engine.install_method != "docker_image"
+    if (engine is None or not engine.is_vllm or engine.install_method != "docker_image"
             or engine.required_genesis or engine.vendored_overlays):
         return _derived_refuse(profile_key, "engine-install-method",
                                f"engine {profile.engine} is not an overlay-free docker image")

@@ -134,7 +134,7 @@ def engine_release(engine: Any) -> str | None:
     is not a version-less answer: the build is known to be at least the newest release)."""
     if engine is None:
         return None
-    return engine.vllm_version or (NEWEST_KNOWN_VLLM if engine.type == "vllm" else None)
+    return engine.vllm_version or (NEWEST_KNOWN_VLLM if engine.is_vllm else None)
 
 
 def version_note(version: str | None) -> str | None:

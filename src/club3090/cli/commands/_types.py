@@ -12,6 +12,21 @@ from typing import Any
 from club3090.edges.boot import WARMUP_WINDOW_S
 
 
+def described(doc: str | None) -> str | None:
+    """A command module's docstring below its title line: the command's ``--help`` description
+    (one text for the module's reader and the command's user)."""
+    return doc.split("\n\n", 1)[1] if doc and "\n\n" in doc else None
+
+
+def add_command(sub: Any, name: str, doc: str | None, *, help: str, **kwargs: Any) -> argparse.ArgumentParser:
+    """The subcommand ``name``: its ``--help`` description is its module's docstring below the title
+    line, laid out as written."""
+    parser: argparse.ArgumentParser = sub.add_parser(name, help=help, description=described(doc),
+                                                     formatter_class=argparse.RawDescriptionHelpFormatter,
+                                                     **kwargs)
+    return parser
+
+
 def bounded(kind: type, *, low: float | None = None, high: float | None = None,
             low_open: bool = False, what: str | None = None) -> Callable[[str], float]:
     """A parser for a finite ``kind`` (int or float) in [low, high] (``(low, high]`` with low_open)."""
