@@ -23,8 +23,7 @@ def _is_loopback(host: object) -> bool:
 def _hermetic(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory) -> None:
     home = tmp_path_factory.mktemp("hf_home")
     monkeypatch.setenv("HF_HOME", str(home))
-    monkeypatch.setenv("HF_HUB_CACHE", str(home / "hub"))
-    for name in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_ENDPOINT",
+    for name in ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE", "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_ENDPOINT",
                  "HF_TOKEN_PATH", "MODEL_DIR", "XDG_CACHE_HOME", "XDG_STATE_HOME", "CLUB3090_DEBUG"):
         monkeypatch.delenv(name, raising=False)
     # the local overlay (promoted measurements, receipts) of each test is its own

@@ -468,10 +468,56 @@ def test_derived_goldens(catalog, name, spec_kw):
     svc = next(iter(resolved["services"].values()))
     env, argv, _ = compose.launch.serve_invocation()
     host_model = str(Path("/data/hf/club3090/pulls/qwen-qwen2.5-7b-instruct"))
-    assert list(argv) == ["vllm", "serve"] + [host_model if a == svc["command"][0] else a
-                                               for a in svc["command"]]
+    # the container listens everywhere (a published port needs it); on the host only where it is published
+    host_side = {svc["command"][0]: host_model, "0.0.0.0": "127.0.0.1"}
+    assert list(argv) == ["vllm", "serve"] + [host_side.get(a, a) for a in svc["command"]]
+    assert svc["ports"] == ["127.0.0.1:8020:8020"]
     assert dict(env)["CUDA_VISIBLE_DEVICES"] == "0"
     assert "--trust-remote-code" not in compose.text
+
+
+@pytest.mark.parametrize("host,ports,listens", [
+    ("0.0.0.0", "0.0.0.0:8020:8020", "0.0.0.0"),
+    ("192.168.1.20", "192.168.1.20:8020:8020", "192.168.1.20"),
+    ("::1", "[::1]:8020:8020", "::1"),
+    ("[::]", "[::]:8020:8020", "::"),
+])
+def test_derived_host_widens_the_published_address_only(catalog, host, ports, listens):
+    compose = derive(catalog, make_spec(), host=host)
+    svc = next(iter(validate_compose(compose.text)["services"].values()))
+    assert svc["ports"] == [ports]
+    command = svc["command"]
+    assert command[command.index("--host") + 1] == "0.0.0.0"          # inside the container: unchanged
+    _env, argv, _ = compose.launch.serve_invocation()
+    assert argv[argv.index("--host") + 1] == listens                   # the host line listens where it publishes
+
+
+@pytest.mark.parametrize("host", ["localhost", "0.0.0.0:80", "", "1.2.3", "a b"])
+def test_derived_host_must_be_an_ip_address(catalog, host):
+    from club3090.errors import UsageError
+
+    with pytest.raises(UsageError, match="--host must be an IP address"):
+        derive(catalog, make_spec(), host=host)
+
+
+def test_derived_compose_serves_an_hf_cache_snapshot_through_its_repo_folder(catalog, tmp_path):
+    """The snapshot's files are relative links into ../../blobs: the mount is the repo folder."""
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    repo = tmp_path / "hub" / "models--Qwen--Qwen2.5-7B-Instruct"
+    (repo / "blobs").mkdir(parents=True)
+    (repo / "blobs" / "abc").write_text("{}", encoding="utf-8")
+    (repo / "snapshots" / commit).mkdir(parents=True)
+    (repo / "snapshots" / commit / "config.json").symlink_to(Path("../../blobs/abc"))
+    compose = derive(catalog, make_spec(), snapshot_dir=repo / "snapshots" / commit, hf_home=tmp_path)
+    svc = next(iter(validate_compose(compose.text)["services"].values()))
+    volume = svc["volumes"][0]
+    assert volume["source"] == str(repo) and volume["read_only"] is True
+    model = svc["command"][0]
+    assert model == f"{volume['target']}/snapshots/{commit}"
+    inside = Path(str(repo) + model[len(volume["target"]):]) / "config.json"     # the link as the container sees it
+    assert inside.read_text(encoding="utf-8") == "{}"
+    _env, argv, _ = compose.launch.serve_invocation()
+    assert argv[2] == str(repo / "snapshots" / commit)
 
 
 def test_derived_dispatch(catalog):

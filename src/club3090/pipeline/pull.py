@@ -13,6 +13,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from club3090.compose.derived import PUBLISH_HOST
 from club3090.fit.shape import ShapeRequest
 from club3090.gate.flags import given_flags
 from club3090.outcome import STRATUM_NAMES, Notice, NoticeCode, Outcome, Stratum
@@ -54,6 +55,7 @@ class PullRequest:
     downloads_here: bool = True              # False: `up --launcher ray|k8s` (each node downloads)
     path: PathName | None = None             # explicit path (library callers and tests)
     shape_request: ShapeRequest = field(default_factory=ShapeRequest)   # vLLM flags pinning the shape
+    host: str = PUBLISH_HOST                 # --host: where a derived compose publishes its port
 
     @property
     def given(self) -> frozenset[str]:

@@ -314,17 +314,19 @@ def check_engine(at: Gate, catalog: "Catalog") -> tuple[Gate, Stop | None]:
 
 
 def disk_stop(at: Gate, provider: "Provider") -> Stop | None:
-    """[C2a]: the download (x 1.2) must fit in HF_HOME; a local folder downloads nothing."""
+    """[C2a]: the download (x 1.2) must fit where the HF cache is; a local folder downloads nothing."""
     spec, variant = at.spec, at.variant
     assert spec is not None
     local = spec.source == "local"
-    hf_home = provider.settings.hf_home
+    hf_home, cache = Path(provider.settings.hf_home), Path(provider.settings.hub_cache)
+    # named as HF_HOME unless $HF_HUB_CACHE moved the cache elsewhere
+    where = hf_home if hf_home in (cache, *cache.parents) else cache
     footprint = variant.size_bytes if variant is not None and variant.size_bytes else spec.footprint_bytes
-    free = None if local else provider.free_bytes(Path(hf_home))
+    free = None if local else provider.free_bytes(cache)
     if footprint and not local and spec.source != "catalog":
         # files already complete in the HF cache at this commit are not downloaded again
         footprint = max(0, int(footprint) - provider.cached_bytes(spec.ref, spec.commit, spec.download_files))
-    return check_disk(footprint_bytes=footprint, free_bytes=free, local=local, where=str(hf_home)).stop()
+    return check_disk(footprint_bytes=footprint, free_bytes=free, local=local, where=str(where)).stop()
 
 
 def with_shape(at: Gate, catalog: "Catalog") -> Gate:

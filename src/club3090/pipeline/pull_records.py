@@ -77,7 +77,8 @@ def _derived(verdict: "Verdict", catalog: "Catalog", provider: "Provider", stage
     gate.pop("abort_reason", None)
     job = emit_derived.EInput(spec=at.spec, profile=at.profile, catalog=catalog, settings=provider.settings,
                               hardware=at.hardware, fit=at.fit, terminal=at.terminal,
-                              trust_remote_code=at.trust_remote_code, out=at.request.out, force=at.request.force,
+                              trust_remote_code=at.trust_remote_code, out=at.request.out, host=at.request.host,
+                              force=at.request.force,
                               gate=gate, manifest_fields=manifest, captures_root=captures_root)
     return emit_derived.run(job, stages, provider.now)
 

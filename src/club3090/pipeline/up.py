@@ -397,7 +397,8 @@ def fetch_verified(provider: "Provider", progress: Progress, repo_id: str, commi
     from club3090.edges.download import raise_for
 
     progress.say(f"[up] {what}: {len(files)} files of {repo_id}@{commit[:12]} into {provider.settings.hub_cache}")
-    report = provider.fetch_weights(repo_id, commit, files, progress=progress.say, bar=progress.bar)
+    report = provider.fetch_weights(repo_id, commit, files, progress=lambda m: progress.say(f"[up] {what} {m}"),
+                                    bar=progress.bar)
     raise_for(report, repo_id, "download" if what == "weights" else f"{what} download")
     return report
 

@@ -19,5 +19,5 @@ CUDA_VISIBLE_DEVICES=0 \
   --kv-cache-dtype fp8_e5m2 \
   --quantization gptq \
   --dtype float16 \
-  --host 0.0.0.0 \
+  --host 127.0.0.1 \
   --port 8020
