@@ -122,3 +122,32 @@ def test_warmup_s_rejects_a_negative_window(env, capsys):
         llama.run_cli(env, "up", llama.REPO, "--dir", str(env["tmp"] / "x"), "--warmup-s", "-1")
     assert exited.value.code == 64
     assert "--warmup-s" in capsys.readouterr().err
+
+
+def test_warm_up_stops_when_the_server_exits(fake_openai):  # noqa: F811
+    clock = Clock()
+    fake_openai.mode["status"] = 503
+    checks = iter([True, False])
+    warm = boot.warm_up(fake_openai.url.removesuffix("/v1"), "fake-model", http=urllib_http, clock=clock,
+                        sleep=clock.sleep, alive=lambda: next(checks))
+    assert not warm.ok and warm.exited and warm.attempts == 2 and sum(clock.slept) == 5
+    assert warm.last_error is not None and warm.last_error.endswith("then the server exited")
+
+
+def test_a_server_that_exits_during_the_warm_up_is_reported_at_once(env, stopper, capsys):
+    from club3090.edges import launchers
+
+    clock = Clock()
+    run = env["tmp"] / "run"
+
+    class Dies(Cold):
+        def __call__(self, method: str, url: str, body: Any, timeout: float, **kw: Any) -> HttpResponse:
+            if url.endswith("/chat/completions") and not self.cold_answers:
+                launchers.stop_native(run)           # the server dies right after it listed its model
+            return super().__call__(method, url, body, timeout, **kw)
+    code, state = _up(env, stopper, clock, Dies(clock, warm_at=float("inf")))
+    out = capsys.readouterr().out
+    assert code != 0
+    assert state["failure"] == "process-exited" and state["state"] == "exited" and state["verified"] is False
+    assert "[up] not warm: the server exited during the warm-up" in out
+    assert sum(clock.slept) < 180 and "serving" not in out.rstrip().splitlines()[-1].lower()

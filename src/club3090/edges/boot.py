@@ -278,11 +278,14 @@ class WarmUp:
     attempts: int
     window_s: float
     last_error: str | None = None
+    exited: bool = False             # the server's process ended during the warm-up
 
 
 def warm_up(endpoint: str, model: str, *, http: Http, clock: Callable[[], float], sleep: Callable[[float], None],
-            window_s: float = WARMUP_WINDOW_S, interval_s: float = WARMUP_INTERVAL_S) -> WarmUp:
-    """Until one small chat completion succeeds, or ``window_s`` has passed since the first try."""
+            window_s: float = WARMUP_WINDOW_S, interval_s: float = WARMUP_INTERVAL_S,
+            alive: Callable[[], bool] = lambda: True) -> WarmUp:
+    """Until one small chat completion succeeds, ``window_s`` has passed since the first try, or the
+    server is no longer ``alive`` (its process exited: no point waiting out the window)."""
     url = f"{endpoint.rstrip('/')}/v1/chat/completions"
     t0 = clock()
     attempts = 0
@@ -298,6 +301,8 @@ def warm_up(endpoint: str, model: str, *, http: Http, clock: Callable[[], float]
             return WarmUp(True, elapsed, attempts, window_s)
         if elapsed + interval_s > window_s:
             return WarmUp(False, elapsed, attempts, window_s, error)
+        if not alive():
+            return WarmUp(False, elapsed, attempts, window_s, f"{error}; then the server exited", exited=True)
         sleep(interval_s)
 
 

@@ -120,7 +120,7 @@ def start_bundle(req: UpRequest, plan: bundle_mod.Bundle, state: dict[str, Any],
         _receipt(log, state, plan, snapshot, secrets, lambda: launcher.logs(directory, state, lines=100_000))
     else:
         log.add(facts.ReceiptSkipped())
-    return _verify(req, log, state, provider)
+    return _verify(req, log, state, provider, alive=lambda: launcher.running(directory, state))
 
 
 def _receipt(log: FactLog, state: dict[str, Any], plan: bundle_mod.Bundle, snapshot: Path | None,
@@ -137,7 +137,8 @@ def _receipt(log: FactLog, state: dict[str, Any], plan: bundle_mod.Bundle, snaps
     log.add(facts.ReceiptWritten(done))
 
 
-def _verify(req: UpRequest, log: FactLog, state: dict[str, Any], provider: Provider) -> UpResult:
+def _verify(req: UpRequest, log: FactLog, state: dict[str, Any], provider: Provider, *,
+            alive: Callable[[], bool] = lambda: True) -> UpResult:
     from club3090.edges import boot
     from club3090.edges.openai_client import OpenAIClient
     from club3090.validate import capabilities
@@ -146,10 +147,10 @@ def _verify(req: UpRequest, log: FactLog, state: dict[str, Any], provider: Provi
     http = provider.http()
     url, model = state["url"], state["served_model"]
     warm = boot.warm_up(url, model, http=http, clock=provider.monotonic, sleep=provider.sleep,
-                        window_s=req.warmup_s)
+                        window_s=req.warmup_s, alive=alive)
     log.add(facts.WarmedUp(warm))
     if not warm.ok:
-        return _not_warm(log, state, provider)
+        return _not_warm(log, state, provider, exited=warm.exited)
     from club3090.pipeline import engines
 
     engine = engines.by_type(str(state.get("engine", ""))) or engines.DEFAULT
@@ -180,13 +181,17 @@ def _verify(req: UpRequest, log: FactLog, state: dict[str, Any], provider: Provi
     return log.result(Outcome.OK if ok else Outcome.FAILED, state, None if ok else VERIFY_FAILED)
 
 
-def _not_warm(log: FactLog, state: dict[str, Any], provider: Provider) -> UpResult:
-    """Still cold at the end of the warm-up window: the server keeps running, unverified."""
-    state.update(verified=False, verified_stress=None, failure=NOT_WARM)
+def _not_warm(log: FactLog, state: dict[str, Any], provider: Provider, *, exited: bool) -> UpResult:
+    """Still cold at the end of the warm-up window: the server keeps running, unverified; or it
+    exited during the warm-up (``process-exited``: nothing serves)."""
+    failure = boot_edge.PROCESS_EXITED if exited else NOT_WARM
+    state.update(verified=False, verified_stress=None, failure=failure, **({"state": "exited", "pid": None}
+                                                                           if exited else {}))
     if state.get("directory"):
         write_state(Path(state["directory"]), state, provider.write_file)
-    log.add(facts.Serving(state["url"], state["served_model"], result_dir(state), False, warm=False))
-    return log.result(Outcome.FAILED, state, NOT_WARM)
+    if not exited:
+        log.add(facts.Serving(state["url"], state["served_model"], result_dir(state), False, warm=False))
+    return log.result(Outcome.FAILED, state, failure)
 
 
 def _spinner(req: UpRequest) -> Callable[[str], None]:

@@ -111,6 +111,9 @@ def _(fact: f.WarmedUp) -> list[str]:
     if w.ok:
         return [] if w.attempts == 1 else [f"[up] warmed up: the first completion succeeded after {w.seconds:.0f}s "
                                            f"({w.attempts} tries)"]
+    if w.exited:
+        return [f"[up] not warm: the server exited during the warm-up after {w.attempts} tries (last: {w.last_error})",
+                "[up] read its log: club3090 status DIR"]
     return [f"[up] not warm: no completion succeeded within the {w.window_s:.0f} s warm-up window "
             f"({w.attempts} tries; last: {w.last_error})",
             "[up] give it longer with --warmup-s SECONDS, or read the server log (club3090 status DIR)"]
