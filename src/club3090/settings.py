@@ -97,6 +97,14 @@ def no_color(env: Mapping[str, str] | None = None) -> bool:
     return bool(env.get(NO_COLOR_ENV))
 
 
+def unicode_terminal(env: Mapping[str, str] | None = None) -> bool:
+    """The locale is UTF-8 (``LC_ALL``, else ``LC_CTYPE``, else ``LANG``; none set: assumed), so
+    block characters draw; a ``C`` / ``POSIX`` or other locale gets ASCII pictures."""
+    env = os.environ if env is None else env
+    locale = next((env[name] for name in ("LC_ALL", "LC_CTYPE", "LANG") if env.get(name)), None)
+    return locale is None or "utf-8" in locale.lower() or "utf8" in locale.lower()
+
+
 def _token_from_file(hf_home: Path, env: Mapping[str, str]) -> str | None:
     path = Path(env["HF_TOKEN_PATH"]).expanduser() if env.get("HF_TOKEN_PATH") else hf_home / "token"
     try:

@@ -37,8 +37,11 @@ INTRO = f"""\
 
 The catalog is the YAML under `src/club3090/catalog/data/`. It is canonical and edited by hand:
 nothing generates it, and the package reads it once per process (`club3090.catalog.load_catalog()`;
-`load_catalog(folder)` reads a copy, e.g. to check an edit). This page lists every file, every
-field, its type, whether it is required, and what it means.
+`load_catalog(folder)` reads a copy, e.g. to check an edit). A clean parse of each file is
+remembered in the state folder (`yaml-cache/`, `catalog/parse_cache.py`) under the SHA-256 of the
+file's bytes and read back only when that hash and the stored payload's own hash match, so an
+edited file is always parsed again; every check below still runs on every load. This page lists
+every file, every field, its type, whether it is required, and what it means.
 
 Rules the loader enforces (all problems are collected and reported together, each with its file
 and key path, e.g. `profiles.yaml: profiles['vllm/minimal'].mem_util: expected a number in (0, 1]`):

@@ -19,7 +19,7 @@ if TYPE_CHECKING:  # pragma: no cover - typing only
     from club3090.pipeline.provider import Provider
     from club3090.pipeline.up import UpRequest, UpResult
     from club3090.rig.hardware import HardwareFacts
-    from club3090.validate.verify import ServerHints
+    from club3090.validate.hints import ServerHints
 
 __all__ = ["Engine", "Facts", "Launch", "LogReader", "Pricing"]
 

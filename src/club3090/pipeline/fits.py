@@ -18,7 +18,7 @@ from club3090.fit.auto_shape import ShapeChoice
 from club3090.fit.estimate import served_concurrency
 from club3090.fit.memory import FitResult, Unpriceable, predict
 from club3090.fit.shape import ShapeRequest, profile_shape
-from club3090.fit.speed import SpeedEstimate, estimate_speed
+from club3090.fit.speed import SpeedEstimate, estimate_speed, speculation_of
 from club3090.gate.advisories import advise
 from club3090.outcome import Notice, Outcome, Reason, Stop, Stratum
 from club3090.pipeline import engines
@@ -284,8 +284,21 @@ def with_speed(row: FitsRow, catalog: "Catalog", cards: GpuSet) -> FitsRow:
     shape = replace(row.shape, tp=row.tp, pp=row.pp) if row.shape is not None else None
     if shape is None:
         return row
-    speed = estimate_speed(row.facts.arch, int(weights_of(row.facts, catalog) or 0), shape, cards)
+    curated = row.facts.curated
+    model = catalog.models.get(curated.model_id) if curated is not None else None
+    variant = model.weights.get(curated.variant_id) if model is not None and curated is not None else None
+    speculation = speculation_of(shape, _drafter_method(row.profile, catalog),
+                                 weights_format=variant.format if variant is not None else None)
+    speed = estimate_speed(row.facts.arch, int(weights_of(row.facts, catalog) or 0), shape, cards,
+                           speculation=speculation)
     return replace(row, speed=speed)
+
+
+def _drafter_method(profile: str | None, catalog: "Catalog") -> str | None:
+    """The speculative method of a curated profile's drafter (None: no profile or no drafter)."""
+    entry = catalog.profiles.get(profile) if profile else None
+    drafter = catalog.drafters.get(entry.drafter) if entry is not None and entry.drafter else None
+    return drafter.method if drafter is not None else None
 
 
 def with_advice(row: FitsRow, catalog: "Catalog", hw: HardwareFacts) -> FitsRow:

@@ -31,17 +31,8 @@ from typing import Any
 from club3090.edges import boot
 from club3090.edges.boot import GREEN, OPTIONAL, RED, SKIPPED, SmokeReport
 from club3090.edges.openai_client import Http, OpenAIClient
-from club3090.validate.verify import (
-    FAIL,
-    PASS,
-    SKIP,
-    THINK_PROMPT,
-    VLLM_HINTS,
-    ServerHints,
-    check_tool_call,
-    hinted,
-    probe_vision,
-)
+from club3090.validate.hints import VLLM_HINTS, ServerHints
+from club3090.validate.verify import FAIL, PASS, SKIP, THINK_PROMPT, check_tool_call, hinted, probe_vision
 
 __all__ = ["LONG_CONTEXT_MIN", "LONG_SMOKE_TOKENS", "declared", "served_context", "smoke", "smoke_capabilities"]
 

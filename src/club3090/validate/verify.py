@@ -26,6 +26,7 @@ from typing import Any
 
 from club3090.edges.openai_client import ChatResult, ModelsResult, OpenAIClient
 from club3090.outcome import Outcome
+from club3090.validate.hints import VLLM_HINTS, ServerHints
 from club3090.validate.launch_checks import LaunchFacts, check_acceptance, check_patches
 
 PASS, FAIL, SKIP, NOT_APPLICABLE = "pass", "fail", "skip", "not-applicable"
@@ -156,18 +157,6 @@ def check_streaming(client: OpenAIClient, model: str) -> tuple[str, str]:
     if not (r.content.strip() or r.reasoning.strip()):
         return FAIL, f"{r.chunks} chunks but no text"
     return PASS, f"{r.chunks} chunks, [DONE], {len(r.content)} chars"
-
-
-@dataclass(frozen=True)
-class ServerHints:
-    """The server flags a failed or skipped check points at, in the engine's own names (each engine
-    has one: ``engines.*.verify_hints``); the probes say vLLM's, ``verify`` puts the server's in."""
-
-    tools: str = "is --enable-auto-tool-choice / --tool-call-parser set?"
-    reasoning: str = "--reasoning-parser"
-
-
-VLLM_HINTS = ServerHints()
 
 
 def hinted(detail: str, hints: ServerHints) -> str:
