@@ -33,6 +33,7 @@ from club3090.compose.generate import (
     with_default,
 )
 from club3090.errors import InputError
+from club3090.fit.runtime import RuntimeShape
 from club3090.interpolate import interpolate, interpolate_tree
 from club3090.model.architecture import parse_config
 from club3090.model.slug import sanitize_slug
@@ -446,7 +447,7 @@ def derive(catalog, spec, profile="vllm/minimal", **kw):
                 hf_home=Path("/data/hf"), max_model_len=16384, trust_remote_code=False,
                 gpu_indices=(0, 1))
     args.update(kw)
-    return derived_compose(spec, profile, catalog, **args)
+    return derived_compose(spec, RuntimeShape.of(catalog.profiles[profile]), catalog, **args)
 
 
 @pytest.mark.parametrize("name,spec_kw", [

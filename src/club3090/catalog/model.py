@@ -516,9 +516,13 @@ class Catalog:
         """
         profile = self.profiles[key]
         term = profile.fallback_sm if profile.fallback_sm is not None else profile.required_sm
-        floor, _ceiling = self.kv_sm_window(kv_format or profile.kv_format)
-        values = [self.engines[profile.engine].min_sm, term or Decimal(0), floor or Decimal(0)]
-        return max(values)
+        return self.runtime_sm(profile.engine, term, kv_format or profile.kv_format)
+
+    def runtime_sm(self, engine: str, profile_sm: Decimal | None, kv_format: str) -> Decimal:
+        """The SM a runtime needs: max(``engine``'s min SM, the profile's term, the KV-format floor);
+        a derived shape has no profile term (:meth:`need_sm` is this rule for a profile key)."""
+        floor, _ceiling = self.kv_sm_window(kv_format)
+        return max(self.engines[engine].min_sm, profile_sm or Decimal(0), floor or Decimal(0))
 
     def kv_sm_window(self, kv_format: str) -> tuple[Decimal | None, Decimal | None]:
         """(lowest, highest) SM a KV format is built for, from ``kv_formats.yaml`` (None = no

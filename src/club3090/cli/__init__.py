@@ -23,23 +23,8 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn
 
+from club3090 import errors
 from club3090.cli.exit_codes import CONFIG, DATAERR, INTERRUPTED, PIPE, SOFTWARE, UNAVAILABLE, USAGE, VERDICT_CODES
-from club3090.errors import (
-    CatalogError,
-    Club3090Error,
-    GatedRepo,
-    HubError,
-    HubFault,
-    HubOffline,
-    HubUnreachable,
-    InputError,
-    LauncherUnavailable,
-    RepoNotFound,
-    RevisionNotFound,
-    UnverifiableWeights,
-    UpstreamUnreachable,
-    UsageError,
-)
 from club3090.outcome import Outcome
 from club3090.settings import Settings
 from club3090.version import __version__
@@ -77,29 +62,29 @@ def _catalog_message(exc: Exception) -> str:
 
 # each renderer receives an instance of its row's class (Any: the rows differ in attributes)
 ERRORS: tuple[tuple[type[BaseException], int, Callable[[Any], str]], ...] = (
-    (HubOffline, UNAVAILABLE,
+    (errors.HubOffline, UNAVAILABLE,
      lambda e: f"offline (HF_HUB_OFFLINE is set) and {e.repo_id} is not in the HF cache"
                + (f" ({e.detail})" if e.detail else "") + f"; fetch it once online: hf download {e.repo_id}"),
-    (HubFault, UNAVAILABLE,
+    (errors.HubFault, UNAVAILABLE,
      lambda e: f"the Hub answered {e.repo_id} with a value club3090 refuses to use ({e.detail}); "
                "nothing was written: check HF_ENDPOINT or the mirror"),
-    (UnverifiableWeights, DATAERR,
+    (errors.UnverifiableWeights, DATAERR,
      lambda e: f"unverifiable weights in {e.repo_id}: {e.detail}; nothing was downloaded or started"),
-    (UpstreamUnreachable, UNAVAILABLE,
+    (errors.UpstreamUnreachable, UNAVAILABLE,
      lambda e: f"cannot reach the club-3090 file server at {e.url} ({e.detail}); "
                "check the network or CLUB3090_UPSTREAM_URL"),
-    (HubUnreachable, UNAVAILABLE,
+    (errors.HubUnreachable, UNAVAILABLE,
      lambda e: f"cannot reach the Hub for {e.repo_id}; check the network or HF_ENDPOINT"
                + (f" ({e.detail})" if e.detail else "")),
-    (GatedRepo, REFUSED, lambda e: f"{e.repo_id} is gated; accept its terms on the Hub and set HF_TOKEN"),
-    (RevisionNotFound, REFUSED, lambda e: f"{e.repo_id}: revision not found"),
-    (RepoNotFound, REFUSED, lambda e: f"{e.repo_id}: repository not found (private repos need HF_TOKEN)"),
-    (HubError, UNAVAILABLE, lambda e: f"Hub error for {e.repo_id}: {e.detail}"),
-    (CatalogError, CONFIG, _catalog_message),
-    (LauncherUnavailable, UNAVAILABLE, str),
-    (InputError, DATAERR, lambda e: f"invalid input: {e}"),
-    (UsageError, USAGE, lambda e: f"club3090: error: {e}"),
-    (Club3090Error, SOFTWARE, lambda e: f"error: {e}"),
+    (errors.GatedRepo, REFUSED, lambda e: f"{e.repo_id} is gated; accept its terms on the Hub and set HF_TOKEN"),
+    (errors.RevisionNotFound, REFUSED, lambda e: f"{e.repo_id}: revision not found"),
+    (errors.RepoNotFound, REFUSED, lambda e: f"{e.repo_id}: repository not found (private repos need HF_TOKEN)"),
+    (errors.HubError, UNAVAILABLE, lambda e: f"Hub error for {e.repo_id}: {e.detail}"),
+    (errors.CatalogError, CONFIG, _catalog_message),
+    (errors.LauncherUnavailable, UNAVAILABLE, str),
+    (errors.InputError, DATAERR, lambda e: f"invalid input: {e}"),
+    (errors.UsageError, USAGE, lambda e: f"club3090: error: {e}"),
+    (errors.Club3090Error, SOFTWARE, lambda e: f"error: {e}"),
     (KeyboardInterrupt, INTERRUPTED, lambda e: "interrupted"),
 )
 

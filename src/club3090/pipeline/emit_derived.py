@@ -49,7 +49,8 @@ from club3090.units import MiB
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from club3090.catalog.model import Catalog, Profile
+    from club3090.catalog.model import Catalog
+    from club3090.fit.runtime import RuntimeShape
     from club3090.model.spec import ModelSpec, RepoFile
     from club3090.rig.hardware import HardwareFacts
     from club3090.settings import Settings
@@ -196,7 +197,7 @@ class EInput:
     """What ``[E]`` runs on: the satisfied Path-B verdict's facts and where its files go."""
 
     spec: "ModelSpec"
-    profile: "Profile"
+    runtime: "RuntimeShape"
     catalog: "Catalog"
     settings: "Settings"
     hardware: "HardwareFacts | None"
@@ -276,7 +277,7 @@ def _emit(job: EInput, paths: _Paths, ctx: int, gpu_count: int, st: _State,
     """The derived compose, written: (its text, its served model name, the state), or (None, None, the
     failed state)."""
     try:
-        outcome = derived_compose(job.spec, job.profile.key, job.catalog, snapshot_dir=paths.snapshot,
+        outcome = derived_compose(job.spec, job.runtime, job.catalog, snapshot_dir=paths.snapshot,
                                   hf_home=paths.hf_home, max_model_len=ctx, trust_remote_code=job.trust_remote_code,
                                   gpu_indices=tuple(range(gpu_count)), out_name=str(paths.compose),
                                   host=job.host)
@@ -357,7 +358,7 @@ def _preflight(stages: EStages, st: _State) -> tuple[boot_mod.BootReport | None,
 
 def _compose_boot(job: EInput, paths: _Paths, stages: EStages) -> boot_mod.ComposeBoot:
     return boot_mod.ComposeBoot(
-        paths.compose, paths.compose.parent, local_url(job.host, job.profile.port),
+        paths.compose, paths.compose.parent, local_url(job.host, job.runtime.port),
         runner=stages.runner or boot_mod.subprocess_runner, http=stages.http or boot_mod.urllib_http,
         clock=stages.clock, sleep=stages.sleep, deadline_s=stages.boot_deadline_s,
         interval_s=stages.poll_interval_s)

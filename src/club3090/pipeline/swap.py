@@ -19,6 +19,7 @@ from club3090.edges.boot import WARMUP_WINDOW_S
 from club3090.edges.launchers import DEFAULT as DEFAULT_LAUNCHER
 from club3090.errors import Club3090Error, UsageError
 from club3090.fit.memory import FitResult, Unpriceable, predict
+from club3090.fit.runtime import RuntimeShape
 from club3090.fit.shape import profile_shape
 from club3090.gate.advisories import variants_advice
 from club3090.gate.swap_match import Mismatch, SwapToken, check_swap
@@ -240,7 +241,7 @@ def _priced(req: SwapRequest, up_req: UpRequest, spec: "ModelSpec", profile: "Pr
         if stop is not None:
             return _refused(result, log, stop.token, [f"[swap] {stop.token}: {stop.detail.get('message', '')}"])
     served = req.served_model_name or served_name(spec.ref)
-    done: UpResult = deploy(up_req, spec, catalog, provider, FactLog(log.show),
+    done: UpResult = deploy(up_req, spec, catalog, RuntimeShape.of(profile), provider, FactLog(log.show),
                             lambda _snapshot: curated_launch(profile.key, catalog, provider),
                             served_model=served, emit_only=req.emit_only, swap_of=profile.key)
     return replace(result, served_model=served, up=done, outcome=done.outcome, facts=(*log.facts, *done.facts))

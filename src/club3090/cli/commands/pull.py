@@ -342,7 +342,7 @@ def headline(result: Any) -> str:
         ranks = f"{len(fit.ranks) // pp} x PP {pp}" if pp > 1 else str(len(fit.ranks))
         kv = fit.settings.kv_cache_dtype
         shape = (f"TP {ranks}" + ("" if kv in ("auto", "bf16", "fp16") else f", {kv} KV")
-                 if result.profile_like in (None, "auto") or result.shape_source == "derived"
+                 if result.profile_like is None or result.shape_source == "derived"
                  else f"{result.profile_like}, TP {ranks}")
         body = (f"Fits on {rig_text(result)} ({shape}): {tokens_text(fit.max_model_len)} context, "
                 f"{concurrency_text(fit)} - {conf}")
