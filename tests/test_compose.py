@@ -136,6 +136,22 @@ def test_emitting_set(catalog):
     assert len(SEED_PROFILES) - len(GENESIS) == 17 and len(EMITTING) == 9
 
 
+def test_the_golden_triples_are_the_seed_s_and_each_replays_to_its_golden_file(catalog):
+    # profile_runtime.yml's arch_model_xref: golden_triple_profiles per arch, carried on the arch rows
+    triples = {arch: row.golden_triple_profiles for arch, row in catalog.arches.items() if row.golden_triple_profiles}
+    assert triples == {"Qwen3NextForCausalLM": ("vllm/minimal", "vllm/dual"),
+                       "Gemma4ForConditionalGeneration": ("vllm/gemma-bf16-mtp", "vllm/gemma-int8-mtp",
+                                                          "vllm/gemma-mtp-tp1")}
+    assert triples == {arch: row.golden_triple_profiles for arch, row in load_catalog().arches.items()
+                       if row.golden_triple_profiles}                   # the shipped catalog keeps them
+    for keys in triples.values():
+        for key in keys:
+            outcome = generate(key, catalog, out_name=key.split("/")[1] + ".yml")
+            assert outcome.ok, (key, outcome.refusal)
+            assert golden_name(key, ".yml").exists(), key   # test_curated_golden compares it byte for byte
+            assert key in EMITTING
+
+
 @pytest.mark.parametrize("key", EMITTING)
 def test_curated_golden(catalog, key):
     outcome = generate(key, catalog, out_name=key.split("/")[1] + ".yml")

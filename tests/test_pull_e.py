@@ -71,9 +71,9 @@ def _http_to(server: ThreadingHTTPServer):
     """The real urllib client, with the container's 127.0.0.1:<profile port> re-pointed at the test server."""
     port = server.server_address[1]
 
-    def http(method: str, url: str, body: Any, timeout: float) -> boot.HttpResponse:
+    def http(method: str, url: str, body: Any, timeout: float, **kw: Any) -> boot.HttpResponse:
         parts = urlsplit(url)
-        return boot.urllib_http(method, urlunsplit(parts._replace(netloc=f"127.0.0.1:{port}")), body, timeout)
+        return boot.urllib_http(method, urlunsplit(parts._replace(netloc=f"127.0.0.1:{port}")), body, timeout, **kw)
     return http
 
 
@@ -480,15 +480,21 @@ def test_boot_and_smoke_green(catalog, hub, tmp_path, openai):
     assert up[:4] == ["docker", "compose", "--project-directory", str(r.e.compose_path.parent)]
     assert up[4:6] == ["-f", str(r.e.compose_path)]
     assert r.e.smoke.results["plain-chat"] == "green" and r.e.smoke.results["streaming"] == "green"
-    assert r.e.smoke.results["tool-call"] == "unsmoked" and r.e.smoke.partial
+    # the derived compose declares no tool, reasoning, structured-output or vision flag: those are skipped
+    # with the reason; its --max-model-len 32768 declares long context, probed with a bounded prompt
+    assert r.e.smoke.results["tool-call"] == "skipped"
+    assert r.e.smoke.detail["tool-call"]["error"] == "not declared by the launch"
+    assert r.e.smoke.results["long-context"] == "green" and not r.e.smoke.partial
+    assert r.e.smoke.detail["long-context"]["declared_by"] == "--max-model-len 32768"
     posts = [body for method, _p, body in openai.log if method == "POST"]
-    assert [b.get("stream", False) for b in posts] == [False, True]
+    assert [b.get("stream", False) for b in posts[:2]] == [False, True]
     assert all(b["messages"] == [{"role": "user", "content": "ping"}] and b["max_tokens"] == 8 and
-               b["model"] == SLUG for b in posts)
+               b["model"] == SLUG for b in posts[:2])
+    assert len(posts) == 4 and all(len(b["messages"][0]["content"]) < 4 * 8192 * 2 for b in posts[2:])
     files = _bundle(r)
     assert files["pt3-boot.json"]["ok"] is True and "failure_log_excerpt" not in files["pt3-boot.json"]
-    assert files["pt4-smoke.json"]["results"]["streaming"] == "green" and files["pt4-smoke.json"]["partial"] is True
-    assert files["manifest.json"]["smoke_capability_set"] == ["plain-chat", "streaming"]
+    assert files["pt4-smoke.json"]["results"]["streaming"] == "green" and files["pt4-smoke.json"]["partial"] is False
+    assert files["manifest.json"]["smoke_capability_set"] == ["plain-chat", "streaming", "long-context"]
     assert files["manifest.json"]["capture_points"] == ["gate", "download", "boot", "smoke"]
     assert "pt5-override-capture.json" not in files
     assert "receipt.json" not in files                            # "INFO vLLM ready" holds no start-up lines

@@ -1,6 +1,6 @@
 """Strict loader for the shipped catalog YAML: the entry point ``load_catalog``.
 
-Every file is ``{schema_version: 1, <section>: ..., corrections: [...]}``; the schema (files,
+Every file is ``{schema_version: 2, <section>: ..., corrections: [...]}``; the schema (files,
 records, fields, checks, descriptions) is ``club3090.catalog.schema``. The loader checks keys
 (unknown keys get a closest-key hint), required keys, types, enumerations and every
 cross-reference, collects all problems and raises one ``CatalogError`` listing them with file and

@@ -28,6 +28,7 @@ LAUNCHABLE_STATUSES = ("production", "caveats")
 TRC_VALUES = ("true", "false", "unverified")
 ARCH_CONFIDENCE = CONFIDENCES
 ARCH_STATUS = ("verified", "unverified", "suspect")
+CONSTRAINT_KINDS = ("cliff", "scope")
 ON_FAIL = ("capability-degraded", "hard-refuse", "boot-refused")
 NOT_EMITTABLE_REASONS = ("engine-not-vllm", "no-runtime-capture", "genesis-equipped")
 # What each reason means, for listings (``club3090 profiles`` and ``compose --list``): long and short.
@@ -235,6 +236,29 @@ class EnginePin:
 
 
 @dataclass(frozen=True, slots=True)
+class AppliesWhen:
+    """The shapes a kernel constraint applies to: every condition given must hold (none: always)."""
+
+    tp_min: int | None = None
+    tp_max: int | None = None
+    pp_min: int | None = None
+    kv_formats: tuple[str, ...] = ()
+    weight_formats: tuple[str, ...] = ()
+    engines: tuple[str, ...] = ()
+    sm_max: Decimal | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class KernelConstraint:
+    """One known kernel limit of an architecture. ``kind``: ``cliff`` (printed where it applies) or
+    ``scope`` (what the row does not assert; never printed as a cliff)."""
+
+    text: str
+    kind: str = "cliff"
+    applies_when: AppliesWhen = AppliesWhen()
+
+
+@dataclass(frozen=True, slots=True)
 class ArchRow:
     arch: str
     engine_pins: tuple[EnginePin, ...]
@@ -246,7 +270,8 @@ class ArchRow:
     status: str
     config_architectures: tuple[str, ...]
     model_slugs: tuple[str, ...]
-    kernel_constraints: tuple[str, ...] = ()
+    kernel_constraints: tuple[KernelConstraint, ...] = ()
+    golden_triple_profiles: tuple[str, ...] = ()      # replays pinned byte for byte (upstream's golden triple)
 
     def pin_for(self, pin: str) -> EnginePin | None:
         for entry in self.engine_pins:

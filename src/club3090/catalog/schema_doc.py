@@ -49,6 +49,9 @@ and key path, e.g. `profiles.yaml: profiles['vllm/minimal'].mem_util: expected a
 - Every file is a mapping with `schema_version` (this club3090 reads
   {", ".join(str(v) for v in SUPPORTED_SCHEMA_VERSIONS)}), its section, and an optional
   `corrections` list. Only `yaml.safe_load` constructs are read; duplicate keys are errors.
+  The version moves when a field changes shape: 2 made an arch row's `kernel_constraints`
+  records (`text`, `kind`, `applies_when`) instead of prose strings, so a cliff is printed only for
+  the shapes it applies to. A file of another version is refused, naming the versions read.
 - Unknown keys are errors with a did-you-mean hint; missing required keys, wrong types and values
   outside an enumeration are errors. Optional fields take the default shown.
 - Ids are letters, digits and `. _ + / -`. Cross-references (model, engine, drafter, KV format,
@@ -110,7 +113,7 @@ def _table(spec: Spec, nested: Mapping[str, Nested]) -> list[str]:
         kind = {"list": "list of records", "mapping": "mapping of id to record",
                 "record": "record" + (" or null" if n.nullable else "")}[n.kind]
         rows.append(f"| `{key}` | {kind} (below) | {'yes' if n.required else 'no'} "
-                    f"| {'' if n.required else '[]'} | {_cell(n.doc)} |")
+                    f"| {'' if n.required else '[]' if n.kind == 'list' else '{}'} | {_cell(n.doc)} |")
     return rows
 
 

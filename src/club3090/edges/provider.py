@@ -48,6 +48,8 @@ class LiveProvider:
     http_client: "Http | None" = None                            # default: urllib
     ram: Callable[[], int | None] | None = None                  # default: /proc/meminfo MemTotal
     index: "Callable[[], OpenIndex] | None" = None               # default: the packaged open-model index
+    ticker: Callable[[], float] | None = None                    # default: time.monotonic
+    sleeper: Callable[[float], None] | None = None               # default: time.sleep
 
     def catalog(self) -> "Catalog":
         if self.load is not None:
@@ -107,6 +109,16 @@ class LiveProvider:
 
     def now(self) -> datetime:
         return self.clock() if self.clock is not None else datetime.now(timezone.utc)
+
+    def monotonic(self) -> float:
+        import time
+
+        return self.ticker() if self.ticker is not None else time.monotonic()
+
+    def sleep(self, seconds: float) -> None:
+        import time
+
+        (self.sleeper or time.sleep)(seconds)
 
     def measured(self) -> "Sequence[Mapping[str, Any]]":
         if self.promoted is not None:

@@ -33,6 +33,8 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+import yaml
+
 from club3090.compose.derived import local_url
 from club3090.compose.generate import derived_compose
 from club3090.edges import boot as boot_mod
@@ -244,7 +246,8 @@ def run(job: EInput, stages: EStages, now: Callable[[], datetime]) -> EReport:
         booted, smoked = refused, None
         log = ""
         if runner is not None:
-            booted, smoked, log, st = _boot_and_smoke(runner, paths.compose, served or "", stages, st, say)
+            booted, smoked, log, st = _boot_and_smoke(runner, paths.compose, served or "", stages, st, say,
+                                                      argv=launch_argv(text or ""))
         report = replace(written, stage=st.stage, failure=st.failure, detail=st.detail, download=dl, boot=booted,
                          smoke=smoked, boot_skipped=skipped, notices=tuple(st.notices))
         return _with_bundle(report, job, log, now) if job.captures_root is not None else report
@@ -361,8 +364,23 @@ def _compose_boot(job: EInput, paths: _Paths, stages: EStages) -> boot_mod.Compo
         interval_s=stages.poll_interval_s)
 
 
+def launch_argv(compose_text: str) -> tuple[str, ...]:
+    """The server's command line in a compose we wrote (its one service's ``command``), for the smoke
+    to read the capabilities it declares; () when there is none."""
+    try:
+        doc = yaml.safe_load(compose_text)
+    except yaml.YAMLError:
+        return ()
+    services = doc.get("services") if isinstance(doc, dict) else None
+    for service in (services or {}).values() if isinstance(services, dict) else ():
+        command = service.get("command") if isinstance(service, dict) else None
+        if isinstance(command, list):
+            return tuple(str(a) for a in command)
+    return ()
+
+
 def _boot_and_smoke(runner: boot_mod.ComposeBoot, compose: Path, served: str, stages: EStages, st: _State,
-                    say: Callable[[str], None],
+                    say: Callable[[str], None], *, argv: tuple[str, ...] = (),
                     ) -> tuple[boot_mod.BootReport, boot_mod.SmokeReport | None, str, _State]:
     """(the boot, the smoke test or None, the start-up log lines the capture bundle keeps, the state)."""
     say(f"[pull] e: booting {compose} (waiting up to {stages.boot_deadline_s:.0f}s for "
@@ -374,7 +392,9 @@ def _boot_and_smoke(runner: boot_mod.ComposeBoot, compose: Path, served: str, st
     if not booted.ok:
         return booted, None, booted.log_excerpt or "", st.fail("boot", booted.failure or STAGE_ERROR, booted.detail)
     say(f"[pull] e: ready after {booted.seconds:.0f}s; smoke test")
-    smoked = boot_mod.smoke(runner.endpoint, served, http=stages.http or boot_mod.urllib_http)
+    from club3090.validate import capabilities
+
+    smoked = capabilities.smoke(runner.endpoint, served, argv, http=stages.http or boot_mod.urllib_http)
     if not smoked.floor_green:
         st = st.fail("smoke", boot_mod.FLOOR_RED, "; ".join(f"{c}: {smoked.detail[c]['error']}" for c in smoked.red))
     return booted, smoked, runner.logs(), st   # start-up lines: the boot's calibration receipt

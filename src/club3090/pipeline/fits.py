@@ -304,7 +304,7 @@ def _drafter_method(profile: str | None, catalog: "Catalog") -> str | None:
 def with_advice(row: FitsRow, catalog: "Catalog", hw: HardwareFacts) -> FitsRow:
     """The row with the known cliffs and the stratum-5 advisories that apply to it (no advisory for a
     curated model that fits)."""
-    row = with_cliffs(row, catalog)
+    row = with_cliffs(row, catalog, hw)
     if row.facts is None or row.facts.source == "local" or (row.fits and row.facts.curated is not None):
         return row
     notes = advise(row.facts, catalog, fit=row.fit, memory=hw.memory_bytes,
@@ -312,13 +312,16 @@ def with_advice(row: FitsRow, catalog: "Catalog", hw: HardwareFacts) -> FitsRow:
     return replace(row, advisories=notes) if notes else row
 
 
-def with_cliffs(row: FitsRow, catalog: "Catalog") -> FitsRow:
-    from club3090.gate.cliffs import known_cliffs
+def with_cliffs(row: FitsRow, catalog: "Catalog", hw: HardwareFacts) -> FitsRow:
+    from club3090.gate.cliffs import known_cliffs, served_by_profile, weight_format_of
 
     facts = row.facts
     if facts is None:
         return row
-    cliffs = known_cliffs(catalog, profile=catalog.profiles.get(row.profile or ""),
+    profile = catalog.profiles.get(row.profile or "")
+    served = served_by_profile(catalog, profile, tp=row.tp, pp=row.pp, weight_format=weight_format_of(facts),
+                               engine="llama.cpp" if row.gguf is not None else "vllm", sm=hw.sm)
+    cliffs = known_cliffs(catalog, profile=profile, served=served,
                           curated_model=facts.curated.model_id if facts.curated else None,
                           architecture=facts.arch.architecture)
     return replace(row, cliffs=cliffs) if cliffs else row

@@ -16,6 +16,7 @@ method             what it reads
 ``detect_gpus()``  the visible GPUs, with a note for every probe that found nothing
 ``free_bytes()``   free disk space at a path (None when unknown: the disk gate fails closed)
 ``now()``          the clock (capture bundles)
+``monotonic()``    seconds on a monotonic clock, and ``sleep()`` to wait (the warm-up window)
 ``measured()``     this machine's promoted measurements (``club3090 loop promote``), newest last
 ``receipts()``     this machine's calibration receipts (``calibrate --save``, ``up``)
 ``drift_guard()``  whether a patch's drift guard passes for a profile (compose replay)
@@ -80,6 +81,10 @@ class Provider(Protocol):
     def open_index(self) -> "OpenIndex": ...
 
     def now(self) -> datetime: ...
+
+    def monotonic(self) -> float: ...
+
+    def sleep(self, seconds: float) -> None: ...
 
     def measured(self) -> "Sequence[Mapping[str, Any]]": ...
 

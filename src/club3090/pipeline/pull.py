@@ -17,7 +17,7 @@ from club3090.compose.derived import PUBLISH_HOST
 from club3090.fit.shape import ShapeRequest
 from club3090.gate.flags import given_flags
 from club3090.outcome import STRATUM_NAMES, Notice, NoticeCode, Outcome, Stratum
-from club3090.pipeline.pull_gate import EFFECTIVE_CAP_NOTICE, ComposeStep, PathName, Verdict, decide, select_path
+from club3090.pipeline.pull_gate import EFFECTIVE_CAP_NOTICE, ComposeStep, Gate, PathName, Verdict, decide, select_path
 from club3090.pipeline.pull_records import Emission, emit, record
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
@@ -189,12 +189,17 @@ def evaluate(request: PullRequest, provider: "Provider", *, stages: "EStages | N
                    cliffs=cliffs_of(verdict.gate, catalog))
 
 
-def cliffs_of(at: Any, catalog: "Catalog") -> "tuple[Cliff, ...]":
-    """The known cliffs of the model and profile the gate judged (``gate.cliffs``)."""
-    from club3090.gate.cliffs import known_cliffs
+def cliffs_of(at: Gate, catalog: "Catalog") -> "tuple[Cliff, ...]":
+    """The known cliffs of the model and profile the gate judged (``gate.cliffs``), on the shape it
+    launches (its runtime shape: the profile's, or the derived one)."""
+    from club3090.gate.cliffs import known_cliffs, served_by_profile, weight_format_of
 
-    spec = at.spec
-    return known_cliffs(catalog, profile=at.profile,
+    spec, rt = at.spec, at.runtime
+    served = served_by_profile(catalog, at.profile, tp=rt.tp if rt else None, pp=rt.pp if rt else None,
+                               kv_format=rt.kv_format if rt else None, weight_format=weight_format_of(spec),
+                               engine=at.engine.type if at.engine else None,
+                               sm=at.hardware.sm if at.hardware else None)
+    return known_cliffs(catalog, profile=at.profile, served=served,
                         curated_model=spec.curated.model_id if spec is not None and spec.curated else None,
                         architecture=spec.arch.architecture if spec is not None else "")
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from club3090.edges.boot import WARMUP_WINDOW_S
 from club3090.edges.launchers import DEFAULT as DEFAULT_LAUNCHER
 from club3090.errors import Club3090Error, UsageError
 from club3090.fit.memory import FitResult, Unpriceable, predict
@@ -54,6 +55,7 @@ class SwapRequest:
     skip_tools: bool = False
     progress: Progress = field(default_factory=Progress)
     captures: Path | None = None
+    warmup_s: float = WARMUP_WINDOW_S
 
 
 @dataclass(frozen=True)
@@ -156,7 +158,8 @@ def swap(req: SwapRequest, provider: "Provider") -> SwapResult:
 
     up_req = UpRequest(source=req.source, directory=req.directory, profile_like=req.profile_like,
                        launcher=req.launcher, gpus=req.gpus, port=req.port, no_start=req.no_start, vllm=req.vllm,
-                       force=req.force, skip_tools=req.skip_tools, progress=req.progress, captures=req.captures)
+                       force=req.force, skip_tools=req.skip_tools, progress=req.progress, captures=req.captures,
+                       warmup_s=req.warmup_s)
     check_request(up_req)
     catalog = provider.catalog()
     profile = catalog.profiles.get(req.profile_like)

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from club3090.edges import launchers
+from club3090.edges.boot import WARMUP_WINDOW_S
 from club3090.errors import InputError, UsageError
 from club3090.outcome import Outcome
 from club3090.pipeline import bundle as bundle_mod
@@ -99,6 +100,7 @@ class UpRequest:
     progress: Progress = field(default_factory=Progress)
     captures: Path | None = None              # where a failed start's capture bundle goes (default ./.pull-captures)
     ready_deadline_s: float = launchers.READY_DEADLINE_S
+    warmup_s: float = WARMUP_WINDOW_S         # --warmup-s: how long a listed server may answer errors
 
 
 def _served_files(spec: "ModelSpec", provider: "Provider") -> tuple[str, tuple["RepoFile", ...]]:

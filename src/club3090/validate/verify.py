@@ -159,7 +159,7 @@ def check_streaming(client: OpenAIClient, model: str) -> tuple[str, str]:
     return PASS, f"{r.chunks} chunks, [DONE], {len(r.content)} chars"
 
 
-def _hinted(detail: str, hints: ServerHints) -> str:
+def hinted(detail: str, hints: ServerHints) -> str:
     """A probe's detail with the server's own flag names in place of vLLM's."""
     return detail.replace(VLLM_HINTS.tools, hints.tools).replace(VLLM_HINTS.reasoning, hints.reasoning)
 
@@ -317,7 +317,7 @@ def verify(client: OpenAIClient, *, model: str | None = None, full: bool = False
                 status, detail = probe()
             except Exception as exc:  # noqa: BLE001 - a probe failure is a red check
                 status, detail = FAIL, f"{type(exc).__name__}: {exc}"
-            check = Check(name, status, _hinted(client.scrub(detail) or "", hints), clock() - t)
+            check = Check(name, status, hinted(client.scrub(detail) or "", hints), clock() - t)
         checks.append(check)
         progress(f"[verify] {name}: {check.status} {check.detail}")
         return check
@@ -350,4 +350,4 @@ def verify(client: OpenAIClient, *, model: str | None = None, full: bool = False
     return VerifyReport(client.base, model, full, tuple(checks), capabilities=caps, deadline_hit=deadline_hit)
 
 
-__all__ = ["WEATHER_TOOL", "Check", "VerifyReport", "list_model", "repeated_window", "verify"]
+__all__ = ["WEATHER_TOOL", "Check", "VerifyReport", "hinted", "list_model", "repeated_window", "verify"]

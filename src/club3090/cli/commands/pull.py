@@ -255,6 +255,7 @@ def e_lines(e: Any) -> list[str]:
     if e.smoke is not None:
         lines.append("[pull] e: smoke " + " ".join(f"{c}={v}" for c, v in e.smoke.results.items())
                      + (" (partial)" if e.smoke.partial else ""))
+        lines += [f"[pull] e: smoke {c}: {why}" for c, why in e.smoke.problems]
     if e.boot_skipped:
         lines.append(f"[pull] e: boot and smoke skipped ({e.boot_skipped})")
     if not e.ok:

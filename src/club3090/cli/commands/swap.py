@@ -55,7 +55,7 @@ def run(args: argparse.Namespace, provider: Any) -> int:
                       emit_only=args.emit_only, launcher=args.launcher, gpus=gpu_set(args, provider.catalog()), port=args.port,
                       served_model_name=args.served_model_name, no_start=args.no_start, vllm=args.vllm,
                       force=args.force, skip_tools=args.skip_tools, progress=progress(args),
-                      captures=captures_root(args))
+                      captures=captures_root(args), warmup_s=args.warmup_s)
     result = swap(req, provider)
     if sys.stderr.isatty() and result.up is not None:
         print(file=sys.stderr)

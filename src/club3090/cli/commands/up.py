@@ -107,6 +107,7 @@ def run_request(args: argparse.Namespace, provider: Any, *, directory: Path, no_
                 port: int | None, vllm: str | None, skip_tools: bool) -> int:
     """``up`` (and ``pull --out DIR``): build the request, run it, print the result."""
     from club3090.cli.commands.pull import captures_root
+    from club3090.edges.boot import WARMUP_WINDOW_S
     from club3090.pipeline.cluster_up import ClusterOptions
     from club3090.pipeline.up import UpRequest, up
 
@@ -127,7 +128,8 @@ def run_request(args: argparse.Namespace, provider: Any, *, directory: Path, no_
                     cache_type_v=getattr(args, "cache_type_v", None),
                     llama_server_bin=getattr(args, "llama_server_bin", None),
                     nodes=nodes, interconnect=getattr(args, "interconnect", None), cluster=cluster,
-                    progress=progress(args), captures=captures_root(args))
+                    progress=progress(args), captures=captures_root(args),
+                    warmup_s=getattr(args, "warmup_s", WARMUP_WINDOW_S))
     result = up(req, provider)
     if sys.stderr.isatty():
         print(file=sys.stderr)
