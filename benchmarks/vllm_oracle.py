@@ -21,15 +21,20 @@ Without ``--python`` the interpreter in ``CLUB3090_VLLM_PYTHON`` is used (``.ci/
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
+import queue
 import re
+import signal
 import subprocess
 import sys
 import tempfile
-from dataclasses import dataclass
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
@@ -87,23 +92,31 @@ ARCHS: dict[str, dict[str, Any]] = {
 MAX_MODEL_LEN = 1024
 
 # Runs inside the vLLM environment, one process for every architecture (vLLM's import dominates a
-# start): writes each tiny model, builds the engine, prints what it chose, then tears the engine down.
-DRIVER = r'''
-import gc, json, os, sys, traceback
+# start): writes each tiny model (once per transformers release: the models folder is a cache),
+# builds the engine, prints what it chose, then tears the engine down.
+DRIVER = r"""
+import gc, json, os, sys
 os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"     # the engine core in this process: its config is readable
-def one(spec):
+def model_dir(spec):
     import torch, transformers
-    cfg = getattr(transformers, spec["cls"])(**spec["config"])
-    cfg.torch_dtype = "bfloat16"
-    model = getattr(transformers, spec["model"])(cfg).to(torch.bfloat16)
-    model.save_pretrained(spec["dir"])
-    del model
-    print("ORACLE_CONFIG " + open(os.path.join(spec["dir"], "config.json")).read().replace("\n", " "), flush=True)
+    folder = os.path.join(spec["models"], transformers.__version__, spec["name"] + "-" + spec["key"])
+    if not os.path.exists(os.path.join(folder, "config.json")):
+        cfg = getattr(transformers, spec["cls"])(**spec["config"])
+        cfg.torch_dtype = "bfloat16"
+        model = getattr(transformers, spec["model"])(cfg).to(torch.bfloat16)
+        scratch = folder + ".tmp-" + str(os.getpid())
+        model.save_pretrained(scratch)
+        del model
+        os.replace(scratch, folder)
+    return folder
+def one(spec):
+    folder = model_dir(spec)
+    print("ORACLE_CONFIG " + open(os.path.join(folder, "config.json")).read().replace("\n", " "), flush=True)
     import vllm
     from vllm import LLM
     serve = {"max_model_len": spec["max_model_len"], "enforce_eager": True, "dtype": "bfloat16",
              "skip_tokenizer_init": True, **spec.get("serve", {})}
-    llm = LLM(model=spec["dir"], **serve)
+    llm = LLM(model=folder, **serve)
     cache = llm.llm_engine.vllm_config.cache_config
     print("ORACLE_ENGINE " + json.dumps({"vllm": vllm.__version__, "block_size": cache.block_size,
                                           "num_blocks": getattr(cache, "num_gpu_blocks", None)}), flush=True)
@@ -125,12 +138,14 @@ def main():
         for name in ("_print_info_once", "_print_warning_once", "_print_debug_once"):
             getattr(getattr(vllm.logger, name, None), "cache_clear", lambda: None)()
         gc.collect()
+        print("ORACLE_DONE " + spec["name"], flush=True)
 if __name__ == "__main__":
     main()
-'''
+"""
 
 _POOL_LINE = re.compile(r"(?:CPU|GPU) KV cache size: ([\d,]+) tokens")
 _CONCURRENCY = re.compile(r"Maximum concurrency for ([\d,]+) tokens per request: ([\d.]+)x")
+_SITE = re.compile(r"/\S*/site-packages/")
 
 
 @dataclass(frozen=True)
@@ -159,7 +174,15 @@ def _segments(text: str) -> dict[str, str]:
     return {parts[i]: parts[i + 1] for i in range(1, len(parts) - 1, 2)}
 
 
-def _engine_run(text: str | None) -> EngineRun:
+def sanitized(error: str, models: str | None = None) -> str:
+    """An engine error without this machine's paths: the model folder and the environment's packages."""
+    if models:
+        error = re.sub(re.escape(models) + r"/\S+", "MODEL", error)
+    return _SITE.sub("site-packages/", error)[:300]
+
+
+def _engine_run(text: str | None, ended: str | None = None) -> EngineRun:
+    """One architecture's output read into a run; ``ended`` says why its process stopped, if it did."""
     if text is None:
         return EngineRun(None, None, None, None, None, None, "the engine process ended before this model")
     config_text, engine_text, error = (_tagged(text, t) for t in ("ORACLE_CONFIG", "ORACLE_ENGINE", "ORACLE_ERROR"))
@@ -168,31 +191,118 @@ def _engine_run(text: str | None) -> EngineRun:
     pool, conc = _POOL_LINE.search(text), _CONCURRENCY.search(text)
     if error is None and not (engine and pool):
         errors = [line.strip() for line in text.splitlines() if "Error" in line or "error:" in line]
-        error = errors[-1][:300] if errors else "the engine printed no KV cache size line and no error"
+        error = errors[-1][:300] if errors else ended or "the engine printed no KV cache size line and no error"
     return EngineRun(engine.get("vllm"), config, int(pool.group(1).replace(",", "")) if pool else None,
                      float(conc.group(2)) if conc else None, engine.get("block_size"), engine.get("num_blocks"),
                      error if not (engine and pool) else None)
 
 
-def run_engines(python: str, names: list[str], kv_space_gib: int, timeout_s: int,
-                raw: Path | None = None) -> dict[str, EngineRun]:
-    """Build each tiny model and its engine in ``python``'s environment (one process); what each printed."""
-    with tempfile.TemporaryDirectory(prefix="vllm-oracle-") as tmp:
-        specs = [{**ARCHS[n], "name": n, "dir": str(Path(tmp) / n), "max_model_len": MAX_MODEL_LEN} for n in names]
-        env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": str(kv_space_gib), "HF_HUB_OFFLINE": "1",
-               "DO_NOT_TRACK": "1", "VLLM_NO_USAGE_STATS": "1", "TOKENIZERS_PARALLELISM": "false"}
+def _pump(stream: IO[str]) -> queue.Queue[str | None]:
+    """The lines of ``stream`` as they come (``None`` at its end), read on a thread so waits can time out."""
+    lines: queue.Queue[str | None] = queue.Queue()
+
+    def read() -> None:
+        for line in stream:
+            lines.put(line)
+        lines.put(None)
+
+    threading.Thread(target=read, daemon=True).start()
+    return lines
+
+
+def _drive(command: list[str], specs: list[dict[str, Any]], env: dict[str, str], cwd: str, timeout_s: int,
+           log: IO[str]) -> Iterator[tuple[str, str, str | None]]:
+    """Runs the driver over ``specs``: (name, its output, why its process stopped) as each model finishes.
+
+    A model that prints nothing for ``timeout_s`` (a hung start) has its process killed; the models after
+    it are left to the caller, who starts a fresh process for them. A process that stops before its first
+    model yields the name ``""`` with what it printed.
+    """
+    proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, env=env, cwd=cwd, start_new_session=True)
+    assert proc.stdin is not None and proc.stdout is not None
+    proc.stdin.write(json.dumps(specs))
+    proc.stdin.close()
+    lines, kept = _pump(proc.stdout), 0
+    chunk: list[str] = []
+    current: str | None = ""
+    while True:
         try:
-            done = subprocess.run([python, "-c", DRIVER], input=json.dumps(specs), stdout=subprocess.PIPE,
-                                  stderr=subprocess.STDOUT, text=True, timeout=timeout_s * len(names), env=env,
-                                  cwd=tmp, check=False)
-            text = done.stdout[-MAX_OUTPUT_CHARS:]
-        except subprocess.TimeoutExpired as exc:
-            out = exc.stdout or ""
-            text = (out.decode("utf-8", "replace") if isinstance(out, bytes) else out)[-MAX_OUTPUT_CHARS:]
-    if raw is not None:
-        raw.write_text(text, encoding="utf-8")
-    segments = _segments(text)
-    return {n: _engine_run(segments.get(n)) for n in names}
+            line = lines.get(timeout=timeout_s)
+        except queue.Empty:
+            os.killpg(proc.pid, signal.SIGKILL)
+            _close(proc, lines)
+            if current is not None:
+                yield current, "".join(chunk), f"no KV cache size line within {timeout_s} s (the start was stopped)"
+            return
+        if line is None:
+            break
+        log.write(line)
+        log.flush()
+        if line.startswith("ORACLE_BEGIN "):
+            current, chunk, kept = line.split()[1], [], 0
+        elif line.startswith("ORACLE_DONE ") and current is not None:
+            yield current, "".join(chunk), None
+            current = None
+        elif kept < MAX_OUTPUT_CHARS:
+            chunk.append(line)
+            kept += len(line)
+    code = _close(proc, None)
+    if current is not None:
+        yield current, "".join(chunk), f"the engine process died (exit status {code})"
+
+
+def _close(proc: subprocess.Popen[str], lines: queue.Queue[str | None] | None) -> int:
+    """Waits for the process and for its reader (``lines``, unless it already ended) to reach the end of its
+    output, then closes the pipe."""
+    code = proc.wait()
+    while lines is not None and lines.get() is not None:
+        pass
+    assert proc.stdout is not None
+    proc.stdout.close()
+    return code
+
+
+def iter_engines(python: str, names: list[str], kv_space_gib: int, timeout_s: int, models: Path,
+                 log: IO[str]) -> Iterator[tuple[str, EngineRun]]:
+    """Build each tiny model and its engine in ``python``'s environment; (name, what it printed) as each ends."""
+    specs = [{**ARCHS[n], "name": n, "models": str(models), "key": _spec_key(n), "max_model_len": MAX_MODEL_LEN}
+             for n in names]
+    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": str(kv_space_gib), "HF_HUB_OFFLINE": "1",
+           "DO_NOT_TRACK": "1", "VLLM_NO_USAGE_STATS": "1", "TOKENIZERS_PARALLELISM": "false"}
+    with tempfile.TemporaryDirectory(prefix="vllm-oracle-") as cwd:
+        while specs:
+            finished = 0
+            for name, text, ended in _drive([python, "-c", DRIVER], specs, env, cwd, timeout_s, log):
+                if not name:       # it never reached a model: the same error for every one left
+                    for spec in specs:
+                        yield spec["name"], _failed(_engine_run(text, ended), str(models))
+                    return
+                finished += 1
+                yield name, _failed(_engine_run(text, ended), str(models))
+            specs = specs[finished:]       # a process that stopped inside a model restarts after it
+
+
+def _failed(run: EngineRun, models: str) -> EngineRun:
+    return run if run.error is None else replace(run, error=sanitized(run.error, models))
+
+
+def _spec_key(name: str) -> str:
+    """A short digest of what a tiny model is made of, so a changed spec writes a new model."""
+    arch = ARCHS[name]
+    text = json.dumps({"cls": arch["cls"], "model": arch["model"], "config": arch["config"]}, sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:10]
+
+
+def run_engines(python: str, names: list[str], kv_space_gib: int, timeout_s: int,
+                raw: Path | None = None, models: Path | None = None) -> dict[str, EngineRun]:
+    """Every architecture's run in one environment (the ones its process never reached: an error run)."""
+    runs: dict[str, EngineRun] = {}
+    with tempfile.TemporaryDirectory(prefix="vllm-oracle-models-") as scratch, \
+            (raw.open("w", encoding="utf-8") if raw else open(os.devnull, "w", encoding="utf-8")) as log:
+        for name, run in iter_engines(python, names, kv_space_gib, timeout_s, models or Path(scratch), log):
+            runs[name] = run
+    return {n: runs.get(n) or _engine_run(None) for n in names}
 
 
 def club3090_prediction(run: EngineRun, arch: dict[str, Any], kv_space_gib: int) -> dict[str, Any]:
@@ -226,9 +336,11 @@ def compare(run: EngineRun, name: str, kv_space_gib: int) -> dict[str, Any]:
 
 
 def _release_of(python: str) -> str:
-    done = subprocess.run([python, "-c", "import vllm; print(vllm.__version__)"], capture_output=True, text=True,
-                          timeout=600, check=False)
-    return done.stdout.strip() or "?"
+    """The vLLM release an environment holds, from its package metadata (no vLLM import: seconds, not minutes)."""
+    code = ("import importlib.metadata as m\nfor d in ('vllm-cpu', 'vllm'):\n    try:\n"
+            "        print(m.version(d)); break\n    except m.PackageNotFoundError:\n        pass")
+    done = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=120, check=False)
+    return str(done.stdout).strip() or "?"
 
 
 def _cell(row: dict[str, Any]) -> str:
@@ -239,36 +351,100 @@ def _cell(row: dict[str, Any]) -> str:
         return f"exact match ({eng['tokens']:,} tokens, {eng['concurrency']}x)"
     if "why" in row:
         return f"mismatch: engine {eng['tokens']:,} tokens; {row['why']}"
-    return (f"mismatch: engine {eng['tokens']:,} tokens / {eng['concurrency']}x / {eng['num_blocks']} blocks, "
-            f"club3090 {ours['tokens']:,} / {ours['concurrency']}x / {ours['num_blocks']}")
+    return (f"off by {ours['tokens'] - eng['tokens']:+,} tokens: engine {eng['tokens']:,} / {eng['concurrency']}x / "
+            f"{eng['num_blocks']} blocks, club3090 {ours['tokens']:,} / {ours['concurrency']}x / {ours['num_blocks']}")
 
 
-def main(argv: list[str] | None = None) -> int:
+def _short(row: dict[str, Any]) -> str:
+    """A table cell: exact, off by N tokens, or cannot run with the engine's error."""
+    if row["result"] == "cannot run":
+        return "cannot run: `" + str(row["engine_error"]).replace("|", "/").replace("`", "'") + "`"
+    eng = row["engine"]
+    if row["result"] == "exact match":
+        return f"exact ({eng['tokens']:,}, {eng['concurrency']:.2f}x)"
+    if "why" in row:
+        return f"club3090 refused: {row['why']}"
+    return f"off by {row['club3090']['tokens'] - eng['tokens']:+,} tokens (engine {eng['tokens']:,})"
+
+
+def _release_key(release: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in re.findall(r"\d+", release)[:3])
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    """The results as a Markdown table: an architecture a row, a release a column (newest first)."""
+    releases = sorted({r["release"] for r in rows}, key=_release_key, reverse=True)
+    cells = {(r["release"], r["arch"]): _short(r) for r in rows}
+    lines = ["| architecture | " + " | ".join(releases) + " |", "|---|" + "---|" * len(releases)]
+    for arch in (a for a in ARCHS if any(key[1] == a for key in cells)):
+        lines.append(f"| {arch} | " + " | ".join(cells.get((rel, arch), "not run") for rel in releases) + " |")
+    exact = [sum(1 for r in rows if r["release"] == rel and r["result"] == "exact match") for rel in releases]
+    ran = [sum(1 for r in rows if r["release"] == rel and r["result"] != "cannot run") for rel in releases]
+    lines.append("| **exact / ran** | " + " | ".join(f"**{e} / {n}**" for e, n in zip(exact, ran, strict=True)) + " |")
+    return "\n".join(lines)
+
+
+def _read_rows(paths: list[Path]) -> list[dict[str, Any]]:
+    """Rows of results files (one JSON object a line); a later row for the same pair replaces an earlier one."""
+    rows: dict[tuple[str, str], dict[str, Any]] = {}
+    for path in paths:
+        if path.exists():
+            for line in path.read_text(encoding="utf-8").splitlines():
+                if line.strip():
+                    row = json.loads(line)
+                    rows[(row["release"], row["arch"])] = row
+    return list(rows.values())
+
+
+def _arguments(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--python", action="append", default=[], help="a vLLM CPU environment's interpreter")
     parser.add_argument("--arch", action="append", choices=sorted(ARCHS), default=[])
     parser.add_argument("--kv-space-gib", type=int, default=1)
-    parser.add_argument("--timeout", type=int, default=600, help="seconds for one engine start")
+    parser.add_argument("--timeout", type=int, default=600, help="seconds one engine start may print nothing")
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--raw-dir", type=Path, help="keep each environment's full engine output here")
-    args = parser.parse_args(argv)
+    parser.add_argument("--models", type=Path, help="keep the tiny models here and reuse them (a cache)")
+    parser.add_argument("--results", type=Path, help="append each pair's row here as it ends (one JSON a line); "
+                                                     "pairs already there are not run again")
+    parser.add_argument("--table", type=Path, action="append", default=[], metavar="RESULTS",
+                        help="print the Markdown table of these results files and run nothing")
+    return parser.parse_args(argv)
+
+
+def _run_release(python: str, args: argparse.Namespace, done: set[tuple[str, str]]) -> Iterator[dict[str, Any]]:
+    release = _release_of(python)
+    names = [n for n in (args.arch or list(ARCHS)) if (release, n) not in done]
+    if not names:
+        return
+    with tempfile.TemporaryDirectory(prefix="vllm-oracle-models-") as scratch, \
+            (args.raw_dir / f"vllm-{release}.log").open("a", encoding="utf-8") if args.raw_dir \
+            else open(os.devnull, "w", encoding="utf-8") as log:
+        for name, run in iter_engines(python, names, args.kv_space_gib, args.timeout, args.models or Path(scratch),
+                                      log):
+            yield {**compare(run, name, args.kv_space_gib), "release": release}
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _arguments(argv)
+    if args.table:
+        print(table(_read_rows(args.table)))
+        return 0
     pythons = args.python or ([os.environ[ENV_VAR]] if os.environ.get(ENV_VAR) else [])
     if not pythons:
         print(f"vllm_oracle: no vLLM CPU environment: pass --python PATH or set {ENV_VAR} "
               "(.ci/vllm-cpu-env creates one)", file=sys.stderr)
         return 2
-    rows = []
+    rows = _read_rows([args.results]) if args.results else []
+    done = {(r["release"], r["arch"]) for r in rows}
     for python in pythons:
-        release = _release_of(python)
-        names = args.arch or sorted(ARCHS)
-        raw = args.raw_dir / f"vllm-{release}.log" if args.raw_dir else None
-        runs = run_engines(python, names, args.kv_space_gib, args.timeout, raw)
-        for name in names:
-            row = compare(runs[name], name, args.kv_space_gib)
-            row["release"] = row["release"] or release
+        for row in _run_release(python, args, done):
             rows.append(row)
+            if args.results:
+                with args.results.open("a", encoding="utf-8") as out:
+                    out.write(json.dumps(row) + "\n")
             if not args.json:
-                print(f"{row['release']:<10} {name:<22} {_cell(row)}", flush=True)
+                print(f"{row['release']:<10} {row['arch']:<22} {_cell(row)}", flush=True)
     exact = sum(1 for r in rows if r["result"] == "exact match")
     if args.json:
         print(json.dumps({"rows": rows, "exact_matches": exact, "pairs": len(rows)}, indent=1))

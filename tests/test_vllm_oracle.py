@@ -9,6 +9,7 @@ The parsing half runs everywhere, on a recorded CPU-build start.
 from __future__ import annotations
 
 import importlib.util
+import json
 import sys
 from pathlib import Path
 
@@ -57,3 +58,61 @@ def test_the_newest_cpu_build_sizes_a_tiny_llama_pool_as_club3090_prices_it():
     row = oracle.compare(runs["llama-gqa"], "llama-gqa", 1)
     assert row["result"] == "exact match", row
     assert row["engine"]["tokens"] == TOKENS
+
+
+# an interpreter standing in for a vLLM environment: it ignores the driver code and answers each spec the
+# way the driver does; "hangs" prints nothing for a minute, "dies" ends its process inside the model
+FAKE_DRIVER = """#!{python}
+import json, sys, time
+if "importlib.metadata" in sys.argv[-1]:        # the release query
+    print("0.32.0")
+    sys.exit()
+for spec in json.loads(sys.stdin.read()):
+    print("ORACLE_BEGIN " + spec["name"], flush=True)
+    if spec["name"] == "qwen2-mha":
+        time.sleep(60)
+    if spec["name"] == "phi3":
+        print("RuntimeError: Engine core initialization failed", flush=True)
+        sys.exit(3)
+    print('ORACLE_CONFIG {{"architectures": ["LlamaForCausalLM"], "head_dim": 64, "hidden_size": 256, '
+          '"num_attention_heads": 4, "num_hidden_layers": 2, "num_key_value_heads": 2, "vocab_size": 1024, '
+          '"model_type": "llama", "max_position_embeddings": 4096}}')
+    print("INFO CPU KV cache size: 1,048,576 tokens, Maximum concurrency for 1,024 tokens per request: 1024.00x")
+    print('ORACLE_ENGINE {{"vllm": "0.32.0", "block_size": 128, "num_blocks": 8192}}')
+    print("ORACLE_DONE " + spec["name"], flush=True)
+"""
+
+
+def test_a_hung_or_dead_engine_start_is_listed_and_the_models_after_it_still_run(tmp_path):
+    fake = tmp_path / "python"
+    fake.write_text(FAKE_DRIVER.format(python=sys.executable))
+    fake.chmod(0o755)
+    names = ["llama-gqa", "qwen2-mha", "qwen3-dense", "phi3", "mistral-swa"]
+    log = tmp_path / "engine.log"
+    with log.open("w") as out:
+        runs = dict(oracle.iter_engines(str(fake), names, 1, 2, tmp_path / "models", out))
+    assert list(runs) == names
+    assert runs["qwen2-mha"].error == "no KV cache size line within 2 s (the start was stopped)"
+    assert runs["phi3"].error == "RuntimeError: Engine core initialization failed"
+    for name in ("llama-gqa", "qwen3-dense", "mistral-swa"):
+        assert (runs[name].error, runs[name].tokens) == (None, TOKENS)
+    assert log.read_text().count("ORACLE_BEGIN") == 5
+
+
+def test_results_append_as_pairs_end_resume_without_rerunning_and_render_as_a_table(tmp_path, capsys):
+    fake = tmp_path / "python"
+    fake.write_text(FAKE_DRIVER.format(python=sys.executable))
+    fake.chmod(0o755)
+    results = tmp_path / "results.jsonl"
+    argv = ["--python", str(fake), "--arch", "llama-gqa", "--arch", "phi3", "--results", str(results)]
+    assert oracle.main(argv) == 0
+    rows = [json.loads(line) for line in results.read_text().splitlines()]
+    assert [(r["release"], r["arch"], r["result"]) for r in rows] == [
+        ("0.32.0", "llama-gqa", "exact match"), ("0.32.0", "phi3", "cannot run")]
+    assert oracle.main(argv) == 0                         # every pair is in the file: nothing runs again
+    assert len(results.read_text().splitlines()) == 2
+    capsys.readouterr()
+    assert oracle.main(["--table", str(results)]) == 0
+    text = capsys.readouterr().out
+    assert "| llama-gqa | exact (1,048,576, 1024.00x) |" in text
+    assert "cannot run: `RuntimeError: Engine core initialization failed`" in text
