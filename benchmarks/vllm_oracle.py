@@ -88,6 +88,17 @@ ARCHS: dict[str, dict[str, Any]] = {
                                 "depth": 1, "embed_dim": 128, "num_heads": 2, "hidden_size": 256, "mlp_ratio": 2,
                                 "patch_size": 14, "spatial_merge_size": 2}},
                             "serve": {"limit_mm_per_prompt": {"image": 1}}},
+    # Qwen2-VL's vLLM module imports transformers' image processor, which needs torchvision (removed: its
+    # operators do not load against the CPU torch); PaliGemma's does not
+    "paligemma-multimodal": {"cls": "PaliGemmaConfig", "model": "PaliGemmaForConditionalGeneration",
+                             "config": {"text_config": {**_TEXT, "model_type": "gemma", "num_hidden_layers": 2},
+                                        "vision_config": {"model_type": "siglip_vision_model", "hidden_size": 128,
+                                                          "intermediate_size": 256, "num_hidden_layers": 1,
+                                                          "num_attention_heads": 2, "image_size": 224,
+                                                          "patch_size": 14, "projection_dim": 256},
+                                        "projection_dim": 256, "hidden_size": 256, "image_token_index": 1000,
+                                        "vocab_size": 1024},
+                             "serve": {"limit_mm_per_prompt": {"image": 0}}},
 }
 MAX_MODEL_LEN = 1024
 
@@ -407,6 +418,8 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--models", type=Path, help="keep the tiny models here and reuse them (a cache)")
     parser.add_argument("--results", type=Path, help="append each pair's row here as it ends (one JSON a line); "
                                                      "pairs already there are not run again")
+    parser.add_argument("--retry", action="store_true",
+                        help="run the pairs the results file lists as cannot run again (a start that lacked memory)")
     parser.add_argument("--table", type=Path, action="append", default=[], metavar="RESULTS",
                         help="print the Markdown table of these results files and run nothing")
     return parser.parse_args(argv)
@@ -435,16 +448,17 @@ def main(argv: list[str] | None = None) -> int:
         print(f"vllm_oracle: no vLLM CPU environment: pass --python PATH or set {ENV_VAR} "
               "(.ci/vllm-cpu-env creates one)", file=sys.stderr)
         return 2
-    rows = _read_rows([args.results]) if args.results else []
-    done = {(r["release"], r["arch"]) for r in rows}
+    pairs = {(r["release"], r["arch"]): r for r in (_read_rows([args.results]) if args.results else [])}
+    done = {pair for pair, r in pairs.items() if not (args.retry and r["result"] == "cannot run")}
     for python in pythons:
         for row in _run_release(python, args, done):
-            rows.append(row)
+            pairs[(row["release"], row["arch"])] = row
             if args.results:
                 with args.results.open("a", encoding="utf-8") as out:
                     out.write(json.dumps(row) + "\n")
             if not args.json:
                 print(f"{row['release']:<10} {row['arch']:<22} {_cell(row)}", flush=True)
+    rows = list(pairs.values())
     exact = sum(1 for r in rows if r["result"] == "exact match")
     if args.json:
         print(json.dumps({"rows": rows, "exact_matches": exact, "pairs": len(rows)}, indent=1))

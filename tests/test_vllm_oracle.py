@@ -112,6 +112,9 @@ def test_results_append_as_pairs_end_resume_without_rerunning_and_render_as_a_ta
     assert oracle.main(argv) == 0                         # every pair is in the file: nothing runs again
     assert len(results.read_text().splitlines()) == 2
     capsys.readouterr()
+    assert oracle.main([*argv, "--retry"]) == 0           # only the pair that could not run starts again
+    assert [json.loads(line)["arch"] for line in results.read_text().splitlines()] == ["llama-gqa", "phi3", "phi3"]
+    assert "exact matches: 1 of 2 pairs (1 could not run)" in capsys.readouterr().out
     assert oracle.main(["--table", str(results)]) == 0
     text = capsys.readouterr().out
     assert "| llama-gqa | exact (1,048,576, 1024.00x) |" in text
