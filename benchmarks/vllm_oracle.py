@@ -54,7 +54,10 @@ _TEXT = {"hidden_size": 256, "intermediate_size": 512, "num_attention_heads": 4,
 ARCHS: dict[str, dict[str, Any]] = {
     "llama-gqa": {"cls": "LlamaConfig", "model": "LlamaForCausalLM", "config": {**_TEXT, "num_hidden_layers": 2}},
     "llama-gqa-fp8kv": {"cls": "LlamaConfig", "model": "LlamaForCausalLM", "config": {**_TEXT, "num_hidden_layers": 2},
-                        "serve": {"kv_cache_dtype": "fp8"}},
+                        "serve": {"kv_cache_dtype": "fp8"},
+                        # some CPU releases refuse fp8 KV with chunked prefill and prefix caching on: the user's
+                        # way out, which leaves the pool's size alone
+                        "retry": {"enable_chunked_prefill": False, "enable_prefix_caching": False}},
     "qwen2-mha": {"cls": "Qwen2Config", "model": "Qwen2ForCausalLM",
                   "config": {**_TEXT, "num_key_value_heads": 4, "num_hidden_layers": 2}},
     "qwen3-dense": {"cls": "Qwen3Config", "model": "Qwen3ForCausalLM", "config": {**_TEXT, "num_hidden_layers": 3}},
@@ -127,7 +130,13 @@ def one(spec):
     from vllm import LLM
     serve = {"max_model_len": spec["max_model_len"], "enforce_eager": True, "dtype": "bfloat16",
              "skip_tokenizer_init": True, **spec.get("serve", {})}
-    llm = LLM(model=folder, **serve)
+    try:
+        llm = LLM(model=folder, **serve)
+    except Exception as exc:
+        if not spec.get("retry"):
+            raise
+        print("ORACLE_RETRY " + type(exc).__name__ + ": " + " ".join(str(exc).split())[:300], flush=True)
+        llm = LLM(model=folder, **{**serve, **spec["retry"]})
     cache = llm.llm_engine.vllm_config.cache_config
     print("ORACLE_ENGINE " + json.dumps({"vllm": vllm.__version__, "block_size": cache.block_size,
                                           "num_blocks": getattr(cache, "num_gpu_blocks", None)}), flush=True)
@@ -170,6 +179,7 @@ class EngineRun:
     block_size: int | None
     num_blocks: int | None
     error: str | None
+    retried: str | None = None        # the error of a first start that the arch's ``retry`` settings got past
 
 
 def _tagged(text: str, tag: str) -> str | None:
@@ -205,7 +215,7 @@ def _engine_run(text: str | None, ended: str | None = None) -> EngineRun:
         error = errors[-1][:300] if errors else ended or "the engine printed no KV cache size line and no error"
     return EngineRun(engine.get("vllm"), config, int(pool.group(1).replace(",", "")) if pool else None,
                      float(conc.group(2)) if conc else None, engine.get("block_size"), engine.get("num_blocks"),
-                     error if not (engine and pool) else None)
+                     error if not (engine and pool) else None, _tagged(text, "ORACLE_RETRY"))
 
 
 def _pump(stream: IO[str]) -> queue.Queue[str | None]:
@@ -338,6 +348,8 @@ def compare(run: EngineRun, name: str, kv_space_gib: int) -> dict[str, Any]:
     predicted = club3090_prediction(run, arch, kv_space_gib)
     row.update(engine={"tokens": run.tokens, "concurrency": run.concurrency, "block_size": run.block_size,
                        "num_blocks": run.num_blocks}, club3090=predicted)
+    if run.retried is not None:
+        row.update(first_error=run.retried, retried_with=arch["retry"])
     if "unpriceable" in predicted:
         return {**row, "result": "mismatch", "why": f"club3090 refused: {predicted['unpriceable']}"}
     same = predicted["tokens"] == run.tokens and predicted["concurrency"] == run.concurrency
@@ -372,7 +384,8 @@ def _short(row: dict[str, Any]) -> str:
         return "cannot run: `" + str(row["engine_error"]).replace("|", "/").replace("`", "'") + "`"
     eng = row["engine"]
     if row["result"] == "exact match":
-        return f"exact ({eng['tokens']:,}, {eng['concurrency']:.2f}x)"
+        flags = " ".join(f"--{'' if on else 'no-'}{k.replace('_', '-')}" for k, on in row.get("retried_with", {}).items())
+        return f"exact ({eng['tokens']:,}, {eng['concurrency']:.2f}x)" + (f" with `{flags}`" if flags else "")
     if "why" in row:
         return f"club3090 refused: {row['why']}"
     return f"off by {row['club3090']['tokens'] - eng['tokens']:+,} tokens (engine {eng['tokens']:,})"

@@ -119,3 +119,17 @@ def test_results_append_as_pairs_end_resume_without_rerunning_and_render_as_a_ta
     text = capsys.readouterr().out
     assert "| llama-gqa | exact (1,048,576, 1024.00x) |" in text
     assert "cannot run: `RuntimeError: Engine core initialization failed`" in text
+
+
+def test_a_start_that_needed_the_archs_retry_settings_says_so_in_its_row_and_cell():
+    fp8 = RECORDED.split("ORACLE_BEGIN gemma2")[0].replace("ORACLE_BEGIN llama-gqa", "ORACLE_BEGIN llama-gqa-fp8kv")
+    fp8 = fp8.replace("1,048,576 tokens", "2,097,152 tokens").replace("1024.00x", "2048.00x").replace(
+        '"num_blocks": 8192', '"num_blocks": 16384').replace(
+        "ORACLE_ENGINE", "ORACLE_RETRY RuntimeError: Chunked-prefill and prefix-cache on the CPU backend is not "
+                         "compatible with FP8 KV cache.\nORACLE_ENGINE")
+    run = oracle._engine_run(oracle._segments(fp8)["llama-gqa-fp8kv"])
+    row = {**oracle.compare(run, "llama-gqa-fp8kv", 1), "release": "0.20.1"}
+    assert (row["result"], row["first_error"]) == ("exact match", "RuntimeError: Chunked-prefill and prefix-cache "
+                                                                  "on the CPU backend is not compatible with FP8 KV cache.")
+    assert "exact (2,097,152, 2048.00x) with `--no-enable-chunked-prefill --no-enable-prefix-caching`" in \
+        oracle.table([row])
