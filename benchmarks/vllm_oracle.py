@@ -3,19 +3,27 @@
 
     python benchmarks/vllm_oracle.py --python /path/to/vllm-cpu-env/bin/python [--python ...]
                                      [--arch NAME ...] [--kv-space-gib 1] [--timeout 600] [--json]
+                                     [--results FILE.jsonl [--retry]] [--models DIR] [--raw-dir DIR]
+    python benchmarks/vllm_oracle.py --reprice RAW_DIR/vllm-RELEASE.log [...] [--results FILE.jsonl]
+    python benchmarks/vllm_oracle.py --table FILE.jsonl
 
-For each given interpreter (a virtual environment holding ``vllm-cpu`` of one release) and each
-tiny architecture below, a random-weight model is written with that environment's transformers and
-vLLM's engine is built on it (``vllm.LLM``, eager, no tokenizer) with ``VLLM_CPU_KVCACHE_SPACE``
-fixed. The CPU build sizes its KV pool to exactly that space and then runs the same KV-cache grouping
-code as the GPU build, printing ``CPU KV cache size: N tokens`` and ``Maximum concurrency for L
-tokens per request: Cx``. club3090 prices the same config.json with the pool given in bytes
-(``kv-calc --kv-cache-memory``'s path: ``memory.predict`` with ``kv_cache_memory_bytes``) and the
+For each given interpreter (a virtual environment holding ``vllm-cpu`` of one release; ``.ci/vllm-cpu-env``
+makes one) and each tiny architecture below, a random-weight model is written with that environment's
+transformers and vLLM's engine is built on it (``vllm.LLM``, eager, no tokenizer) with
+``VLLM_CPU_KVCACHE_SPACE`` fixed. The CPU build sizes its KV pool to exactly that space and then runs the
+same KV-cache grouping code as the GPU build, printing ``CPU KV cache size: N tokens`` and ``Maximum
+concurrency for L tokens per request: Cx``. club3090 prices the same config.json with the pool given in
+bytes (``kv-calc --kv-cache-memory``'s path: ``memory.predict`` with ``kv_cache_memory_bytes``) and the
 block size the engine chose, and the two are compared.
 
-Each pair is an exact match (tokens and concurrency equal), a mismatch (both numbers shown) or
-cannot run (the engine's own error line). The figure is the count of exact matches.
-Without ``--python`` the interpreter in ``CLUB3090_VLLM_PYTHON`` is used (``.ci/vllm-cpu-env``).
+Each pair is an exact match (tokens and concurrency equal), a mismatch (both numbers shown) or cannot run
+(the engine's own error line). The figure is the count of exact matches. One process per release builds
+every engine in turn; a start that prints nothing for ``--timeout`` seconds is stopped and the process
+restarted after it. ``--results`` gets each pair's row as it ends, so a stopped run keeps its figures and a
+rerun starts only the missing pairs; ``--raw-dir`` keeps the engines' output, which ``--reprice`` prices
+again (after a change to club3090) without starting an engine; ``--table`` prints the release x
+architecture table of docs/ACCURACY.md. Without ``--python`` the interpreter in ``CLUB3090_VLLM_PYTHON``
+is used.
 """
 
 from __future__ import annotations
