@@ -468,10 +468,10 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
                                                      "pairs already there are not run again")
     parser.add_argument("--retry", action="store_true",
                         help="run the pairs the results file lists as cannot run again (a start that lacked memory)")
-    parser.add_argument("--reprice", type=Path, action="append", default=[], metavar="RAW_LOG",
+    parser.add_argument("--reprice", type=Path, nargs="+", action="extend", default=[], metavar="RAW_LOG",
                         help="price again what a kept engine output (--raw-dir's vllm-RELEASE.log) printed, "
                              "starting nothing")
-    parser.add_argument("--table", type=Path, action="append", default=[], metavar="RESULTS",
+    parser.add_argument("--table", type=Path, nargs="+", action="extend", default=[], metavar="RESULTS",
                         help="print the Markdown table of these results files and run nothing")
     return parser.parse_args(argv)
 
