@@ -14,11 +14,11 @@ import json
 
 from club3090.catalog import load_catalog
 from club3090.fit.memory import ServeShape, Unpriceable, predict
-from club3090.units import GiB
 from club3090.fit.speed import estimate_speed
 from club3090.model.architecture import parse_config
 from club3090.rig.gpus import parse_gpus
 from club3090.rig.interconnect import INTERCONNECTS
+from club3090.units import GiB
 from tests.fakehub import FIXTURES, fp8_block_table, header_sum, synth_table
 from tests.fixtures_path import fixture_path
 

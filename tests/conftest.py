@@ -23,8 +23,7 @@ def _is_loopback(host: object) -> bool:
 def _hermetic(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory) -> None:
     home = tmp_path_factory.mktemp("hf_home")
     monkeypatch.setenv("HF_HOME", str(home))
-    monkeypatch.setenv("HF_HUB_CACHE", str(home / "hub"))
-    for name in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_ENDPOINT",
+    for name in ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE", "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_ENDPOINT",
                  "HF_TOKEN_PATH", "MODEL_DIR", "XDG_CACHE_HOME", "XDG_STATE_HOME", "CLUB3090_DEBUG"):
         monkeypatch.delenv(name, raising=False)
     # the local overlay (promoted measurements, receipts) of each test is its own
@@ -42,6 +41,11 @@ def _hermetic(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPath
     from huggingface_hub import constants as hf_constants
 
     monkeypatch.setattr(hf_constants, "HF_HUB_OFFLINE", False)
+    # the [C2a] disk gate reads statvfs through the provider: a test that does not inject its own
+    # free-space figure must not pass or fail with whatever this machine's disk holds today
+    from club3090.edges import disk
+
+    monkeypatch.setattr(disk, "free_bytes_at", lambda _path, **_kw: 10**15)
 
     real_connect = socket.socket.connect
 

@@ -28,7 +28,9 @@ Faults and quirks:
 - ``fault(kind, match="", times=1, delay=...)`` with kind ``slow`` (sleep ``delay`` seconds before
   answering), ``drop`` (close without an answer), ``500``/``503`` (error status), ``truncate``
   (promise the full Content-Length, send half, close), ``short`` (a consistent 206 covering half
-  of the asked range). ``match`` is a substring of the request path; ``times=None`` = forever.
+  of the asked range), ``stall`` (a file body download only, not a header read with a closed range:
+  send half, then hold the connection for ``delay`` seconds before closing it: a process killed
+  meanwhile is killed mid-file). ``match`` is a substring of the request path; ``times=None`` = forever.
 - ``quirks``: ``ignore_range`` (answer ranged GETs with 200 + the whole body), ``lfs_redirect``
   (default True: LFS files answer 302 to a ``/cdn/`` URL on ``localhost``, another origin),
   ``no_commit`` / ``no_etag`` (omit ``X-Repo-Commit`` / ``ETag``), ``no_error_code`` (omit
@@ -136,7 +138,7 @@ class FakeRepo:
 
 @dataclass
 class Fault:
-    kind: str                 # slow | drop | 500 | 503 | truncate | short
+    kind: str                 # slow | drop | 500 | 503 | truncate | short | stall
     match: str = ""
     times: int | None = 1
     delay: float = 2.0
@@ -546,11 +548,15 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         if not body or length == 0:
             return
-        limit = length // 2 if fault is not None and fault.kind == "truncate" else length
+        stall = fault is not None and fault.kind == "stall" and not (spec or "-").strip().split("-")[-1]
+        limit = length // 2 if fault is not None and (fault.kind == "truncate" or stall) else length
         for piece in f.chunks(start, start + limit - 1) if limit else ():
             self._write(piece)
         if limit < length:
             self.wfile.flush()
+            if stall:
+                assert fault is not None
+                time.sleep(fault.delay)
             self.close_connection = True
             with contextlib.suppress(OSError):
                 self.connection.shutdown(socket.SHUT_RDWR)
@@ -675,7 +681,7 @@ class FakeHub:
     # -- faults and log -----------------------------------------------------------------------
     def fault(self, kind: str, match: str = "", *, times: int | None = 1, delay: float = 2.0,
               method: str | None = None) -> Fault:
-        assert kind in {"slow", "drop", "500", "503", "truncate", "short"}, kind
+        assert kind in {"slow", "drop", "500", "503", "truncate", "short", "stall"}, kind
         f = Fault(kind=kind, match=match, times=times, delay=delay, method=method)
         with self._lock:
             self.faults.append(f)

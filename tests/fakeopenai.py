@@ -15,7 +15,9 @@ test clock turns into a slowdown),
 unless ``Authorization: Bearer <key>`` matches), ``stop_early`` (long answers end after 15
 tokens with ``stop``), ``never_stop`` (the short answer repeats until ``max_tokens``, ``length``),
 ``max_model_len`` (listed in ``/v1/models``), ``metrics`` (the text of ``/metrics``),
-``no_vision`` (400 for a message with content parts).
+``no_vision`` (400 for a message with content parts), ``sees_images`` (an image is called ``Red.``),
+``no_structured`` (a ``response_format`` JSON-schema request is answered in prose; without it, with
+``{"city": "Paris"}``).
 
 Hostile switches (issue: a server that fights the client): ``trickle`` (seconds: POST answers
 dribble one byte every 0.05 s for that long; ``trickle_done`` tells whether the server got to
@@ -154,6 +156,10 @@ class OpenAIHandler(BaseHTTPRequestHandler):
         last = str(body.get("messages", [{}])[-1].get("content") or "")
         thinking = (body.get("chat_template_kwargs") or {}).get("enable_thinking")
         reasoning = ["Let ", "me ", "think ", "it ", "through."] if thinking and not mode.get("no_reasoning") else []
+        if mode.get("sees_images") and any(isinstance(m.get("content"), list) for m in body.get("messages", [])):
+            return reasoning, ["Red."], None
+        if (body.get("response_format") or {}).get("type") == "json_schema" and not mode.get("no_structured"):
+            return [], ['{"city": ', '"Paris"}'], None
         if body.get("tools") and body.get("tool_choice") != "none" and not mode.get("no_tool_call"):
             args = '{"city": "Par' if mode.get("bad_tool_args") else '{"city": "Paris"}'
             return reasoning, [], ("get_weather", args)

@@ -49,14 +49,14 @@ def data_dir() -> Path:
 
 def test_shipped_catalog_loads_and_is_cached(cat):
     assert re.fullmatch(r"[0-9a-f]{12}", cat.version)
-    assert cat.schema_version == 1
+    assert cat.schema_version == 2
     assert load_catalog() is cat
 
 
 def test_every_data_file_has_schema_version():
     for name in loader.FILES:
         doc = yaml.safe_load((data_dir() / name).read_text(encoding="utf-8"))
-        assert doc["schema_version"] == 1, name
+        assert doc["schema_version"] == 2, name
     assert sorted(p.name for p in data_dir().glob("*.yaml")) == sorted(loader.FILES)
 
 
@@ -354,6 +354,45 @@ def test_schema_version_and_bad_yaml(tmp_path):
     found = _problems(root)
     assert ("kv_formats.yaml", "schema_version") in found
     assert any(f == "gpus.yaml" for f, _ in found)
+
+
+def test_schema_1_prose_constraints_and_bad_conditions_are_refused(tmp_path):
+    root = _copy(tmp_path)
+
+    def schema_1(doc):
+        doc["schema_version"] = 1
+        doc["arches"]["Qwen3NextForCausalLM"]["kernel_constraints"] = ["TurboQuant KV needs the Genesis patch set."]
+        doc["arches"]["Qwen3_5MoeForConditionalGeneration"]["kernel_constraints"] = [
+            {"text": "x", "applies_when": {"tp_min": 0, "kv_formats": ["no-such-kv"], "when": 1}}]
+    _edit(root, "arches.yaml", schema_1)
+    with pytest.raises(CatalogError) as info:
+        load_catalog(root)
+    found = {(p.file, p.path): p.message for p in info.value.problems}
+    assert "unsupported schema version 1" in found[("arches.yaml", "schema_version")]
+    assert "a prose string is schema 1" in found[("arches.yaml", "arches['Qwen3NextForCausalLM'].kernel_constraints[0]")]
+    where = "arches['Qwen3_5MoeForConditionalGeneration'].kernel_constraints[0].applies_when"
+    assert ("arches.yaml", f"{where}.tp_min") in found
+    assert ("arches.yaml", f"{where}.when") in found
+
+
+def test_constraint_conditions_cross_reference_kv_formats(tmp_path):
+    root = _copy(tmp_path)
+    _edit(root, "arches.yaml", lambda d: d["arches"]["Qwen3NextForCausalLM"]["kernel_constraints"].append(
+        {"text": "x", "applies_when": {"kv_formats": ["no-such-kv"]}}))
+    found = _problems(root)
+    assert any(f == "arches.yaml" and p.endswith(".applies_when.kv_formats[0]") for f, p in found)
+
+
+def test_a_golden_triple_names_profiles_of_the_row_s_own_models(tmp_path):
+    root = _copy(tmp_path)
+    _edit(root, "arches.yaml", lambda d: d["arches"]["Qwen3NextForCausalLM"].update(
+        golden_triple_profiles=["vllm/minimal", "vllm/gemma-mtp-tp1", "no/such-profile"]))
+    with pytest.raises(CatalogError) as info:
+        load_catalog(root)
+    found = {p.path: p.message for p in info.value.problems if p.file == "arches.yaml"}
+    base = "arches['Qwen3NextForCausalLM'].golden_triple_profiles"
+    assert "not a model of this row" in found[f"{base}[1]"]
+    assert f"{base}[2]" in found and f"{base}[0]" not in found
 
 
 def test_missing_file_is_a_catalog_error(tmp_path):

@@ -5,11 +5,14 @@ failure mode print right under the headline of pull, up and fits, and in --json 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
+from decimal import Decimal
 from typing import Any
 
 from club3090.catalog import load_catalog
-from club3090.gate.cliffs import known_cliffs
+from club3090.catalog.model import AppliesWhen, KernelConstraint
+from club3090.gate.cliffs import Served, applies, known_cliffs
 from club3090.pipeline.pull import CAVEAT
 from tests import test_up as up_tests
 
@@ -26,7 +29,8 @@ def with_cliff(env: dict[str, Any]) -> dict[str, Any]:
     row = base.arch_row_for_model(model)
     assert row is not None
     arches = {**base.arches, row.arch: dataclasses.replace(
-        row, kernel_constraints=(CLIFF, "Quantization is checked per repo, not by this row."))}
+        row, kernel_constraints=(KernelConstraint(CLIFF),
+                                 KernelConstraint("Quantization is checked per repo, not by this row.", "scope")))}
     profiles = {**base.profiles, up_tests.CURATED_PROFILE: dataclasses.replace(
         base.profiles[up_tests.CURATED_PROFILE], status="caveats", status_note=NOTE)}
     catalog = dataclasses.replace(base, arches=arches, profiles=profiles)
@@ -38,10 +42,65 @@ def with_cliff(env: dict[str, Any]) -> dict[str, Any]:
 def test_shipped_rows_give_their_constraints_and_drop_scope_notes():
     cat = load_catalog()
     rows = [r for r in cat.arches.values() if r.kernel_constraints]
-    assert any("not by this row" in t for r in rows for t in r.kernel_constraints)
-    for row in rows:
+    assert any(kc.kind == "scope" and "not by this row" in kc.text for r in rows for kc in r.kernel_constraints)
+    assert all(kc.kind == "scope" for r in rows for kc in r.kernel_constraints if "not by this row" in kc.text)
+    for row in rows:      # with nothing known of the shape, every cliff may apply: all are shown
         texts = [c.text for c in known_cliffs(cat, architecture=row.arch)]
-        assert texts == [t for t in row.kernel_constraints if "not by this row" not in t], row.arch
+        assert texts == [kc.text for kc in row.kernel_constraints if kc.kind == "cliff"], row.arch
+
+
+TP_ONLY = "AutoRound INT4 under tensor parallelism needs the Marlin sub-tile padding overlay"
+
+
+def test_every_condition_must_hold_and_an_unknown_fact_holds():
+    when = AppliesWhen(tp_min=2, weight_formats=("autoround",), sm_max=load_catalog().gpus["rtx-3090"].sm)
+    assert applies(when, Served(tp=2, weight_format="auto-round"))          # the quant method's spelling
+    assert not applies(when, Served(tp=1, weight_format="autoround"))
+    assert not applies(when, Served(tp=2, weight_format="awq"))
+    assert not applies(when, Served(tp=4, weight_format="autoround", sm=Decimal("9.0")))   # Hopper: not Ampere
+    assert applies(when, Served())
+    assert applies(AppliesWhen(), Served(tp=1))
+    assert not applies(AppliesWhen(kv_formats=("turboquant_3bit_nc",)), Served(kv_format="fp8_e5m2"))
+    assert not applies(AppliesWhen(tp_max=1, engines=("vllm",)), Served(tp=1, engine="llama.cpp"))
+
+
+def test_a_tp_only_constraint_is_absent_at_tp1_and_present_at_tp2_in_pull(env, capsys):
+    arch = env["catalog"].arch_row_for_model("qwen3.6-27b").arch
+    assert any(kc.text.startswith(TP_ONLY) and kc.applies_when.tp_min == 2
+               for kc in env["catalog"].arches[arch].kernel_constraints)
+    for gpus, profile, shown in (("1x3090", "vllm/minimal", False), ("2x3090", "vllm/dual", True)):
+        argv = ["pull", up_tests.CURATED, "--gpus", gpus, "--profile-like", profile]
+        assert up_tests.cli.main(argv, provider=env["provider"]) == 0
+        out = capsys.readouterr().out
+        assert (f"known cliff (arch:{arch}): {TP_ONLY}" in out) is shown, (profile, out)
+        up_tests.cli.main([*argv, "--json"], provider=env["provider"])
+        doc = json.loads(capsys.readouterr().out)
+        assert any(c["text"].startswith(TP_ONLY) for c in doc["cliffs"]) is shown, profile
+
+
+def with_payload(env: dict[str, Any], path: str, data: bytes) -> dict[str, Any]:
+    """``env`` whose catalog pins one more upstream file (``path``), served by the payload server."""
+    env["upstream"].files[f"/{up_tests.COMMIT}/{path}"] = data
+    pinned = {**env["catalog"].upstream_files,
+              path: up_tests.UpstreamFile(path, up_tests.COMMIT, len(data), hashlib.sha256(data).hexdigest(), False)}
+    catalog = dataclasses.replace(env["catalog"], upstream_files=pinned)
+    return {**env, "catalog": catalog,
+            "provider": lambda settings: up_tests.LiveProvider(settings, free_disk=lambda _p: 10**15,
+                                                               load=lambda: catalog)}
+
+
+def test_a_tp_only_constraint_is_absent_at_tp1_and_present_at_tp2_in_up(env, capsys):
+    env = with_payload(env, "scripts/detect_nvlink.sh", b"#!/bin/sh\necho 0\n")      # vllm/dual mounts it
+    arch = env["catalog"].arch_row_for_model("qwen3.6-27b").arch
+    for gpus, profile, shown in (("1x3090", "vllm/minimal", False), ("2x3090", "vllm/dual", True)):
+        code = up_tests.up(env, up_tests.CURATED, "--gpus", gpus, "--profile-like", profile,
+                           "--dir", str(env["tmp"] / profile.replace("/", "-")), "--no-start")
+        out = capsys.readouterr().out.splitlines()
+        assert code == 0 and out[0].startswith(f"Fits on {gpus[0]}x RTX 3090"), out[:3]
+        cliffs = [line for line in out if line.startswith("known cliff")]
+        assert (f"known cliff (arch:{arch}): {TP_ONLY}" in " ".join(cliffs)) is shown, (profile, out[:6])
+        if shown:
+            assert out.index(next(c for c in cliffs if TP_ONLY in c)) <= len(cliffs)   # at the top
 
 
 def test_the_caveat_names_the_soak_command_and_the_boot_fit_cliff():

@@ -33,6 +33,7 @@ from club3090.compose.generate import (
     with_default,
 )
 from club3090.errors import InputError
+from club3090.fit.runtime import RuntimeShape
 from club3090.interpolate import interpolate, interpolate_tree
 from club3090.model.architecture import parse_config
 from club3090.model.slug import sanitize_slug
@@ -133,6 +134,22 @@ def test_emitting_set(catalog):
     emitted = {k for k in SEED_PROFILES if k not in GENESIS and generate(k, catalog).ok}
     assert emitted == set(EMITTING)
     assert len(SEED_PROFILES) - len(GENESIS) == 17 and len(EMITTING) == 9
+
+
+def test_the_golden_triples_are_the_seed_s_and_each_replays_to_its_golden_file(catalog):
+    # profile_runtime.yml's arch_model_xref: golden_triple_profiles per arch, carried on the arch rows
+    triples = {arch: row.golden_triple_profiles for arch, row in catalog.arches.items() if row.golden_triple_profiles}
+    assert triples == {"Qwen3NextForCausalLM": ("vllm/minimal", "vllm/dual"),
+                       "Gemma4ForConditionalGeneration": ("vllm/gemma-bf16-mtp", "vllm/gemma-int8-mtp",
+                                                          "vllm/gemma-mtp-tp1")}
+    assert triples == {arch: row.golden_triple_profiles for arch, row in load_catalog().arches.items()
+                       if row.golden_triple_profiles}                   # the shipped catalog keeps them
+    for keys in triples.values():
+        for key in keys:
+            outcome = generate(key, catalog, out_name=key.split("/")[1] + ".yml")
+            assert outcome.ok, (key, outcome.refusal)
+            assert golden_name(key, ".yml").exists(), key   # test_curated_golden compares it byte for byte
+            assert key in EMITTING
 
 
 @pytest.mark.parametrize("key", EMITTING)
@@ -430,7 +447,7 @@ def derive(catalog, spec, profile="vllm/minimal", **kw):
                 hf_home=Path("/data/hf"), max_model_len=16384, trust_remote_code=False,
                 gpu_indices=(0, 1))
     args.update(kw)
-    return derived_compose(spec, profile, catalog, **args)
+    return derived_compose(spec, RuntimeShape.of(catalog.profiles[profile]), catalog, **args)
 
 
 @pytest.mark.parametrize("name,spec_kw", [
@@ -452,10 +469,56 @@ def test_derived_goldens(catalog, name, spec_kw):
     svc = next(iter(resolved["services"].values()))
     env, argv, _ = compose.launch.serve_invocation()
     host_model = str(Path("/data/hf/club3090/pulls/qwen-qwen2.5-7b-instruct"))
-    assert list(argv) == ["vllm", "serve"] + [host_model if a == svc["command"][0] else a
-                                               for a in svc["command"]]
+    # the container listens everywhere (a published port needs it); on the host only where it is published
+    host_side = {svc["command"][0]: host_model, "0.0.0.0": "127.0.0.1"}
+    assert list(argv) == ["vllm", "serve"] + [host_side.get(a, a) for a in svc["command"]]
+    assert svc["ports"] == ["127.0.0.1:8020:8020"]
     assert dict(env)["CUDA_VISIBLE_DEVICES"] == "0"
     assert "--trust-remote-code" not in compose.text
+
+
+@pytest.mark.parametrize("host,ports,listens", [
+    ("0.0.0.0", "0.0.0.0:8020:8020", "0.0.0.0"),
+    ("192.168.1.20", "192.168.1.20:8020:8020", "192.168.1.20"),
+    ("::1", "[::1]:8020:8020", "::1"),
+    ("[::]", "[::]:8020:8020", "::"),
+])
+def test_derived_host_widens_the_published_address_only(catalog, host, ports, listens):
+    compose = derive(catalog, make_spec(), host=host)
+    svc = next(iter(validate_compose(compose.text)["services"].values()))
+    assert svc["ports"] == [ports]
+    command = svc["command"]
+    assert command[command.index("--host") + 1] == "0.0.0.0"          # inside the container: unchanged
+    _env, argv, _ = compose.launch.serve_invocation()
+    assert argv[argv.index("--host") + 1] == listens                   # the host line listens where it publishes
+
+
+@pytest.mark.parametrize("host", ["localhost", "0.0.0.0:80", "", "1.2.3", "a b"])
+def test_derived_host_must_be_an_ip_address(catalog, host):
+    from club3090.errors import UsageError
+
+    with pytest.raises(UsageError, match="--host must be an IP address"):
+        derive(catalog, make_spec(), host=host)
+
+
+def test_derived_compose_serves_an_hf_cache_snapshot_through_its_repo_folder(catalog, tmp_path):
+    """The snapshot's files are relative links into ../../blobs: the mount is the repo folder."""
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    repo = tmp_path / "hub" / "models--Qwen--Qwen2.5-7B-Instruct"
+    (repo / "blobs").mkdir(parents=True)
+    (repo / "blobs" / "abc").write_text("{}", encoding="utf-8")
+    (repo / "snapshots" / commit).mkdir(parents=True)
+    (repo / "snapshots" / commit / "config.json").symlink_to(Path("../../blobs/abc"))
+    compose = derive(catalog, make_spec(), snapshot_dir=repo / "snapshots" / commit, hf_home=tmp_path)
+    svc = next(iter(validate_compose(compose.text)["services"].values()))
+    volume = svc["volumes"][0]
+    assert volume["source"] == str(repo) and volume["read_only"] is True
+    model = svc["command"][0]
+    assert model == f"{volume['target']}/snapshots/{commit}"
+    inside = Path(str(repo) + model[len(volume["target"]):]) / "config.json"     # the link as the container sees it
+    assert inside.read_text(encoding="utf-8") == "{}"
+    _env, argv, _ = compose.launch.serve_invocation()
+    assert argv[2] == str(repo / "snapshots" / commit)
 
 
 def test_derived_dispatch(catalog):

@@ -1,9 +1,10 @@
 """The engine seam: one registry (``pipeline/engines.py``) and one package per engine.
 
-Dispatch happens in the layers that orchestrate and render (``pipeline/``, ``edges/``, ``cli/``,
-``reports/``, ``validate/``): none of them compares an engine's name as a string; they ask the
-registry. The pricing and launch cores (``fit/``, ``gate/``, ``compose/``) are the engines' own
-stages and the catalog (``catalog/``) defines the engine types, so they are outside this check.
+No module outside an engine's package and the registry compares an engine's name as a string:
+the layers that orchestrate and render (``pipeline/``, ``edges/``, ``cli/``, ``reports/``,
+``validate/``) ask the registry; the pure core (``fit/``, ``gate/``, ``compose/``), which may not
+import it, asks the catalog record (``Engine.is_vllm``, ``KvFormat.on_vllm``). The catalog
+(``catalog/``) defines the engine types and is the one place that spells them.
 """
 
 from __future__ import annotations
@@ -16,37 +17,18 @@ import pytest
 from club3090.catalog import load_catalog
 from club3090.outcome import Reason, Stop, Stratum
 from club3090.pipeline import engines
+from tests import name_checks as checks
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "club3090"
-DISPATCH = ("pipeline", "edges", "cli", "reports", "validate")
-ALLOWED = ("pipeline/engines.py",)          # the registry; engines/** is outside DISPATCH
+# every layer that orchestrates, renders, prices, gates or writes; catalog/ defines the types
+# (``catalog.model.ENGINE_TYPES``) and engines/<name>/ is each engine's own package
+CHECKED = ("pipeline", "edges", "cli", "reports", "validate", "fit", "gate", "compose")
+ALLOWED = ("pipeline/engines.py",)          # the registry
 ENGINE_NAMES = frozenset({"vllm", "llama.cpp", "llamacpp", "llama-cpp", "ik_llama.cpp", "beellama", "sglang"})
 
 
-def _names(node: ast.expr) -> set[str]:
-    """The engine names a comparison operand spells: a string, or a collection made only of them."""
-    if isinstance(node, ast.Constant) and isinstance(node.value, str):
-        return {node.value} & ENGINE_NAMES
-    if isinstance(node, (ast.Tuple, ast.List, ast.Set)) and node.elts:
-        values = [e.value for e in node.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)]
-        if len(values) == len(node.elts) and set(values) <= ENGINE_NAMES:
-            return set(values)
-    return set()
-
-
 def name_comparisons(root: Path = SRC) -> list[str]:
-    found = []
-    for package in DISPATCH:
-        for path in sorted((root / package).rglob("*.py")):
-            rel = str(path.relative_to(root))
-            if rel in ALLOWED:
-                continue
-            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-                if isinstance(node, ast.Compare):
-                    spelled = set().union(*(_names(x) for x in (node.left, *node.comparators)))
-                    if spelled:
-                        found.append(f"{rel}:{node.lineno}: compares {sorted(spelled)}")
-    return found
+    return checks.name_comparisons(root, ENGINE_NAMES, packages=CHECKED, owned=lambda rel: rel in ALLOWED)
 
 
 def test_no_engine_name_is_compared_outside_the_registry() -> None:
@@ -59,16 +41,24 @@ def test_no_engine_name_is_compared_outside_the_registry() -> None:
     'def f(t):\n    return t in ("vllm", "llama.cpp")\n',
 ])
 def test_the_check_catches_a_name_comparison(tmp_path: Path, statement: str) -> None:
-    for package in DISPATCH:
+    for package in CHECKED:
         (tmp_path / package).mkdir()
     (tmp_path / "pipeline" / "dispatch.py").write_text(statement)
     assert len(name_comparisons(tmp_path)) == 1
 
 
+@pytest.mark.parametrize("package", ["fit", "gate", "compose"])
+def test_the_check_covers_the_pure_core(tmp_path: Path, package: str) -> None:
+    for name in CHECKED:
+        (tmp_path / name).mkdir()
+    (tmp_path / package / "planted.py").write_text('def f(engine):\n    return engine.type != "vllm"\n')
+    assert name_comparisons(tmp_path) == [f"{package}/planted.py:2: compares ['vllm']"]
+
+
 def test_the_check_ignores_argv_words_and_values() -> None:
     tree = ast.parse('x = entry[:2] == ["vllm", "serve"]\nstate = {"engine": "llama.cpp"}\n')
     compares = [n for n in ast.walk(tree) if isinstance(n, ast.Compare)]
-    assert all(not _names(x) for n in compares for x in (n.left, *n.comparators))
+    assert all(not checks.spelled(x, ENGINE_NAMES) for n in compares for x in (n.left, *n.comparators))
 
 
 def test_every_catalog_engine_type_is_registered_and_every_engine_is_a_package() -> None:

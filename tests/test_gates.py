@@ -17,6 +17,7 @@ from club3090.catalog.model import (
     Profile,
     ProfileRuntime,
 )
+from club3090.fit.runtime import RuntimeShape
 from club3090.gate import disk, eligibility, engine_support, profile_match
 from club3090.gate import terminal as terminals
 from club3090.gate.engine_support import EngineInputs as C0Inputs
@@ -90,7 +91,7 @@ def _hw(sm="8.6", mem=(24 * GIB,)):
 
 def _inputs(profile, catalog, *, arch="LlamaForCausalLM", auto_map=False, curated=None, hw=None,
             heads=32, kv_heads=8, weight_format=None):
-    return C0Inputs(profile=profile, engine=catalog.engines[profile.engine], architecture=arch,
+    return C0Inputs(runtime=RuntimeShape.of(profile), engine=catalog.engines[profile.engine], architecture=arch,
                     auto_map=auto_map, curated_model=curated, hardware=hw or _hw(),
                     num_attention_heads=heads, num_key_value_heads=kv_heads, weight_format=weight_format)
 
@@ -248,7 +249,7 @@ class TestC0:
     def test_need_sm_terms(self, kw, need):
         p = _profile(**kw)
         cat = _catalog(profiles=(p,))
-        assert engine_support.required_sm(p, cat.engines["vllm-x"], cat) == cat.need_sm(p.key) == Decimal(need)
+        assert engine_support.required_sm(RuntimeShape.of(p), cat) == cat.need_sm(p.key) == Decimal(need)
         assert cat.need_sm(p.key, "nvfp4") == max(Decimal(need), Decimal("10.0"))   # a run's KV format wins
 
     def test_hardware_undetermined(self):

@@ -135,13 +135,13 @@ def test_fetch_into_cache_refuses_a_file_name_outside_the_snapshot(fake_hub: Fak
     assert not (tmp_path / "outside.json").exists()
 
 
-def test_download_checks_every_name_before_it_writes(tmp_path: Path) -> None:
-    def never(_repo: str, _name: str, _staging: Path) -> Path:
-        raise AssertionError("nothing is fetched for an unsafe listing")
-
-    files = [RepoFile("config.json", 2, None), RepoFile("../evil.json", 2, None)]
-    report = dl.download(REPO, files, tmp_path / "dest", fetch=never)
+def test_download_checks_every_name_before_it_writes(fake_hub: FakeHub, tmp_path: Path) -> None:
+    repo = _small(fake_hub)
+    settings = fake_hub.settings(hf_home=tmp_path / "hf")
+    files = [RepoFile("config.json", 2, None), RepoFile("../../../evil.json", 2, None)]
+    report = fetch_into_cache(settings, REPO, repo.commit, files, bar=False)  # type: ignore[attr-defined]
     assert (report.ok, report.failure) == (False, dl.UNSAFE_NAME) and not (tmp_path / "evil.json").exists()
+    assert fake_hub.requests("GET", "/resolve/") == [] and not list((tmp_path / "hf").rglob("config.json"))
 
 
 # --- issue 27 item 3: three causes, three headlines -------------------------------------------

@@ -8,41 +8,21 @@ is vLLM's vocabulary, not a launcher's, and is not counted.
 
 from __future__ import annotations
 
-import ast
 from pathlib import Path
 
 import pytest
 
 from club3090.edges import launchers
+from tests import name_checks as checks
 
 PACKAGE = Path(__file__).resolve().parents[1] / "src" / "club3090"
 OWNERS = PACKAGE / "edges" / "launchers"
 NOT_LAUNCHERS = ("backend",)      # distributed_executor_backend == "ray" is vLLM's flag value
 
 
-def _names(node: ast.AST) -> set[str]:
-    if isinstance(node, ast.Constant) and isinstance(node.value, str):
-        return {node.value}
-    if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
-        return set().union(*(_names(e) for e in node.elts)) if node.elts else set()
-    return set()
-
-
 def string_comparisons(root: Path = PACKAGE, names: tuple[str, ...] = tuple(launchers.REGISTRY)) -> list[str]:
-    found = []
-    for path in sorted(root.rglob("*.py")):
-        if (root / "edges" / "launchers") in path.parents:
-            continue
-        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
-        for node in ast.walk(tree):
-            if not isinstance(node, ast.Compare):
-                continue
-            sides = [node.left, *node.comparators]
-            hits = set().union(*(_names(s) for s in sides)) & set(names)
-            context = " ".join(ast.unparse(s) for s in sides if not _names(s))
-            if hits and not any(word in context for word in NOT_LAUNCHERS):
-                found.append(f"{path.relative_to(root)}:{node.lineno}: {ast.unparse(node)}")
-    return found
+    return checks.name_comparisons(root, names, owned=lambda rel: rel.startswith("edges/launchers/"),
+                                   beside=NOT_LAUNCHERS)
 
 
 def test_no_launcher_name_is_compared_outside_its_module() -> None:

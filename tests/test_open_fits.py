@@ -141,3 +141,17 @@ def test_detected_ram_comes_through_the_provider(offline, capsys):
     assert doc["index"]["ram"] == {"usable_bytes": 28 * GiB, "source": "detected"}
     assert all("code" in m["tasks"] for m in doc["index_models"])
     assert doc["models"] == []                          # curated models carry no code tag
+
+
+def test_no_index_still_plans_curated_gguf_offload_with_ram(offline, capsys):
+    """`--no-index` drops the index rows, not the host memory: a curated GGUF model that needs
+    offload still runs with `--ram`, and without any RAM it does not."""
+    def offloaded(doc):
+        return [m["model"] for m in doc["models"] if m["gguf"] is not None and m["fits"]
+                and any(q["runs"] and not q["fits_fully"] for q in m["gguf"]["quants"])]
+
+    code, with_ram = run_json(capsys, "--gpus", "1x3090", "--ram", "64", "--no-index")
+    assert code == 0 and "index" not in with_ram
+    assert offloaded(with_ram)
+    _, without = run_json(capsys, "--gpus", "1x3090", "--ram", "0.5", "--no-index")
+    assert not offloaded(without)

@@ -204,3 +204,12 @@ def test_an_old_slug_resolves_in_compose_and_pull(capsys):
     via_new = json.loads(capsys.readouterr().out)
     assert code_old == code_new and via_old["profile"] == via_new["profile"] == new
     assert main(["compose", "--profile", "vllm/no-such-slug", "--json"]) == 64
+
+
+def test_golden_triple_profiles_are_marked(capsys):
+    _code, doc = _json(capsys)
+    golden = sorted(r["key"] for r in doc["profiles"] if r["golden"])
+    assert golden == ["vllm/dual", "vllm/gemma-bf16-mtp", "vllm/gemma-int8-mtp", "vllm/gemma-mtp-tp1", "vllm/minimal"]
+    assert main(["profiles"]) == 0
+    line = next(ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("vllm/gemma-mtp-tp1 "))
+    assert " golden" in line

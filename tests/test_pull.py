@@ -396,3 +396,21 @@ def test_derived_refusal_is_a_notice_not_a_verdict(fake_hub, catalog, tmp_path):
     refused = [n for n in r.notices if n.code == "emit-refused"]
     assert [n.data["failure"] for n in refused] == ["derived-runtime-unsupported:drafter"]
     assert "emit-only" not in r.notice_codes
+
+
+def test_the_automatic_shape_is_the_runtime_it_priced_not_a_catalog_profile(catalog, tmp_path):
+    """No --profile-like on a non-curated repo: the gate's runtime is the derived shape it priced,
+    the catalog is left as it was, and `up` reads the same value (``PullResult.runtime``)."""
+    keys = set(catalog.profiles)
+    r = _run(catalog, PullRequest("org/x", None, gpus=rig("2x3090"), yes=True, dry_run=True), spec=_spec(DENSE))
+    assert r.shape_source == "derived" and r.runtime is not None and r.choice is not None
+    picked = r.choice.chosen or r.choice.best
+    assert (r.runtime.key, r.runtime.tp, r.runtime.kv_format, r.runtime.max_model_len) == \
+        ("auto", picked.shape.tp, picked.shape.kv_cache_dtype, r.fit.max_model_len)
+    assert r.runtime.profile_sm is None and r.runtime.drafter is None and set(catalog.profiles) == keys
+
+
+def test_a_derived_shape_on_path_a_names_the_flag_that_writes_a_curated_compose(catalog, tmp_path):
+    r = _run(catalog, PullRequest(CURATED, None, gpus=rig("1xH100-80GB"), yes=True, out=tmp_path / "o.yml"))
+    assert (r.path, r.shape_source, r.reason) == ("A", "derived", "d-refused:scope")
+    assert "--profile-like" in r.detail and not (tmp_path / "o.yml").exists()

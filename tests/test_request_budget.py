@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 
-from club3090.edges import download
 from club3090.edges import hub as H
 from club3090.edges.request_budget import MAX_REDIRECTS, Budget, bounded, current, install_policy, is_installed
 from club3090.errors import HubUnreachable, InputError
@@ -109,21 +108,18 @@ def test_a_trickled_answer_misses_the_request_deadline_in_process(hostile_hub: H
         H.HubClient(settings, backoff=0.01).repo_info("acme/small", None)
 
 
-def test_the_download_fallback_drops_authorization_across_origins(fake_hub: FakeHub, tmp_path: Path,
-                                                                  monkeypatch) -> None:
-    import huggingface_hub
+def test_the_resumable_download_drops_authorization_across_origins(fake_hub: FakeHub, tmp_path: Path) -> None:
+    from club3090.edges.hf_cache import fetch_into_cache
+    from club3090.model.spec import RepoFile
 
     token = "hf_PlantedSecretToken0123456789"
-    fake_hub.add_fixture("Qwen--Qwen3-0.6B", repo_id="acme/small", gated=True)
+    repo = fake_hub.add_fixture("Qwen--Qwen3-0.6B", repo_id="acme/small", gated=True,
+                                tensors={"model.embed_tokens.weight": ("BF16", [256, 64])})
     fake_hub.accept_token(token)
-
-    def rung_one_fails(*_a: object, **_k: object) -> str:
-        raise OSError("rung 1 is down")
-    monkeypatch.setattr(huggingface_hub, "hf_hub_download", rung_one_fails)
-    fetch = download.hub_fetcher(fake_hub.settings(token=token, hf_home=tmp_path / "hf"))
-    staging = tmp_path / "staging"
-    staging.mkdir()
-    assert fetch("acme/small", "model.safetensors", staging).is_file()
+    shard = repo.files["model.safetensors"]
+    report = fetch_into_cache(fake_hub.settings(token=token, hf_home=tmp_path / "hf"), "acme/small", repo.commit,
+                              [RepoFile("model.safetensors", shard.size, shard.sha256)], bar=False)
+    assert report.ok and report.sha_verified, report
     cdn = fake_hub.requests("GET", "/cdn/")
     assert cdn and all("authorization" not in r.headers for r in cdn)      # the CDN never saw the token
     assert any(r.headers.get("authorization") == f"Bearer {token}" for r in fake_hub.requests("GET", "/resolve/"))

@@ -10,7 +10,7 @@ import pytest
 
 from club3090.cli.commands.pull import captures_root
 from club3090.reports.overlay import overlay_root
-from club3090.settings import captures_dir, no_color, state_dir
+from club3090.settings import Settings, captures_dir, no_color, state_dir
 
 PACKAGE = Path(__file__).resolve().parents[1] / "src" / "club3090"
 # modules that read the environment for something other than a setting
@@ -64,3 +64,13 @@ def test_only_the_settings_module_reads_the_environment() -> None:
              if (lines := _reads_environment(path))}
     assert sorted(set(found) - set(ENV_READERS)) == []
     assert sorted(set(ENV_READERS) - set(found)) == []   # an entry no longer needed leaves the list
+
+
+def test_hf_hub_cache_moves_the_cache_as_huggingface_hub_does(tmp_path):
+    env = {"HF_HOME": str(tmp_path / "home"), "HF_HUB_CACHE": str(tmp_path / "elsewhere")}
+    assert Settings.from_env(env).hub_cache == tmp_path / "elsewhere"
+    assert Settings.from_env({"HF_HOME": str(tmp_path / "home")}).hub_cache == tmp_path / "home" / "hub"
+    legacy = Settings.from_env({"HF_HOME": str(tmp_path / "home"), "HUGGINGFACE_HUB_CACHE": str(tmp_path / "old")})
+    assert legacy.hub_cache == tmp_path / "old"
+    # an explicit --hf-home is the later word: its own hub/ folder
+    assert Settings.from_env(env, hf_home_flag=tmp_path / "flag").hub_cache == tmp_path / "flag" / "hub"

@@ -111,3 +111,92 @@ def test_median_error_against_upstream_measurements(cat):
     assert abs(statistics.median(errors)) <= 0.20
     assert statistics.median(abs(e) for e in errors) <= 0.20
     assert sum(1 for e in errors if abs(e) <= 0.20) >= len(errors) // 2
+
+
+# ---------------------------------------------------------------------------------------------
+# the drafter's gain (fit/speculative.py) and prefill
+
+
+def test_accepted_tokens_per_step_follow_the_geometric_series():
+    from club3090.fit.speculative import accepted_per_step
+
+    assert accepted_per_step(0.0, 4) == 1.0
+    assert accepted_per_step(1.0, 4) == 5.0
+    assert accepted_per_step(0.5, 3) == pytest.approx(1 + 0.5 + 0.25 + 0.125)
+    assert accepted_per_step(0.9, 8) > accepted_per_step(0.9, 3) > accepted_per_step(0.5, 3)
+
+
+def test_code_gains_more_than_prose_and_a_quantized_head_less(cat):
+    from club3090.fit.speed import Speculation
+
+    arch, size = _model(cat, "qwen3.6-27b", "fp8")
+    gpus = parse_gpus("2x3090", cat)
+    shape = ServeShape(tp=2, kv_cache_dtype="fp8_e4m3")
+    plain = estimate_speed(arch, size, shape, gpus)
+    prose = estimate_speed(arch, size, shape, gpus, speculation=Speculation("mtp", 3, "narrative"))
+    code = estimate_speed(arch, size, shape, gpus, speculation=Speculation("mtp", 3, "code"))
+    quantized = estimate_speed(arch, size, shape, gpus, speculation=Speculation("mtp", 3, "narrative",
+                                                                                quantized_head=True))
+    assert plain and prose and code and quantized
+    assert plain.decode_tps < prose.decode_tps < code.decode_tps
+    assert quantized.decode_tps < prose.decode_tps
+    gain = code.speculation
+    assert gain is not None and gain.speedup == pytest.approx(code.decode_tps / plain.decode_tps)
+    assert 1 < gain.accept_length <= 4 and "MTP n=3 modelled" in code.drafter_text()
+    assert code.to_json()["speculation"]["method"] == "mtp" and code.speculative_speedup is None
+    assert any("speculative decoding (mtp" in a for a in code.assumptions)
+
+
+def test_drafting_costs_more_on_a_light_target(cat):
+    """The same head on a 4-bit target gains less than on an 8-bit one: drafting and verifying cost
+    the same time, the plain step they are measured against is shorter."""
+    from club3090.fit.speed import Speculation
+
+    gpus, shape = parse_gpus("2x3090", cat), ServeShape(tp=2, kv_cache_dtype="fp8_e4m3")
+    gains = []
+    for variant in ("autoround-int4", "fp8"):
+        arch, size = _model(cat, "qwen3.6-27b", variant)
+        est = estimate_speed(arch, size, shape, gpus, speculation=Speculation("mtp", 3, "code"))
+        gains.append(est.speculation.speedup)
+    assert gains[0] < gains[1]
+
+
+def test_an_unknown_method_is_not_modelled(cat):
+    from club3090.fit.speed import Speculation
+
+    arch, size = _model(cat, "qwen3.6-27b", "fp8")
+    est = estimate_speed(arch, size, ServeShape(tp=2), parse_gpus("2x3090", cat),
+                         speculation=Speculation("telepathy", 3, "narrative"))
+    assert est is not None and est.speculation is None and any("no speculative" in a for a in est.assumptions)
+
+
+def test_prefill_slows_with_depth_and_every_speed_has_its_band(cat):
+    arch, size = _model(cat, "qwen3.6-27b", "fp8")
+    gpus = parse_gpus("2x3090", cat)
+    shallow = estimate_speed(arch, size, ServeShape(tp=2), gpus, prompt_tokens=512)
+    deep = estimate_speed(arch, size, ServeShape(tp=2), gpus, prompt_tokens=512, prefill_depth=65_536)
+    assert shallow and deep and deep.prefill_tps < shallow.prefill_tps
+    low, high = shallow.prefill_band
+    assert low < shallow.prefill_tps < high
+    t_low, t_high = shallow.ttft_band
+    assert t_low < shallow.ttft_s < t_high
+    text = shallow.headline()
+    assert f"({shallow.band_low:.0f}-{shallow.band_high:.0f})" in text and f"({t_low:.1f}-{t_high:.1f})" in text
+    doc = shallow.to_json()
+    assert doc["prefill_band_tps"][0] < doc["prefill_tps"] < doc["prefill_band_tps"][1]
+
+
+def test_fits_prints_every_speed_with_its_band(cat, capsys, monkeypatch, tmp_path):
+    import re
+
+    from club3090.cli import main
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    assert main(["fits", "--gpus", "2x3090", "--limit", "40"]) == 0
+    out = capsys.readouterr().out
+    speeds = re.findall(r"~\d+ tok/s decode( \(\d+-\d+\))?", out)
+    assert speeds and all(band for band in speeds)
+    assert all(re.search(r"to first token \(\d+\.\d-\d+\.\d\)", line) for line in out.splitlines()
+               if "to first token" in line)
+    assert "MTP n=3 modelled" in out                     # vllm/dual's drafter, on prose

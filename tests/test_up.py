@@ -421,6 +421,12 @@ def test_without_profile_like_the_gate_chooses_the_shape(env, capsys):
     assert code == 0, out
     state = json.loads((run / "state.json").read_text(encoding="utf-8"))
     assert state["profile_like"] and (run / "compose.yml").is_file() and DERIVED in (run / "compose.yml").read_text()
+    # `up` launches the shape `pull` derives and prices for the same rig (one value, built once)
+    assert cli.main(["pull", DERIVED, "--gpus", "1x3090", "--dry-run", "--json"], provider=env["provider"]) == 0
+    chosen = json.loads(capsys.readouterr().out)["shape"]["chosen"]
+    compose = (run / "compose.yml").read_text(encoding="utf-8")
+    for flag, key in (("--tensor-parallel-size", "tensor_parallel_size"), ("--max-num-seqs", "max_num_seqs")):
+        assert f"- {flag}\n" in compose and f"- '{chosen[key]}'" in compose.split(f"- {flag}\n", 1)[1][:40], compose
 
 
 def test_the_json_output_carries_the_receipt_or_why_not(tmp_path):

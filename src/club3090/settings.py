@@ -97,6 +97,14 @@ def no_color(env: Mapping[str, str] | None = None) -> bool:
     return bool(env.get(NO_COLOR_ENV))
 
 
+def unicode_terminal(env: Mapping[str, str] | None = None) -> bool:
+    """The locale is UTF-8 (``LC_ALL``, else ``LC_CTYPE``, else ``LANG``; none set: assumed), so
+    block characters draw; a ``C`` / ``POSIX`` or other locale gets ASCII pictures."""
+    env = os.environ if env is None else env
+    locale = next((env[name] for name in ("LC_ALL", "LC_CTYPE", "LANG") if env.get(name)), None)
+    return locale is None or "utf-8" in locale.lower() or "utf8" in locale.lower()
+
+
 def _token_from_file(hf_home: Path, env: Mapping[str, str]) -> str | None:
     path = Path(env["HF_TOKEN_PATH"]).expanduser() if env.get("HF_TOKEN_PATH") else hf_home / "token"
     try:
@@ -104,6 +112,15 @@ def _token_from_file(hf_home: Path, env: Mapping[str, str]) -> str | None:
     except OSError:
         return None
     return text or None
+
+
+def _hub_cache_dir(env: Mapping[str, str], hf_home_flag: Path | None) -> Path | None:
+    """huggingface_hub's own rule: HF_HUB_CACHE (legacy HUGGINGFACE_HUB_CACHE) moves the cache out of HF_HOME.
+
+    An explicit --hf-home is the user's later word, so it keeps its own hub/ folder.
+    """
+    raw = env.get("HF_HUB_CACHE") or env.get("HUGGINGFACE_HUB_CACHE")
+    return Path(raw).expanduser() if raw and hf_home_flag is None else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,6 +137,7 @@ class Settings:
     download_stall_s: float = DEFAULT_DOWNLOAD_STALL_S               # a download without progress fails
     upstream_url: str = DEFAULT_UPSTREAM_URL                         # club-3090 files (patch payloads)
     allow_xet: bool = False           # --allow-xet: huggingface_hub's Xet transfer rung (edges/hub.xet_rung)
+    hub_cache_dir: Path | None = None  # $HF_HUB_CACHE, as huggingface_hub reads it; None: HF_HOME/hub
 
     @property
     def redaction_secrets(self) -> tuple[str, ...]:
@@ -128,7 +146,7 @@ class Settings:
 
     @property
     def hub_cache(self) -> Path:
-        return self.hf_home / "hub"
+        return self.hub_cache_dir if self.hub_cache_dir is not None else self.hf_home / "hub"
 
     def __repr__(self) -> str:  # never show the token
         return (f"Settings(hf_home={str(self.hf_home)!r}, endpoint={redact_url_credentials(self.endpoint)!r}, "
@@ -147,7 +165,7 @@ class Settings:
         # the same rule as huggingface_hub: HF_HUB_OFFLINE, else TRANSFORMERS_OFFLINE
         raw_offline = env.get("HF_HUB_OFFLINE") or env.get("TRANSFORMERS_OFFLINE") or ""
         offline = raw_offline.strip().lower() in {"1", "true", "yes", "on"}
-        return cls(hf_home=hf_home,
+        return cls(hf_home=hf_home, hub_cache_dir=_hub_cache_dir(env, hf_home_flag),
                    endpoint=endpoint,
                    token=token, offline=offline,
                    debug=debug or env.get("CLUB3090_DEBUG", "") not in {"", "0"},

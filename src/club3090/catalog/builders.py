@@ -16,8 +16,11 @@ from . import model as m
 from .collector import Collector
 from .schema import (
     ANCHOR_SPEC,
+    APPLIES_SPEC,
     ARCH_NESTED,
     ARCH_SPEC,
+    CONSTRAINT_NESTED,
+    CONSTRAINT_SPEC,
     DRAFTER_SPEC,
     ENGINE_NESTED,
     ENGINE_SPEC,
@@ -169,10 +172,35 @@ def _arch(c: Collector, arch: str, path: str, _raw: Any, rec: dict[str, Any], ok
     else:
         c.add(f"{path}.engine_pins", "expected a list")
         engine_pins, ok_pins = (), False
+    constraints, ok_constraints = _constraints(c, rec.pop("kernel_constraints"), f"{path}.kernel_constraints")
     if rec["trust_remote_code"] == "false" and not rec["trust_remote_code_evidence"]:
         c.add(f"{path}.trust_remote_code_evidence", "trust_remote_code 'false' needs evidence")
         ok = False
-    return m.ArchRow(arch=arch, engine_pins=engine_pins, **rec) if ok and ok_pins else None
+    return (m.ArchRow(arch=arch, engine_pins=engine_pins, kernel_constraints=constraints, **rec)
+            if ok and ok_pins and ok_constraints else None)
+
+
+def _constraints(c: Collector, raw: Any, path: str) -> tuple[tuple[m.KernelConstraint, ...], bool]:
+    """An arch row's kernel constraints: each ``{text, kind, applies_when}`` (schema 2)."""
+    if raw is None:
+        return (), True
+    if not isinstance(raw, list):
+        c.add(path, "expected a list")
+        return (), False
+    built, ok = [], True
+    for i, item in enumerate(raw):
+        where = f"{path}[{i}]"
+        if isinstance(item, str):
+            c.add(where, "expected a mapping {text, kind, applies_when}; a prose string is schema 1")
+            ok = False
+            continue
+        rec = c.record(item, where, CONSTRAINT_SPEC, nested=CONSTRAINT_NESTED)
+        when = c.record(rec.pop("applies_when") or {}, f"{where}.applies_when", APPLIES_SPEC) if rec else None
+        if not (rec and rec.pop("__ok__") and when and when.pop("__ok__")):
+            ok = False
+            continue
+        built.append(m.KernelConstraint(applies_when=m.AppliesWhen(**when), **rec))
+    return tuple(built), ok
 
 
 def _patch(c: Collector, pid: str, path: str, _raw: Any, rec: dict[str, Any], ok: bool) -> m.Patch | None:

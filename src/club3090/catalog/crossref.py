@@ -63,6 +63,28 @@ def _check_anchor(c: Collector, raw: dict[str, Any], cat: dict[str, Any], i: int
         c.add(f"{base}.engine", f"anchors price vLLM start-ups; {engine_id} is {engine.type}", file=f)
 
 
+def _check_arch_refs(c: Collector, raw: dict[str, Any], cat: dict[str, Any]) -> None:
+    """An arch row's engine pins, patches, models and its constraints' KV formats exist."""
+    for arch, row in cat["arches"].items():
+        base = f"arches[{arch!r}]"
+        for i, pin in enumerate(row.engine_pins):
+            _ref(c, "arches.yaml", f"{base}.engine_pins[{i}].pin", pin.engine, raw["engines.yaml"], "engine")
+        for i, pid in enumerate(row.required_patches):
+            _ref(c, "arches.yaml", f"{base}.required_patches[{i}]", pid, raw["patches.yaml"], "patch")
+        for i, slug in enumerate(row.model_slugs):
+            _ref(c, "arches.yaml", f"{base}.model_slugs[{i}]", slug, raw["models.yaml"], "model")
+        for i, key in enumerate(row.golden_triple_profiles):
+            where = f"{base}.golden_triple_profiles[{i}]"
+            _ref(c, "arches.yaml", where, key, raw["profiles.yaml"], "profile")
+            model = cat["profiles"][key].model if key in cat["profiles"] else None
+            if model is not None and model not in row.model_slugs:
+                c.add(where, f"profile {key!r} serves {model!r}, not a model of this row", file="arches.yaml")
+        for i, kc in enumerate(row.kernel_constraints):
+            for j, kv in enumerate(kc.applies_when.kv_formats):
+                _ref(c, "arches.yaml", f"{base}.kernel_constraints[{i}].applies_when.kv_formats[{j}]", kv,
+                     raw["kv_formats.yaml"], "KV format")
+
+
 def _check_model_arches(c: Collector, cat: dict[str, Any], aliases: Mapping[str, str]) -> None:
     """``Model.architecture`` is the config's ``architectures[0]``; a model that ``compose`` can
     replay (an emittable vLLM profile) must resolve to an arch row, through ``model_slugs`` or the
@@ -119,14 +141,7 @@ def cross_check(c: Collector, raw: dict[str, Any], cat: dict[str, Any]) -> None:
     for did, d in cat["drafters"].items():
         for i, mid in enumerate(d.model_compat):
             _ref(c, "drafters.yaml", f"drafters[{did!r}].model_compat[{i}]", mid, models_raw, "model")
-    for arch, row in cat["arches"].items():
-        base = f"arches[{arch!r}]"
-        for i, pin in enumerate(row.engine_pins):
-            _ref(c, "arches.yaml", f"{base}.engine_pins[{i}].pin", pin.engine, engines_raw, "engine")
-        for i, pid in enumerate(row.required_patches):
-            _ref(c, "arches.yaml", f"{base}.required_patches[{i}]", pid, raw["patches.yaml"], "patch")
-        for i, slug in enumerate(row.model_slugs):
-            _ref(c, "arches.yaml", f"{base}.model_slugs[{i}]", slug, models_raw, "model")
+    _check_arch_refs(c, raw, cat)
     aliases: dict[str, str] = {}
     for arch, row in cat["arches"].items():
         for alias in row.config_architectures:

@@ -45,6 +45,7 @@ def rig_check(catalog: Catalog, key: str, gpus: Any) -> dict[str, Any]:
 
 
 def profile_rows(catalog: Catalog, gpus: Any = None) -> list[dict[str, Any]]:
+    golden = {key for row in catalog.arches.values() for key in row.golden_triple_profiles}
     rows = []
     for key in sorted(catalog.profiles):
         p = catalog.profiles[key]
@@ -68,6 +69,7 @@ def profile_rows(catalog: Catalog, gpus: Any = None) -> list[dict[str, Any]]:
             "mem_util": p.mem_util,
             "port": p.port,
             "status": p.status,
+            "golden": key in golden,        # in its arch row's golden triple: replayed byte for byte
             "required_sm": _num(p.required_sm),
             "need_sm": str(catalog.need_sm(key)),
             "reference_gpu": p.reference_gpu,

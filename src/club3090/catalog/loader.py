@@ -1,6 +1,6 @@
 """Strict loader for the shipped catalog YAML: the entry point ``load_catalog``.
 
-Every file is ``{schema_version: 1, <section>: ..., corrections: [...]}``; the schema (files,
+Every file is ``{schema_version: 2, <section>: ..., corrections: [...]}``; the schema (files,
 records, fields, checks, descriptions) is ``club3090.catalog.schema``. The loader checks keys
 (unknown keys get a closest-key hint), required keys, types, enumerations and every
 cross-reference, collects all problems and raises one ``CatalogError`` listing them with file and
@@ -71,6 +71,25 @@ def _strict_loader(yaml: Any, duplicates: list[tuple[str, int]]) -> type:
 
 
 def _parse(name: str, blob: bytes, c: Collector) -> Any:
+    """The YAML document in ``blob`` (a clean parse is remembered by content: ``parse_cache``);
+    invalid YAML and duplicate keys are problems."""
+    from .parse_cache import cached_parse
+
+    problems: list[tuple[str, str]] = []
+
+    def parse(data: bytes) -> tuple[Any, bool]:
+        doc, found = _yaml_load(data)
+        problems.extend(found)
+        return doc, not found
+
+    doc = cached_parse(blob, parse)
+    for where, message in problems:
+        c.add(where, message, file=name)
+    return doc
+
+
+def _yaml_load(blob: bytes) -> tuple[Any, list[tuple[str, str]]]:
+    """The document (None when invalid) and the problems as (where, message)."""
     import yaml
     duplicates: list[tuple[str, int]] = []
     try:
@@ -78,12 +97,9 @@ def _parse(name: str, blob: bytes, c: Collector) -> Any:
     except (yaml.YAMLError, UnicodeDecodeError) as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}" if mark is not None else "<file>"
-        c.add(where, f"not valid YAML: {getattr(exc, 'problem', None) or exc}", file=name)
-        return None
-    for key, line in duplicates:
-        c.add(f"line {line}", f"duplicate key {key!r}: a later entry would silently replace an earlier one",
-              file=name)
-    return doc
+        return None, [(where, f"not valid YAML: {getattr(exc, 'problem', None) or exc}")]
+    return doc, [(f"line {line}", f"duplicate key {key!r}: a later entry would silently replace an earlier one")
+                 for key, line in duplicates]
 
 
 def _load(root: Path | None) -> m.Catalog:

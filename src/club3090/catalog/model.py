@@ -17,6 +17,7 @@ from club3090.model.spec import CONFIDENCES
 
 # Closed value sets, shared by the loader (validation) and readers (documentation).
 ENGINE_TYPES = ("vllm", "llama.cpp")
+VLLM, LLAMACPP = ENGINE_TYPES            # the records' names; the pure core asks the properties below
 ENGINE_STABILITY = ("stable", "experimental", "deprecated")   # "deprecated": upstream withdrew it
 WEIGHT_KINDS = ("main", "draft", "gguf", "mmproj")
 GPU_COUNT_CLASSES = ("single", "dual", "multi")   # Model.serving_defaults keys
@@ -27,6 +28,7 @@ LAUNCHABLE_STATUSES = ("production", "caveats")
 TRC_VALUES = ("true", "false", "unverified")
 ARCH_CONFIDENCE = CONFIDENCES
 ARCH_STATUS = ("verified", "unverified", "suspect")
+CONSTRAINT_KINDS = ("cliff", "scope")
 ON_FAIL = ("capability-degraded", "hard-refuse", "boot-refused")
 NOT_EMITTABLE_REASONS = ("engine-not-vllm", "no-runtime-capture", "genesis-equipped")
 # What each reason means, for listings (``club3090 profiles`` and ``compose --list``): long and short.
@@ -98,6 +100,16 @@ class Engine:
     supported_weight_formats: tuple[str, ...]
     vendored_overlays: tuple[VendoredOverlay, ...]
     required_genesis: bool
+
+    @property
+    def is_vllm(self) -> bool:
+        """Served by vLLM: priced with vLLM's memory model, written as a vLLM compose."""
+        return self.type == VLLM
+
+    @property
+    def is_llamacpp(self) -> bool:
+        """Served by llama.cpp's ``llama-server``."""
+        return self.type == LLAMACPP
     stability: str = "stable"          # "deprecated": upstream withdrew the engine (image gone)
 
     @property
@@ -224,6 +236,29 @@ class EnginePin:
 
 
 @dataclass(frozen=True, slots=True)
+class AppliesWhen:
+    """The shapes a kernel constraint applies to: every condition given must hold (none: always)."""
+
+    tp_min: int | None = None
+    tp_max: int | None = None
+    pp_min: int | None = None
+    kv_formats: tuple[str, ...] = ()
+    weight_formats: tuple[str, ...] = ()
+    engines: tuple[str, ...] = ()
+    sm_max: Decimal | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class KernelConstraint:
+    """One known kernel limit of an architecture. ``kind``: ``cliff`` (printed where it applies) or
+    ``scope`` (what the row does not assert; never printed as a cliff)."""
+
+    text: str
+    kind: str = "cliff"
+    applies_when: AppliesWhen = AppliesWhen()
+
+
+@dataclass(frozen=True, slots=True)
 class ArchRow:
     arch: str
     engine_pins: tuple[EnginePin, ...]
@@ -235,7 +270,8 @@ class ArchRow:
     status: str
     config_architectures: tuple[str, ...]
     model_slugs: tuple[str, ...]
-    kernel_constraints: tuple[str, ...] = ()
+    kernel_constraints: tuple[KernelConstraint, ...] = ()
+    golden_triple_profiles: tuple[str, ...] = ()      # replays pinned byte for byte (upstream's golden triple)
 
     def pin_for(self, pin: str) -> EnginePin | None:
         for entry in self.engine_pins:
@@ -282,6 +318,11 @@ class KvFormat:
     emittable: bool = True                     # False: never written into a compose (Genesis-only)
     max_sm: Decimal | None = None              # upper bound when a format is family-specific
     note: str = ""
+
+    @property
+    def on_vllm(self) -> bool:
+        """vLLM serves this format (its ``--kv-cache-dtype`` takes it)."""
+        return VLLM in self.engines
 
 
 @dataclass(frozen=True, slots=True)
@@ -475,9 +516,13 @@ class Catalog:
         """
         profile = self.profiles[key]
         term = profile.fallback_sm if profile.fallback_sm is not None else profile.required_sm
-        floor, _ceiling = self.kv_sm_window(kv_format or profile.kv_format)
-        values = [self.engines[profile.engine].min_sm, term or Decimal(0), floor or Decimal(0)]
-        return max(values)
+        return self.runtime_sm(profile.engine, term, kv_format or profile.kv_format)
+
+    def runtime_sm(self, engine: str, profile_sm: Decimal | None, kv_format: str) -> Decimal:
+        """The SM a runtime needs: max(``engine``'s min SM, the profile's term, the KV-format floor);
+        a derived shape has no profile term (:meth:`need_sm` is this rule for a profile key)."""
+        floor, _ceiling = self.kv_sm_window(kv_format)
+        return max(self.engines[engine].min_sm, profile_sm or Decimal(0), floor or Decimal(0))
 
     def kv_sm_window(self, kv_format: str) -> tuple[Decimal | None, Decimal | None]:
         """(lowest, highest) SM a KV format is built for, from ``kv_formats.yaml`` (None = no

@@ -52,7 +52,8 @@ from .checks import (
 
 # the checks' names stay importable from here, where the schema's readers look for them
 __all__ = [
-    "ANCHOR_SELF_DESCRIBING", "ANCHOR_SPEC", "ARCH_NESTED", "ARCH_SPEC", "CORRECTION_SPEC",
+    "ANCHOR_SELF_DESCRIBING", "ANCHOR_SPEC", "APPLIES_SPEC", "ARCH_NESTED", "ARCH_SPEC", "CONSTRAINT_NESTED",
+    "CONSTRAINT_SPEC", "CORRECTION_SPEC",
     "DRAFTER_SPEC", "ENGINE_NESTED", "ENGINE_SPEC", "FILES", "FILE_SCHEMAS", "GAP_SPEC", "GPU_SPEC",
     "KV_SPEC", "MODEL_NESTED", "MODEL_SPEC", "OVERLAY_SPEC", "PATCH_NESTED", "PATCH_SPEC",
     "PIN_SPEC", "PROFILE_NESTED", "PROFILE_SPEC", "RETIRED_KEYS", "RUNTIME_SPEC", "SCHEMA_BY_FILE",
@@ -63,7 +64,8 @@ __all__ = [
     "t_str", "t_text", "t_version",
 ]
 
-SUPPORTED_SCHEMA_VERSIONS = (1,)
+# 2: an arch row's kernel_constraints are records ({text, kind, applies_when}), no longer prose strings
+SUPPORTED_SCHEMA_VERSIONS = (2,)
 
 
 # ----------------------------------------------------------------------------- derived facts
@@ -244,7 +246,6 @@ ARCH_SPEC: Spec = {
                              "gate and `compose` fail closed unless `false`."),
     "trust_remote_code_evidence": req(nullable(t_str), "Evidence for the `trust_remote_code` value; "
                                       "required for `false`."),
-    "kernel_constraints": evidence(list_of(t_str), "Known kernel limits, in prose.", ()),
     "confidence": req(enum(*m.ARCH_CONFIDENCE), "How exact the row's memory pricing is; reported "
                       "with estimates."),
     "status": req(enum(*m.ARCH_STATUS), "Whether the row was verified on hardware."),
@@ -252,9 +253,40 @@ ARCH_SPEC: Spec = {
                                 "resolve to this row."),
     "model_slugs": req(list_of(t_id, unique=True), "Curated models (ids in models.yaml) this row "
                        "covers."),
+    "golden_triple_profiles": opt(list_of(t_id, unique=True), "Upstream's golden triple of the "
+                                  "architecture: profiles (of the models in `model_slugs`) whose registry "
+                                  "entry, captured runtime and shipped compose agree, so `compose` must replay "
+                                  "each byte for byte; `tests/test_compose.py` holds a golden file per profile "
+                                  "and `club3090 profiles` marks them `golden`.", ()),
+}
+APPLIES_SPEC: Spec = {
+    "tp_min": opt(nullable(t_pos_int), "Applies at a tensor-parallel size of at least N (2: only under TP).", None),
+    "tp_max": opt(nullable(t_pos_int), "Applies at a tensor-parallel size of at most N (1: one card).", None),
+    "pp_min": opt(nullable(t_pos_int), "Applies at a pipeline-parallel size of at least N.", None),
+    "kv_formats": opt(list_of(t_id, unique=True), "Applies with one of these KV formats (ids in "
+                      "kv_formats.yaml).", ()),
+    "weight_formats": opt(list_of(t_str, unique=True), "Applies to weights in one of these formats "
+                          "(`autoround`, `awq`, ... as in a weight variant's `format`).", ()),
+    "engines": opt(list_of(enum(*m.ENGINE_TYPES), unique=True), "Applies on these engine types.", ()),
+    "sm_max": opt(nullable(t_sm), "Applies on GPUs of at most this compute capability (`'8.7'`: Ampere "
+                  "and older).", None),
+}
+CONSTRAINT_SPEC: Spec = {
+    "text": req(t_str, "The constraint in prose, printed as a `known cliff` line at the top of `pull`, "
+                "`fits` and `up` wherever `applies_when` holds."),
+    "kind": opt(enum(*m.CONSTRAINT_KINDS), "`cliff`: a known failure mode, printed where it applies; "
+                "`scope`: what the row does not assert (checked elsewhere), never printed.", "cliff"),
+}
+CONSTRAINT_NESTED: Mapping[str, Nested] = {
+    "applies_when": Nested(APPLIES_SPEC, "record", False, "The shapes the constraint applies to; every "
+                           "condition given must hold, and one the shape leaves unknown (an SM no GPU "
+                           "reported) holds. Absent: every shape."),
 }
 ARCH_NESTED: Mapping[str, Nested] = {
     "engine_pins": Nested(PIN_SPEC, "list", True, "Engine pins this architecture was tested on."),
+    "kernel_constraints": Nested(CONSTRAINT_SPEC, "list", False, "Known kernel limits of the architecture "
+                                 "on the engines we pin, each with the shapes it applies to.",
+                                 nested=CONSTRAINT_NESTED),
 }
 GAP_SPEC: Spec = {
     "profiles": req(list_of(t_id, unique=True), "Profiles whose shipped compose does not deliver "

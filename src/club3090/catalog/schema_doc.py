@@ -37,8 +37,11 @@ INTRO = f"""\
 
 The catalog is the YAML under `src/club3090/catalog/data/`. It is canonical and edited by hand:
 nothing generates it, and the package reads it once per process (`club3090.catalog.load_catalog()`;
-`load_catalog(folder)` reads a copy, e.g. to check an edit). This page lists every file, every
-field, its type, whether it is required, and what it means.
+`load_catalog(folder)` reads a copy, e.g. to check an edit). A clean parse of each file is
+remembered in the state folder (`yaml-cache/`, `catalog/parse_cache.py`) under the SHA-256 of the
+file's bytes and read back only when that hash and the stored payload's own hash match, so an
+edited file is always parsed again; every check below still runs on every load. This page lists
+every file, every field, its type, whether it is required, and what it means.
 
 Rules the loader enforces (all problems are collected and reported together, each with its file
 and key path, e.g. `profiles.yaml: profiles['vllm/minimal'].mem_util: expected a number in (0, 1]`):
@@ -46,6 +49,9 @@ and key path, e.g. `profiles.yaml: profiles['vllm/minimal'].mem_util: expected a
 - Every file is a mapping with `schema_version` (this club3090 reads
   {", ".join(str(v) for v in SUPPORTED_SCHEMA_VERSIONS)}), its section, and an optional
   `corrections` list. Only `yaml.safe_load` constructs are read; duplicate keys are errors.
+  The version moves when a field changes shape: 2 made an arch row's `kernel_constraints`
+  records (`text`, `kind`, `applies_when`) instead of prose strings, so a cliff is printed only for
+  the shapes it applies to. A file of another version is refused, naming the versions read.
 - Unknown keys are errors with a did-you-mean hint; missing required keys, wrong types and values
   outside an enumeration are errors. Optional fields take the default shown.
 - Ids are letters, digits and `. _ + / -`. Cross-references (model, engine, drafter, KV format,
@@ -107,7 +113,7 @@ def _table(spec: Spec, nested: Mapping[str, Nested]) -> list[str]:
         kind = {"list": "list of records", "mapping": "mapping of id to record",
                 "record": "record" + (" or null" if n.nullable else "")}[n.kind]
         rows.append(f"| `{key}` | {kind} (below) | {'yes' if n.required else 'no'} "
-                    f"| {'' if n.required else '[]'} | {_cell(n.doc)} |")
+                    f"| {'' if n.required else '[]' if n.kind == 'list' else '{}'} | {_cell(n.doc)} |")
     return rows
 
 

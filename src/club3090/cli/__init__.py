@@ -23,23 +23,8 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn
 
+from club3090 import errors
 from club3090.cli.exit_codes import CONFIG, DATAERR, INTERRUPTED, PIPE, SOFTWARE, UNAVAILABLE, USAGE, VERDICT_CODES
-from club3090.errors import (
-    CatalogError,
-    Club3090Error,
-    GatedRepo,
-    HubError,
-    HubFault,
-    HubOffline,
-    HubUnreachable,
-    InputError,
-    LauncherUnavailable,
-    RepoNotFound,
-    RevisionNotFound,
-    UnverifiableWeights,
-    UpstreamUnreachable,
-    UsageError,
-)
 from club3090.outcome import Outcome
 from club3090.settings import Settings
 from club3090.version import __version__
@@ -77,29 +62,29 @@ def _catalog_message(exc: Exception) -> str:
 
 # each renderer receives an instance of its row's class (Any: the rows differ in attributes)
 ERRORS: tuple[tuple[type[BaseException], int, Callable[[Any], str]], ...] = (
-    (HubOffline, UNAVAILABLE,
+    (errors.HubOffline, UNAVAILABLE,
      lambda e: f"offline (HF_HUB_OFFLINE is set) and {e.repo_id} is not in the HF cache"
                + (f" ({e.detail})" if e.detail else "") + f"; fetch it once online: hf download {e.repo_id}"),
-    (HubFault, UNAVAILABLE,
+    (errors.HubFault, UNAVAILABLE,
      lambda e: f"the Hub answered {e.repo_id} with a value club3090 refuses to use ({e.detail}); "
                "nothing was written: check HF_ENDPOINT or the mirror"),
-    (UnverifiableWeights, DATAERR,
+    (errors.UnverifiableWeights, DATAERR,
      lambda e: f"unverifiable weights in {e.repo_id}: {e.detail}; nothing was downloaded or started"),
-    (UpstreamUnreachable, UNAVAILABLE,
+    (errors.UpstreamUnreachable, UNAVAILABLE,
      lambda e: f"cannot reach the club-3090 file server at {e.url} ({e.detail}); "
                "check the network or CLUB3090_UPSTREAM_URL"),
-    (HubUnreachable, UNAVAILABLE,
+    (errors.HubUnreachable, UNAVAILABLE,
      lambda e: f"cannot reach the Hub for {e.repo_id}; check the network or HF_ENDPOINT"
                + (f" ({e.detail})" if e.detail else "")),
-    (GatedRepo, REFUSED, lambda e: f"{e.repo_id} is gated; accept its terms on the Hub and set HF_TOKEN"),
-    (RevisionNotFound, REFUSED, lambda e: f"{e.repo_id}: revision not found"),
-    (RepoNotFound, REFUSED, lambda e: f"{e.repo_id}: repository not found (private repos need HF_TOKEN)"),
-    (HubError, UNAVAILABLE, lambda e: f"Hub error for {e.repo_id}: {e.detail}"),
-    (CatalogError, CONFIG, _catalog_message),
-    (LauncherUnavailable, UNAVAILABLE, str),
-    (InputError, DATAERR, lambda e: f"invalid input: {e}"),
-    (UsageError, USAGE, lambda e: f"club3090: error: {e}"),
-    (Club3090Error, SOFTWARE, lambda e: f"error: {e}"),
+    (errors.GatedRepo, REFUSED, lambda e: f"{e.repo_id} is gated; accept its terms on the Hub and set HF_TOKEN"),
+    (errors.RevisionNotFound, REFUSED, lambda e: f"{e.repo_id}: revision not found"),
+    (errors.RepoNotFound, REFUSED, lambda e: f"{e.repo_id}: repository not found (private repos need HF_TOKEN)"),
+    (errors.HubError, UNAVAILABLE, lambda e: f"Hub error for {e.repo_id}: {e.detail}"),
+    (errors.CatalogError, CONFIG, _catalog_message),
+    (errors.LauncherUnavailable, UNAVAILABLE, str),
+    (errors.InputError, DATAERR, lambda e: f"invalid input: {e}"),
+    (errors.UsageError, USAGE, lambda e: f"club3090: error: {e}"),
+    (errors.Club3090Error, SOFTWARE, lambda e: f"error: {e}"),
     (KeyboardInterrupt, INTERRUPTED, lambda e: "interrupted"),
 )
 
@@ -139,18 +124,30 @@ class _VersionAction(argparse.Action):
         parser.exit()
 
 
-def build_parser() -> Parser:
+def build_parser(argv: Sequence[str] | None = None) -> Parser:
+    """The whole parser; with ``argv`` naming a command, only that command's subparser (importing
+    and building every command costs a tenth of a second that ``fits`` does not need). Help, an
+    unknown command or none at all get the whole parser."""
     parser = Parser(prog="club3090",
                     description="Will this Hugging Face model run on my GPUs under vLLM? "
                                 "Header-only fit prediction, an honest gate, a ready compose file.")
     parser.add_argument("--version", action=_VersionAction)
     parser.add_argument("--debug", action="store_true", help="print tracebacks for internal errors")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
-    for _name, module in COMMANDS:
+    for module in _command_modules(argv):
         importlib.import_module(module).add_parser(sub)
     for name, command in sub.choices.items():
         _add_examples(name, command)
     return parser
+
+
+def _command_modules(argv: Sequence[str] | None) -> list[str]:
+    """The modules to register: the one ``argv``'s command word names, else all of them."""
+    rest = list(argv or ())
+    while rest and rest[0] == "--debug":        # the one top-level flag that does not end the run
+        rest.pop(0)
+    named = [module for names, module in COMMANDS if rest and rest[0] in names.split("/")]
+    return named or [module for _names, module in COMMANDS]
 
 
 # `--help` ends with these for every command that does not list its own
@@ -242,8 +239,8 @@ def main(argv: Sequence[str] | None = None, *, provider: ProviderFactory | None 
 
 def _main(argv: Sequence[str] | None, make_provider: ProviderFactory | None) -> int:
     _stdio_utf8()
-    parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(argv)
     try:
         args = parser.parse_args(argv)
     except UsageExit as exc:  # argparse's own usage errors still honour --json

@@ -19,10 +19,10 @@ from typing import Any
 from club3090.fit.curve import Segment, concurrency_curve, memory_segments
 from club3090.units import GiB
 
-__all__ = ["Candidate", "GpuBar", "candidate_from_fit", "render_page"]
+__all__ = ["Candidate", "GpuBar", "bars_svg", "candidate_from_fit", "render_document", "render_page"]
 
 COLOURS = {"weights": "#3b6fd4", "non_torch": "#a24bc8", "activation": "#d9a21b", "cudagraphs": "#2bb3c0",
-           "kv_pool": "#3fa34d", "reserved": "#b8b8b8"}
+           "kv_pool": "#3fa34d", "reserved": "#b8b8b8", "free": "#ececec"}
 BAR_W, BAR_H, BAR_GAP, LABEL_W = 640, 28, 14, 70
 PLOT_W, PLOT_H, PAD_L, PAD_B, PAD_T, PAD_R = 640, 300, 60, 44, 16, 20
 
@@ -55,9 +55,11 @@ def _gib(n: int) -> str:
     return f"{n / GiB:.2f}"
 
 
-def _bars_svg(gpus: Sequence[GpuBar]) -> str:
+def bars_svg(gpus: Sequence[GpuBar], *, scale_bytes: int | None = None) -> str:
+    """One bar per entry, lengths proportional to bytes; ``scale_bytes`` is the full width (default:
+    the largest total here), so bars drawn apart compare."""
     height = len(gpus) * (BAR_H + BAR_GAP) + 24
-    top = max((g.total_bytes for g in gpus), default=1) or 1
+    top = scale_bytes or max((g.total_bytes for g in gpus), default=1) or 1
     out = [f'<svg class="memory" width="{LABEL_W + BAR_W + 90}" height="{height}" role="img" '
            f'aria-label="memory per GPU">']
     for i, gpu in enumerate(gpus):
@@ -146,16 +148,12 @@ td:first-child,th:first-child{text-align:left}"""
 
 def render_page(title: str, candidates: Sequence[Candidate], headline: str = "", notes: Sequence[str] = ()) -> str:
     """The whole page as one string (UTF-8 HTML, inline SVG and CSS, nothing fetched)."""
-    parts = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
-             f"<title>{escape(title)}</title><style>{CSS}</style></head><body>",
-             f"<h1>{escape(title)}</h1>"]
-    if headline:
-        parts.append(f'<p class="headline">{escape(headline)}</p>')
+    parts = []
     for cand in candidates:
         parts.append(f'<section class="candidate" data-name="{escape(cand.name)}">')
         parts.append(f"<h2>{escape(cand.name)}</h2>")
         parts.append("<h3>Memory per GPU (GiB)</h3>")
-        parts.append(_bars_svg(cand.gpus))
+        parts.append(bars_svg(cand.gpus))
         parts.append("<h3>Context vs concurrency</h3>")
         parts.append(_curve_svg(cand.curve, cand.max_model_len))
         rows = "".join(f"<tr><td>{n:,}</td><td>{c:.2f}</td></tr>" for n, c in cand.curve)
@@ -164,8 +162,20 @@ def render_page(title: str, candidates: Sequence[Candidate], headline: str = "",
         if cand.notes:
             parts.append('<ul class="notes">' + "".join(f"<li>{escape(n)}</li>" for n in cand.notes) + "</ul>")
         parts.append("</section>")
+    return render_document(title, headline, parts, notes=notes)
+
+
+def render_document(title: str, headline: str, body: Sequence[str], *, notes: Sequence[str] = (),
+                    footer: str = "Figures are estimates (club3090 kv-calc), not measurements.") -> str:
+    """The page shell around ``body`` (already-escaped HTML parts): title, headline, notes, footer."""
+    parts = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
+             f"<title>{escape(title)}</title><style>{CSS}</style></head><body>",
+             f"<h1>{escape(title)}</h1>"]
+    if headline:
+        parts.append(f'<p class="headline">{escape(headline)}</p>')
+    parts.extend(body)
     if notes:
         parts.append('<ul class="notes">' + "".join(f"<li>{escape(n)}</li>" for n in notes) + "</ul>")
-    parts.append('<p class="footer">Figures are estimates (club3090 kv-calc), not measurements.</p>')
+    parts.append(f'<p class="footer">{escape(footer)}</p>')
     parts.append("</body></html>")
     return "\n".join(parts) + "\n"

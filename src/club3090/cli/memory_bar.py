@@ -34,7 +34,7 @@ def colour_wanted(console: Any) -> bool:
     return bool(getattr(console, "is_terminal", False)) and getattr(console, "color_system", None) is not None
 
 
-def _cells(segments: Sequence[Any], total: int, width: int) -> list[int]:
+def bar_cells(segments: Sequence[Any], total: int, width: int) -> list[int]:
     """Cells per segment, largest-remainder rounding; a non-empty segment gets at least one."""
     if total <= 0:
         return [0 for _ in segments]
@@ -88,7 +88,7 @@ def bar_lines(segments: Sequence[Any], total_bytes: int, width: int, *, color: b
     full = max(MIN_BAR, min(MAX_BAR, room))
     bar_width = max(MIN_BAR // 2, round(full * min(max(scale, 0.0), 1.0)))
     bar = Text(prefix + "[")
-    for seg, n in zip(segments, _cells(segments, total_bytes, bar_width), strict=True):
+    for seg, n in zip(segments, bar_cells(segments, total_bytes, bar_width), strict=True):
         style, fill = STYLE.get(seg.key, ("white", "?"))
         if n:
             bar.append("█" * n if color else fill * n, style=style if color else None)

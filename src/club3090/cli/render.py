@@ -17,13 +17,13 @@ such text through this module:
 
 from __future__ import annotations
 
+import re
 import unicodedata
 from typing import Any
 
 from club3090.settings import redact_url_credentials
 from club3090.units import GiB
 
-_KEEP_MULTILINE = frozenset("\n\t")
 _UNSAFE_CATEGORIES = frozenset({"Cc", "Cf", "Zl", "Zp", "Cs", "Co", "Cn"})
 
 
@@ -38,15 +38,23 @@ def safe(value: object, *, multiline: bool = False) -> str:
     text = redact_url_credentials(str(value))
     if text.isascii() and text.isprintable():
         return text
-    out = []
-    for ch in text:
-        if multiline and ch in _KEEP_MULTILINE:
-            out.append(ch)
-        elif ch != " " and unicodedata.category(ch) in _UNSAFE_CATEGORIES:
-            out.append(_visible(ch))
-        else:
-            out.append(ch)
-    return "".join(out)
+    # printable ASCII is always safe: only the other characters are looked at (a long JSON
+    # document is mostly ASCII, and a per-character loop over it is slow)
+    return (_OTHER_MULTILINE if multiline else _OTHER).sub(_escaped, text)
+
+
+_OTHER = re.compile(r"[^\x20-\x7e]")
+_OTHER_MULTILINE = re.compile(r"[^\x20-\x7e\n\t]")
+
+
+def _escaped(match: re.Match[str]) -> str:
+    ch = match.group()
+    return _visible(ch) if unicodedata.category(ch) in _UNSAFE_CATEGORIES else ch
+
+
+def emit(*parts: object, **kwargs: Any) -> None:
+    """``print``, with what bundles and logs say made terminal-safe."""
+    print(*(safe(part) for part in parts), **kwargs)
 
 
 def safe_markup(value: object) -> str:

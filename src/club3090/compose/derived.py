@@ -3,10 +3,17 @@
 Owns the derived-emittable clauses (engine install method, overlay features, KV format, drafter,
 GPU count), the quantization / compute-dtype dispatch, and the service layout (docs/DESIGN.md §12).
 Clause refusals are ``derived-runtime-unsupported:<clause>`` tokens. Pure: nothing is written.
+
+Two deliberate differences from upstream's composes (docs/DESIGN.md §16): the port is published on
+``127.0.0.1`` unless ``--host`` widens it (vLLM inside the container still listens on ``0.0.0.0``,
+which the container needs for the published port to reach it), and a snapshot in the HF cache
+layout (``models--ORG--NAME/snapshots/<commit>``) is served by mounting its repo folder, so the
+snapshot's relative links to ``blobs/`` resolve inside the container.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import posixpath
 from collections.abc import Sequence
 from pathlib import Path, PurePosixPath
@@ -23,7 +30,8 @@ from club3090.outcome import Notice, NoticeCode, Outcome
 from club3090.version import __version__
 
 if TYPE_CHECKING:
-    from club3090.catalog.model import Catalog, Engine, Profile
+    from club3090.catalog.model import Catalog, Engine
+    from club3090.fit.runtime import RuntimeShape
     from club3090.model.spec import ModelSpec
 
 DERIVED_KV_FORMATS = ("bf16", "fp16", "fp8_e5m2", "fp8_e4m3")
@@ -33,6 +41,8 @@ DERIVED_COMPUTE_DTYPES = ("bfloat16", "float16")   # canonical names (kvformats.
 
 
 PULLS_MOUNT_ROOT = "/models/club3090/pulls"
+PUBLISH_HOST = "127.0.0.1"          # where the derived compose publishes its port unless --host says otherwise
+CONTAINER_LISTEN = "0.0.0.0"        # vLLM's --host inside the container: what a published port needs
 MAX_SERVED_NAME = 256
 MAX_SLUG = 200
 
@@ -41,33 +51,33 @@ def _derived_refuse(profile: str, clause: str, detail: str) -> ComposeOutcome:
     return refuse(profile, f"{DERIVED_PREFIX}:{clause}", detail)
 
 
-def derived_compose(spec: "ModelSpec", profile_key: str, catalog: "Catalog", *, snapshot_dir: Path,
+def derived_compose(spec: "ModelSpec", runtime: "RuntimeShape", catalog: "Catalog", *, snapshot_dir: Path,
                     hf_home: Path, max_model_len: int | None, trust_remote_code: bool,
                     gpu_indices: Sequence[int], fmt: str = "compose",
-                    out_name: str | None = None) -> ComposeOutcome:
+                    out_name: str | None = None, host: str = PUBLISH_HOST) -> ComposeOutcome:
     """A patchless vLLM service for a non-curated model that passed the gate.
 
-    ``max_model_len`` overrides the profile's (the fit engine's largest fitting
-    context); ``gpu_indices`` are the visible GPUs, of which the first ``tp`` are used.
-    Raises ``InputError`` for names or paths carrying control characters, ``UsageError`` for an
-    unknown profile.
+    ``runtime``: the shape a profile or the automatic path set; ``max_model_len`` overrides its
+    context (the fit engine's largest fitting one); ``gpu_indices`` are the visible GPUs, of which
+    the first ``tp`` are used; ``host`` is the address the port is published on (``pull --host``).
+    Raises ``InputError`` for names or paths carrying control characters, ``UsageError`` for a
+    ``host`` that is not an IP address.
     """
-    profile = catalog.profiles.get(profile_key)
-    if profile is None:
-        raise UsageError(f"unknown profile {profile_key!r}")
     _check_paths(spec, snapshot_dir, hf_home)
-    engine = catalog.engines.get(profile.engine)
-    refused = _runtime_refusal(profile_key, profile, engine, len(gpu_indices))
+    engine = catalog.engines.get(runtime.engine)
+    refused = _runtime_refusal(runtime, engine, len(gpu_indices))
     if refused is not None:
         return refused
     assert engine is not None
-    dtype_args = _dtype_args(spec, profile_key)
+    dtype_args = _dtype_args(spec, runtime.key)
     if isinstance(dtype_args, ComposeOutcome):
         return dtype_args
     slug = sanitize_slug(spec.ref, max_len=MAX_SLUG)
-    selected = [int(g) for g in list(gpu_indices)[:profile.tp]]
-    command = _command(profile, catalog, slug, max_model_len, dtype_args, trust_remote_code)
-    service = _service(engine, slug, str(profile.port), snapshot_dir, selected, command)
+    selected = [int(g) for g in list(gpu_indices)[:runtime.tp]]
+    source, inside = model_mount(snapshot_dir)
+    model_path = posixpath.join(f"{PULLS_MOUNT_ROOT}/{slug}", inside) if inside else f"{PULLS_MOUNT_ROOT}/{slug}"
+    command = _command(runtime, catalog, slug, model_path, max_model_len, dtype_args, trust_remote_code)
+    service = _service(engine, slug, published_port(host, runtime.port), source, selected, command)
     notices: list[Notice] = []
     snap = PurePosixPath(posixpath.normpath(str(snapshot_dir)))
     if PurePosixPath(posixpath.normpath(str(hf_home))) not in (snap, *snap.parents):
@@ -76,7 +86,7 @@ def derived_compose(spec: "ModelSpec", profile_key: str, catalog: "Catalog", *, 
     trc_note = "emitted (the gate permitted it)" if trust_remote_code else "not emitted"
     header = (
         f"generated by club3090 {__version__} - do not edit; derived compose (patchless)",
-        f"catalog: {catalog.provenance} (schema {catalog.schema_version})   profile-like: {profile_key}",
+        f"catalog: {catalog.provenance} (schema {catalog.schema_version})   profile-like: {runtime.key}",
         f"model: {one_line(spec.ref)}" + (f"@{spec.commit}" if spec.commit else ""),
         f"engine pin: {engine.pin}   image: {engine.image}",
         f"trust-remote-code: {trc_note}",
@@ -84,8 +94,8 @@ def derived_compose(spec: "ModelSpec", profile_key: str, catalog: "Catalog", *, 
         f"run: docker compose -f {out_name or '<out>'} up -d",
     )
     launch = Launch(kind="derived", service_name=f"vllm-{slug}"[:128], service=service,
-                    header=header, profile=profile_key)
-    return ComposeOutcome(ok=True, outcome=Outcome.OK, profile=profile_key,
+                    header=header, profile=runtime.key)
+    return ComposeOutcome(ok=True, outcome=Outcome.OK, profile=runtime.key,
                           text=render(launch, fmt), format=fmt, launch=launch,
                           notices=tuple(notices), trust_remote_code=trc_note)
 
@@ -100,23 +110,22 @@ def _check_paths(spec: "ModelSpec", snapshot_dir: Path, hf_home: Path) -> None:
                                           "would resolve from the compose file's folder")
 
 
-def _runtime_refusal(profile_key: str, profile: "Profile", engine: "Engine | None",
-                     visible_gpus: int) -> ComposeOutcome | None:
-    """Why a derived compose cannot run this profile's runtime (engine, features, KV, drafter, GPUs)."""
-    if (engine is None or engine.type != "vllm" or engine.install_method != "docker_image"
+def _runtime_refusal(runtime: "RuntimeShape", engine: "Engine | None", visible_gpus: int) -> ComposeOutcome | None:
+    """Why a derived compose cannot run this runtime (engine, features, KV, drafter, GPUs)."""
+    if (engine is None or not engine.is_vllm or engine.install_method != "docker_image"
             or engine.required_genesis or engine.vendored_overlays):
-        return _derived_refuse(profile_key, "engine-install-method",
-                               f"engine {profile.engine} is not an overlay-free docker image")
-    if profile.required_engine_features:
-        return _derived_refuse(profile_key, "overlay-feature",
-                               "profile requires " + ", ".join(profile.required_engine_features))
-    if profile.kv_format not in DERIVED_KV_FORMATS:
-        return _derived_refuse(profile_key, "kv", f"kv format {profile.kv_format}")
-    if profile.drafter is not None:
-        return _derived_refuse(profile_key, "drafter", f"profile uses drafter {profile.drafter}")
-    tp = profile.tp
+        return _derived_refuse(runtime.key, "engine-install-method",
+                               f"engine {runtime.engine} is not an overlay-free docker image")
+    if runtime.required_engine_features:
+        return _derived_refuse(runtime.key, "overlay-feature",
+                               "profile requires " + ", ".join(runtime.required_engine_features))
+    if runtime.kv_format not in DERIVED_KV_FORMATS:
+        return _derived_refuse(runtime.key, "kv", f"kv format {runtime.kv_format}")
+    if runtime.drafter is not None:
+        return _derived_refuse(runtime.key, "drafter", f"profile uses drafter {runtime.drafter}")
+    tp = runtime.tp
     if visible_gpus < tp or tp < 1:
-        return _derived_refuse(profile_key, "gpu-count", f"{visible_gpus} GPU(s) visible, tp {tp} needs {tp}")
+        return _derived_refuse(runtime.key, "gpu-count", f"{visible_gpus} GPU(s) visible, tp {tp} needs {tp}")
     return None
 
 
@@ -146,37 +155,69 @@ def _dtype_args(spec: "ModelSpec", profile_key: str) -> list[str] | ComposeOutco
     return ["--dtype", compute]
 
 
-def _command(profile: "Profile", catalog: "Catalog", slug: str, max_model_len: int | None, dtype_args: list[str],
-             trust_remote_code: bool) -> list[str]:
+def model_mount(snapshot_dir: Path) -> tuple[Path, str]:
+    """(the host folder to mount, the model's path inside it): a snapshot in the HF cache layout
+    mounts its repo folder (its files are relative links into ``../../blobs``), anything else itself."""
+    snap = Path(snapshot_dir)
+    if snap.parent.name == "snapshots" and snap.parent.parent.name.startswith("models--"):
+        return snap.parent.parent, f"snapshots/{snap.name}"
+    return snap, ""
+
+
+def publish_host(text: str) -> str:
+    """``--host``: an IP address the compose can publish a port on, canonical (``UsageError`` else)."""
+    try:
+        return str(ipaddress.ip_address(text.strip().strip("[]")))
+    except ValueError:
+        raise UsageError(f"--host must be an IP address to publish the port on (127.0.0.1, the default; "
+                         f"0.0.0.0 for every interface), not {text!r}") from None
+
+
+def published_port(host: str, port: int | str) -> str:
+    """The compose ``ports`` entry: ``HOST:PORT:PORT`` (an IPv6 host in brackets)."""
+    ip = ipaddress.ip_address(publish_host(host))
+    return f"[{ip}]:{port}:{port}" if ip.version == 6 else f"{ip}:{port}:{port}"
+
+
+def local_url(host: str, port: int | str) -> str:
+    """Where this machine reaches a port published on ``host`` (the loopback for a wildcard)."""
+    ip = ipaddress.ip_address(publish_host(host))
+    if ip.is_unspecified:
+        ip = ipaddress.ip_address("::1" if ip.version == 6 else "127.0.0.1")
+    return f"http://[{ip}]:{port}" if ip.version == 6 else f"http://{ip}:{port}"
+
+
+def _command(runtime: "RuntimeShape", catalog: "Catalog", slug: str, model_path: str, max_model_len: int | None,
+             dtype_args: list[str], trust_remote_code: bool) -> list[str]:
     """``vllm serve``'s arguments, in vLLM's own flag names."""
-    kv_arg = catalog.kv_formats[profile.kv_format].vllm_arg if profile.kv_format in catalog.kv_formats else None
-    ctx = max_model_len if max_model_len is not None else profile.max_model_len
-    command = [f"{PULLS_MOUNT_ROOT}/{slug}", "--served-model-name", slug[:MAX_SERVED_NAME],
-               "--tensor-parallel-size", str(profile.tp),
+    kv_arg = catalog.kv_formats[runtime.kv_format].vllm_arg if runtime.kv_format in catalog.kv_formats else None
+    ctx = max_model_len if max_model_len is not None else runtime.max_model_len
+    command = [model_path, "--served-model-name", slug[:MAX_SERVED_NAME],
+               "--tensor-parallel-size", str(runtime.tp),
                "--max-model-len", str(int(ctx))]
-    if profile.mem_util is not None:
-        command += ["--gpu-memory-utilization", format_number(profile.mem_util)]
-    command += ["--max-num-seqs", str(profile.max_num_seqs)]
+    if runtime.mem_util is not None:
+        command += ["--gpu-memory-utilization", format_number(runtime.mem_util)]
+    command += ["--max-num-seqs", str(runtime.max_num_seqs)]
     if kv_arg is not None:
         command += ["--kv-cache-dtype", kv_arg]
     command += dtype_args
     if trust_remote_code:
         command.append("--trust-remote-code")
-    return [*command, "--host", "0.0.0.0", "--port", str(profile.port)]
+    return [*command, "--host", CONTAINER_LISTEN, "--port", str(runtime.port)]
 
 
-def _service(engine: "Engine", slug: str, port: str, snapshot_dir: Path, selected: list[int],
+def _service(engine: "Engine", slug: str, ports: str, source: Path, selected: list[int],
              command: list[str]) -> dict[str, Any]:
-    """The compose service: the engine's image, the snapshot mounted read-only, the selected GPUs."""
-    model_path = f"{PULLS_MOUNT_ROOT}/{slug}"
+    """The compose service: the engine's image, the model folder mounted read-only, the selected GPUs,
+    the port published on one address (``ports``: ``HOST:PORT:PORT``)."""
     devices = ",".join(str(g) for g in selected)
     return {
         "image": escape_dollars(engine.image),
         "container_name": f"club3090-{slug}"[:128],
         "restart": "no",
-        "ports": [f"{port}:{port}"],
-        "volumes": [{"type": "bind", "source": escape_dollars(str(snapshot_dir)),
-                     "target": model_path, "read_only": True}],
+        "ports": [ports],
+        "volumes": [{"type": "bind", "source": escape_dollars(str(source)),
+                     "target": f"{PULLS_MOUNT_ROOT}/{slug}", "read_only": True}],
         "environment": [f"NVIDIA_VISIBLE_DEVICES={devices}", "HF_HUB_OFFLINE=1",
                         "TRANSFORMERS_OFFLINE=1", "VLLM_NO_USAGE_STATS=1"],
         "shm_size": "16gb",

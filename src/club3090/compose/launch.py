@@ -99,6 +99,9 @@ class Launch:
         host_port = _host_port(svc.get("ports"))
         if host_port is not None:
             args = set_flag(args, "--port", host_port, append=False)
+        host_ip = _host_ip(svc.get("ports"))
+        if host_ip is not None:      # published on one address: on the host, listen only there
+            args = set_flag(args, "--host", host_ip, append=False)
         out_env: list[tuple[str, str]] = []
         for name, value in env:
             if name in HF_TOKEN_VARS:
@@ -253,6 +256,21 @@ def host_path(arg: str, mounts: list[tuple[str, str]]) -> str:
         if arg.startswith(dst.rstrip("/") + "/"):
             return src.rstrip("/") + arg[len(dst.rstrip("/")):]
     return arg
+
+
+def _host_ip(ports: Any) -> str | None:
+    """The address the first port is published on (``HOST:PUBLISHED:TARGET``, IPv6 in brackets, or
+    the long form's ``host_ip``), or None when it is published on every interface."""
+    for entry in ports or []:
+        if isinstance(entry, Mapping):
+            ip = entry.get("host_ip")
+            return str(ip) if ip else None
+        text = str(entry)
+        if text.startswith("["):
+            return text[1:text.index("]")] if "]" in text else None
+        parts = text.split(":")
+        return parts[0] if len(parts) == 3 and parts[0] else None
+    return None
 
 
 def _host_port(ports: Any) -> str | None:

@@ -25,6 +25,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
+from club3090.catalog.model import LLAMACPP
 from club3090.compose.launch import Launch, plain_data, render_compose
 from club3090.compose.outcome import OTHER, SCOPE, ComposeOutcome, refuse
 from club3090.compose.param_slots import set_host_port, with_default
@@ -65,7 +66,7 @@ __all__ = [
     "set_flag",
 ]
 
-ENGINE_TYPE = "llama.cpp"
+ENGINE_TYPE = LLAMACPP                  # the catalog's spelling, for the records this family writes
 CONTAINER_PORT = 8080                   # llama-server's default port, as the shipped composes publish it
 DEFAULT_IMAGE = "ghcr.io/ggml-org/llama.cpp:server-cuda"
 FALLBACK_CTX = 4096                     # the context tried with layers on the host when nothing fits on the GPUs
@@ -103,7 +104,7 @@ _SPLIT_MODE_IDS = {"none": "0", "layer": "1", "row": "2"}   # llama_split_mode
 def is_llamacpp(catalog: "Catalog", profile_key: str) -> bool:
     profile = catalog.profiles.get(profile_key)
     engine = catalog.engines.get(profile.engine) if profile is not None else None
-    return engine is not None and engine.type == ENGINE_TYPE
+    return engine is not None and engine.is_llamacpp
 
 
 # --------------------------------------------------------------------------------------------
@@ -327,7 +328,7 @@ def replay(profile_key: str, catalog: "Catalog", *, out_name: str | None = None,
     if profile is None:
         return refuse(profile_key, OTHER, f"unknown profile {profile_key!r}")
     engine = catalog.engines.get(profile.engine)
-    if engine is None or engine.type != ENGINE_TYPE:
+    if engine is None or not engine.is_llamacpp:
         return refuse(profile_key, SCOPE, f"engine {profile.engine} is not of the llama.cpp family")
     if profile.runtime is None:
         return refuse(profile_key, SCOPE, "no-runtime-capture: the catalog holds no capture of "

@@ -147,7 +147,7 @@ def _checks(profile_key: str, profile: "Profile", catalog: "Catalog") -> _Checke
     if profile.tp not in row.tp_divisors:
         return refuse(profile_key, TP_OR_KV,
                        f"tp {profile.tp} not in {row.arch} tp divisors {list(row.tp_divisors)}")
-    if kv is None or profile.kv_format not in engine.supported_kv_formats or "vllm" not in kv.engines:
+    if kv is None or profile.kv_format not in engine.supported_kv_formats or not kv.on_vllm:
         return refuse(profile_key, TP_OR_KV,
                        f"kv format {profile.kv_format} not supported by engine {engine.id}")
 

@@ -8,9 +8,13 @@ the clock and sleep. Tests pass fakes; nothing here runs at import. HTTP is
   every ``POLL_INTERVAL_S`` (``REQUEST_TIMEOUT_S`` per request) until a 200 or ``BOOT_DEADLINE_S``.
   On failure the last ``LOG_TAIL`` lines of ``docker compose logs --no-color`` (at most
   ``LOG_LIMIT_BYTES``) are kept. ``teardown`` (``down``) is the caller's, after smoke and capture.
+- Warm-up: after ``/v1/models`` answers, one tiny chat completion every ``WARMUP_INTERVAL_S``
+  until one succeeds or the warm-up window (upstream allows 180 s before verify-full) runs out:
+  a server still compiling or capturing graphs answers its first requests with errors.
 - Smoke: ``POST {endpoint}/v1/chat/completions`` with one user message ``"ping"``,
-  ``max_tokens: 8``, plain and streaming (SSE): the floor. Every other capability is
-  ``unsmoked`` (the smoke is then ``partial``).
+  ``max_tokens: 8``, plain and streaming (SSE): the floor. The optional capabilities the launch
+  declares are probed above this layer (``validate.capabilities``) and added with
+  ``SmokeReport.with_capabilities``; one declared but not probed makes the smoke ``partial``.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ import json
 import re
 import subprocess
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,9 +39,14 @@ LOG_TAIL = 400
 LOG_LIMIT_BYTES = 64 * 1024
 COMPOSE_TIMEOUT_S = 900.0     # `up -d` may pull a multi-GB image
 
+WARMUP_WINDOW_S = 180.0       # upstream's allowance between "server answers" and verify-full
+WARMUP_INTERVAL_S = 5.0
+WARMUP_REQUEST_S = 60.0
+
 FLOOR = ("plain-chat", "streaming")
 OPTIONAL = ("tool-call", "reasoning-streaming", "structured-output", "vision", "long-context")
 CAPABILITIES = FLOOR + OPTIONAL
+GREEN, RED, SKIPPED = "green", "red", "skipped"          # a capability's smoke result
 
 # failure tokens
 COMPOSE_UP_FAILED = "compose-up-failed"
@@ -189,20 +198,36 @@ def parse_actual(log: str) -> dict[str, float | None]:
 @dataclass(frozen=True, slots=True)
 class SmokeReport:
     capability_set: tuple[str, ...]                       # what was probed
-    results: Mapping[str, str]                            # cap -> green | red | unsmoked
-    detail: Mapping[str, Mapping[str, str | None]]        # cap -> {status, error}
+    results: Mapping[str, str]                            # cap -> green | red | skipped
+    detail: Mapping[str, Mapping[str, str | None]]        # cap -> {status, error (why red or skipped), ...}
+    declared: tuple[str, ...] = ()                        # the optional capabilities the launch declares
 
     @property
     def floor_green(self) -> bool:
-        return all(self.results.get(cap) == "green" for cap in FLOOR)
+        return all(self.results.get(cap) == GREEN for cap in FLOOR)
 
     @property
     def partial(self) -> bool:
-        return any(v == "unsmoked" for v in self.results.values())
+        """A capability the launch declares was not probed."""
+        return any(self.results.get(cap) == SKIPPED for cap in self.declared)
+
+    def with_capabilities(self, found: Mapping[str, Mapping[str, Any]]) -> "SmokeReport":
+        """This floor smoke plus the optional capabilities' results (cap -> {status, error, declared_by})."""
+        results = {**self.results, **{cap: str(v["status"]) for cap, v in found.items()}}
+        probed = tuple(cap for cap, v in found.items() if v["status"] != SKIPPED)
+        declared = tuple(cap for cap, v in found.items() if v.get("declared_by"))
+        return SmokeReport(FLOOR + probed, results, {**self.detail, **{c: dict(v) for c, v in found.items()}},
+                           declared)
+
+    @property
+    def problems(self) -> tuple[tuple[str, str], ...]:
+        """(capability, why) for each red one and each declared one that was not probed."""
+        return tuple((c, str(self.detail.get(c, {}).get("error") or "")) for c in CAPABILITIES
+                     if self.results.get(c) == RED or (c in self.declared and self.results.get(c) == SKIPPED))
 
     @property
     def red(self) -> tuple[str, ...]:
-        return tuple(c for c in CAPABILITIES if self.results.get(c) == "red")
+        return tuple(c for c in CAPABILITIES if self.results.get(c) == RED)
 
     def to_point(self) -> dict[str, Any]:
         return {"smoke_capability_set": list(self.capability_set), "results": dict(self.results),
@@ -244,11 +269,46 @@ def _stream_ok(resp: HttpResponse) -> str | None:
     return None
 
 
-def smoke(endpoint: str, model: str, *, http: Http = urllib_http, declared: Iterable[str] = (),
-          timeout: float = SMOKE_TIMEOUT_S) -> SmokeReport:
-    """Probe the floor (plain chat, streaming). Capabilities beyond the floor are ``unsmoked``:
-    a derived compose declares none (no tool, reasoning or structured-output flags), and a declared
-    one without a probe here stays unsmoked rather than passing unseen."""
+@dataclass(frozen=True, slots=True)
+class WarmUp:
+    """The warm-up: whether a completion succeeded within ``window_s``, after how long, how many tries."""
+
+    ok: bool
+    seconds: float
+    attempts: int
+    window_s: float
+    last_error: str | None = None
+    exited: bool = False             # the server's process ended during the warm-up
+
+
+def warm_up(endpoint: str, model: str, *, http: Http, clock: Callable[[], float], sleep: Callable[[float], None],
+            window_s: float = WARMUP_WINDOW_S, interval_s: float = WARMUP_INTERVAL_S,
+            alive: Callable[[], bool] = lambda: True) -> WarmUp:
+    """Until one small chat completion succeeds, ``window_s`` has passed since the first try, or the
+    server is no longer ``alive`` (its process exited: no point waiting out the window)."""
+    url = f"{endpoint.rstrip('/')}/v1/chat/completions"
+    t0 = clock()
+    attempts = 0
+    while True:
+        attempts += 1
+        budget = max(1.0, min(WARMUP_REQUEST_S, window_s - (clock() - t0)))
+        try:
+            error = _plain_ok(http("POST", url, _chat_body(model, False), budget))
+        except Exception as exc:  # noqa: BLE001 - a cold server's failure is a retry, never a crash
+            error = f"{type(exc).__name__}: {exc}"
+        elapsed = clock() - t0
+        if error is None:
+            return WarmUp(True, elapsed, attempts, window_s)
+        if elapsed + interval_s > window_s:
+            return WarmUp(False, elapsed, attempts, window_s, error)
+        if not alive():
+            return WarmUp(False, elapsed, attempts, window_s, f"{error}; then the server exited", exited=True)
+        sleep(interval_s)
+
+
+def smoke(endpoint: str, model: str, *, http: Http = urllib_http, timeout: float = SMOKE_TIMEOUT_S) -> SmokeReport:
+    """Probe the floor (plain chat, streaming). The capabilities beyond it are ``skipped`` here
+    ("not probed"); ``with_capabilities`` adds what the launch declares, probed."""
     url = f"{endpoint.rstrip('/')}/v1/chat/completions"
     results: dict[str, str] = {}
     detail: dict[str, dict[str, str | None]] = {}
@@ -257,15 +317,14 @@ def smoke(endpoint: str, model: str, *, http: Http = urllib_http, declared: Iter
             error = check(http("POST", url, _chat_body(model, stream), timeout))
         except Exception as exc:  # noqa: BLE001 - a probe failure is a red result, never a crash
             error = f"{type(exc).__name__}: {exc}"
-        results[cap] = "green" if error is None else "red"
+        results[cap] = GREEN if error is None else RED
         detail[cap] = {"status": results[cap], "error": error}
-    wanted = set(declared)
     for cap in OPTIONAL:
-        results[cap] = "unsmoked"
-        detail[cap] = {"status": "unsmoked",
-                       "error": "declared, but no probe for it yet" if cap in wanted else "not declared"}
+        results[cap] = SKIPPED
+        detail[cap] = {"status": SKIPPED, "error": "not probed" + ("" if all(
+            results[c] == GREEN for c in FLOOR) else ": the floor is red")}
     return SmokeReport(FLOOR, results, detail)
 
 
-__all__ = ["BootReport", "ComposeBoot", "HttpResponse", "RunResult", "SmokeReport", "cap_log", "parse_actual",
-           "smoke", "subprocess_runner", "urllib_http"]
+__all__ = ["GREEN", "OPTIONAL", "RED", "SKIPPED", "WARMUP_WINDOW_S", "BootReport", "ComposeBoot", "HttpResponse", "RunResult", "SmokeReport", "WarmUp",
+           "cap_log", "parse_actual", "smoke", "subprocess_runner", "urllib_http", "warm_up"]

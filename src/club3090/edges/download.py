@@ -1,29 +1,15 @@
-"""[E] download: fetch a derived repo's files into ``<HF_HOME>/club3090/pulls/<slug>-<hash>/``.
+"""Download vocabulary shared by every download: failure tokens, the report, the per-repo lock, the
+content checks and the classification of Hub errors. The downloading itself is ``hf_cache``'s (the
+one path of ``up``, ``swap`` and ``pull``'s [E], into the standard HF cache).
 
-Besides ``hub`` this is the only module that imports ``huggingface_hub`` (inside functions, never
-at import). The endpoint and token come from ``Settings`` and are passed explicitly.
-
-- The file set is the disk gate's (``ModelSpec.download_files``), nothing more.
-- Each file lands in ``<dest>/.incomplete/`` first and is moved into ``<dest>`` with one rename
-  once it passed its checks; a file that fails is deleted, so ``<dest>`` only ever holds checked
-  files. The staging folder is removed at the end, success or not.
-- The folder name is the repo id's slug plus a short hash of the exact id, so two repo ids whose
-  slugs agree (``coll/a-b``, ``coll-a/b``) never share a folder.
-- Every ``*.safetensors`` and ``*.gguf`` is SHA-256-checked against the Hub's LFS sha256 (``RepoFile.sha256``,
-  from ``siblings[].lfs.sha256``); no hash is a hard ``no-etag``. Other files (tokenizers, chat
-  templates, ``*.py`` run under ``--trust-remote-code``) are small: they are fetched again on
-  every pull and checked against their content address (the ETag: git blob id or LFS sha256);
-  a copy already in the folder is never trusted by its size.
-- A per-folder lock (``<pulls>/.locks/<folder>.flock``, an OS file lock through ``filelock``)
-  refuses a second concurrent pull (``in-progress``). The OS releases it when its process ends,
-  so there is no stale lock to take over and no takeover race.
-- Time: metadata requests have the Hub request deadline (``Settings.hub_deadline_s``); a body
-  that makes no progress for ``Settings.download_stall_s`` fails (``request_budget``).
-- Ladder: (1) ``hf_hub_download`` (classic LFS; rung 2, Xet, only with ``--allow-xet``
-  (``Settings.allow_xet``, ``hub.xet_rung``), never when ``HF_HUB_DISABLE_XET`` is set), (3) a single-stream GET of the resolve URL, capped at the listed size (no
-  resume: staging starts empty); both failing is ``fallback-failed``.
-- Offline (``Settings.offline``) the Hub fetcher requests nothing; a repo found in the HF cache is
-  copied out of its snapshot by ``folder_fetcher`` instead.
+- ``pull_dir``: ``<HF_HOME>/club3090/pulls/<slug>-<hash>``, the folder downloads went to before they
+  went into the HF cache; ``pull`` keeps its derived compose next to it
+  (``<slug>-<hash>.compose.yml``) and ``pull --verify-in-place`` adopts verified files from it. The
+  hash is of the exact repo id, so two ids whose slugs agree (``coll/a-b``, ``coll-a/b``) never
+  share a name.
+- ``SlugLock``: an OS file lock through ``filelock``; a second concurrent download of one repo is
+  ``in-progress``. The OS releases it when its process ends: no stale lock, no takeover race.
+- ``within``: a listed file name or oid that would leave its folder is ``unsafe-name``.
 
 Failures are values (``DownloadReport.failure`` is one of ``TOKENS``); nothing here raises for a
 download problem.
@@ -33,21 +19,17 @@ from __future__ import annotations
 
 import errno
 import hashlib
-import os
 import re
-import shutil
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from club3090.compose.generate import MAX_SLUG
-from club3090.edges.request_budget import Budget, bounded, install_policy
 from club3090.model.slug import sanitize_slug
 
 if TYPE_CHECKING:
     from club3090.model.spec import RepoFile
-    from club3090.settings import Settings
 
 NO_ETAG = "no-etag"
 SHA_MISMATCH = "sha-mismatch"
@@ -60,7 +42,6 @@ OFFLINE_MISSING = "offline-not-cached"
 TOKENS = (NO_ETAG, SHA_MISMATCH, GATED_401, DISK, IN_PROGRESS, FALLBACK_FAILED, UNSAFE_NAME, OFFLINE_MISSING)
 
 PULLS_DIR = ("club3090", "pulls")
-STAGING = ".incomplete"
 LOCKS = ".locks"
 HASH_CHUNK = 1 << 20
 TIMEOUT_S = 30.0
@@ -71,7 +52,6 @@ _HEX40 = re.compile(r"[0-9a-f]{40}")
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 
 Progress = Callable[[str], None]
-Fetch = Callable[[str, str, Path], Path]  # (repo_id, filename, staging dir) -> the staged file
 
 
 def pulls_root(hf_home: Path) -> Path:
@@ -79,7 +59,8 @@ def pulls_root(hf_home: Path) -> Path:
 
 
 def pull_dir(hf_home: Path, repo_id: str) -> Path:
-    """``<HF_HOME>/club3090/pulls/<slug>-<hash>``: where [E] puts a repo and the compose mounts it.
+    """``<HF_HOME>/club3090/pulls/<slug>-<hash>``: the pre-cache download folder of a repo (its derived
+    compose sits next to it; ``--verify-in-place`` adopts from it).
 
     The hash is of the exact repo id, so ids that sanitize to one slug keep apart."""
     digest = hashlib.sha256(repo_id.encode("utf-8")).hexdigest()[:ID_HASH_CHARS]
@@ -174,89 +155,8 @@ class SlugLock:
 
 
 # --------------------------------------------------------------------------------------------
-# fetching one file
+# content checks and failure classification
 # --------------------------------------------------------------------------------------------
-
-def hub_fetcher(settings: "Settings", *, revision: str | None = None, timeout: float = TIMEOUT_S) -> Fetch:
-    """Fetch one file from the Hub into the staging folder.
-
-    A HEAD first gives the file's size and ETag at ``revision`` (the commit the gate derived);
-    then rung 1 (``hf_hub_download``) with rung 3 (a single-stream GET of the resolve URL, capped
-    at that size) behind it. A non-weight file is checked against its ETag, the Hub's content
-    address: the git blob id (``sha1("blob <size>\\0" + bytes)``) of a plain file, the sha256 of
-    an LFS file; weights are checked by ``download`` against the LFS sha256 the gate saw. Hub
-    errors are mapped once, by ``hub.translate``: access refused -> ``gated-401``, no ETag ->
-    ``no-etag``. Offline (``Settings.offline``) nothing is requested.
-    """
-    from club3090.edges import hub
-
-    def fetch(repo_id: str, filename: str, staging: Path) -> Path:
-        if settings.offline:
-            raise _Failed(FALLBACK_FAILED, f"{filename}: HF_HUB_OFFLINE is set; nothing is fetched from the Hub",
-                          filename)
-        from huggingface_hub import get_hf_file_metadata, hf_hub_download, hf_hub_url
-
-        within(staging, filename)
-        install_policy()
-        token: bool | str = settings.token or False
-        url = hf_hub_url(repo_id, filename, revision=revision, endpoint=settings.endpoint)
-        try:
-            with hub.online(), bounded(Budget.for_request(settings.hub_deadline_s)):
-                meta = get_hf_file_metadata(url, token=token, timeout=timeout, library_name="club3090",
-                                            endpoint=settings.endpoint)
-        except Exception as exc:  # noqa: BLE001 - classified, else a rung-1-style failure
-            raise _hub_failure(exc, repo_id, filename) or _Failed(
-                FALLBACK_FAILED, f"{filename}: {_one(exc)}", filename) from None
-        if not meta.etag or meta.size is None:
-            raise _Failed(NO_ETAG, f"{filename}: the Hub sent no ETag or size", filename)
-        try:
-            with hub.online(), hub.xet_rung(settings.allow_xet), \
-                    bounded(Budget.for_stream(settings.download_stall_s, STALL_BYTES)):
-                staged = Path(hf_hub_download(repo_id, filename, revision=revision, endpoint=settings.endpoint,
-                                              token=token, local_dir=staging, cache_dir=settings.hub_cache,
-                                              library_name="club3090", etag_timeout=timeout))
-        except Exception as exc:  # noqa: BLE001 - anything not decisive falls back to rung 3
-            failed = _hub_failure(exc, repo_id, filename)
-            if failed is not None:
-                raise failed from None
-            try:
-                with hub.online(), bounded(Budget.for_stream(settings.download_stall_s, STALL_BYTES)):
-                    staged = _single_stream(settings, url, filename, staging, meta.size, timeout)
-            except _Failed:
-                raise
-            except Exception as fallback:  # noqa: BLE001
-                raise _Failed(FALLBACK_FAILED, f"{filename}: {_one(exc)}; fallback: {_one(fallback)}",
-                              filename) from None
-        if not _is_weights(filename):
-            _verify_content(staged, filename, meta.etag)
-        return staged
-
-    return fetch
-
-
-def folder_fetcher(folder: Path) -> Fetch:
-    """Copy files out of a local snapshot (the HF cache, offline) into the staging folder.
-
-    In the HF cache every file is a link to ``blobs/<etag>``, so a non-weight file is checked
-    against the name of its blob, as ``hub_fetcher`` checks it against the ETag."""
-    folder = Path(folder)
-
-    def fetch(_repo_id: str, filename: str, staging: Path) -> Path:
-        source = within(folder, filename)
-        target = within(staging, filename)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            shutil.copyfile(source, target)
-        except OSError as exc:
-            if exc.errno == errno.ENOSPC:
-                raise _Failed(DISK, f"{filename}: {exc}", filename) from None
-            raise _Failed(FALLBACK_FAILED, f"{filename}: {_one(exc)}", filename) from None
-        if not _is_weights(filename) and source.is_symlink():
-            _verify_content(target, filename, source.resolve().name)
-        return target
-
-    return fetch
-
 
 def git_blob_id(path: Path) -> str:
     """The git object id of a file's bytes: ``sha1(b"blob <size>\\0" + data)``."""
@@ -265,20 +165,6 @@ def git_blob_id(path: Path) -> str:
         while chunk := handle.read(HASH_CHUNK):
             digest.update(chunk)
     return digest.hexdigest()
-
-
-def _verify_content(path: Path, filename: str, etag: str) -> None:
-    """Raise ``sha-mismatch`` unless ``path`` hashes to ``etag`` (a git blob id or an LFS sha256)."""
-    etag = etag.strip().strip('"').removeprefix("W/").strip('"').lower()
-    if _HEX40.fullmatch(etag):
-        got = git_blob_id(path)
-    elif _HEX64.fullmatch(etag):
-        got = _sha256(path)
-    else:
-        raise _Failed(NO_ETAG, f"{filename}: ETag {etag[:80]!r} is not a content hash; cannot verify", filename)
-    if got != etag:
-        path.unlink(missing_ok=True)
-        raise _Failed(SHA_MISMATCH, f"{filename}: content hash {got}, the Hub says {etag}", filename)
 
 
 def _hub_failure(exc: BaseException, repo_id: str, filename: str) -> "_Failed | None":
@@ -304,40 +190,6 @@ def _one(exc: BaseException) -> str:
     return redact_url_credentials(f"{type(exc).__name__}: {text}"[:300])
 
 
-def _single_stream(settings: "Settings", url: str, filename: str, staging: Path, size: int,
-                   timeout: float) -> Path:
-    """Rung 3: GET the resolve URL (redirects followed) into the staging folder, reading at most
-    ``size + 1`` bytes; a longer body is refused rather than written."""
-    from huggingface_hub import get_session, hf_raise_for_status
-    from huggingface_hub.utils._headers import build_hf_headers
-
-    target = within(staging, filename)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    headers = build_hf_headers(token=settings.token or False, library_name="club3090")
-    with get_session().stream("GET", url, headers=headers, timeout=timeout, follow_redirects=True) as resp:
-        if resp.status_code >= 400:
-            resp.read()
-            hf_raise_for_status(resp)
-        got = 0
-        try:
-            with open(target, "wb") as handle:
-                for chunk in resp.iter_bytes():
-                    got += len(chunk)
-                    if got > size:
-                        raise _Failed(FALLBACK_FAILED, f"{filename}: the body is longer than the "
-                                                       f"{size} bytes the Hub lists", filename)
-                    handle.write(chunk)
-        except OSError as exc:
-            if exc.errno == errno.ENOSPC:
-                raise _Failed(DISK, f"{filename}: {exc}", filename) from None
-            raise
-    return target
-
-
-# --------------------------------------------------------------------------------------------
-# the download stage
-# --------------------------------------------------------------------------------------------
-
 def _sha256(path: Path) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as handle:
@@ -360,80 +212,11 @@ def _is_weights(name: str) -> bool:
     return name.endswith((".safetensors", ".gguf"))
 
 
-def download(repo_id: str, files: Sequence["RepoFile"], dest: Path, *, fetch: Fetch,
-             progress: Progress | None = None) -> DownloadReport:
-    """Fetch ``files`` of ``repo_id`` into ``dest`` (see the module docstring). Never raises for a
-    download problem: the report says which token failed and where."""
-    dest = Path(dest)
-    say = progress or (lambda _msg: None)
-    lock = SlugLock(dest.parent / LOCKS / (dest.name + ".flock"))
-    missing_hash = [f.name for f in files if _is_weights(f.name) and not f.sha256]
-    if missing_hash:
-        return DownloadReport(False, dest, failure=NO_ETAG, failed_file=missing_hash[0],
-                              detail=f"the Hub lists no LFS sha256 for {', '.join(missing_hash)}; "
-                                     "refusing to download weights that cannot be verified")
-    try:
-        dest.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        return DownloadReport(False, dest, failure=DISK if exc.errno == errno.ENOSPC else FALLBACK_FAILED,
-                              detail=f"{dest.parent}: {exc}")
-    if not lock.acquire():
-        return DownloadReport(False, dest, failure=IN_PROGRESS,
-                              detail=f"another pull of this repo holds {lock.path}")
-    staging = dest / STAGING
-    done: list[str] = []
-    total_bytes = 0
-    try:
-        shutil.rmtree(staging, ignore_errors=True)
-        staging.mkdir(parents=True)
-        total = len(files)
-        for file in files:   # every name is checked before anything is deleted or written
-            within(dest, file.name)
-        for i, file in enumerate(files, 1):
-            final = within(dest, file.name)
-            size = f"{file.size_bytes / 2**30:.2f} GiB" if file.size_bytes else "? bytes"
-            if _is_weights(file.name) and _check(file, final) is None and _sha256(final) == file.sha256:
-                say(f"[pull] download {i}/{total} {file.name}: already here, checked")
-            else:
-                say(f"[pull] download {i}/{total} {file.name} ({size})")
-                final.unlink(missing_ok=True)
-                staged = fetch(repo_id, file.name, staging)
-                problem = _check(file, staged)
-                if problem is not None:
-                    staged.unlink(missing_ok=True)
-                    raise _Failed(FALLBACK_FAILED, problem, file.name)
-                if _is_weights(file.name):
-                    got = _sha256(staged)
-                    if got != file.sha256:
-                        staged.unlink(missing_ok=True)
-                        raise _Failed(SHA_MISMATCH, f"{file.name}: sha256 {got}, the Hub says {file.sha256}",
-                                      file.name)
-                final.parent.mkdir(parents=True, exist_ok=True)
-                os.replace(staged, final)  # one rename: dest only ever holds checked files
-            done.append(file.name)
-            total_bytes += final.stat().st_size
-        return DownloadReport(True, dest, files=tuple(done), bytes=total_bytes,
-                              sha_verified=all(f.sha256 for f in files if _is_weights(f.name)))
-    except _Failed as exc:
-        return DownloadReport(False, dest, files=tuple(done), bytes=total_bytes, failure=exc.token,
-                              detail=exc.detail, failed_file=exc.name)
-    except OSError as exc:
-        token = DISK if exc.errno == errno.ENOSPC else FALLBACK_FAILED
-        return DownloadReport(False, dest, files=tuple(done), bytes=total_bytes, failure=token,
-                              detail=_one(exc))
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-        lock.release()
-
-
 __all__ = [
     "TOKENS",
     "DownloadReport",
     "SlugLock",
-    "download",
-    "folder_fetcher",
     "git_blob_id",
-    "hub_fetcher",
     "pull_dir",
     "pulls_root",
 ]

@@ -48,6 +48,8 @@ class LiveProvider:
     http_client: "Http | None" = None                            # default: urllib
     ram: Callable[[], int | None] | None = None                  # default: /proc/meminfo MemTotal
     index: "Callable[[], OpenIndex] | None" = None               # default: the packaged open-model index
+    ticker: Callable[[], float] | None = None                    # default: time.monotonic
+    sleeper: Callable[[float], None] | None = None               # default: time.sleep
 
     def catalog(self) -> "Catalog":
         if self.load is not None:
@@ -108,6 +110,16 @@ class LiveProvider:
     def now(self) -> datetime:
         return self.clock() if self.clock is not None else datetime.now(timezone.utc)
 
+    def monotonic(self) -> float:
+        import time
+
+        return self.ticker() if self.ticker is not None else time.monotonic()
+
+    def sleep(self, seconds: float) -> None:
+        import time
+
+        (self.sleeper or time.sleep)(seconds)
+
     def measured(self) -> "Sequence[Mapping[str, Any]]":
         if self.promoted is not None:
             return self.promoted()
@@ -129,7 +141,7 @@ class LiveProvider:
             return self.derived(no_boot=no_boot, progress=progress)
         from club3090.pipeline.emit_derived import EStages
 
-        return EStages(progress=progress, no_boot=no_boot)
+        return EStages(fetch=self.fetch_weights, progress=progress, no_boot=no_boot, bar=progress is not None)
 
     def cached_files(self, repo_id: str, commit: str | None) -> "tuple[str, tuple[RepoFile, ...]] | None":
         from club3090.edges.hf_cache import cached_listing
@@ -142,10 +154,11 @@ class LiveProvider:
         return cached_bytes(Path(self.settings.hub_cache), repo_id, commit, files)
 
     def fetch_weights(self, repo_id: str, commit: str, files: "Sequence[RepoFile]", *,
-                      progress: Callable[[str], None] | None, bar: bool) -> "DownloadReport":
+                      progress: Callable[[str], None] | None, bar: bool,
+                      adopt: Sequence[Path] = ()) -> "DownloadReport":
         from club3090.edges.hf_cache import fetch_into_cache
 
-        return fetch_into_cache(self.settings, repo_id, commit, files, progress=progress, bar=bar)
+        return fetch_into_cache(self.settings, repo_id, commit, files, progress=progress, bar=bar, adopt=adopt)
 
     def payloads(self, upstream: str) -> Mapping[str, bytes]:
         if self.payload is not None:

@@ -19,18 +19,17 @@ if TYPE_CHECKING:  # pragma: no cover - typing only
     from club3090.pipeline.provider import Provider
     from club3090.pipeline.up import UpRequest, UpResult
     from club3090.rig.hardware import HardwareFacts
-    from club3090.validate.verify import ServerHints
+    from club3090.validate.hints import ServerHints
 
-__all__ = ["Engine"]
+__all__ = ["Engine", "Facts", "Launch", "LogReader", "Pricing"]
 
 
-class Engine(Protocol):
-    """One serving engine. ``name`` is the catalog's engine ``type`` (``engines.yaml``)."""
+class Facts(Protocol):
+    """Stage 1, facts: which requests are this engine's. Its facts themselves come through the
+    Provider (``resolve`` for config.json and safetensors, ``resolve_gguf`` for GGUF headers)."""
 
-    name: str
+    name: str                        # the catalog's engine ``type`` (``engines.yaml``)
     formats: tuple[str, ...]         # the weight formats it reads (a ``WeightVariant.format``)
-    tools_flag: str                  # the launch flag without which the server answers no tool calls
-    verify_hints: "ServerHints"      # the flags a failed verify check points at, in this server's names
 
     def claims(self, source: str | None) -> bool:
         """Before any network: ``source`` is a file only this engine reads (a profile is claimed by
@@ -41,6 +40,11 @@ class Engine(Protocol):
         """After the resolver: the stop says the weights are in this engine's format."""
         ...
 
+
+class Pricing(Protocol):
+    """Stages 2 and 3, shape and fit: the engine's shape for a rig, priced by its memory model;
+    one entry per question the CLI asks (the stages inside are the engine's own modules)."""
+
     def price(self, request: "PriceRequest", provider: "Provider") -> Any:
         """``kv-calc``: facts -> shape -> fit, as a frozen value the CLI renders."""
         ...
@@ -50,12 +54,29 @@ class Engine(Protocol):
         """``fits``: the model's best shape on the rig (``only``: these files of the repo)."""
         ...
 
+
+class Launch(Protocol):
+    """Stages 4 and 5, launch description and preflight, then start and verify through the launcher
+    registry (``edges/launchers``); the flags verify needs, in this server's names."""
+
+    tools_flag: str                  # the launch flag without which the server answers no tool calls
+    verify_hints: "ServerHints"      # the flags a failed verify check points at
+
     def up(self, req: "UpRequest", provider: "Provider", *, catalog: "Catalog",
            profile: "Profile | None") -> "UpResult":
         """``up`` past the gate: launch description -> preflight -> bundle -> start -> verify."""
         ...
 
+
+class LogReader(Protocol):
+    """Stage 6, the log parser: what a start-up log measured, for receipts and calibration."""
+
     @property
     def log_parser(self) -> "Callable[[str], Any] | None":
         """The start-up log -> the measured terms a receipt records (None: no receipts yet)."""
         ...
+
+
+class Engine(Facts, Pricing, Launch, LogReader, Protocol):
+    """One serving engine: the six stages as one object (``pipeline/engines.py`` lists them). A
+    caller that needs one stage types its argument with that stage's protocol."""

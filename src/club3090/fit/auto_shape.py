@@ -145,13 +145,13 @@ def pick_engine(catalog: "Catalog", row: "ArchRow | None") -> "Engine | None":
     engines = catalog.engines
     if row is not None:
         loads = [engines[p.engine] for p in row.engine_pins
-                 if p.loads and p.engine in engines and engines[p.engine].type == "vllm"]
+                 if p.loads and p.engine in engines and engines[p.engine].is_vllm]
         releases = [e for e in loads if e.vllm_version]
         if releases or loads:
             return (releases or loads)[0]
     if DEFAULT_ENGINE in engines:
         return engines[DEFAULT_ENGINE]
-    vllm = sorted((e for e in engines.values() if e.type == "vllm" and e.vllm_version),
+    vllm = sorted((e for e in engines.values() if e.is_vllm and e.vllm_version),
                   key=lambda e: parse_version(e.vllm_version), reverse=True)
     return vllm[0] if vllm else None
 
@@ -220,30 +220,23 @@ def choose_shape(spec: "ModelSpec", gpu_memory_bytes: Sequence[int], catalog: "C
     """
     mems = list(gpu_memory_bytes)
     per_node = gpus_per_node if gpus_per_node and 0 < gpus_per_node < len(mems) else None
+    ask = _Ask(sm, weights_bytes, overrides, target_concurrency, min_context, device_name, row, engine,
+               vary_kv, solve_length, base)
     if per_node is None:
-        return _choose(spec, mems, catalog, sm=sm, weights_bytes=weights_bytes, overrides=overrides,
-                       target_concurrency=target_concurrency, min_context=min_context, device_name=device_name,
-                       row=row, engine=engine, vary_kv=vary_kv, solve_length=solve_length, base=base)
-    kwargs: dict[str, Any] = dict(sm=sm, weights_bytes=weights_bytes, overrides=overrides,
-                                  target_concurrency=target_concurrency, min_context=min_context,
-                                  device_name=device_name, row=row, engine=engine, vary_kv=vary_kv,
-                                  solve_length=solve_length, base=base)
+        return _choose(spec, mems, catalog, ask)
+    on_ray = replace(ask, base=replace(base or ServeShape(), distributed_executor_backend="ray"))
     pinned = overrides.tensor_parallel_size is not None or overrides.pipeline_parallel_size is not None
     if pinned:
         world = (overrides.tensor_parallel_size or 1) * (overrides.pipeline_parallel_size or 1)
-        if world > per_node:                    # a pinned shape past one node launches on Ray
-            kwargs["base"] = replace(base or ServeShape(), distributed_executor_backend="ray")
-        got = _choose(spec, mems, catalog, **kwargs)
+        got = _choose(spec, mems, catalog, on_ray if world > per_node else ask)   # past one node: on Ray
         return replace(got, gpus_per_node=per_node, interconnect=interconnect)
     nodes = len(mems) // per_node
-    one = _choose(spec, mems[:per_node], catalog, **kwargs)
+    one = _choose(spec, mems[:per_node], catalog, ask)
     tried: list[ShapeChoice] = [one]
     for n in range(2, nodes + 1):
         if tried[-1].fits or tried[-1].unpriceable:
             break
-        on_ray = {**kwargs, "base": replace(base or ServeShape(), distributed_executor_backend="ray")}
-        tried.append(_choose(spec, mems[:n * per_node], catalog, layouts=_node_layouts(spec, row, per_node, n),
-                             **on_ray))
+        tried.append(_choose(spec, mems[:n * per_node], catalog, on_ray, _node_layouts(spec, row, per_node, n)))
     last = tried[-1]
     if last.fits or len(tried) == 1:
         reason = last.reason if len(tried) == 1 else _nodes_reason(last, tried[0], per_node)
@@ -282,28 +275,40 @@ def _nodes_reason(choice: ShapeChoice, one: ShapeChoice, per_node: int) -> str:
     return "; ".join(w for w in why if w)
 
 
-def _choose(spec: "ModelSpec", gpu_memory_bytes: Sequence[int], catalog: "Catalog", *,
-            sm: Decimal | None, weights_bytes: int | None = None,
-            overrides: ShapeRequest = NO_SHAPE_REQUEST, target_concurrency: int = 1,
-            min_context: int | None = None, device_name: str | None = None,
-            row: "ArchRow | None" = None, engine: "Engine | None" = None,
-            vary_kv: bool = True, solve_length: bool = True,
-            base: ServeShape | None = None, layouts: list[tuple[int, int]] | None = None) -> ShapeChoice:
-    o = overrides
-    engine = engine or pick_engine(catalog, row)
+@dataclass(frozen=True, slots=True)
+class _Ask:
+    """What ``choose_shape`` was asked, the same for every node count it tries."""
+
+    sm: Decimal | None
+    weights_bytes: int | None
+    overrides: ShapeRequest
+    target_concurrency: int
+    min_context: int | None
+    device_name: str | None
+    row: "ArchRow | None"
+    engine: "Engine | None"
+    vary_kv: bool
+    solve_length: bool
+    base: ServeShape | None
+
+
+def _choose(spec: "ModelSpec", gpu_memory_bytes: Sequence[int], catalog: "Catalog", ask: _Ask,
+            layouts: list[tuple[int, int]] | None = None) -> ShapeChoice:
+    o, row, base, solve_length = ask.overrides, ask.row, ask.base, ask.solve_length
+    engine = ask.engine or pick_engine(catalog, row)
     engine_id = engine.id if engine is not None else DEFAULT_ENGINE
     mems = list(gpu_memory_bytes)
     if not mems:
         return ShapeChoice(engine_id, None, None, "no GPU memory known: name the GPUs with --gpus")
-    weights = int(weights_bytes if weights_bytes is not None else spec.weights_bytes or 0)
+    weights = int(ask.weights_bytes if ask.weights_bytes is not None else spec.weights_bytes or 0)
     model_max = model_max_len(spec.arch, spec.max_ctx_supported) or 0
     wanted = o.length or (base.max_model_len if base is not None and not solve_length else None) or model_max
-    need = max(min_context or 0, 0)
+    need = max(ask.min_context or 0, 0)
     floor = max(need, min(MIN_USEFUL_CONTEXT, wanted or MIN_USEFUL_CONTEXT))
     if o.kv_cache_dtype:
         kvs = [catalog_kv_id(catalog, engine, o.kv_cache_dtype, model_kv(spec))]
-    elif vary_kv and engine is not None:
-        kvs = kv_choices(catalog, engine, sm, model_kv(spec))
+    elif ask.vary_kv and engine is not None:
+        kvs = kv_choices(catalog, engine, ask.sm, model_kv(spec))
     else:
         kvs = [base.kv_cache_dtype if base is not None else "auto"]
     if layouts is None:
@@ -313,13 +318,13 @@ def _choose(spec: "ModelSpec", gpu_memory_bytes: Sequence[int], catalog: "Catalo
                     else start.mem_util,
                     max_num_seqs=o.max_num_seqs if o.max_num_seqs is not None else start.max_num_seqs,
                     vllm_version=o.vllm_version or start.vllm_version or engine_release(engine),
-                    device_name=device_name or start.device_name)
+                    device_name=ask.device_name or start.device_name)
     priced: list[Candidate] = []
     unpriceable: str | None = None
     for tp, pp in layouts:
         for kv in kvs:
             shape = replace(start, tp=tp, pp=pp, kv_cache_dtype=kv, max_model_len=wanted or None)
-            got = _solve(spec, weights, mems[:tp * pp], shape, target_concurrency, floor,
+            got = _solve(spec, weights, mems[:tp * pp], shape, ask.target_concurrency, floor,
                          solve=solve_length and o.length is None)
             if isinstance(got, Unpriceable):
                 unpriceable = unpriceable or got.reason

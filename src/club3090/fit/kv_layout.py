@@ -11,9 +11,12 @@ Pure: no I/O.
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from fractions import Fraction
+from functools import lru_cache
+from typing import Any
 
 from club3090.fit.kv_formats import KvStorage
 from club3090.model.architecture import LayerSpec
@@ -153,15 +156,25 @@ class Layout:
 def kv_page_layout(layers: Sequence[LayerSpec], *, tp: int, fmt: KvStorage, model_bytes: int,
                    block_size: int | None, num_spec: int = 0, conv_bytes: int = 2, ssm_bytes: int = 2,
                    disable_hybrid: bool = False, max_model_len: int = 0, state_pages: int = 1) -> Layout:
-    """Per-layer pages, vLLM's grouping into equal-size groups and bytes per block for one rank."""
+    """Per-layer pages, vLLM's grouping into equal-size groups and bytes per block for one rank.
+    Remembered per argument set: a shape priced on every release line in use repeats it."""
+    return _layout(tuple(layers), tp, fmt, model_bytes, block_size, num_spec, conv_bytes, ssm_bytes,
+                   disable_hybrid, state_pages)
+
+
+@lru_cache(maxsize=512)
+def _layout(layers: tuple[LayerSpec, ...], tp: int, fmt: KvStorage, model_bytes: int, block_size: int | None,
+            num_spec: int, conv_bytes: int, ssm_bytes: int, disable_hybrid: bool, state_pages: int) -> Layout:
     attn = [layer for layer in layers if layer.is_attention]
     state = [layer for layer in layers if layer.is_state]
     if disable_hybrid:
         attn = [replace(layer, kind="full", window=None) if layer.kind in ("sliding", "chunked") else layer
                 for layer in attn]
     bs = block_size or 16
-    attn_token = [_attn_token_bytes(layer, tp, fmt, model_bytes) for layer in attn]
-    kv_per_token = sum(attn_token, Fraction(0))
+    # a model repeats a few layer shapes many times: the exact fractions once per shape
+    shapes = Counter(attn)
+    per_shape = {layer: _attn_token_bytes(layer, tp, fmt, model_bytes) for layer in shapes}
+    kv_per_token = sum((per_shape[layer] * n for layer, n in shapes.items()), Fraction(0))
 
     state_page = 0
     if state:
@@ -170,13 +183,14 @@ def kv_page_layout(layers: Sequence[LayerSpec], *, tp: int, fmt: KvStorage, mode
             # raise the attention block size until one attention page holds a state page
             # (platforms/interface.py::update_block_size_for_backend; kernel alignment 16, 128 for MLA)
             align = 128 if any(layer.kind == "mla" for layer in attn) else 16
-            one_token = max(attn_token)
+            one_token = max(per_shape.values())
             bs = max(bs, align * math.ceil(Fraction(state_page) / (align * one_token)))
 
     # one page per layer; key = spec identity (kind, page, window)
     entries: list[tuple[str, int, int, int | None]] = []
-    for layer, token_bytes in zip(attn, attn_token, strict=True):
-        entries.append((layer.kind, bs, math.ceil(bs * token_bytes), layer.window))
+    page_of = {layer: math.ceil(bs * token_bytes) for layer, token_bytes in per_shape.items()}
+    for layer in attn:
+        entries.append((layer.kind, bs, page_of[layer], layer.window))
     if state:
         att_page = max((e[2] for e in entries), default=state_page)
         padded = max(state_page, att_page)
@@ -245,6 +259,12 @@ def blocks_per_request(layout: Layout, length: int, inflight: int, num_spec: int
 
 
 def bytes_needed(layout: Layout, length: int, inflight: int, num_spec: int) -> int:
-    """vLLM's _check_enough_kv_cache_memory: sum over layers of each layer's max memory use."""
-    return sum(_blocks_for(kind, block, length, window, inflight, num_spec, layout.state_pages) * page
-               for kind, block, page, window in layout.layer_needs)
+    """vLLM's _check_enough_kv_cache_memory: sum over layers of each layer's max memory use
+    (layers with the same need counted once, times how many: the bisection calls this often)."""
+    return sum(_blocks_for(kind, block, length, window, inflight, num_spec, layout.state_pages) * page * n
+               for (kind, block, page, window), n in _need_counts(layout.layer_needs))
+
+
+@lru_cache(maxsize=256)
+def _need_counts(needs: tuple[tuple[str, int, int, int | None], ...]) -> tuple[tuple[Any, int], ...]:
+    return tuple(Counter(needs).items())

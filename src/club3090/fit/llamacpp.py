@@ -37,22 +37,6 @@ from club3090.model.gguf import TYPE_BY_NAME, GgmlType
 from club3090.model.gguf_model import GgufModel
 from club3090.units import MiB
 
-__all__ = [
-    "CELL_PAD",
-    "CONFIDENCE",
-    "CUDA_CONTEXT_BYTES",
-    "KV_CACHE_TYPES",
-    "Device",
-    "KvCache",
-    "LlamaCppArgs",
-    "LlamaCppBreakdown",
-    "cache_types",
-    "fewest_offloaded",
-    "kv_cache",
-    "largest_context",
-    "predict",
-]
-
 CELL_PAD = 256                         # llama.cpp pads the context (and each stream) to 256 cells
 MASK_TOKEN_PAD = 64                    # GGML_KQ_MASK_PAD: the attention mask's token rows
 OP_OFFLOAD_MIN_BATCH = 32              # ggml-cuda offloads host-weight ops from this batch size

@@ -16,9 +16,12 @@ every all-reduce (``rig/interconnect.py``; the link is an assumption the result 
 prompt token plus the causal attention term, at the card's dense bf16 rate times
 :data:`COMPUTE_EFFICIENCY`.
 
-Speculative decoding (MTP, EAGLE, DFlash drafters) is applied only as a measured multiplier the
-caller passes (``speculative_speedup``, e.g. a drafter's measured decode speed-up); without one the
-estimate is for plain decoding and says so. Every result is an estimate, never a measurement: its
+Speculative decoding: a ``Speculation`` (method, drafted tokens, task, drafter bytes) is modelled
+by ``fit/speculative.py`` (acceptance length by method and task; the head, block or draft-model
+passes and the extra verified tokens priced with the same bandwidth and compute as the target), or
+a measured multiplier the caller passes (``speculative_speedup``); without either the estimate is
+for plain decoding and says so. ``prefill_tps`` is the prompt's tokens over the prefill time, at
+``prefill_depth`` tokens already in the cache (the causal attention term grows with it). Every result is an estimate, never a measurement: its
 ``label`` is ``"estimated"``. The constants are fitted to upstream's measured decode figures
 (``benchmarks/speed.py``; the median error is in docs/ACCURACY.md).
 
@@ -27,6 +30,7 @@ Pure: no I/O. Reads only the values it is given.
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
@@ -34,12 +38,23 @@ from typing import Any
 from club3090.fit.kv_formats import dtype_bytes, kv_format
 from club3090.fit.kv_layout import CannotPrice, _attn_token_bytes, _state_bytes
 from club3090.fit.memory import ServeShape
+from club3090.fit.speculative import SpecGain, speculative_gain
 from club3090.model.architecture import Architecture
 from club3090.rig.interconnect import DEFAULT_INTERCONNECT, Interconnect, crossings
 from club3090.rig.interconnect import INTERCONNECTS as NODE_LINKS
 
-__all__ = ["BAND", "INTERCONNECTS", "PROMPT_TOKENS", "SpeedEstimate", "active_weight_bytes",
-           "default_interconnect", "estimate_speed"]
+__all__ = [
+    "BAND",
+    "INTERCONNECTS",
+    "PREFILL_BAND",
+    "PROMPT_TOKENS",
+    "Speculation",
+    "SpeedEstimate",
+    "active_weight_bytes",
+    "default_interconnect",
+    "estimate_speed",
+    "speculation_of",
+]
 
 LABEL = "estimated"
 PROMPT_TOKENS = 2048               # TTFT is quoted for a prompt this long unless the caller says otherwise
@@ -53,7 +68,40 @@ ALLREDUCE_LATENCY_S = {"pcie": 22e-6, "nvlink": 8e-6, "unified": 0.0}
 LINK_BYTES_PER_S = {"pcie": 12e9, "nvlink": 100e9, "unified": 1e12}
 INTERCONNECTS = tuple(ALLREDUCE_LATENCY_S)
 BAND = (0.75, 1.25)                # stated band around the estimate (docs/ACCURACY.md: the fitted spread)
+PREFILL_BAND = (0.6, 1.5)          # prefill: kernels vary more (benchmarks/speed.py's prefill p90)
 STEP_FIXED_S = 0.015               # prefill: scheduler, sampling and the first decode step
+EXPERT_GEMM_HALF_M = 512          # tokens per expert GEMM at which it runs at half its peak (tile occupancy)
+DRAFT_BLOCK_LAYERS = 5             # launches of one block-drafter or draft-model pass (a few layers)
+
+
+@dataclass(frozen=True, slots=True)
+class Speculation:
+    """A drafter to model: its method (``fit/speculative.DRAFT_KIND``), tokens drafted per step, the
+    task the acceptance is read for, and the drafter's own weights (block and draft-model methods)."""
+
+    method: str
+    num_speculative_tokens: int
+    task: str = "narrative"
+    drafter_bytes: int = 0
+    token_overhead_s: float | None = None     # None: fit/speculative.TOKEN_OVERHEAD_S
+    quantized_head: bool = False              # a 4-bit checkpoint that quantized its built-in head
+
+
+QUANTIZED_HEAD_FORMATS = ("autoround", "awq", "gptq", "compressed-tensors", "gguf")   # 4-bit exports
+
+
+def speculation_of(shape: ServeShape, method: str | None = None, task: str = "narrative",
+                   weights_format: str | None = None) -> Speculation | None:
+    """The drafter a vLLM shape runs (``--speculative-config``; ``method`` when the shape does not
+    name it, e.g. the curated drafter's), to model; None without one. ``weights_format``: the
+    target's checkpoint format (a 4-bit export quantizes its built-in head)."""
+    n = int(shape.num_speculative_tokens or 0)
+    method = shape.speculative_method or method
+    if n < 1 or not method:
+        return None
+    return Speculation(method=str(method), num_speculative_tokens=n, task=task,
+                       drafter_bytes=int(shape.extra_weights_bytes or 0),
+                       quantized_head=weights_format in QUANTIZED_HEAD_FORMATS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,17 +116,52 @@ class SpeedEstimate:
     speculative_speedup: float | None = None
     bytes_per_token: int = 0        # per rank, read for one decoded token
     label: str = LABEL              # always "estimated": never present this as a measurement
+    prefill_tps: float = 0.0        # prompt tokens per second (``prompt_tokens`` over the prefill time)
+    speculation: SpecGain | None = None     # the modelled drafter gain, when a drafter was given
+
+    @property
+    def ttft_band(self) -> tuple[float, float]:
+        return self.ttft_s / PREFILL_BAND[1], self.ttft_s / PREFILL_BAND[0]
+
+    @property
+    def prefill_band(self) -> tuple[float, float]:
+        return self.prefill_tps * PREFILL_BAND[0], self.prefill_tps * PREFILL_BAND[1]
 
     def to_json(self) -> dict[str, Any]:
         return {"label": self.label, "decode_tps": round(self.decode_tps, 1), "ttft_s": round(self.ttft_s, 3),
                 "decode_band_tps": [round(self.band_low, 1), round(self.band_high, 1)],
+                "ttft_band_s": [round(t, 3) for t in self.ttft_band],
+                "prefill_tps": round(self.prefill_tps, 1),
+                "prefill_band_tps": [round(t, 1) for t in self.prefill_band],
                 "prompt_tokens": self.prompt_tokens, "context_tokens": self.context_tokens,
                 "speculative_speedup": self.speculative_speedup, "bytes_per_token": self.bytes_per_token,
+                "speculation": None if self.speculation is None else {
+                    "method": self.speculation.method, "task": self.speculation.task,
+                    "num_speculative_tokens": self.speculation.num_speculative_tokens,
+                    "acceptance": self.speculation.acceptance,
+                    "accept_length": round(self.speculation.accept_length, 2),
+                    "speedup": round(self.speculation.speedup, 3), "source": self.speculation.source},
                 "assumptions": list(self.assumptions)}
 
+    def decode_text(self) -> str:
+        """``~38 tok/s decode (29-48)``: the figure with its band, the one way a speed is printed."""
+        return f"~{self.decode_tps:.0f} tok/s decode ({self.band_low:.0f}-{self.band_high:.0f})"
+
+    def ttft_text(self) -> str:
+        low, high = self.ttft_band
+        return f"~{self.ttft_s:.1f} s to first token ({low:.1f}-{high:.1f})"
+
+    def drafter_text(self) -> str:
+        """``, MTP n=3 modelled x1.20 on prose`` (empty without a drafter)."""
+        gain = self.speculation
+        if gain is None:
+            return ""
+        return (f", {gain.method.upper()} n={gain.num_speculative_tokens} modelled x{gain.speedup:.2f} "
+                f"on {'prose' if gain.task == 'narrative' else gain.task}")
+
     def headline(self) -> str:
-        """``~38 tok/s decode, ~0.9 s to first token — estimated``."""
-        return f"~{self.decode_tps:.0f} tok/s decode, ~{self.ttft_s:.1f} s to first token — {self.label}"
+        """``~38 tok/s decode (29-48), ~0.9 s to first token (0.7-1.3) — estimated``."""
+        return f"{self.decode_text()}, {self.ttft_text()} — {self.label}"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -131,14 +214,14 @@ def _kv_read_bytes(arch: Architecture, shape: ServeShape, context: int) -> int:
     model_bytes = dtype_bytes(shape.dtype or arch.torch_dtype)
     tp = max(int(shape.tp), 1)
     total = 0.0
-    for layer in arch.layers:
+    for layer, n in Counter(arch.layers).items():       # a few layer shapes, many layers
         if layer.is_attention:
             tokens = min(context, layer.window) if layer.window else context
-            total += float(_attn_token_bytes(layer, tp, fmt, model_bytes)) * tokens
+            total += float(_attn_token_bytes(layer, tp, fmt, model_bytes)) * tokens * n
         elif layer.is_state:
             ssm = 4 if (arch.mamba_ssm_cache_dtype or "").lower() in ("float32", "fp32") else model_bytes
             try:
-                total += 2 * _state_bytes(layer, tp, 0, model_bytes, ssm)
+                total += 2 * _state_bytes(layer, tp, 0, model_bytes, ssm) * n
             except CannotPrice:     # a state the memory model cannot size: it is small next to weights
                 continue
     return int(total)
@@ -168,8 +251,9 @@ def _slowest(gpus: Any, used: int) -> Any:
 
 def estimate_speed(arch: Architecture, weights_bytes: int, shape: ServeShape, gpus: Any, *,
                    interconnect: str | None = None, context_tokens: int | None = None,
-                   prompt_tokens: int = PROMPT_TOKENS,
-                   speculative_speedup: float | None = None) -> SpeedEstimate | None:
+                   prompt_tokens: int = PROMPT_TOKENS, prefill_depth: int = 0,
+                   speculative_speedup: float | None = None,
+                   speculation: Speculation | None = None) -> SpeedEstimate | None:
     """Decode tokens/s and TTFT for one request of ``arch`` (``weights_bytes`` on disk) at ``shape``
     on ``gpus`` (a ``rig.gpus.GpuSet``). None when a GPU the shape uses has no catalog row (a
     size-only ``--gpus``: no bandwidth known). ``interconnect``: ``pcie``, ``nvlink`` or ``unified``
@@ -208,25 +292,70 @@ def estimate_speed(arch: Architecture, weights_bytes: int, shape: ServeShape, gp
     decode = 1.0 / step
 
     _total, active = _body_params(arch)
-    attn_width = arch.num_attention_heads * arch.head_dim
-    attn_layers = sum(1 for layer in arch.layers if layer.is_attention) or layers
-    prefill_flops = 2.0 * active * prompt + 2.0 * attn_layers * attn_width * prompt * prompt
-    prefill = max(prefill_flops / (flops * tp), (body + head) / tp / bandwidth)
+    prefill = _prefill_s(arch, active, prompt, max(int(prefill_depth), 0), flops * tp, (body + head) / tp / bandwidth)
     chunks = max(1, -(-prompt // max(int(shape.max_num_batched_tokens or 2048), 1)))
-    ttft = prefill + chunks * (comm * 4 + layers * LAYER_OVERHEAD_S) + STEP_FIXED_S
+    prefill += chunks * (comm * 4 + layers * LAYER_OVERHEAD_S)
+    ttft = prefill + STEP_FIXED_S
     notes = _notes(arch, card, gpus, tp=tp, pp=pp, link=link, layers=layers, context=context, prompt=prompt,
                    per_rank=per_rank)
     if node_link is not None and (node_hops or tp_spans):
         notes.append(_node_note(gpus, nodes, node_link, node_hops, tp_spans, hop, comm))
+    gain = None
     if speculative_speedup is not None and speculative_speedup > 0:
         decode *= speculative_speedup
         notes.append(f"speculative decoding: x{speculative_speedup:.2f} (measured speed-up of the drafter)")
+    elif speculation is not None and (gain := _speculate(speculation, step, 2.0 * active / (flops * tp),
+                                                          body // layers // tp, head // tp, bandwidth,
+                                                          LAYER_OVERHEAD_S + comm / layers)):
+        decode *= gain.speedup
+        speculative_speedup = None
+        notes.append(gain.note())
     else:
         speculative_speedup = None
-        notes.append("no speculative decoding applied (no measured speed-up for a drafter)")
+        notes.append("no speculative decoding applied (no drafter given)")
     return SpeedEstimate(decode_tps=decode, ttft_s=ttft, band_low=decode * BAND[0], band_high=decode * BAND[1],
                          assumptions=tuple(notes), prompt_tokens=prompt, context_tokens=context,
-                         speculative_speedup=speculative_speedup, bytes_per_token=int(per_rank))
+                         speculative_speedup=speculative_speedup, bytes_per_token=int(per_rank),
+                         prefill_tps=prompt / prefill, speculation=gain)
+
+
+def _prefill_s(arch: Architecture, active: int, prompt: int, depth: int, flops: float, read_s: float) -> float:
+    """Prefill compute: 2 FLOPs per active parameter per token, plus causal attention over the prompt
+    and the ``depth`` tokens already cached (4 x layers x width FLOPs per token pair); never faster
+    than reading the weights once. A MoE's expert GEMMs each see only ``prompt x k / E`` tokens, and
+    a GEMM that short runs below peak: efficiency ``M / (M + EXPERT_GEMM_HALF_M)``."""
+    attn_width = arch.num_attention_heads * arch.head_dim
+    attn_layers = sum(1 for layer in arch.layers if layer.is_attention) or max(arch.num_hidden_layers, 1)
+    attention = 4.0 * attn_layers * attn_width * prompt * (depth + prompt / 2)
+    experts = _expert_active_params(arch)
+    per_expert = prompt * max(arch.num_experts_per_tok, 1) / max(arch.num_experts, 1)
+    expert_efficiency = per_expert / (per_expert + EXPERT_GEMM_HALF_M) if experts else 1.0
+    gemm = 2.0 * (active - experts) * prompt + 2.0 * experts * prompt / expert_efficiency
+    return max((gemm + attention) / flops, read_s)
+
+
+def _expert_active_params(arch: Architecture) -> int:
+    """Routed-expert parameters one token uses (0 for a dense model)."""
+    if not arch.is_moe:
+        return 0
+    moe_layers = arch.num_hidden_layers - min(arch.num_dense_layers, arch.num_hidden_layers)
+    expert = 3 * arch.hidden_size * (arch.moe_intermediate_size or arch.intermediate_size)
+    return moe_layers * expert * max(arch.num_experts_per_tok, 1)
+
+
+def _speculate(spec: Speculation, step: float, token_compute: float, layer_bytes: int, head_bytes: int,
+               bandwidth: float, layer_s: float) -> SpecGain | None:
+    """The drafter's modelled gain (``fit/speculative.py``): a head pass reads one layer and the LM
+    head; a block drafter its weights and the LM head once; a draft model its weights per token.
+    ``layer_s``: one layer's fixed cost and TP all-reduces, paid per drafter layer too."""
+    drafter = max(int(spec.drafter_bytes), 0)
+    return speculative_gain(spec.method, spec.task, int(spec.num_speculative_tokens), base_step_s=step,
+                            token_compute_s=token_compute,
+                            head_step_s=(layer_bytes + head_bytes) / bandwidth + layer_s,
+                            block_step_s=(drafter + head_bytes) / bandwidth + DRAFT_BLOCK_LAYERS * layer_s,
+                            model_step_s=drafter / bandwidth + DRAFT_BLOCK_LAYERS * layer_s,
+                            quantized_head=spec.quantized_head,
+                            **({} if spec.token_overhead_s is None else {"token_overhead_s": spec.token_overhead_s}))
 
 
 def _allreduce_s(arch: Architecture, tp: int, layers: int, link: str, node_link: Interconnect | None) -> float:
@@ -236,7 +365,9 @@ def _allreduce_s(arch: Architecture, tp: int, layers: int, link: str, node_link:
     message = arch.hidden_size * 2 * 2 * (tp - 1) / tp
     if node_link is not None:
         return layers * 2 * (node_link.latency_s + message / node_link.bytes_per_s)
-    return layers * 2 * (ALLREDUCE_LATENCY_S[link] + message / LINK_BYTES_PER_S[link])
+    # a ring all-reduce takes 2 (tp - 1) steps, each paying the link's latency: the constant is the
+    # two-step (TP 2) figure, so TP 4 pays three times it
+    return layers * 2 * (ALLREDUCE_LATENCY_S[link] * (tp - 1) + message / LINK_BYTES_PER_S[link])
 
 
 def _notes(arch: Architecture, card: Any, gpus: Any, *, tp: int, pp: int, link: str, layers: int, context: int,

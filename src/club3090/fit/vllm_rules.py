@@ -52,34 +52,6 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
-__all__ = [
-    "AUTO_FIT_FLAG_FROM",
-    "AUTO_FIT_UNSET_FROM",
-    "GRAPH_ESTIMATE_FROM",
-    "HYBRID_PREFIX_CACHING_DEFAULT_FROM",
-    "KERNEL_SAMPLER_FROM",
-    "MAMBA_ALIGN_FROM",
-    "NEWEST_KNOWN_VLLM",
-    "RELEASES_IN_USE",
-    "SPECULATIVE_METHODS",
-    "V0_REMOVED_FROM",
-    "V1_DEFAULT_FROM",
-    "VERSION_RE",
-    "EngineChoice",
-    "batch_defaults",
-    "capture_sizes",
-    "choose_engine",
-    "engine_release",
-    "fp8_marlin_scale_ratio",
-    "mamba_cache_mode",
-    "mla_block_size",
-    "mla_rule",
-    "native_sampler",
-    "parse_version",
-    "v0_batched_tokens",
-    "version_note",
-]
-
 Version = tuple[int, int, int]
 
 # vLLM's ``--speculative-config`` methods: what kv-calc accepts, and which catalog drafters price
@@ -134,7 +106,7 @@ def engine_release(engine: Any) -> str | None:
     is not a version-less answer: the build is known to be at least the newest release)."""
     if engine is None:
         return None
-    return engine.vllm_version or (NEWEST_KNOWN_VLLM if engine.type == "vllm" else None)
+    return engine.vllm_version or (NEWEST_KNOWN_VLLM if engine.is_vllm else None)
 
 
 def version_note(version: str | None) -> str | None:

@@ -47,7 +47,7 @@ def _variant_fit(model: "Model", variant: "WeightVariant", catalog: "Catalog", m
     arch = None
     profiles = sorted((p for p in catalog.profiles.values()
                        if p.model == model.id and p.weights_variant == variant.id and p.tp * p.pp <= len(memory)
-                       and catalog.engines.get(p.engine) is not None and catalog.engines[p.engine].type == "vllm"),
+                       and catalog.engines.get(p.engine) is not None and catalog.engines[p.engine].is_vllm),
                       key=lambda p: (p.tp * p.pp, p.key not in model.serving_defaults.values(), p.key))
     for profile in profiles:
         arch = arch or parse_config(model.hf_config)

@@ -37,7 +37,7 @@ def closest_fit(fit: FitResult, spec: "ModelSpec", weights_bytes: int, shape: Se
 
     for kv_id in engine.supported_kv_formats:
         kv = catalog.kv_formats.get(kv_id)
-        if kv_id == shape.kv_cache_dtype or kv is None or not kv.emittable or "vllm" not in kv.engines:
+        if kv_id == shape.kv_cache_dtype or kv is None or not kv.emittable or not kv.on_vllm:
             continue
         floor, ceiling = catalog.kv_sm_window(kv_id)
         if (floor is not None and sm < floor) or (ceiling is not None and sm > ceiling):

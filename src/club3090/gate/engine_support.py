@@ -1,4 +1,4 @@
-"""Stratum 3, ``[C0]``: can the profile's engine load this architecture on these GPUs?
+"""Stratum 3, ``[C0]``: can the runtime's engine load this architecture on these GPUs?
 
 Three top-level states (``engine-supported``, ``engine-support-unknown``,
 ``needs-trust-remote-code-ack``) plus the fail-closed hardware reasons. Findings come in decision
@@ -14,12 +14,13 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from club3090.fit.memory import tp_geometry_problem
+from club3090.fit.runtime import RuntimeShape
 from club3090.gate.flags import BYPASS_EXPERIMENTAL_ARCH, BYPASS_TRUST_REMOTE_CODE
 from club3090.outcome import Reason, Stop, Stratum, Token
 from club3090.rig.hardware import HardwareFacts, mixed_generations
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
-    from club3090.catalog.model import ArchRow, Catalog, Engine, Profile
+    from club3090.catalog.model import ArchRow, Catalog, Engine
 
 
 def _frozen(mapping: Mapping[str, Any] | None = None) -> Mapping[str, Any]:
@@ -82,7 +83,7 @@ class EngineFinding:
 class EngineInputs:
     """The facts [C0] needs, gathered by the caller."""
 
-    profile: "Profile"
+    runtime: RuntimeShape                   # the profile's, or the automatic shape's
     engine: "Engine"
     architecture: str                       # architectures[0] of the config ("" if absent)
     auto_map: bool
@@ -91,8 +92,8 @@ class EngineInputs:
     num_attention_heads: int | None = None
     num_key_value_heads: int | None = None
     weight_format: str | None = None        # "gguf" refuses on a vLLM engine
-    kv_format: str | None = None            # defaults to the profile's
-    tp: int | None = None                   # defaults to the profile's
+    kv_format: str | None = None            # defaults to the runtime's
+    tp: int | None = None                   # defaults to the runtime's
     python_files: tuple[str, ...] | None = None   # *.py in the repo listing; None: not read
 
 
@@ -121,10 +122,9 @@ def find_arch_row(catalog: "Catalog", *, curated_model: str | None, architecture
     return None
 
 
-def required_sm(profile: "Profile", engine: "Engine", catalog: "Catalog",
-                kv_format: str | None = None) -> Decimal:
-    """need_sm for a profile (``Catalog.need_sm`` owns the rule; ``engine`` is the profile's)."""
-    return catalog.need_sm(profile.key, kv_format)
+def required_sm(runtime: RuntimeShape, catalog: "Catalog", kv_format: str | None = None) -> Decimal:
+    """need_sm for the runtime (``Catalog.runtime_sm`` owns the rule)."""
+    return catalog.runtime_sm(runtime.engine, runtime.profile_sm, kv_format or runtime.kv_format)
 
 
 def engine_findings(inputs: EngineInputs, catalog: "Catalog") -> tuple[EngineFinding, ...]:
@@ -133,7 +133,7 @@ def engine_findings(inputs: EngineInputs, catalog: "Catalog") -> tuple[EngineFin
     The first finding is what [C0] emits. A caller that bypasses a finding (subset rule) moves
     on to the next one, so a bypassed trust-remote-code ack never hides a runtime problem.
     """
-    p, eng = inputs.profile, inputs.engine
+    p = inputs.runtime
     kv_format = inputs.kv_format or p.kv_format
     tp = int(inputs.tp or p.tp or 1)
     row = find_arch_row(catalog, curated_model=inputs.curated_model, architecture=inputs.architecture)
@@ -151,7 +151,7 @@ def engine_findings(inputs: EngineInputs, catalog: "Catalog") -> tuple[EngineFin
                               "nobody has validated that this engine loads it", arch_name,
                               Reason.ENGINE_SUPPORT_UNKNOWN))
     # 3. runtime / hardware
-    need = required_sm(p, eng, catalog, kv_format)
+    need = required_sm(p, catalog, kv_format)
 
     def incompatible(why: str) -> EngineFinding:
         return EngineFinding(EngineState.ENGINE_SUPPORT_UNKNOWN, EngineSubReason.RUNTIME_INCOMPATIBLE, frozenset(), why,
@@ -211,7 +211,7 @@ def _hardware_finding(inputs: EngineInputs, catalog: "Catalog", kv_format: str, 
                       arch_name: str | None,
                       incompatible: Callable[[str], EngineFinding]) -> EngineFinding | None:
     """The rig against the runtime: a known SM inside the KV window and above the need, memory, GPU count."""
-    p, eng, hw = inputs.profile, inputs.engine, inputs.hardware
+    p, eng, hw = inputs.runtime, inputs.engine, inputs.hardware
     if hw.sm is None:
         why = ("no GPU detected and --gpus gives memory sizes, not a known card; add --hardware SM "
                "(e.g. 8.6)" if hw.memory_source == "gpus-flag" else "no GPU detected and neither --hardware nor --gpus given")
@@ -229,7 +229,7 @@ def _hardware_finding(inputs: EngineInputs, catalog: "Catalog", kv_format: str, 
     if hw.sm < need:
         return incompatible(
             f"SM {hw.sm} ({hw.sm_source}) is below the {need} this runtime needs "
-            f"(engine {eng.min_sm}, profile {p.fallback_sm or p.required_sm or 0}, "
+            f"(engine {eng.min_sm}, profile {p.profile_sm or 0}, "
             f"KV {kv_format} {kv_floor or 0})")
     if not hw.memory_bytes:
         return EngineFinding(EngineState.ENGINE_SUPPORT_UNKNOWN, None, frozenset(),
@@ -248,4 +248,4 @@ def engine_support(inputs: EngineInputs, catalog: "Catalog") -> EngineFinding:
     row = find_arch_row(catalog, curated_model=inputs.curated_model, architecture=inputs.architecture)
     return EngineFinding(EngineState.ENGINE_SUPPORTED, arch=row.arch if row else inputs.architecture or None,
                     reason=Reason.ENGINE_SUPPORTED,
-                    need_sm=required_sm(inputs.profile, inputs.engine, catalog, inputs.kv_format))
+                    need_sm=required_sm(inputs.runtime, catalog, inputs.kv_format))

@@ -34,10 +34,10 @@ def check_profile(key: str, catalog: "Catalog", *, path: str,
                                     "message": f"{key!r} is not a registry profile{near} "
                                                "(list them with `club3090 profiles`)"}))
     engine = catalog.engines.get(profile.engine)
-    if engine is None or engine.type != "vllm":
+    if engine is None or not engine.is_vllm:
         hint = f"`club3090 kv-calc {key}` prices it with llama.cpp's memory model; `club3090 up {key} " \
             "--dir DIR` serves it" \
-            if engine is not None and engine.type == "llama.cpp" else None
+            if engine is not None and engine.is_llamacpp else None
         return Stop(Stratum.PROFILE_LIKE, Reason.UNSUPPORTED_RUNTIME_ENGINE,
                     detail=_frozen({"profile_like": key, "engine": profile.engine,
                                     "engine_type": engine.type if engine else None,

@@ -2,30 +2,32 @@
 
 A curated model gets its curated profile for the rig's GPU count (``Model.serving_defaults``,
 upstream's registry ``defaults``); any other repo gets the shape
-:func:`club3090.fit.auto_shape.choose_shape` derives, expressed as a ``Profile`` (key ``auto``) in
-a copy of the catalog, so the gate's stages run on it unchanged.
+:func:`club3090.fit.auto_shape.choose_shape` derives, which the gate prices as chosen and
+launches as one :class:`~club3090.fit.runtime.RuntimeShape` (``derived_runtime``; named ``auto``),
+never as a catalog profile.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
-from types import MappingProxyType
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from club3090.fit.auto_shape import Candidate, ShapeChoice, choose_shape, pick_engine
+from club3090.fit.runtime import RuntimeShape
 from club3090.fit.shape import NO_SHAPE_REQUEST, ShapeRequest
 from club3090.gate.engine_support import find_arch_row
 from club3090.gate.routing import count_class
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
-    from club3090.catalog.model import Catalog, Profile
+    from club3090.catalog.model import Catalog
     from club3090.model.spec import ModelSpec
     from club3090.rig.hardware import HardwareFacts
 
 AUTO_KEY = "auto"
+DERIVED_PORT = 8000          # vLLM's own default port
 
-__all__ = ["AUTO_KEY", "AutoShape", "auto_profile", "automatic_shape", "catalog_with", "count_class", "curated_default",
-           "derive_choice"]
+__all__ = ["AUTO_KEY", "AutoShape", "automatic_shape", "count_class", "curated_default", "derive_choice",
+           "derived_runtime"]
 
 
 # a curated profile's shape was sized on its reference card: it is the default on a card of about
@@ -102,24 +104,10 @@ def derive_choice(spec: "ModelSpec", hw: "HardwareFacts", catalog: "Catalog", *,
                         gpus_per_node=hw.gpus_per_node if hw.nodes > 1 else None, interconnect=hw.interconnect)
 
 
-def auto_profile(choice: ShapeChoice, candidate: Candidate, spec: "ModelSpec", catalog: "Catalog",
-                 reference_gpu: str | None) -> "Profile":
-    """The derived shape as a catalog ``Profile`` (key ``auto``; no compose capture, no drafter)."""
-    from club3090.catalog.model import Profile
-
+def derived_runtime(choice: ShapeChoice, candidate: Candidate) -> RuntimeShape:
+    """The derived shape as the runtime it launches (key ``auto``; no drafter, no profile SM term, no
+    curated model: ``up`` launches it as a derived compose, whatever the repo)."""
     shape, fit = candidate.shape, candidate.fit
-    reference = reference_gpu if reference_gpu is not None and reference_gpu in catalog.gpus \
-        else next(iter(catalog.gpus), "rtx-3090")
-    return Profile(
-        key=AUTO_KEY, model=spec.curated.model_id if spec.curated else "",
-        weights_variant=spec.curated.variant_id if spec.curated else "", workload="fast-chat",
-        engine=choice.engine, drafter=None, kv_format=shape.kv_cache_dtype, tp=shape.tp, pp=shape.pp,
-        max_model_len=fit.max_model_len, max_num_seqs=fit.settings.max_num_seqs,
-        mem_util=fit.settings.mem_util, port=8000, status="production", required_sm=None, fallback_sm=None,
-        requires_nvlink=False, required_engine_features=(), compose_path="", reference_gpu=reference,
-        runtime=None, status_note="derived from the model and the rig")
-
-
-def catalog_with(catalog: "Catalog", profile: "Profile") -> "Catalog":
-    """A copy of the catalog that also knows ``profile`` (so the gate's lookups by key work)."""
-    return replace(catalog, profiles=MappingProxyType({**catalog.profiles, profile.key: profile}))
+    return RuntimeShape(key=AUTO_KEY, engine=choice.engine, kv_format=shape.kv_cache_dtype, tp=shape.tp,
+                        pp=shape.pp, max_model_len=fit.max_model_len, max_num_seqs=fit.settings.max_num_seqs,
+                        mem_util=fit.settings.mem_util, port=DERIVED_PORT)

@@ -24,13 +24,14 @@ if TYPE_CHECKING:
     from club3090.pipeline.up import UpRequest
     from club3090.pipeline.up_facts import FactLog, UpResult
 
-__all__ = ["PORT_IN_USE", "START_FAILED", "VERIFY_FAILED", "not_started", "port_refusal", "read_state", "refuse_port",
+__all__ = ["NOT_WARM", "PORT_IN_USE", "START_FAILED", "VERIFY_FAILED", "not_started", "port_refusal", "read_state", "refuse_port",
            "result_dir", "start_bundle", "state_path", "write_state"]
 
 # the failure tokens of a start (``UpResult.failure``)
 PORT_IN_USE = "port-in-use"
 START_FAILED = "start-failed"
 VERIFY_FAILED = "verify-failed"
+NOT_WARM = "not-warm"          # no completion succeeded within the warm-up window: verify never ran
 
 
 def state_path(directory: Path) -> Path:
@@ -119,7 +120,7 @@ def start_bundle(req: UpRequest, plan: bundle_mod.Bundle, state: dict[str, Any],
         _receipt(log, state, plan, snapshot, secrets, lambda: launcher.logs(directory, state, lines=100_000))
     else:
         log.add(facts.ReceiptSkipped())
-    return _verify(req, log, state, provider)
+    return _verify(req, log, state, provider, alive=lambda: launcher.running(directory, state))
 
 
 def _receipt(log: FactLog, state: dict[str, Any], plan: bundle_mod.Bundle, snapshot: Path | None,
@@ -136,20 +137,27 @@ def _receipt(log: FactLog, state: dict[str, Any], plan: bundle_mod.Bundle, snaps
     log.add(facts.ReceiptWritten(done))
 
 
-def _verify(req: UpRequest, log: FactLog, state: dict[str, Any], provider: Provider) -> UpResult:
+def _verify(req: UpRequest, log: FactLog, state: dict[str, Any], provider: Provider, *,
+            alive: Callable[[], bool] = lambda: True) -> UpResult:
     from club3090.edges import boot
     from club3090.edges.openai_client import OpenAIClient
+    from club3090.validate import capabilities
     from club3090.validate.verify import verify
 
     http = provider.http()
     url, model = state["url"], state["served_model"]
-    smoke = boot.smoke(url, model, http=http)
-    log.add(facts.Smoke(tuple(smoke.results.items())))
-    client = OpenAIClient(f"{url}/v1", timeout=300.0, http=http, deadline_s=900.0)
-    # a launch without its engine's tool flag serves no tool calls: probing them would fail by construction
+    warm = boot.warm_up(url, model, http=http, clock=provider.monotonic, sleep=provider.sleep,
+                        window_s=req.warmup_s, alive=alive)
+    log.add(facts.WarmedUp(warm))
+    if not warm.ok:
+        return _not_warm(log, state, provider, exited=warm.exited)
     from club3090.pipeline import engines
 
     engine = engines.by_type(str(state.get("engine", ""))) or engines.DEFAULT
+    smoke = capabilities.smoke(url, model, state.get("argv") or (), http=http, hints=engine.verify_hints)
+    log.add(facts.Smoke(tuple(smoke.results.items()), smoke.problems))
+    client = OpenAIClient(f"{url}/v1", timeout=300.0, http=http, deadline_s=900.0)
+    # a launch without its engine's tool flag serves no tool calls: probing them would fail by construction
     by_user = bool(state.get("skip_tools", False))
     missing = None if engine.tools_flag in state.get("argv", []) else engine.tools_flag
     skipped = facts.ToolsSkipped(by_user, missing) if by_user or missing else None
@@ -165,11 +173,25 @@ def _verify(req: UpRequest, log: FactLog, state: dict[str, Any], provider: Provi
         log.add(facts.Verified(stressed, stress=True))
     full_ok = smoke.floor_green and report.ok
     ok = full_ok and (not req.stress or (stressed is not None and stressed.ok))
-    state.update(verified=full_ok, verified_stress=stressed.ok if stressed is not None else None)
+    state.update(verified=full_ok, verified_stress=stressed.ok if stressed is not None else None,
+                 smoke=dict(smoke.results))
     if state.get("directory"):
         write_state(Path(state["directory"]), state, provider.write_file)
     log.add(facts.Serving(url, model, result_dir(state), full_ok, req.stress, stressed is not None and stressed.ok))
     return log.result(Outcome.OK if ok else Outcome.FAILED, state, None if ok else VERIFY_FAILED)
+
+
+def _not_warm(log: FactLog, state: dict[str, Any], provider: Provider, *, exited: bool) -> UpResult:
+    """Still cold at the end of the warm-up window: the server keeps running, unverified; or it
+    exited during the warm-up (``process-exited``: nothing serves)."""
+    failure = boot_edge.PROCESS_EXITED if exited else NOT_WARM
+    state.update(verified=False, verified_stress=None, failure=failure, **({"state": "exited", "pid": None}
+                                                                           if exited else {}))
+    if state.get("directory"):
+        write_state(Path(state["directory"]), state, provider.write_file)
+    if not exited:
+        log.add(facts.Serving(state["url"], state["served_model"], result_dir(state), False, warm=False))
+    return log.result(Outcome.FAILED, state, failure)
 
 
 def _spinner(req: UpRequest) -> Callable[[str], None]:

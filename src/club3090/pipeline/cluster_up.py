@@ -27,7 +27,7 @@ from club3090.errors import UsageError
 from club3090.pipeline.up_facts import ClusterWritten
 
 if TYPE_CHECKING:
-    from club3090.catalog.model import Profile
+    from club3090.fit.runtime import RuntimeShape
     from club3090.model.spec import RepoFile
     from club3090.pipeline.bundle import Bundle, Writer
 
@@ -44,15 +44,15 @@ class ClusterOptions:
     model_cache: str = "pvc"
 
 
-def cluster_shape(profile: "Profile", hardware: Any, nodes_flag: int | None) -> cluster_mod.ClusterShape:
-    """TP from the profile (inside a node); PP the profile's, or one stage per node (vLLM's guide)."""
+def cluster_shape(runtime: "RuntimeShape", hardware: Any, nodes_flag: int | None) -> cluster_mod.ClusterShape:
+    """TP from the runtime (inside a node); PP the runtime's, or one stage per node (vLLM's guide)."""
     nodes = int(nodes_flag or getattr(hardware, "nodes", 1) or 1)
     count = int(getattr(hardware, "count", 0) or 0)
     per_node = int(getattr(hardware, "gpus_per_node", 0) or 0) if int(getattr(hardware, "nodes", 1) or 1) > 1 else 0
     if not per_node:
-        per_node = count or profile.tp       # --gpus names one node when --nodes is given
-    pp = profile.pp if profile.pp > 1 else nodes
-    shape = cluster_mod.ClusterShape(nodes=nodes, gpus_per_node=per_node, tp=profile.tp, pp=pp)
+        per_node = count or runtime.tp       # --gpus names one node when --nodes is given
+    pp = runtime.pp if runtime.pp > 1 else nodes
+    shape = cluster_mod.ClusterShape(nodes=nodes, gpus_per_node=per_node, tp=runtime.tp, pp=pp)
     problems = shape.problems()
     if problems:
         raise UsageError(f"the shape cannot be launched on this rig: {problems[0]}; pass --nodes / --gpus "
@@ -61,7 +61,7 @@ def cluster_shape(profile: "Profile", hardware: Any, nodes_flag: int | None) -> 
 
 
 def emit(*, launcher: "launchers.Launcher", directory: Path, options: ClusterOptions, plan: "Bundle",
-         profile: "Profile", hardware: Any, repo_id: str, commit: str, files: Sequence["RepoFile"], hub_cache: Path,
+         runtime: "RuntimeShape", hardware: Any, repo_id: str, commit: str, files: Sequence["RepoFile"], hub_cache: Path,
          port: int, writer: "Writer", now: datetime) -> tuple[ClusterWritten, dict[str, Any]]:
     """Write the multi-node launch into ``directory`` (through ``writer``, the Provider); return
     (the fact the CLI renders, state)."""
@@ -75,10 +75,10 @@ def emit(*, launcher: "launchers.Launcher", directory: Path, options: ClusterOpt
         raise UsageError("no launch description to write a multi-node launch from")
     extra = cluster_mod.extra_mounts(bundled)
     if extra:
-        raise UsageError(f"{profile.key} mounts {len(extra)} file(s) into the container ({', '.join(extra[:3])}); "
+        raise UsageError(f"{runtime.key} mounts {len(extra)} file(s) into the container ({', '.join(extra[:3])}); "
                          "multi-node launch files carry only the model cache to the other nodes: use a patchless "
                          "profile (the automatic shape of a non-curated model is one)")
-    shape = cluster_shape(profile, hardware, options.nodes)
+    shape = cluster_shape(runtime, hardware, options.nodes)
     net = cluster_mod.ClusterNet(head_ip=options.head_ip, ifname=options.network_interface,
                                  ray_port=options.ray_port, serve_port=port)
     problems = cluster_mod.net_problems(net)
@@ -105,7 +105,7 @@ def emit(*, launcher: "launchers.Launcher", directory: Path, options: ClusterOpt
     written_at = now.isoformat(timespec="seconds")
     state: dict[str, Any] = {"launcher": launcher.name, "url": f"http://{net.head_ip or '127.0.0.1'}:{port}",
                              "served_model": plan.served_model, "repo_id": repo_id, "commit": commit,
-                             "profile_like": profile.key, "argv": list(cl.serve_argv()), "state": "written",
+                             "profile_like": runtime.key, "argv": list(cl.serve_argv()), "state": "written",
                              "nodes": shape.nodes, "tp": shape.tp, "pp": shape.pp, "pid": None, "container": None,
                              "files": sorted(texts), "preflight": [{"ok": c.ok, "line": c.line} for c in made.checks],
                              "directory": str(directory), "written_at": written_at}

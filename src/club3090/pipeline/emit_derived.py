@@ -10,10 +10,13 @@ Stages and their failure tokens:
 
 - ``emit``: ``derived-runtime-unsupported:<clause>`` (``compose.derived_compose``),
   ``write-failed``; without a known GPU topology ``[E]`` is skipped (``gpu-topology-undetermined``).
-- ``download``: ``download.TOKENS`` (``no-etag``, ``sha-mismatch``, ``gated-401``, ``disk``,
-  ``in-progress``, ``fallback-failed``).
-- ``boot``: ``compose-up-failed``, ``boot-timeout``; skipped with a notice under ``--no-boot`` or
-  when ``docker`` is not on PATH.
+- ``download``: into the standard HF cache through ``up``'s one download path (the Provider's
+  ``fetch_weights``: resumable, sha256-checked; ``--verify-in-place`` adopts matching files from the
+  pre-cache pulls folder); ``download.TOKENS`` (``no-etag``, ``sha-mismatch``, ``gated-401``,
+  ``disk``, ``in-progress``, ``fallback-failed``, ``unsafe-name``, ``offline-not-cached``).
+- ``boot``: ``docker-unavailable`` (``up``'s docker preflight: engine reachable, compose plugin,
+  NVIDIA runtime; the message names the fix), ``compose-up-failed``, ``boot-timeout``; skipped with
+  a notice under ``--no-boot`` or when ``docker`` is not on PATH.
 - ``smoke``: ``floor-red`` (plain chat or streaming failed).
 - any stage: ``stage-error`` (an unexpected exception, recorded with its message).
 """
@@ -26,12 +29,16 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime
+from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
+import yaml
+
+from club3090.compose.derived import local_url
 from club3090.compose.generate import derived_compose
 from club3090.edges import boot as boot_mod
-from club3090.edges import download
+from club3090.edges import download, hf_cache
 from club3090.edges.files import atomic_write_text, write_output_text
 from club3090.edges.openai_client import Http
 from club3090.errors import Club3090Error
@@ -40,8 +47,11 @@ from club3090.reports import capture
 from club3090.units import MiB
 
 if TYPE_CHECKING:
-    from club3090.catalog.model import Catalog, Profile
-    from club3090.model.spec import ModelSpec
+    from collections.abc import Sequence
+
+    from club3090.catalog.model import Catalog
+    from club3090.fit.runtime import RuntimeShape
+    from club3090.model.spec import ModelSpec, RepoFile
     from club3090.rig.hardware import HardwareFacts
     from club3090.settings import Settings
 
@@ -49,15 +59,24 @@ STAGES = ("emit", "download", "boot", "smoke")
 GPU_TOPOLOGY_UNDETERMINED = "gpu-topology-undetermined"
 WRITE_FAILED = "write-failed"
 STAGE_ERROR = "stage-error"
+DOCKER_UNAVAILABLE = "docker-unavailable"
 PREDICTOR_ID = "club3090-memory"
 _TOPOLOGY_SOURCES = ("gpus-flag", "detected")
+
+
+class WeightsFetch(Protocol):
+    """The Provider's ``fetch_weights``: files of a repo at a commit into the HF cache, checked."""
+
+    def __call__(self, repo_id: str, commit: str, files: "Sequence[RepoFile]", *,
+                 progress: Callable[[str], None] | None, bar: bool,
+                 adopt: "Sequence[Path]" = ()) -> download.DownloadReport: ...
 
 
 @dataclass(frozen=True)
 class EStages:
     """The seams of ``[E]``. ``None`` means the real thing."""
 
-    fetch: download.Fetch | None = None                 # None: download.hub_fetcher(settings)
+    fetch: WeightsFetch | None = None                   # None: hf_cache.fetch_into_cache(settings, ...)
     runner: boot_mod.Runner | None = None               # docker; None: subprocess
     http: Http | None = None                   # None: urllib (loopback, no proxy)
     which: Callable[[str], str | None] = shutil.which
@@ -66,6 +85,8 @@ class EStages:
     progress: Callable[[str], None] | None = None       # the CLI prints to stderr
     no_boot: bool = False                               # --no-boot: download + compose only
     emit_only: bool = False                             # library callers: write the compose, nothing else
+    bar: bool = False                                   # huggingface_hub-style progress bars on stderr
+    verify_in_place: bool = False                       # --verify-in-place: adopt matching files on disk
     boot_deadline_s: float = boot_mod.BOOT_DEADLINE_S
     poll_interval_s: float = boot_mod.POLL_INTERVAL_S
 
@@ -176,7 +197,7 @@ class EInput:
     """What ``[E]`` runs on: the satisfied Path-B verdict's facts and where its files go."""
 
     spec: "ModelSpec"
-    profile: "Profile"
+    runtime: "RuntimeShape"
     catalog: "Catalog"
     settings: "Settings"
     hardware: "HardwareFacts | None"
@@ -184,6 +205,7 @@ class EInput:
     terminal: str | None
     trust_remote_code: bool
     out: Path | None                          # --out: the compose goes there (not our pulls folder)
+    host: str                                 # --host: the address the compose publishes the port on
     force: bool
     gate: Mapping[str, Any]                   # the capture bundle's gate and manifest fields
     manifest_fields: Mapping[str, Any]
@@ -194,8 +216,9 @@ class EInput:
 class _Paths:
     hf_home: Path
     local: bool                               # a local folder: nothing to download
-    snapshot: Path
+    snapshot: Path                            # what the compose serves: the HF cache snapshot, or the folder
     compose: Path
+    legacy: Path                              # the pre-cache pulls folder (--verify-in-place adopts from it)
 
 
 def run(job: EInput, stages: EStages, now: Callable[[], datetime]) -> EReport:
@@ -217,12 +240,14 @@ def run(job: EInput, stages: EStages, now: Callable[[], datetime]) -> EReport:
                        notices=tuple(st.notices))
     dl, st = _download(job, paths, stages, st, say)
     skipped, st = _boot_skipped(paths, stages, st) if st.stage is None else (None, st)
-    runner = _compose_boot(job.profile, paths, stages) if st.stage is None and skipped is None else None
+    refused, st = _preflight(stages, st) if st.stage is None and skipped is None else (None, st)
+    runner = _compose_boot(job, paths, stages) if st.stage is None and skipped is None else None
     try:
-        booted = smoked = None
+        booted, smoked = refused, None
         log = ""
         if runner is not None:
-            booted, smoked, log, st = _boot_and_smoke(runner, paths.compose, served or "", stages, st, say)
+            booted, smoked, log, st = _boot_and_smoke(runner, paths.compose, served or "", stages, st, say,
+                                                      argv=launch_argv(text or ""))
         report = replace(written, stage=st.stage, failure=st.failure, detail=st.detail, download=dl, boot=booted,
                          smoke=smoked, boot_skipped=skipped, notices=tuple(st.notices))
         return _with_bundle(report, job, log, now) if job.captures_root is not None else report
@@ -239,10 +264,12 @@ def _paths(job: EInput) -> _Paths:
     hf_home = Path(job.settings.hf_home).expanduser().absolute()
     local = spec.source == "local" and spec.local_path is not None
     pull_dir = download.pull_dir(hf_home, spec.ref)
-    snapshot = Path(spec.local_path).absolute() if local and spec.local_path is not None else pull_dir
+    hub_cache = Path(job.settings.hub_cache).expanduser().absolute()
+    snapshot = (Path(spec.local_path).absolute() if local and spec.local_path is not None
+                else hf_cache.snapshot_dir(hub_cache, spec.ref, spec.commit or spec.revision or "main"))
     # without --out the compose lives in our own pulls folder, never next to a user's folder
     compose = job.out if job.out is not None else pull_dir.parent / f"{pull_dir.name}.compose.yml"
-    return _Paths(hf_home=hf_home, local=local, snapshot=snapshot, compose=compose)
+    return _Paths(hf_home=hf_home, local=local, snapshot=snapshot, compose=compose, legacy=pull_dir)
 
 
 def _emit(job: EInput, paths: _Paths, ctx: int, gpu_count: int, st: _State,
@@ -250,9 +277,10 @@ def _emit(job: EInput, paths: _Paths, ctx: int, gpu_count: int, st: _State,
     """The derived compose, written: (its text, its served model name, the state), or (None, None, the
     failed state)."""
     try:
-        outcome = derived_compose(job.spec, job.profile.key, job.catalog, snapshot_dir=paths.snapshot,
+        outcome = derived_compose(job.spec, job.runtime, job.catalog, snapshot_dir=paths.snapshot,
                                   hf_home=paths.hf_home, max_model_len=ctx, trust_remote_code=job.trust_remote_code,
-                                  gpu_indices=tuple(range(gpu_count)), out_name=str(paths.compose))
+                                  gpu_indices=tuple(range(gpu_count)), out_name=str(paths.compose),
+                                  host=job.host)
         if outcome.refusal is not None or not outcome.text:
             return None, None, st.fail("emit", outcome.refusal or STAGE_ERROR, outcome.detail or "")
         text = outcome.text
@@ -277,9 +305,20 @@ def _download(job: EInput, paths: _Paths, stages: EStages, st: _State,
         return None, st.notice(Notice(NoticeCode.LOCAL_FOLDER,
                                       f"[E] local folder: nothing to download; the compose mounts {paths.snapshot}",
                                       {"snapshot": str(paths.snapshot)}))
+    spec = job.spec
     try:
-        fetch = stages.fetch or _fetcher(job.spec, job.settings)
-        dl = download.download(job.spec.ref, job.spec.download_files, paths.snapshot, fetch=fetch, progress=say)
+        if not spec.commit:
+            dl = download.DownloadReport(False, paths.snapshot, failure=download.NO_ETAG,
+                                         detail="the Hub named no commit for this repo; refusing an unpinned download")
+        else:
+            fetch = stages.fetch or partial(hf_cache.fetch_into_cache, job.settings)
+            if stages.verify_in_place:
+                say(f"[pull] download: --verify-in-place: files on disk are taken from {paths.legacy}"
+                    + ("" if paths.legacy.is_dir() else " (there is no such folder: nothing to adopt)"))
+            say(f"[pull] download: {len(spec.download_files)} files of {spec.ref}@{spec.commit[:12]} into the HF "
+                f"cache {paths.snapshot}")
+            dl = fetch(spec.ref, spec.commit, spec.download_files, progress=lambda m: say(f"[pull] download {m}"),
+                       bar=stages.bar, adopt=(paths.legacy,) if stages.verify_in_place else ())
     except Exception as exc:  # noqa: BLE001
         dl = download.DownloadReport(False, paths.snapshot, failure=STAGE_ERROR, detail=f"{type(exc).__name__}: {exc}")
     return dl, st if dl.ok else st.fail("download", dl.failure or STAGE_ERROR, dl.detail)
@@ -302,16 +341,46 @@ def _boot_skipped(paths: _Paths, stages: EStages, st: _State) -> tuple[str | Non
         {"why": skipped, "compose": str(compose), "project_directory": str(compose.parent)}))
 
 
-def _compose_boot(profile: "Profile", paths: _Paths, stages: EStages) -> boot_mod.ComposeBoot:
+def _preflight(stages: EStages, st: _State) -> tuple[boot_mod.BootReport | None, _State]:
+    """``up``'s docker preflight before any ``docker compose``: the engine reachable, the compose plugin
+    present, the NVIDIA runtime registered. A miss fails the boot stage with the fix named, and is the
+    boot point the capture bundle records (the Loop classifies it as this machine's problem)."""
+    from club3090.edges.launchers.docker import preflight_docker
+    from club3090.errors import LauncherUnavailable
+
+    try:
+        preflight_docker(run=stages.runner or boot_mod.subprocess_runner, which=stages.which)
+    except LauncherUnavailable as exc:
+        return boot_mod.BootReport(False, 0.0, DOCKER_UNAVAILABLE, str(exc)), st.fail("boot", DOCKER_UNAVAILABLE,
+                                                                                     str(exc))
+    return None, st
+
+
+def _compose_boot(job: EInput, paths: _Paths, stages: EStages) -> boot_mod.ComposeBoot:
     return boot_mod.ComposeBoot(
-        paths.compose, paths.compose.parent, f"http://127.0.0.1:{profile.port}",
+        paths.compose, paths.compose.parent, local_url(job.host, job.runtime.port),
         runner=stages.runner or boot_mod.subprocess_runner, http=stages.http or boot_mod.urllib_http,
         clock=stages.clock, sleep=stages.sleep, deadline_s=stages.boot_deadline_s,
         interval_s=stages.poll_interval_s)
 
 
+def launch_argv(compose_text: str) -> tuple[str, ...]:
+    """The server's command line in a compose we wrote (its one service's ``command``), for the smoke
+    to read the capabilities it declares; () when there is none."""
+    try:
+        doc = yaml.safe_load(compose_text)
+    except yaml.YAMLError:
+        return ()
+    services = doc.get("services") if isinstance(doc, dict) else None
+    for service in (services or {}).values() if isinstance(services, dict) else ():
+        command = service.get("command") if isinstance(service, dict) else None
+        if isinstance(command, list):
+            return tuple(str(a) for a in command)
+    return ()
+
+
 def _boot_and_smoke(runner: boot_mod.ComposeBoot, compose: Path, served: str, stages: EStages, st: _State,
-                    say: Callable[[str], None],
+                    say: Callable[[str], None], *, argv: tuple[str, ...] = (),
                     ) -> tuple[boot_mod.BootReport, boot_mod.SmokeReport | None, str, _State]:
     """(the boot, the smoke test or None, the start-up log lines the capture bundle keeps, the state)."""
     say(f"[pull] e: booting {compose} (waiting up to {stages.boot_deadline_s:.0f}s for "
@@ -323,7 +392,9 @@ def _boot_and_smoke(runner: boot_mod.ComposeBoot, compose: Path, served: str, st
     if not booted.ok:
         return booted, None, booted.log_excerpt or "", st.fail("boot", booted.failure or STAGE_ERROR, booted.detail)
     say(f"[pull] e: ready after {booted.seconds:.0f}s; smoke test")
-    smoked = boot_mod.smoke(runner.endpoint, served, http=stages.http or boot_mod.urllib_http)
+    from club3090.validate import capabilities
+
+    smoked = capabilities.smoke(runner.endpoint, served, argv, http=stages.http or boot_mod.urllib_http)
     if not smoked.floor_green:
         st = st.fail("smoke", boot_mod.FLOOR_RED, "; ".join(f"{c}: {smoked.detail[c]['error']}" for c in smoked.red))
     return booted, smoked, runner.logs(), st   # start-up lines: the boot's calibration receipt
@@ -340,13 +411,6 @@ def _with_bundle(report: EReport, job: EInput, log: str, now: Callable[[], datet
         failed = Notice(NoticeCode.BUNDLE_WRITE_FAILED, f"could not write the capture bundle: {exc}",
                         {"error": str(exc)})
         return replace(report, notices=(*report.notices, failed))
-
-
-def _fetcher(spec: "ModelSpec", settings: "Settings") -> download.Fetch:
-    """The Hub, or (a repo found in the HF cache while offline) the cached snapshot."""
-    if spec.source == "cache" and spec.local_path is not None:
-        return download.folder_fetcher(Path(spec.local_path))
-    return download.hub_fetcher(settings, revision=spec.commit or spec.revision)
 
 
 def _write(report: EReport, *, gate: Mapping[str, Any], manifest_fields: Mapping[str, Any], captures_root: Path,

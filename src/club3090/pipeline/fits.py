@@ -18,7 +18,7 @@ from club3090.fit.auto_shape import ShapeChoice
 from club3090.fit.estimate import served_concurrency
 from club3090.fit.memory import FitResult, Unpriceable, predict
 from club3090.fit.shape import ShapeRequest, profile_shape
-from club3090.fit.speed import SpeedEstimate, estimate_speed
+from club3090.fit.speed import SpeedEstimate, estimate_speed, speculation_of
 from club3090.gate.advisories import advise
 from club3090.outcome import Notice, Outcome, Reason, Stop, Stratum
 from club3090.pipeline import engines
@@ -284,14 +284,27 @@ def with_speed(row: FitsRow, catalog: "Catalog", cards: GpuSet) -> FitsRow:
     shape = replace(row.shape, tp=row.tp, pp=row.pp) if row.shape is not None else None
     if shape is None:
         return row
-    speed = estimate_speed(row.facts.arch, int(weights_of(row.facts, catalog) or 0), shape, cards)
+    curated = row.facts.curated
+    model = catalog.models.get(curated.model_id) if curated is not None else None
+    variant = model.weights.get(curated.variant_id) if model is not None and curated is not None else None
+    speculation = speculation_of(shape, _drafter_method(row.profile, catalog),
+                                 weights_format=variant.format if variant is not None else None)
+    speed = estimate_speed(row.facts.arch, int(weights_of(row.facts, catalog) or 0), shape, cards,
+                           speculation=speculation)
     return replace(row, speed=speed)
+
+
+def _drafter_method(profile: str | None, catalog: "Catalog") -> str | None:
+    """The speculative method of a curated profile's drafter (None: no profile or no drafter)."""
+    entry = catalog.profiles.get(profile) if profile else None
+    drafter = catalog.drafters.get(entry.drafter) if entry is not None and entry.drafter else None
+    return drafter.method if drafter is not None else None
 
 
 def with_advice(row: FitsRow, catalog: "Catalog", hw: HardwareFacts) -> FitsRow:
     """The row with the known cliffs and the stratum-5 advisories that apply to it (no advisory for a
     curated model that fits)."""
-    row = with_cliffs(row, catalog)
+    row = with_cliffs(row, catalog, hw)
     if row.facts is None or row.facts.source == "local" or (row.fits and row.facts.curated is not None):
         return row
     notes = advise(row.facts, catalog, fit=row.fit, memory=hw.memory_bytes,
@@ -299,13 +312,16 @@ def with_advice(row: FitsRow, catalog: "Catalog", hw: HardwareFacts) -> FitsRow:
     return replace(row, advisories=notes) if notes else row
 
 
-def with_cliffs(row: FitsRow, catalog: "Catalog") -> FitsRow:
-    from club3090.gate.cliffs import known_cliffs
+def with_cliffs(row: FitsRow, catalog: "Catalog", hw: HardwareFacts) -> FitsRow:
+    from club3090.gate.cliffs import known_cliffs, served_by_profile, weight_format_of
 
     facts = row.facts
     if facts is None:
         return row
-    cliffs = known_cliffs(catalog, profile=catalog.profiles.get(row.profile or ""),
+    profile = catalog.profiles.get(row.profile or "")
+    served = served_by_profile(catalog, profile, tp=row.tp, pp=row.pp, weight_format=weight_format_of(facts),
+                               engine="llama.cpp" if row.gguf is not None else "vllm", sm=hw.sm)
+    cliffs = known_cliffs(catalog, profile=profile, served=served,
                           curated_model=facts.curated.model_id if facts.curated else None,
                           architecture=facts.arch.architecture)
     return replace(row, cliffs=cliffs) if cliffs else row

@@ -42,7 +42,7 @@ if TYPE_CHECKING:  # pragma: no cover - typing only
     from club3090.rig.gpus import GpuSet
 
 __all__ = ["DEFAULT_MAX_QUANT_LOSS", "OpenFitsReport", "OpenFitsRequest", "OpenRow", "admitted_quants",
-           "answer_curated", "open_fits", "open_rank_key", "open_report"]
+           "answer_curated", "open_fits", "open_rank_key", "open_report", "with_host_memory"]
 
 SAFETENSORS, GGUF = for_format("safetensors"), for_format("gguf")   # the engines that read each format
 DEFAULT_MAX_QUANT_LOSS = Decimal("0.7")    # +ppl @ Llama-3-8B: Q3_K_M (0.66) and better
@@ -358,9 +358,10 @@ def answer_curated(rows: Sequence[Any], catalog: "Catalog", rig: "GpuSet", reque
     return out
 
 
-def open_report(provider: "Provider", rig: "GpuSet", request: OpenFitsRequest,
-                ram_gib: float | None = None) -> tuple[OpenFitsReport, OpenFitsRequest]:
-    """The index ranked on ``rig`` with the host memory ``--ram`` names (GiB), else the detected one."""
+def with_host_memory(provider: "Provider", request: OpenFitsRequest,
+                     ram_gib: float | None = None) -> tuple[OpenFitsRequest, str]:
+    """``request`` with the usable host memory ``--ram`` names (GiB), else the detected one, and
+    where it came from (``--ram``, ``detected`` or ``none``)."""
     from club3090.fit.offload import usable_ram
 
     total: int | None
@@ -369,7 +370,13 @@ def open_report(provider: "Provider", rig: "GpuSet", request: OpenFitsRequest,
     else:
         total = provider.system_memory_bytes()
         source = "detected" if total is not None else "none"
-    request = replace(request, ram_bytes=usable_ram(total))
+    return replace(request, ram_bytes=usable_ram(total)), source
+
+
+def open_report(provider: "Provider", rig: "GpuSet", request: OpenFitsRequest,
+                ram_gib: float | None = None) -> tuple[OpenFitsReport, OpenFitsRequest]:
+    """The index ranked on ``rig`` with the host memory ``--ram`` names (GiB), else the detected one."""
+    request, source = with_host_memory(provider, request, ram_gib)
     index = provider.open_index()
     rows = open_fits(index, rig, request)
     return OpenFitsReport(rows=rows, ram_bytes=request.ram_bytes, ram_source=source,

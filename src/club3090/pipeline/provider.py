@@ -16,6 +16,7 @@ method             what it reads
 ``detect_gpus()``  the visible GPUs, with a note for every probe that found nothing
 ``free_bytes()``   free disk space at a path (None when unknown: the disk gate fails closed)
 ``now()``          the clock (capture bundles)
+``monotonic()``    seconds on a monotonic clock, and ``sleep()`` to wait (the warm-up window)
 ``measured()``     this machine's promoted measurements (``club3090 loop promote``), newest last
 ``receipts()``     this machine's calibration receipts (``calibrate --save``, ``up``)
 ``drift_guard()``  whether a patch's drift guard passes for a profile (compose replay)
@@ -23,7 +24,8 @@ method             what it reads
                    None to run no [E]
 ``cached_files()`` offline: (commit, files) of a repo's snapshot in the HF cache, or None
 ``cached_bytes()`` bytes of some files already complete in the HF cache (the disk check)
-``fetch_weights``  files of a repo at a commit into the HF cache, sha256-verified (a report)
+``fetch_weights``  files of a repo at a commit into the HF cache, sha256-verified, resumable (a
+                   report); ``up``, ``swap`` and ``pull``'s [E] download through it
 ``payloads()``     an upstream path -> its pinned, verified files (a bundle's mounted payloads)
 ``launcher()``     the launcher a name names (``edges.launchers`` registry), with this run's tools
 ``http()``         the HTTP client for loopback calls to a started server
@@ -80,6 +82,10 @@ class Provider(Protocol):
 
     def now(self) -> datetime: ...
 
+    def monotonic(self) -> float: ...
+
+    def sleep(self, seconds: float) -> None: ...
+
     def measured(self) -> "Sequence[Mapping[str, Any]]": ...
 
     def receipts(self) -> "Sequence[Mapping[str, Any]]": ...
@@ -94,7 +100,8 @@ class Provider(Protocol):
     def cached_bytes(self, repo_id: str, commit: str | None, files: "Sequence[RepoFile]") -> int: ...
 
     def fetch_weights(self, repo_id: str, commit: str, files: "Sequence[RepoFile]", *,
-                      progress: "Callable[[str], None] | None", bar: bool) -> "DownloadReport": ...
+                      progress: "Callable[[str], None] | None", bar: bool,
+                      adopt: "Sequence[Path]" = ()) -> "DownloadReport": ...
 
     def payloads(self, upstream: str) -> Mapping[str, bytes]: ...
 

@@ -13,16 +13,18 @@ from decimal import Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from club3090.compose.derived import PUBLISH_HOST
 from club3090.fit.shape import ShapeRequest
 from club3090.gate.flags import given_flags
 from club3090.outcome import STRATUM_NAMES, Notice, NoticeCode, Outcome, Stratum
-from club3090.pipeline.pull_gate import EFFECTIVE_CAP_NOTICE, ComposeStep, PathName, Verdict, decide, select_path
+from club3090.pipeline.pull_gate import EFFECTIVE_CAP_NOTICE, ComposeStep, Gate, PathName, Verdict, decide, select_path
 from club3090.pipeline.pull_records import Emission, emit, record
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from club3090.catalog.model import Catalog
     from club3090.fit.auto_shape import ShapeChoice
     from club3090.fit.memory import FitResult
+    from club3090.fit.runtime import RuntimeShape
     from club3090.gate.cliffs import Cliff
     from club3090.gate.engine_support import EngineFinding
     from club3090.pipeline.emit_derived import EReport, EStages
@@ -54,6 +56,7 @@ class PullRequest:
     downloads_here: bool = True              # False: `up --launcher ray|k8s` (each node downloads)
     path: PathName | None = None             # explicit path (library callers and tests)
     shape_request: ShapeRequest = field(default_factory=ShapeRequest)   # vLLM flags pinning the shape
+    host: str = PUBLISH_HOST                 # --host: where a derived compose publishes its port
 
     @property
     def given(self) -> frozenset[str]:
@@ -88,6 +91,7 @@ class PullResult:
     e: "EReport | None" = None               # Pull-Emit-Derived [E], when it ran or was skipped
     shape_source: str = "profile-like"       # profile-like | curated-default | derived
     choice: "ShapeChoice | None" = None      # the derived shape, with its reason and runner-ups
+    runtime: "RuntimeShape | None" = None    # what `up` launches: the profile's or the derived shape's
     dry_run: bool = False
     advisories: tuple[Notice, ...] = ()      # stratum-5 advice (gate.advisories); never changes the decision
     cliffs: "tuple[Cliff, ...]" = ()         # known failure modes from the catalog (gate.cliffs), shown first
@@ -176,7 +180,6 @@ def evaluate(request: PullRequest, provider: "Provider", *, stages: "EStages | N
     facts = facts if facts is not None else provider.resolve(request.source, catalog)
     verdict = decide(request, facts, catalog, gpus, provider, compose=compose or _curated_compose(provider),
                      e_enabled=stages is not None)
-    catalog = verdict.gate.catalog or catalog         # with the derived ``auto`` profile, if any
     across = multi_node_notice(verdict, gpus)
     # pull writes and boots one machine's compose: a shape spanning nodes is priced, then launched by `up`
     emission = Emission(notices=(across,)) if across is not None else emit(verdict, catalog, provider, stages,
@@ -186,12 +189,17 @@ def evaluate(request: PullRequest, provider: "Provider", *, stages: "EStages | N
                    cliffs=cliffs_of(verdict.gate, catalog))
 
 
-def cliffs_of(at: Any, catalog: "Catalog") -> "tuple[Cliff, ...]":
-    """The known cliffs of the model and profile the gate judged (``gate.cliffs``)."""
-    from club3090.gate.cliffs import known_cliffs
+def cliffs_of(at: Gate, catalog: "Catalog") -> "tuple[Cliff, ...]":
+    """The known cliffs of the model and profile the gate judged (``gate.cliffs``), on the shape it
+    launches (its runtime shape: the profile's, or the derived one)."""
+    from club3090.gate.cliffs import known_cliffs, served_by_profile, weight_format_of
 
-    spec = at.spec
-    return known_cliffs(catalog, profile=at.profile,
+    spec, rt = at.spec, at.runtime
+    served = served_by_profile(catalog, at.profile, tp=rt.tp if rt else None, pp=rt.pp if rt else None,
+                               kv_format=rt.kv_format if rt else None, weight_format=weight_format_of(spec),
+                               engine=at.engine.type if at.engine else None,
+                               sm=at.hardware.sm if at.hardware else None)
+    return known_cliffs(catalog, profile=at.profile, served=served,
                         curated_model=spec.curated.model_id if spec is not None and spec.curated else None,
                         architecture=spec.arch.architecture if spec is not None else "")
 
@@ -212,19 +220,19 @@ def advisories(verdict: Verdict, catalog: "Catalog") -> tuple[Notice, ...]:
 
 def multi_node_notice(verdict: Verdict, gpus: "GpuSet | None") -> Notice | None:
     """When the decided shape spans several nodes: what pull did (priced only) and the next step."""
-    profile = verdict.gate.profile
-    if gpus is None or gpus.nodes <= 1 or profile is None:
+    runtime = verdict.gate.runtime
+    if gpus is None or gpus.nodes <= 1 or runtime is None:
         return None
-    world = int(profile.tp) * int(profile.pp)
+    world = int(runtime.tp) * int(runtime.pp)
     nodes = -(-world // gpus.gpus_per_node)
     if nodes <= 1:
         return None
     return Notice(NoticeCode.MULTI_NODE_SHAPE,
-                  f"TP {profile.tp} x PP {profile.pp} spans {nodes} nodes of {gpus.gpus_per_node} GPU(s) "
+                  f"TP {runtime.tp} x PP {runtime.pp} spans {nodes} nodes of {gpus.gpus_per_node} GPU(s) "
                   f"({gpus.interconnect}): pull priced it and wrote, downloaded and started nothing (its compose "
                   "is one machine's); launch it with `club3090 up ... --launcher ray` or `--launcher k8s`",
-                  {"nodes": nodes, "gpus_per_node": gpus.gpus_per_node, "tp": int(profile.tp),
-                   "pp": int(profile.pp), "interconnect": gpus.interconnect})
+                  {"nodes": nodes, "gpus_per_node": gpus.gpus_per_node, "tp": int(runtime.tp),
+                   "pp": int(runtime.pp), "interconnect": gpus.interconnect})
 
 
 def _curated_compose(provider: "Provider") -> ComposeStep:
@@ -248,6 +256,7 @@ def assemble(verdict: Verdict, emission: Emission, bundle: tuple[Path | None, tu
         emitted=emission.emitted, notices=tuple(dict.fromkeys((*at.notices, *emission.notices, *bundle[1]))),
         caveat=CAVEAT if verdict.caveat else None, hardware=at.hardware, bundle=bundle[0],
         suggestions=at.suggestions, e=emission.e, shape_source=at.shape_source, choice=at.choice,
+        runtime=at.runtime,
         dry_run=at.request.dry_run)
 
 

@@ -14,7 +14,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from club3090.compose.outcome import SCOPE
 from club3090.fit.memory import FitResult, Unpriceable, predict
+from club3090.fit.runtime import RuntimeShape
 from club3090.fit.shape import profile_shape
 from club3090.gate.closest_fit import closest_fit
 from club3090.gate.disk import check_disk
@@ -79,7 +81,7 @@ class Gate:
     trust_remote_code: bool = False          # [C0] needed the ack and --trust-remote-code gave it
     choice: "ShapeChoice | None" = None      # the automatic shape, when no --profile-like was given
     shape_source: str = "profile-like"       # profile-like | curated-default | derived
-    catalog: "Catalog | None" = None         # the catalog with the derived ``auto`` profile in it
+    runtime: RuntimeShape | None = None      # what is launched: the profile's, or the derived shape's
 
     def noting(self, *notices: Notice) -> "Gate":
         return replace(self, notices=self.notices + notices)
@@ -129,7 +131,6 @@ def decide(request: "PullRequest", facts: "ModelSpec | Stop", catalog: "Catalog"
         if isinstance(auto, Stop):
             return stopped(at, auto)
         at = auto
-        catalog = at.catalog or catalog
         request = at.request
     if at.shape_source != "derived":
         assert request.profile_like is not None
@@ -190,8 +191,9 @@ def route(at: Gate, spec: "ModelSpec", catalog: "Catalog") -> Gate:
 
 def with_auto_shape(at: Gate, catalog: "Catalog", gpu_set: "GpuSet | None", provider: "Provider") -> Gate | Stop:
     """No --profile-like: the rig first (every GPU is a candidate), then the curated default for
-    its GPU count, else the shape derived from the model and the rig (``pipeline.auto_profile``)."""
-    from club3090.pipeline.auto_profile import auto_profile, automatic_shape, catalog_with
+    its GPU count, else the shape derived from the model and the rig (``pipeline.auto_profile``),
+    set directly as the gate's runtime and priced shape (no catalog profile stands in for it)."""
+    from club3090.pipeline.auto_profile import automatic_shape, derived_runtime
 
     request, spec = at.request, at.spec
     assert spec is not None
@@ -216,13 +218,11 @@ def with_auto_shape(at: Gate, catalog: "Catalog", gpu_set: "GpuSet | None", prov
     if candidate is None:
         return Stop(Stratum.ELIGIBILITY, Reason.NO_FIT_MODEL,
                     detail={"message": f"the fit engine cannot price this model: {choice.unpriceable or choice.reason}"})
-    card = gpu_set.gpus[0].id if gpu_set is not None and gpu_set.gpus and gpu_set.gpus[0] is not None else None
-    profile = auto_profile(choice, candidate, spec, catalog, card)
-    extended = catalog_with(catalog, profile)
+    runtime = derived_runtime(choice, candidate)
     ups = "; ".join(why for _c, why in choice.runner_ups)
-    at = replace(at, request=replace(request, profile_like=profile.key), profile=profile,
-                 engine=extended.engines[profile.engine], hardware=hw, choice=choice, shape_source="derived",
-                 catalog=extended).noting(*hw.notices)
+    at = replace(at, request=replace(request, profile_like=runtime.key), runtime=runtime,
+                 engine=catalog.engines[runtime.engine], hardware=hw, choice=choice,
+                 shape_source="derived").noting(*hw.notices)
     return at.noting(Notice(NoticeCode.AUTO_SHAPE,
                             f"shape: {candidate.label()} on {choice.engine} - {choice.reason}"
                             + (f"; runner-ups: {ups}" if ups else ""),
@@ -247,7 +247,7 @@ def hardware_stop(hw: HardwareFacts) -> Stop:
 def with_profile(at: Gate, catalog: "Catalog") -> Gate:
     assert at.request.profile_like is not None
     profile = catalog.profiles[at.request.profile_like]
-    at = replace(at, profile=profile, engine=catalog.engines[profile.engine])
+    at = replace(at, profile=profile, runtime=RuntimeShape.of(profile), engine=catalog.engines[profile.engine])
     if profile.launchable:
         return at
     return at.noting(Notice(NoticeCode.PROFILE_NOT_LAUNCHABLE,
@@ -272,12 +272,12 @@ def with_hardware(at: Gate, catalog: "Catalog", gpu_set: "GpuSet | None", provid
 
 def check_engine(at: Gate, catalog: "Catalog") -> tuple[Gate, Stop | None]:
     """[C0]: the first finding no flag clears stops; each cleared one is a ``bypassed`` notice."""
-    spec, profile, engine, hw, request = at.spec, at.profile, at.engine, at.hardware, at.request
-    assert spec is not None and profile is not None and engine is not None and hw is not None
+    spec, runtime, engine, hw, request = at.spec, at.runtime, at.engine, at.hardware, at.request
+    assert spec is not None and runtime is not None and engine is not None and hw is not None
     arch, curated, variant = spec.arch, spec.curated, at.variant
     weight_format = variant.format if variant is not None else (
         "gguf" if spec.gguf_files and not spec.weight_files else None)
-    inputs = EngineInputs(profile=profile, engine=engine, architecture=arch.architecture,
+    inputs = EngineInputs(runtime=runtime, engine=engine, architecture=arch.architecture,
                           auto_map=bool(arch.auto_map or spec.requires_trust_remote_code),
                           curated_model=curated.model_id if curated else None, hardware=hw,
                           num_attention_heads=arch.num_attention_heads or None,
@@ -314,17 +314,19 @@ def check_engine(at: Gate, catalog: "Catalog") -> tuple[Gate, Stop | None]:
 
 
 def disk_stop(at: Gate, provider: "Provider") -> Stop | None:
-    """[C2a]: the download (x 1.2) must fit in HF_HOME; a local folder downloads nothing."""
+    """[C2a]: the download (x 1.2) must fit where the HF cache is; a local folder downloads nothing."""
     spec, variant = at.spec, at.variant
     assert spec is not None
     local = spec.source == "local"
-    hf_home = provider.settings.hf_home
+    hf_home, cache = Path(provider.settings.hf_home), Path(provider.settings.hub_cache)
+    # named as HF_HOME unless $HF_HUB_CACHE moved the cache elsewhere
+    where = hf_home if hf_home in (cache, *cache.parents) else cache
     footprint = variant.size_bytes if variant is not None and variant.size_bytes else spec.footprint_bytes
-    free = None if local else provider.free_bytes(Path(hf_home))
+    free = None if local else provider.free_bytes(cache)
     if footprint and not local and spec.source != "catalog":
         # files already complete in the HF cache at this commit are not downloaded again
         footprint = max(0, int(footprint) - provider.cached_bytes(spec.ref, spec.commit, spec.download_files))
-    return check_disk(footprint_bytes=footprint, free_bytes=free, local=local, where=str(hf_home)).stop()
+    return check_disk(footprint_bytes=footprint, free_bytes=free, local=local, where=str(where)).stop()
 
 
 def with_shape(at: Gate, catalog: "Catalog") -> Gate:
@@ -333,11 +335,12 @@ def with_shape(at: Gate, catalog: "Catalog") -> Gate:
     and ``kv-calc --profile`` agree), the drafter on Path A only, the mem_util default where the profile sets
     none, and on Path B (non-curated) the context capped at the model's own maximum."""
     spec, profile, hw = at.spec, at.profile, at.hardware
-    assert spec is not None and profile is not None
+    assert spec is not None
     pick = (at.choice.chosen or at.choice.best) if at.choice is not None and at.shape_source == "derived" else None
-    if pick is not None:        # the automatic shape is priced as chosen, not rebuilt from its profile record
+    if pick is not None:        # the automatic shape is priced as chosen
         return replace(at, shape=replace(pick.shape, device_name=hw.names[0] if hw is not None and hw.names
                                          else pick.shape.device_name))
+    assert profile is not None
     model_max = model_max_len(spec.arch)
     max_model_len = profile.max_model_len
     if at.path != "A" and spec.curated is None and model_max and max_model_len > model_max:
@@ -383,8 +386,8 @@ def with_fit(at: Gate, catalog: "Catalog", measured: "Sequence[Mapping[str, Any]
 
 def accept(at: Gate, catalog: "Catalog", *, compose: ComposeStep, e_enabled: bool) -> Verdict:
     """[C1] the terminal, then on Path A stratum 6, the compose dry-run."""
-    spec, profile, fit, request = at.spec, at.profile, at.fit, at.request
-    assert spec is not None and profile is not None and fit is not None
+    spec, runtime, fit, request = at.spec, at.runtime, at.fit, at.request
+    assert spec is not None and runtime is not None and fit is not None
     confidence = spec.confidence
     c1 = terminal_for(confidence, fit.raw_verdict, request.given)
     at = replace(at, terminal=c1.terminal.value)
@@ -404,14 +407,20 @@ def accept(at: Gate, catalog: "Catalog", *, compose: ComposeStep, e_enabled: boo
                        caveat=True)
     if fit.raw_verdict == "fits-constrained":
         at = at.noting(Notice(NoticeCode.EFFECTIVE_CAP, EFFECTIVE_CAP_NOTICE,
-                              {"profile": profile.key, "max_num_seqs": profile.max_num_seqs,
+                              {"profile": runtime.key, "max_num_seqs": runtime.max_num_seqs,
                                "max_concurrency": fit.max_concurrency, "rewritten": ()}))
         if fit.max_model_len_fit:
             at = at.noting(Notice(NoticeCode.RIG_FITTED_OVERRIDE,
                                   f"rig-fitted override, if you want full-length requests to fit: "
                                   f"MAX_MODEL_LEN={fit.max_model_len_fit}",
                                   {"max_model_len": int(fit.max_model_len_fit)}))
-    outcome = compose(profile.key, catalog, str(request.out) if request.out is not None else None)
+    if at.profile is None:      # the derived shape: no shipped compose to replay
+        return stopped(at, Stop(Stratum.COMPOSE_DRY_RUN, Reason.D_REFUSED, sub_reason=SCOPE,
+                                detail={"message": f"the compose generator refused ({SCOPE}): no curated profile "
+                                        f"of this model is sized for this rig and the derived shape has no shipped "
+                                        "compose to replay; pass --profile-like KEY (`club3090 profiles`) to write "
+                                        "a curated one"}))
+    outcome = compose(runtime.key, catalog, str(request.out) if request.out is not None else None)
     if outcome.refusal is not None:
         why = f": {outcome.detail}" if outcome.detail else ""
         return stopped(at, Stop(Stratum.COMPOSE_DRY_RUN, Reason.D_REFUSED, sub_reason=outcome.refusal,
@@ -425,8 +434,8 @@ def accept(at: Gate, catalog: "Catalog", *, compose: ComposeStep, e_enabled: boo
 
 
 def path_b_notices(at: Gate, e_enabled: bool) -> Gate:
-    request, spec, profile = at.request, at.spec, at.profile
-    assert spec is not None and profile is not None
+    request, spec, runtime = at.request, at.spec, at.runtime
+    assert spec is not None and runtime is not None
     if request.dry_run or request.out is not None:
         return at
     if spec.curated is None:
@@ -436,6 +445,6 @@ def path_b_notices(at: Gate, e_enabled: bool) -> Gate:
                                 "add --out FILE to write a patchless compose for this repo; this "
                                 "call does not download or boot it"))
     return at.noting(Notice(NoticeCode.CURATED_NEEDS_OUT,
-                            f"curated repo: add --out FILE to write its compose ({profile.key})",
-                            {"profile": profile.key}))
+                            f"curated repo: add --out FILE to write its compose ({runtime.key})",
+                            {"profile": runtime.key}))
 

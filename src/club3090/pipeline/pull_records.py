@@ -72,12 +72,13 @@ def _derived(verdict: "Verdict", catalog: "Catalog", provider: "Provider", stage
     from club3090.pipeline import emit_derived
 
     at = verdict.gate
-    assert at.spec is not None and at.profile is not None
+    assert at.spec is not None and at.runtime is not None
     gate, manifest = bundle_fields(verdict)
     gate.pop("abort_reason", None)
-    job = emit_derived.EInput(spec=at.spec, profile=at.profile, catalog=catalog, settings=provider.settings,
+    job = emit_derived.EInput(spec=at.spec, runtime=at.runtime, catalog=catalog, settings=provider.settings,
                               hardware=at.hardware, fit=at.fit, terminal=at.terminal,
-                              trust_remote_code=at.trust_remote_code, out=at.request.out, force=at.request.force,
+                              trust_remote_code=at.trust_remote_code, out=at.request.out, host=at.request.host,
+                              force=at.request.force,
                               gate=gate, manifest_fields=manifest, captures_root=captures_root)
     return emit_derived.run(job, stages, provider.now)
 
@@ -130,7 +131,7 @@ def bundle_fields(verdict: "Verdict") -> tuple[dict[str, Any], dict[str, Any]]:
     from club3090.pipeline import emit_derived
 
     at = verdict.gate
-    profile, engine, spec, hw, fit = at.profile, at.engine, at.spec, at.hardware, at.fit
+    runtime, engine, spec, hw, fit = at.runtime, at.engine, at.spec, at.hardware, at.fit
     gate = {
         "abort_reason": verdict.reason,
         "detail": {"message": verdict.detail, **({"sub_reason": verdict.sub_reason} if verdict.sub_reason else {})},
@@ -150,7 +151,7 @@ def bundle_fields(verdict: "Verdict") -> tuple[dict[str, Any], dict[str, Any]]:
     arch = spec.arch if spec is not None else None
     quant = spec.quantization if spec is not None else None
     past_c0 = verdict.stratum == Stratum.DECIDED or verdict.stratum > Stratum.ENGINE_SUPPORT
-    in_use = (list(zip(hw.names, hw.selected_memory(profile.tp if profile is not None else 1), strict=False))
+    in_use = (list(zip(hw.names, hw.selected_memory(runtime.tp if runtime is not None else 1), strict=False))
               if hw is not None and len(hw.names) == len(hw.memory_bytes) else [])
     manifest = {
         "model": curated.model_id if curated else at.slug,
@@ -160,8 +161,8 @@ def bundle_fields(verdict: "Verdict") -> tuple[dict[str, Any], dict[str, Any]]:
         "arch_family": (arch.architecture if arch is not None else None) or None,
         "engine_pin": engine.pin if engine is not None and past_c0 else None,
         "engine_version": engine.vllm_version if engine is not None and past_c0 else None,
-        "kv_format": profile.kv_format if profile is not None and past_c0 else None,
-        "selected_ctx": profile.max_model_len if profile is not None and past_c0 else None,
+        "kv_format": runtime.kv_format if runtime is not None and past_c0 else None,
+        "selected_ctx": runtime.max_model_len if runtime is not None and past_c0 else None,
         # the fit engine's version is known whatever stopped the gate: the Loop's dedup key needs it
         "kv_calc_version": emit_derived.kv_calc_version(),
         **(capture.topology_fields(in_use) if past_c0 else {}),

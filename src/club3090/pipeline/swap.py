@@ -15,9 +15,11 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from club3090.edges.boot import WARMUP_WINDOW_S
 from club3090.edges.launchers import DEFAULT as DEFAULT_LAUNCHER
 from club3090.errors import Club3090Error, UsageError
 from club3090.fit.memory import FitResult, Unpriceable, predict
+from club3090.fit.runtime import RuntimeShape
 from club3090.fit.shape import profile_shape
 from club3090.gate.advisories import variants_advice
 from club3090.gate.swap_match import Mismatch, SwapToken, check_swap
@@ -53,6 +55,7 @@ class SwapRequest:
     skip_tools: bool = False
     progress: Progress = field(default_factory=Progress)
     captures: Path | None = None
+    warmup_s: float = WARMUP_WINDOW_S
 
 
 @dataclass(frozen=True)
@@ -155,7 +158,8 @@ def swap(req: SwapRequest, provider: "Provider") -> SwapResult:
 
     up_req = UpRequest(source=req.source, directory=req.directory, profile_like=req.profile_like,
                        launcher=req.launcher, gpus=req.gpus, port=req.port, no_start=req.no_start, vllm=req.vllm,
-                       force=req.force, skip_tools=req.skip_tools, progress=req.progress, captures=req.captures)
+                       force=req.force, skip_tools=req.skip_tools, progress=req.progress, captures=req.captures,
+                       warmup_s=req.warmup_s)
     check_request(up_req)
     catalog = provider.catalog()
     profile = catalog.profiles.get(req.profile_like)
@@ -237,7 +241,7 @@ def _priced(req: SwapRequest, up_req: UpRequest, spec: "ModelSpec", profile: "Pr
         if stop is not None:
             return _refused(result, log, stop.token, [f"[swap] {stop.token}: {stop.detail.get('message', '')}"])
     served = req.served_model_name or served_name(spec.ref)
-    done: UpResult = deploy(up_req, spec, catalog, provider, FactLog(log.show),
+    done: UpResult = deploy(up_req, spec, catalog, RuntimeShape.of(profile), provider, FactLog(log.show),
                             lambda _snapshot: curated_launch(profile.key, catalog, provider),
                             served_model=served, emit_only=req.emit_only, swap_of=profile.key)
     return replace(result, served_model=served, up=done, outcome=done.outcome, facts=(*log.facts, *done.facts))

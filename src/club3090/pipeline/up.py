@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from club3090.edges import launchers
+from club3090.edges.boot import WARMUP_WINDOW_S
 from club3090.errors import InputError, UsageError
 from club3090.outcome import Outcome
 from club3090.pipeline import bundle as bundle_mod
@@ -39,6 +40,7 @@ if TYPE_CHECKING:
 
     from club3090.catalog.model import Catalog
     from club3090.edges.download import DownloadReport
+    from club3090.fit.runtime import RuntimeShape
     from club3090.model.spec import ModelSpec, RepoFile
     from club3090.pipeline.provider import Provider
     from club3090.rig.gpus import GpuSet
@@ -98,6 +100,7 @@ class UpRequest:
     progress: Progress = field(default_factory=Progress)
     captures: Path | None = None              # where a failed start's capture bundle goes (default ./.pull-captures)
     ready_deadline_s: float = launchers.READY_DEADLINE_S
+    warmup_s: float = WARMUP_WINDOW_S         # --warmup-s: how long a listed server may answer errors
 
 
 def _served_files(spec: "ModelSpec", provider: "Provider") -> tuple[str, tuple["RepoFile", ...]]:
@@ -149,32 +152,30 @@ def drafter_repo(catalog: "Catalog", drafter_id: str | None) -> str | None:
     return repos.pop() if len(repos) == 1 else None
 
 
-def _drafter_weights(catalog: "Catalog", profile: Any, provider: "Provider") -> DrafterWeights | None:
-    repo = drafter_repo(catalog, profile.drafter)
-    if repo is None:
+def _drafter_weights(catalog: "Catalog", runtime: "RuntimeShape", provider: "Provider") -> DrafterWeights | None:
+    repo = drafter_repo(catalog, runtime.drafter)
+    if repo is None or runtime.drafter is None:
         return None
-    drafter = catalog.drafters[profile.drafter]
+    drafter = catalog.drafters[runtime.drafter]
     revision = next((v.revision for model_id in drafter.model_compat if model_id in catalog.models
                      for v in catalog.models[model_id].weights.values() if repo in v.hf_repos and v.revision), None)
     commit, files = _repo_files(repo, revision, revision, provider)
     return DrafterWeights(repo, commit, files, str(drafter.local_model_path))
 
 
-def _launch(req: UpRequest, spec: "ModelSpec", catalog: "Catalog", provider: "Provider", gate: Any,
-            snapshot: Path) -> tuple[Any, str]:
+def _launch(req: UpRequest, spec: "ModelSpec", catalog: "Catalog", runtime: "RuntimeShape", provider: "Provider",
+            gate: Any, snapshot: Path) -> tuple[Any, str]:
     """(Launch, upstream base) for the gate's path: the curated replay, or the derived compose."""
     from club3090.compose import generate as gen
 
-    key = req.profile_like or ""
-    profile = catalog.profiles[key]
-    if spec.curated is not None and spec.curated.model_id == profile.model:
-        return curated_launch(key, catalog, provider)
+    if spec.curated is not None and spec.curated.model_id == runtime.model:
+        return curated_launch(runtime.key, catalog, provider)
     from club3090.pipeline.emit_derived import chosen_context
 
     ctx, _note = chosen_context(gate.fit)
     hw = gate.hardware
-    count = hw.count if hw is not None and hw.count else profile.tp
-    outcome = gen.derived_compose(spec, key, catalog, snapshot_dir=snapshot.absolute(),
+    count = hw.count if hw is not None and hw.count else runtime.tp
+    outcome = gen.derived_compose(spec, runtime, catalog, snapshot_dir=snapshot.absolute(),
                                   hf_home=Path(provider.settings.hf_home).absolute(), max_model_len=ctx,
                                   trust_remote_code=req.trust_remote_code, gpu_indices=tuple(range(count)))
     if outcome.launch is None or not outcome.ok:
@@ -262,25 +263,21 @@ def up(req: UpRequest, provider: "Provider") -> UpResult:
     spec = facts if facts is not None else provider.resolve(req.source, catalog)
     if not hasattr(spec, "ref"):
         raise UsageError(f"{req.source}: the gate passed but the model cannot be resolved again")
-    key = req.profile_like or gate.profile_like or ""
-    if key not in catalog.profiles and gate.choice is not None:   # the automatic, derived shape
-        from club3090.pipeline.auto_profile import auto_profile, catalog_with
-
-        candidate = gate.choice.chosen or gate.choice.best
-        catalog = catalog_with(catalog, auto_profile(gate.choice, candidate, spec, catalog, None))  # type: ignore[arg-type]
-    if key not in catalog.profiles:
-        raise UsageError(f"the gate chose the shape {key!r}, which `up` cannot launch; pass --profile-like KEY")
-    req = replace(req, profile_like=key)
+    runtime = gate.runtime           # the gate's: a profile's, or the automatic shape it derived
+    if runtime is None:
+        raise UsageError(f"the gate chose no shape `up` can launch for {req.source}; pass --profile-like KEY")
+    req = replace(req, profile_like=runtime.key)
 
     rig_nodes = int(getattr(gate.hardware, "nodes", 1) or 1)
     if rig_nodes > 1 and not launchers.get(req.launcher).multi_node:
         raise UsageError(_multi_node_hint(rig_nodes))
-    return deploy(req, spec, catalog, provider, log,  # type: ignore[arg-type]
-                  lambda snapshot: _launch(req, spec, catalog, provider, gate, snapshot),  # type: ignore[arg-type]
+    return deploy(req, spec, catalog, runtime, provider, log,  # type: ignore[arg-type]
+                  lambda snapshot: _launch(req, spec, catalog, runtime, provider, gate, snapshot),  # type: ignore[arg-type]
                   hardware=gate.hardware)
 
 
-def deploy(req: UpRequest, spec: "ModelSpec", catalog: "Catalog", provider: "Provider", log: FactLog,
+def deploy(req: UpRequest, spec: "ModelSpec", catalog: "Catalog", runtime: "RuntimeShape", provider: "Provider",
+           log: FactLog,
            make_launch: Callable[[Path], tuple[Any, str]], *, served_model: str | None = None,
            emit_only: bool = False, swap_of: str | None = None, hardware: Any = None) -> UpResult:
     """From a decided launch to a serving bundle: launcher preflight -> the bundle in DIR with its
@@ -293,10 +290,9 @@ def deploy(req: UpRequest, spec: "ModelSpec", catalog: "Catalog", provider: "Pro
 
     directory = Path(req.directory).absolute()
     launcher = provider.launcher(req.launcher)
-    profile = catalog.profiles[req.profile_like or ""]
-    port = req.port or profile.port
+    port = req.port or runtime.port
     starts = not req.no_start and launcher.starts and not emit_only
-    pre = _preflight(req, launcher, catalog, profile) if starts else launchers.Preflighted()
+    pre = _preflight(req, launcher, catalog, runtime) if starts else launchers.Preflighted()
     busy = port_refusal(port) if starts else None
     if busy is not None:      # nothing is written before the launcher works and the port is free
         return refuse_port(log, {}, busy, provider)
@@ -304,7 +300,7 @@ def deploy(req: UpRequest, spec: "ModelSpec", catalog: "Catalog", provider: "Pro
     hub_cache = Path(provider.settings.hub_cache).absolute()
     snapshot = snapshot_dir(hub_cache, spec.ref, commit)
     launch, base = make_launch(snapshot)
-    drafter = _drafter_weights(catalog, profile, provider)
+    drafter = _drafter_weights(catalog, runtime, provider)
     if drafter is not None:   # the drafter's folder -> its snapshot in the HF cache the bundle mounts
         inside = f"{bundle_mod.CONTAINER_HUB}/{snapshot_dir(Path('.'), drafter.repo_id, drafter.commit).as_posix()}"
         launch = bundle_mod.relocate(launch, drafter.container_path, inside)
@@ -314,7 +310,7 @@ def deploy(req: UpRequest, spec: "ModelSpec", catalog: "Catalog", provider: "Pro
         raise UsageError(f"{req.profile_like} also serves {', '.join(plan.unresolved)}, which no catalog repo "
                          "provides: use a profile without it, or `club3090 compose` and place it yourself")
     if launcher.multi_node:
-        return _cluster(req, launcher, plan, profile, hardware, spec.ref, commit, files, provider, log, swap_of)
+        return _cluster(req, launcher, plan, runtime, hardware, spec.ref, commit, files, provider, log, swap_of)
     plan = _write_bundle(plan, req, catalog, provider, log)
     state = _state(req, plan, spec.ref, commit, drafter, provider, swap_of)
     if emit_only:
@@ -332,10 +328,10 @@ def deploy(req: UpRequest, spec: "ModelSpec", catalog: "Catalog", provider: "Pro
                         secrets=provider.settings.redaction_secrets)
 
 
-def _preflight(req: UpRequest, launcher: "launchers.Launcher", catalog: "Catalog", profile: Any
+def _preflight(req: UpRequest, launcher: "launchers.Launcher", catalog: "Catalog", runtime: "RuntimeShape"
                ) -> "launchers.Preflighted":
     """The launcher's preflight with the engine's vLLM server (``--vllm``, compared with the pin)."""
-    engine = catalog.engines.get(profile.engine)
+    engine = catalog.engines.get(runtime.engine)
     pre = launcher.preflight(launchers.vllm_server(req.vllm, engine.pin if engine is not None else None))
     for note in pre.notes:
         req.progress.say(f"[up] note: {note}")
@@ -370,7 +366,7 @@ def _state(req: UpRequest, plan: bundle_mod.Bundle, repo_id: str, commit: str, d
     return state
 
 
-def _cluster(req: UpRequest, launcher: "launchers.Launcher", plan: bundle_mod.Bundle, profile: Any, hardware: Any,
+def _cluster(req: UpRequest, launcher: "launchers.Launcher", plan: bundle_mod.Bundle, runtime: "RuntimeShape", hardware: Any,
              repo_id: str, commit: str, files: tuple["RepoFile", ...], provider: "Provider", log: FactLog,
              swap_of: str | None) -> UpResult:
     """A multi-node launcher: its files for every node, written; nothing started."""
@@ -378,7 +374,7 @@ def _cluster(req: UpRequest, launcher: "launchers.Launcher", plan: bundle_mod.Bu
 
     fact, written = cluster_up.emit(launcher=launcher, directory=plan.directory,
                                      options=req.cluster or cluster_up.ClusterOptions(nodes=req.nodes), plan=plan,
-                                     profile=profile, hardware=hardware, repo_id=repo_id, commit=commit, files=files,
+                                     runtime=runtime, hardware=hardware, repo_id=repo_id, commit=commit, files=files,
                                      hub_cache=Path(provider.settings.hub_cache).absolute(), port=plan.port,
                                      writer=provider, now=provider.now())
     if swap_of is not None:
@@ -395,7 +391,8 @@ def fetch_verified(provider: "Provider", progress: Progress, repo_id: str, commi
     from club3090.edges.download import raise_for
 
     progress.say(f"[up] {what}: {len(files)} files of {repo_id}@{commit[:12]} into {provider.settings.hub_cache}")
-    report = provider.fetch_weights(repo_id, commit, files, progress=progress.say, bar=progress.bar)
+    report = provider.fetch_weights(repo_id, commit, files, progress=lambda m: progress.say(f"[up] {what} {m}"),
+                                    bar=progress.bar)
     raise_for(report, repo_id, "download" if what == "weights" else f"{what} download")
     return report
 

@@ -46,6 +46,7 @@ __all__ = [
     "ToolsSkipped",
     "UpResult",
     "Verified",
+    "WarmedUp",
     "WeightsFetched",
 ]
 
@@ -139,6 +140,13 @@ class Ready:
 
 
 @dataclass(frozen=True)
+class WarmedUp:
+    """The warm-up between "server answers" and verify --full (``edges.boot.WarmUp``)."""
+
+    warm: Any
+
+
+@dataclass(frozen=True)
 class ReceiptWritten:
     receipt: "BootReceipt"
 
@@ -151,6 +159,7 @@ class ReceiptSkipped:
 @dataclass(frozen=True)
 class Smoke:
     results: tuple[tuple[str, Any], ...]
+    problems: tuple[tuple[str, str], ...] = ()      # (capability, why) of a red or declared-but-unprobed one
 
 
 @dataclass(frozen=True)
@@ -178,6 +187,7 @@ class Serving:
     ok: bool                         # the smoke and every verify --full check green
     stress: bool = False             # up --stress: verify-stress gates SERVING too
     stress_ok: bool = False
+    warm: bool = True                # False: no completion within the warm-up window, verify never ran
 
 
 @dataclass(frozen=True)
@@ -237,7 +247,7 @@ class SwapRefused:
     mismatches: tuple["Mismatch", ...] = ()
 
 
-Fact = (GateAnswered | KnownCliffs | EnginePlanned | EngineNoFit | DerivedLaunch | BundleWritten | WeightsFetched | EmitOnly | NotStarted | PortInUse | Ready | ReceiptWritten | ReceiptSkipped | Smoke | ToolsSkipped | Verified | Serving | StartFailed | ClusterWritten | SwapNote | SwapFits | SwapPriced | SwapRefused)
+Fact = (GateAnswered | KnownCliffs | EnginePlanned | EngineNoFit | DerivedLaunch | BundleWritten | WeightsFetched | EmitOnly | NotStarted | PortInUse | Ready | WarmedUp | ReceiptWritten | ReceiptSkipped | Smoke | ToolsSkipped | Verified | Serving | StartFailed | ClusterWritten | SwapNote | SwapFits | SwapPriced | SwapRefused)
 
 
 def _quiet(_fact: Fact) -> None:

@@ -20,8 +20,6 @@ from typing import Any
 
 from club3090.edges.files import atomic_write_text, read_json_capped
 from club3090.errors import InputError
-from club3090.reports.capture import dump_json
-from club3090.reports.receipt import validate_receipt
 from club3090.settings import state_dir
 
 RECEIPTS = "receipts"
@@ -40,6 +38,9 @@ def overlay_root(env: Mapping[str, str] | None = None) -> Path:
 
 
 def save_receipt(root: Path, receipt: Mapping[str, Any]) -> Path:
+    from club3090.reports.capture import dump_json
+    from club3090.reports.receipt import validate_receipt
+
     problems = validate_receipt(receipt, "receipt")
     if problems:
         raise InputError("receipt", "; ".join(problems))
@@ -57,6 +58,8 @@ def load_receipts(root: Path) -> list[tuple[Path, dict[str, Any]]]:
     out: list[tuple[Path, dict[str, Any]]] = []
     if not folder.is_dir():
         return out
+    from club3090.reports.receipt import validate_receipt  # the log parser it needs loads only here
+
     for path in sorted(folder.glob("*.json")):
         data = read_json_capped(path, limit=FILE_LIMIT)
         problems = validate_receipt(data, str(path))
@@ -84,6 +87,8 @@ def validate_promoted(data: object, where: str) -> dict[str, Any]:
 
 
 def save_promoted(root: Path, entry: Mapping[str, Any]) -> Path:
+    from club3090.reports.capture import dump_json
+
     data = validate_promoted(dict(entry), "promoted entry")
     path = Path(root) / PROMOTED / f"{data['id']}.json"
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -34,6 +34,9 @@ MEASURED_TERMS: tuple[str, ...] = (
     "model_loading_gib", "available_kv_cache_gib", "gpu_kv_cache_tokens", "num_gpu_blocks", "max_concurrency",
     "max_concurrency_for_len",
 )
+# vLLM logs the KV reserve signed: a negative one is the shortfall of a start with no room for a block
+# (V0 worker: budget - non-KV memory, printed before blocks are clamped at 0)
+SIGNED_TERMS: frozenset[str] = frozenset({"available_kv_cache_gib"})
 # the terms the fit engine predicts, compared with the measured ones
 PREDICTED_TERMS: tuple[str, ...] = ("available_kv_cache_gib", "gpu_kv_cache_tokens", "num_gpu_blocks",
                                     "max_concurrency", "non_torch_gib", "activation_peak_gib", "cudagraph_gib")
@@ -215,8 +218,9 @@ def validate_receipt(data: object, where: str) -> list[str]:
     for term in MEASURED_TERMS:
         value = measured.get(term)
         if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
-                                  or number_problem(value) is not None or value < 0):
-            problems.append(f"{where}: measured.{term} must be a non-negative finite number below 2^53")
+                                  or number_problem(value) is not None or (value < 0 and term not in SIGNED_TERMS)):
+            expected = "a finite number" if term in SIGNED_TERMS else "a non-negative finite number"
+            problems.append(f"{where}: measured.{term} must be {expected} below 2^53")
     return problems
 
 

@@ -26,6 +26,7 @@ from typing import Any
 
 from club3090.edges.openai_client import ChatResult, ModelsResult, OpenAIClient
 from club3090.outcome import Outcome
+from club3090.validate.hints import VLLM_HINTS, ServerHints
 from club3090.validate.launch_checks import LaunchFacts, check_acceptance, check_patches
 
 PASS, FAIL, SKIP, NOT_APPLICABLE = "pass", "fail", "skip", "not-applicable"
@@ -158,19 +159,7 @@ def check_streaming(client: OpenAIClient, model: str) -> tuple[str, str]:
     return PASS, f"{r.chunks} chunks, [DONE], {len(r.content)} chars"
 
 
-@dataclass(frozen=True)
-class ServerHints:
-    """The server flags a failed or skipped check points at, in the engine's own names (each engine
-    has one: ``engines.*.verify_hints``); the probes say vLLM's, ``verify`` puts the server's in."""
-
-    tools: str = "is --enable-auto-tool-choice / --tool-call-parser set?"
-    reasoning: str = "--reasoning-parser"
-
-
-VLLM_HINTS = ServerHints()
-
-
-def _hinted(detail: str, hints: ServerHints) -> str:
+def hinted(detail: str, hints: ServerHints) -> str:
     """A probe's detail with the server's own flag names in place of vLLM's."""
     return detail.replace(VLLM_HINTS.tools, hints.tools).replace(VLLM_HINTS.reasoning, hints.reasoning)
 
@@ -328,7 +317,7 @@ def verify(client: OpenAIClient, *, model: str | None = None, full: bool = False
                 status, detail = probe()
             except Exception as exc:  # noqa: BLE001 - a probe failure is a red check
                 status, detail = FAIL, f"{type(exc).__name__}: {exc}"
-            check = Check(name, status, _hinted(client.scrub(detail) or "", hints), clock() - t)
+            check = Check(name, status, hinted(client.scrub(detail) or "", hints), clock() - t)
         checks.append(check)
         progress(f"[verify] {name}: {check.status} {check.detail}")
         return check
@@ -361,4 +350,4 @@ def verify(client: OpenAIClient, *, model: str | None = None, full: bool = False
     return VerifyReport(client.base, model, full, tuple(checks), capabilities=caps, deadline_hit=deadline_hit)
 
 
-__all__ = ["WEATHER_TOOL", "Check", "VerifyReport", "list_model", "repeated_window", "verify"]
+__all__ = ["WEATHER_TOOL", "Check", "VerifyReport", "hinted", "list_model", "repeated_window", "verify"]

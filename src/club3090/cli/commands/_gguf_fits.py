@@ -64,7 +64,8 @@ def sentence(row: Any, rig: str, *, short: bool = False) -> str:
         return (f"{row.model}: no GGUF quant fits{where} at {k(listing.args.ctx_size)} context "
                 f"(llama.cpp, {kv}, {n} quant{'s' if n != 1 else ''}) - estimated")
     how = "fits" if best.fit.fits_fully else "needs offload"
-    return (f"{row.model}: {best.label} {how}{where} (llama.cpp, {kv}): {quant_text(best)} - {n} "
+    speed = f", {row.speed.decode_text()}" if getattr(row, "speed", None) is not None else ""
+    return (f"{row.model}: {best.label} {how}{where} (llama.cpp, {kv}): {quant_text(best)}{speed} - {n} "
             f"quant{'s' if n != 1 else ''}, estimated")
 
 

@@ -90,7 +90,7 @@ def _engine_of(row: Any) -> Any:
 def extend(report: Any, args: argparse.Namespace, provider: Any) -> Extended:
     """The ranking's curated rows answered and filtered, and the index ranked (one model asked: as is)."""
     from club3090.pipeline.fits import rank_key
-    from club3090.pipeline.open_fits import OpenFitsRequest, answer_curated, open_report
+    from club3090.pipeline.open_fits import OpenFitsRequest, answer_curated, open_report, with_host_memory
 
     if len(args.models) == 1 or report.stop is not None:
         return Extended(report=report, index=None)
@@ -99,7 +99,10 @@ def extend(report: Any, args: argparse.Namespace, provider: Any) -> Extended:
     engine = _engine_flags()[args.engine] if args.engine else None
     request = OpenFitsRequest(engine=engine, min_context=args.min_context, task=args.task,
                               max_quant_loss=args.max_quant_loss, ram_bandwidth_gb_s=args.ram_bandwidth)
-    index, request = open_report(provider, rig, request, args.ram) if not args.no_index else (None, request)
+    if args.no_index:       # the curated GGUF rows still plan their offload with the host memory
+        index, request = None, with_host_memory(provider, request, args.ram)[0]
+    else:
+        index, request = open_report(provider, rig, request, args.ram)
     rows = sorted(answer_curated(report.rows, catalog, rig, request), key=rank_key)
     if engine is not None:
         rows = [r for r in rows if _engine_of(r) is engine]
@@ -124,8 +127,7 @@ def _gb(n: int) -> str:
 
 
 def row_text(row: Any) -> str:
-    speed = (f", ~{row.speed.decode_tps:.0f} tok/s decode ({row.speed.band_low:.0f}-{row.speed.band_high:.0f}, "
-             f"{row.speed.label})" if row.speed is not None else "")
+    speed = (f", {row.speed.decode_text()} ({row.speed.label})" if row.speed is not None else "")
     if not row.fits:
         what = f"{row.engine} {row.variant}".strip()
         return f"{row.model}: does not fit ({what}) - estimated: {row.reason}"
@@ -140,7 +142,7 @@ def row_text(row: Any) -> str:
             f"{_gb(row.weights_bytes)}, {where}): {row.context:,} context{speed} - estimated")
 
 
-def print_rows(extended: Extended, start: int, limit: int | None, rig: str) -> None:
+def print_rows(extended: Extended, start: int, limit: int | None, rig: str, bar: Any = None) -> None:
     index = extended.index
     if index is None:
         return
@@ -156,3 +158,5 @@ def print_rows(extended: Extended, start: int, limit: int | None, rig: str) -> N
             print(safe(f"     serve: {serve}"))
         if row.offloaded:
             print(safe(f"     llama-server: {row.llama_server()}"))
+        for line in bar(row, 5) if bar is not None else ():
+            print(safe(f"     {line}"))

@@ -16,12 +16,21 @@ import os
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from club3090.cli.commands._types import seconds
+from club3090.cli.commands._types import add_command, seconds
 
 DEFAULT_URL = "http://localhost:8020/v1"
 
 
 STALL_S = 120.0
+
+
+def server_command(sub: Any, name: str, doc: str | None, *, help: str, timeout: float,
+                   deadline: float) -> argparse.ArgumentParser:
+    """A command against a running server (``verify``, ``bench``, ``soak``): its description is
+    its module docstring, its flags the ones every such command takes."""
+    p = add_command(sub, name, doc, help=help)
+    add_common(p, timeout=timeout, deadline=deadline)
+    return p
 
 
 def add_common(p: argparse.ArgumentParser, *, timeout: float, deadline: float) -> None:

@@ -9,6 +9,23 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from club3090.edges.boot import WARMUP_WINDOW_S
+
+
+def described(doc: str | None) -> str | None:
+    """A command module's docstring below its title line: the command's ``--help`` description
+    (one text for the module's reader and the command's user)."""
+    return doc.split("\n\n", 1)[1] if doc and "\n\n" in doc else None
+
+
+def add_command(sub: Any, name: str, doc: str | None, *, help: str, **kwargs: Any) -> argparse.ArgumentParser:
+    """The subcommand ``name``: its ``--help`` description is its module's docstring below the title
+    line, laid out as written."""
+    parser: argparse.ArgumentParser = sub.add_parser(name, help=help, description=described(doc),
+                                                     formatter_class=argparse.RawDescriptionHelpFormatter,
+                                                     **kwargs)
+    return parser
+
 
 def bounded(kind: type, *, low: float | None = None, high: float | None = None,
             low_open: bool = False, what: str | None = None) -> Callable[[str], float]:
@@ -156,6 +173,9 @@ def add_bundle_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--force", action="store_true", help="rewrite a bundle folder that is not serving")
     p.add_argument("--skip-tools", action="store_true",
                    help="verify without the tool-call checks (an engine without tool calling)")
+    p.add_argument("--warmup-s", type=bounded(float, low=0, high=86_400, what="seconds"), metavar="SECONDS", default=WARMUP_WINDOW_S,
+                   help="once /v1/models answers, how long the server may keep failing a small completion "
+                        "(compiling, capturing graphs) before verify --full runs (default 180, upstream's)")
 
 
 def add_xet_flag(p: Any) -> None:

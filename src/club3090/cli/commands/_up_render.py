@@ -11,9 +11,11 @@ from club3090.units import GiB, MiB
 __all__ = ["lines", "serving_line"]
 
 
-def serving_line(full_ok: bool, stress: bool, stress_ok: bool = False) -> str:
+def serving_line(full_ok: bool, stress: bool, stress_ok: bool = False, warm: bool = True) -> str:
     """Design rule 5: ``SERVING`` only when verify --full (and, with ``--stress``, verify-stress) is
     green; anything less is said as what it is."""
+    if not warm:
+        return "[up] serving, not verified: still failing at the end of the warm-up window, verify --full did not run"
     if not full_ok:
         return "[up] serving, not verified: verify --full failed (see above)"
     if stress and not stress_ok:
@@ -104,6 +106,20 @@ def _(fact: f.Ready) -> list[str]:
 
 
 @_render.register
+def _(fact: f.WarmedUp) -> list[str]:
+    w = fact.warm
+    if w.ok:
+        return [] if w.attempts == 1 else [f"[up] warmed up: the first completion succeeded after {w.seconds:.0f}s "
+                                           f"({w.attempts} tries)"]
+    if w.exited:
+        return [f"[up] not warm: the server exited during the warm-up after {w.attempts} tries (last: {w.last_error})",
+                "[up] read its log: club3090 status DIR"]
+    return [f"[up] not warm: no completion succeeded within the {w.window_s:.0f} s warm-up window "
+            f"({w.attempts} tries; last: {w.last_error})",
+            "[up] give it longer with --warmup-s SECONDS, or read the server log (club3090 status DIR)"]
+
+
+@_render.register
 def _(fact: f.ReceiptWritten) -> list[str]:
     done = fact.receipt
     if done.path is not None:
@@ -119,7 +135,8 @@ def _(fact: f.ReceiptSkipped) -> list[str]:
 
 @_render.register
 def _(fact: f.Smoke) -> list[str]:
-    return ["[up] smoke " + " ".join(f"{c}={v}" for c, v in fact.results)]
+    return ["[up] smoke " + " ".join(f"{c}={v}" for c, v in fact.results),
+            *(f"[up] smoke {c}: {why}" for c, why in fact.problems)]
 
 
 @_render.register
@@ -142,7 +159,7 @@ def _(fact: f.Serving) -> list[str]:
     return [f"[up] URL: {url}/v1", f"[up] served model: {model}",
             f"[up] try: curl -s {url}/v1/chat/completions -H 'Content-Type: application/json' -d '{body}'",
             f"[up] stop it with: club3090 down {fact.directory}",
-            serving_line(fact.ok, fact.stress, fact.stress_ok)]
+            serving_line(fact.ok, fact.stress, fact.stress_ok, fact.warm)]
 
 
 @_render.register

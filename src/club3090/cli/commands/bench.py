@@ -1,6 +1,8 @@
 """`club3090 bench`: TTFT and decode throughput of a running server (``club3090.validate.bench``).
 
-Exit codes: 0 every run answered, 1 a run failed, 2 the server was unreachable, 64 usage.
+3 warm-ups, then N streamed runs each of a narrative and a code prompt: wall, TTFT, tokens, wall
+and decode tokens/s with mean, std and CV. --prefill N probes prompt processing at N tokens. Exit 0
+all runs answered, 1 a run failed, 2 server unreachable, 64 usage.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from club3090.cli.commands._server import add_common, make_client, stderr_progress
+from club3090.cli.commands._server import make_client, server_command, stderr_progress
 from club3090.cli.commands._types import bounded, token_count
 from club3090.cli.exit_codes import exit_code, with_exit_code
 
@@ -18,12 +20,8 @@ _runs = bounded(int, low=1, high=1000, what="a run count")
 
 
 def add_parser(sub: Any) -> None:
-    p = sub.add_parser("bench", help="measure TTFT and decode tokens/s of a running server",
-                       description="3 warm-ups, then N streamed runs each of a narrative and a code prompt: "
-                                   "wall, TTFT, tokens, wall and decode tokens/s with mean, std and CV. "
-                                   "--prefill N probes prompt processing at N tokens. Exit 0 all runs "
-                                   "answered, 1 a run failed, 2 server unreachable.")
-    add_common(p, timeout=600.0, deadline=3600.0)
+    p = server_command(sub, "bench", __doc__, help="measure TTFT and decode tokens/s of a running server",
+                       timeout=600.0, deadline=3600.0)
     p.add_argument("--runs", type=_runs, default=5, help="measured runs per prompt (default 5)")
     p.add_argument("--prefill", type=token_count, action="append", default=[], metavar="N",
                    help="probe prefill at about N prompt tokens, 3 runs (repeatable)")

@@ -16,24 +16,17 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from club3090.cli.commands._types import add_gpus_flag, gpu_set
+from club3090.cli.commands._types import add_command, add_gpus_flag, gpu_set
 from club3090.cli.exit_codes import exit_code
-from club3090.cli.render import safe
+from club3090.cli.render import emit, safe
 from club3090.outcome import Outcome
 
 LOG_LIMIT = 64 * 1024 * 1024
 LOG_SUFFIXES = (".log", ".txt")
 
 
-def _emit(*parts: object, **kwargs: Any) -> None:
-    """``print``, with what bundles and logs say made terminal-safe (``cli.render``)."""
-    print(*(safe(part) for part in parts), **kwargs)
-
-
 def add_parser(sub: Any) -> None:
-    p = sub.add_parser("calibrate", help="turn vLLM start-up logs into calibration receipts",
-                       description=__doc__.split("\n\n", 1)[1] if __doc__ else None,
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = add_command(sub, "calibrate", __doc__, help="turn vLLM start-up logs into calibration receipts")
     p.add_argument("log", metavar="LOG|DIR|-", help="a vLLM log file, a folder of them, or - for stdin")
     p.add_argument("--config", type=Path, metavar="FILE",
                    help="the model's config.json, to price the same shape and show the per-term error")
@@ -139,9 +132,9 @@ def run(args: argparse.Namespace, provider: Any) -> int:
     for receipt in receipts:
         _render(receipt)
     for name in skipped:
-        _emit(f"[calibrate] {redactor.text(name)}: no start-up lines; skipped")
+        emit(f"[calibrate] {redactor.text(name)}: no start-up lines; skipped")
     for path in saved:
-        _emit(f"[calibrate] saved {redactor.text(path)}")
+        emit(f"[calibrate] saved {redactor.text(path)}")
     return exit_code(Outcome.OK)
 
 
@@ -153,9 +146,9 @@ def _fmt(value: Any) -> str:
 
 def _render(receipt: dict[str, Any]) -> None:
     shape = {k: v for k, v in receipt["shape"].items() if v is not None}
-    _emit(f"[calibrate] {receipt['source']['name']}: vLLM {shape.pop('vllm_version', '?')} "
+    emit(f"[calibrate] {receipt['source']['name']}: vLLM {shape.pop('vllm_version', '?')} "
           f"({receipt.get('engine') or 'engine ?'}), outcome {receipt.get('startup_outcome') or 'unknown'}")
-    _emit("  shape: " + (", ".join(f"{k}={_fmt(v)}" for k, v in shape.items()) or "(not stated in the log)"))
+    emit("  shape: " + (", ".join(f"{k}={_fmt(v)}" for k, v in shape.items()) or "(not stated in the log)"))
     measured = receipt["measured"]
     predicted = receipt.get("predicted") or {}
     errors = receipt.get("term_error") or {}
@@ -165,8 +158,8 @@ def _render(receipt: dict[str, Any]) -> None:
         line = f"  {term}: {_fmt(value)}"
         if term in predicted:
             line += f"   predicted {_fmt(predicted[term])}   error {errors.get(term, 0):+.4g}"
-        _emit(line)
+        emit(line)
     if isinstance(measured.get("error"), dict):
-        _emit("  error: " + ", ".join(f"{k}={_fmt(v)}" for k, v in measured["error"].items()))
+        emit("  error: " + ", ".join(f"{k}={_fmt(v)}" for k, v in measured["error"].items()))
     if receipt.get("prediction_note"):
-        _emit(f"  no prediction: {receipt['prediction_note']}")
+        emit(f"  no prediction: {receipt['prediction_note']}")

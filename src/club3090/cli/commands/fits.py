@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 from typing import Any
 
 from club3090.cli.commands import _gguf_fits as gguf_flags
@@ -48,6 +49,10 @@ def add_parser(sub: Any) -> None:
     add_shape_flags(p)
     gguf_flags.add_arguments(p)
     open_flags.add_arguments(p)
+    p.add_argument("--html", type=Path, metavar="FILE",
+                   help="also write one self-contained HTML page: the rig's memory and each candidate's "
+                        "weights, KV cache (context) and runtime as bars")
+    p.add_argument("--force", action="store_true", help="overwrite an existing --html file")
     p.add_argument("--verbose", "-v", action="store_true", help="also print each shape's reason and runner-ups")
     p.add_argument("--json", action="store_true", help="print the answer as one JSON object")
     p.set_defaults(run=run)
@@ -58,6 +63,10 @@ def run(args: argparse.Namespace, provider: Any) -> int:
     from club3090.cli.exit_codes import exit_code
     from club3090.pipeline.fits import FitsRequest, fits
 
+    if args.html is not None:
+        from club3090.edges.files import check_output_path
+
+        check_output_path(args.html, force=args.force, flag="--html")
     mine, gpus = user_defaults(), gpu_set(args, provider.catalog())
     default_notes(provider.catalog(), args.models, mine, gpus.count if gpus is not None else None)
     report = fits(FitsRequest(models=tuple(args.models), gpus=gpu_set(args, provider.catalog()),
@@ -68,6 +77,8 @@ def run(args: argparse.Namespace, provider: Any) -> int:
     report = extended.report
     code = exit_code(report.outcome)
     single = len(args.models) == 1
+    if args.html is not None and report.stop is None:
+        write_html(args.html, report, extended, args)
     if args.json:
         doc = to_json(report, code, single)
         open_flags.add_json(doc, extended, args.limit, rig_args(report.gpus))
@@ -77,10 +88,11 @@ def run(args: argparse.Namespace, provider: Any) -> int:
         print(safe(f"Cannot tell which GPUs to price: {report.stop.detail.get('message', '')}"))
         return code
     rig = rig_text(report)
+    bar = memory_bar(report, extended)
     if single:
         row = report.rows[0]
         print(safe(sentence(row, rig)))
-        for line in [c.line() for c in row.cliffs] + detail_lines(row, rig, report.gpus, verbose=True):
+        for line in [c.line() for c in row.cliffs] + detail_lines(row, rig, report.gpus, verbose=True) + bar(row, 0):
             print(safe(line))
         return code
     print(safe(f"On {rig}: {sum(r.fits for r in report.rows)} of {len(report.rows)} models fit "
@@ -88,10 +100,55 @@ def run(args: argparse.Namespace, provider: Any) -> int:
     for i, row in enumerate(report.rows[:args.limit], 1):
         print(safe(f"{i:>2}. {sentence(row, rig, short=True)}"))
         cliffs = [c.line() for c in row.cliffs] if args.verbose else []
-        for line in cliffs + detail_lines(row, rig, report.gpus, verbose=args.verbose):
+        for line in cliffs + detail_lines(row, rig, report.gpus, verbose=args.verbose) + bar(row, 4):
             print(safe(f"    {line}"))
-    open_flags.print_rows(extended, len(report.rows) + 1, args.limit, rig_args(report.gpus))
+    open_flags.print_rows(extended, len(report.rows) + 1, args.limit, rig_args(report.gpus), bar)
+    from club3090.cli.fits_picture import legend
+    from club3090.settings import unicode_terminal
+
+    print(legend(ascii_only=not unicode_terminal()))
     return code
+
+
+def _memory(report: Any, extended: Any) -> tuple[int, int]:
+    """The rig's GPU bytes (all cards) and the host bytes llama.cpp may offload to."""
+    index = extended.index
+    return sum(report.hardware.memory_bytes), int(index.ram_bytes or 0) if index is not None else 0
+
+
+def memory_bar(report: Any, extended: Any) -> Any:
+    """``bar(row, indent) -> [line]``: the row's compact memory bar sized to the terminal."""
+    import shutil
+
+    from club3090.cli.fits_picture import compact_bar, row_bars
+    from club3090.settings import unicode_terminal
+
+    vram, ram = _memory(report, extended)
+    width, plain = shutil.get_terminal_size((100, 24)).columns, not unicode_terminal()
+
+    def bar(row: Any, indent: int) -> list[str]:
+        line = compact_bar(row_bars(row, vram, ram), width - indent - len("memory: "), slots=2 if ram else 1,
+                           ascii_only=plain)
+        return [f"memory: {line}"] if line else []
+
+    return bar
+
+
+def write_html(path: Path, report: Any, extended: Any, args: argparse.Namespace) -> None:
+    """``--html FILE``: every ranked row (to ``--limit``) as bars on one page, written atomically."""
+    from club3090.cli.fits_picture import ranking_page, row_bars
+    from club3090.edges.files import write_output_text
+
+    vram, ram = _memory(report, extended)
+    rig = rig_text(report)
+    rows = [(r.model, sentence(r, rig, short=True), r.fits, row_bars(r, vram, ram)) for r in report.rows]
+    if extended.index is not None:
+        rows += [(r.model, open_flags.row_text(r), r.fits, row_bars(r, vram, ram)) for r in extended.index.rows]
+    rows = rows[:args.limit] if args.limit else rows
+    ram_text = f", {ram / 2**30:.1f} GiB of RAM for offload" if ram else ""
+    headline = (f"{rig}: {vram / 2**30:.1f} GiB of GPU memory{ram_text}. "
+                f"{sum(r[2] for r in rows)} of {len(rows)} candidates fit (estimates, not measurements).")
+    write_output_text(path, ranking_page(f"What fits on {rig}", headline, rows), force=args.force, flag="--html")
 
 
 
@@ -146,7 +203,7 @@ def sentence(row: Any, rig: str, *, short: bool = False) -> str:
     fit = row.fit
     where = "" if short else f" on {rig}"
     if row.fits:
-        speed = (f", ~{row.speed.decode_tps:.0f} tok/s decode and ~{row.speed.ttft_s:.1f} s to first token "
+        speed = (f", {row.speed.decode_text()} and {row.speed.ttft_text()}{row.speed.drafter_text()} "
                  f"({row.speed.label})" if row.speed is not None else "")
         return (f"{name}: fits{where} ({shape_text(row)}): {k(fit.max_model_len)} context, "
                 f"{concurrency_text(fit)}{speed} - {conf}")

@@ -18,20 +18,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from club3090.cli.commands._types import add_command
 from club3090.cli.exit_codes import exit_code
-from club3090.cli.render import safe
+from club3090.cli.render import emit, safe
 from club3090.outcome import Outcome
 
 
-def _emit(*parts: object, **kwargs: Any) -> None:
-    """``print``, with what bundles and logs say made terminal-safe (``cli.render``)."""
-    print(*(safe(part) for part in parts), **kwargs)
-
-
 def add_parser(sub: Any) -> None:
-    p = sub.add_parser("loop", help="trust pipeline: ingest bundles and receipts, list, promote",
-                       description=__doc__.split("\n\n", 1)[1] if __doc__ else None,
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = add_command(sub, "loop", __doc__, help="trust pipeline: ingest bundles and receipts, list, promote")
     actions = p.add_subparsers(dest="loop_action", metavar="ACTION", required=True)
     ingest = actions.add_parser("ingest", help="validate bundles and receipts and count consensus")
     ingest.add_argument("dirs", nargs="+", type=Path, metavar="DIR", help="capture folders, bundles or receipt files")
@@ -101,7 +95,7 @@ def _list(args: argparse.Namespace) -> int:
     if doc is None:
         doc = {"bundles": [], "groups": [], "rejected": []}
         if not args.json:
-            _emit("[loop] nothing ingested yet: club3090 loop ingest DIR")
+            emit("[loop] nothing ingested yet: club3090 loop ingest DIR")
             return exit_code(Outcome.OK)
     return _show(doc, args.json)
 
@@ -114,14 +108,14 @@ def _show(doc: dict[str, Any], as_json: bool) -> int:
     counts: dict[str, int] = {}
     for b in bundles:
         counts[b["state"]] = counts.get(b["state"], 0) + 1
-    _emit(f"[loop] bundles: {len(bundles)} (" + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())) + ")")
+    emit(f"[loop] bundles: {len(bundles)} (" + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())) + ")")
     for g in doc.get("groups") or []:
         what = g["shape"].get("model") if g["kind"] == "receipts" else (g["key"][0] if g["key"] else "?")
-        _emit(f"  {g['id']}  {g['kind']:<8} {g['state']:<10} {len(g['members'])} evidence  {what}  ({g['note']})")
+        emit(f"  {g['id']}  {g['kind']:<8} {g['state']:<10} {len(g['members'])} evidence  {what}  ({g['note']})")
         if g.get("calibration_row"):
-            _emit(f"      calibration row: {json.dumps(g['calibration_row'], ensure_ascii=False)}")
+            emit(f"      calibration row: {json.dumps(g['calibration_row'], ensure_ascii=False)}")
     for r in doc.get("rejected") or []:
-        _emit(f"  rejected: {r['path']}: {r['reason']}")
+        emit(f"  rejected: {r['path']}: {r['reason']}")
     return exit_code(Outcome.OK)
 
 
@@ -136,7 +130,7 @@ def _promote(args: argparse.Namespace) -> int:
     if group is None:
         raise UsageError(f"no group {args.group!r}; see `club3090 loop list`")
     if "disagree" in str(group.get("note")) or "topology" in str(group.get("note")):
-        _emit(f"[loop] promote refused: {group['note']}", file=sys.stderr)
+        emit(f"[loop] promote refused: {group['note']}", file=sys.stderr)
         return exit_code(Outcome.REFUSED)
     status = "tier1" if group["state"] == "tier1" else "validated"
     entry = {"schema": 1, "kind": "promoted-entry", "id": f"{group['kind']}-{group['id']}", "status": status,
@@ -148,7 +142,7 @@ def _promote(args: argparse.Namespace) -> int:
     if args.json:
         sys.stdout.write(safe(json.dumps({"path": str(path), "entry": entry}, indent=2, ensure_ascii=False), multiline=True) + "\n")
     else:
-        _emit(f"[loop] promoted {group['id']} as {status}: {path}")
+        emit(f"[loop] promoted {group['id']} as {status}: {path}")
     return exit_code(Outcome.OK)
 
 
@@ -175,14 +169,14 @@ def _classify(args: argparse.Namespace) -> int:
         sys.stdout.write(safe(json.dumps({"bundles": rows}, indent=2, ensure_ascii=False), multiline=True) + "\n")
         return exit_code(Outcome.OK)
     for row in rows:
-        _emit(f"{row['bundle']}: {row['failure_class']} -> {row['route']} ({row['tier']}"
+        emit(f"{row['bundle']}: {row['failure_class']} -> {row['route']} ({row['tier']}"
               + (f", {row['rule']}" if row["rule"] else "") + ")")
         if row["error_text"]:
-            _emit(f"  error ({row['error_source']}): {row['error_text']}")
+            emit(f"  error ({row['error_source']}): {row['error_text']}")
         if row["environment"]:
-            _emit(f"  fix: {row['next_step']}")
+            emit(f"  fix: {row['next_step']}")
         if args.as_class is not None and row["fingerprint"]:
-            _emit(f"  exact_fingerprints line:  {row['fingerprint']}: {args.as_class}")
+            emit(f"  exact_fingerprints line:  {row['fingerprint']}: {args.as_class}")
     if not rows:
-        _emit("[loop] no capture bundles found")
+        emit("[loop] no capture bundles found")
     return exit_code(Outcome.OK)

@@ -147,7 +147,7 @@ COLUMNS: tuple[tuple[str, Any, bool], ...] = (
     ("tp", lambda r: str(r["tp"]), True),
     ("max_model_len", lambda r: str(r["max_model_len"]), True),
     ("mem", lambda r: "-" if r["mem_util"] is None else f"{r['mem_util']:.2f}", True),
-    ("status", lambda r: r["status"], False),
+    ("status", lambda r: r["status"] + (" golden" if r.get("golden") else ""), False),
     ("emit", _emit_cell, False),
 )
 DROP_ORDER = ("variant", "mem", "engine", "max_model_len", "status", "model", "kv", "tp")

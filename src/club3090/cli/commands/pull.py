@@ -61,8 +61,9 @@ def add_parser(sub: Any) -> None:
         description="Run the pull gate for one Hugging Face repo (or local folder): derive its facts, "
                     "check the --profile-like runtime, engine support, disk and the fit, then map the "
                     "verdict to a terminal. A curated repo with --out gets its compose written. Any other "
-                    "repo whose verdict is accepted gets a patchless compose, its files downloaded and "
-                    "SHA-256-checked into HF_HOME/club3090/pulls/, and a boot + smoke test in Docker "
+                    "repo whose verdict is accepted gets a patchless compose (its port published on "
+                    "127.0.0.1 unless --host), its files downloaded into the standard HF cache (resumable, "
+                    "SHA-256-checked, where `up` and `hf` find them), and a boot + smoke test in Docker "
                     "(--no-boot: compose and download only).")
     p.add_argument("source", nargs="?", metavar="SLUG|DIR", help="Hugging Face repo id or a local model folder")
     p.add_argument("--profile-like", metavar="KEY",
@@ -94,6 +95,14 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--force", action="store_true", help="overwrite an existing --out file")
     p.add_argument("--no-boot", action="store_true",
                    help="non-curated repos: write the compose and download, but do not start Docker")
+    p.add_argument("--verify-in-place", action="store_true",
+                   help="non-curated repos: take files already on disk from an earlier pull "
+                        "(HF_HOME/club3090/pulls/<slug>-<hash>/) into the HF cache when their SHA-256 matches "
+                        "the Hub's, instead of downloading them again; a mismatch is downloaded")
+    p.add_argument("--host", metavar="IP",
+                   help="the address the derived compose publishes its port on (default 127.0.0.1, this "
+                        "machine only; 0.0.0.0 for every interface). vLLM inside the container still "
+                        "listens on 0.0.0.0")
     p.add_argument("--hardware", type=parse_sm, metavar="SM", help="override the compute capability, e.g. 8.6")
     add_gpus_flag(p)
     # upstream's spelling, accepted; hidden from --help
@@ -177,7 +186,15 @@ def request_of(args: argparse.Namespace, catalog: Any) -> Any:
                        force_download=args.force_download, experimental_arch=args.experimental_arch,
                        trust_remote_code=args.trust_remote_code, out=args.out, force=args.force,
                        hardware_sm=args.hardware, gpus=gpu_set(args, catalog),
-                       shape_request=shape_request(args))
+                       shape_request=shape_request(args), host=_host(args))
+
+
+def _host(args: argparse.Namespace) -> str:
+    """``--host`` checked and canonical, else the default (127.0.0.1)."""
+    from club3090.compose.derived import PUBLISH_HOST, publish_host
+
+    given = getattr(args, "host", None)
+    return publish_host(given) if given else PUBLISH_HOST
 
 
 def _e_stages(args: argparse.Namespace, provider: Any) -> Any:
@@ -185,9 +202,12 @@ def _e_stages(args: argparse.Namespace, provider: Any) -> Any:
     if args.dry_run:
         return None
 
+    from dataclasses import replace
+
     def progress(message: str) -> None:
         print(safe(message), file=sys.stderr, flush=True)
-    return provider.derived_stages(no_boot=args.no_boot, progress=progress)
+    stages = provider.derived_stages(no_boot=args.no_boot, progress=progress)
+    return replace(stages, verify_in_place=True) if stages is not None and args.verify_in_place else stages
 
 
 # --------------------------------------------------------------------------------------------
@@ -219,6 +239,8 @@ def fit_lines(fit: Any) -> list[str]:
 
 def e_lines(e: Any) -> list[str]:
     """What Pull-Emit-Derived [E] did, stage by stage, and the failing stage's token."""
+    from club3090.pipeline.emit_derived import DOCKER_UNAVAILABLE
+
     if e is None or not e.ran:
         return []
     lines = []
@@ -226,13 +248,14 @@ def e_lines(e: Any) -> list[str]:
         lines.append(f"[pull] e: compose {e.compose_path} (max-model-len {e.max_model_len})")
     dl = e.download
     if dl is not None and dl.ok:
-        lines.append(f"[pull] e: downloaded {len(dl.files)} files ({_gib(dl.bytes)}) to {dl.dest}"
+        lines.append(f"[pull] e: downloaded {len(dl.files)} files ({_gib(dl.bytes)}) into the HF cache: {dl.dest}"
                      + (", sha256 verified" if dl.sha_verified else ""))
     if e.boot is not None and e.boot.ok:
         lines.append(f"[pull] e: booted in {e.boot.seconds:.0f}s")
     if e.smoke is not None:
         lines.append("[pull] e: smoke " + " ".join(f"{c}={v}" for c, v in e.smoke.results.items())
                      + (" (partial)" if e.smoke.partial else ""))
+        lines += [f"[pull] e: smoke {c}: {why}" for c, why in e.smoke.problems]
     if e.boot_skipped:
         lines.append(f"[pull] e: boot and smoke skipped ({e.boot_skipped})")
     if not e.ok:
@@ -244,7 +267,8 @@ def e_lines(e: Any) -> list[str]:
             lines.extend(f"[pull] e-log: {ln}" for ln in tail)
     if e.bundle is not None:
         lines.append(f"[pull] capture bundle: {e.bundle} (outcome {e.outcome})")
-        lines.append("[pull] to report it: club3090 pull --submit-last (shows the payload and asks first)")
+        if e.failure != DOCKER_UNAVAILABLE:   # this machine's Docker: nothing to report upstream
+            lines.append("[pull] to report it: club3090 pull --submit-last (shows the payload and asks first)")
     return lines
 
 
@@ -318,7 +342,7 @@ def headline(result: Any) -> str:
         ranks = f"{len(fit.ranks) // pp} x PP {pp}" if pp > 1 else str(len(fit.ranks))
         kv = fit.settings.kv_cache_dtype
         shape = (f"TP {ranks}" + ("" if kv in ("auto", "bf16", "fp16") else f", {kv} KV")
-                 if result.profile_like in (None, "auto") or result.shape_source == "derived"
+                 if result.profile_like is None or result.shape_source == "derived"
                  else f"{result.profile_like}, TP {ranks}")
         body = (f"Fits on {rig_text(result)} ({shape}): {tokens_text(fit.max_model_len)} context, "
                 f"{concurrency_text(fit)} - {conf}")

@@ -1,7 +1,10 @@
 """`club3090 soak`: stability of a running server over many turns (``club3090.validate.soak``).
 
-Writes ``baseline.json``, ``turn-log.csv`` and ``gpu-log.csv`` into ``--out-dir``. Exit codes:
-0 pass, 1 fail, 2 inconclusive (deadline hit, too few turns, server unreachable), 64 usage.
+Many streamed chat turns against a running server. PASS = no errors, no silent-empty turns,
+decode-TPS retention (median of identical probes at the end vs the start) >= --min-retention less
+the tolerance, VRAM growth <= --max-growth-mib (when NVML can sample). Writes baseline.json,
+turn-log.csv and gpu-log.csv into --out-dir. Exit 0 pass, 1 fail, 2 inconclusive (deadline hit,
+too few turns, server unreachable), 64 usage.
 """
 
 from __future__ import annotations
@@ -11,7 +14,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from club3090.cli.commands._server import add_common, make_client, stderr_progress
+from club3090.cli.commands._server import make_client, server_command, stderr_progress
 from club3090.cli.commands._types import (
     bounded,
     fraction,
@@ -25,13 +28,9 @@ _probes = bounded(int, low=3, high=50, what="a probe count")
 
 
 def add_parser(sub: Any) -> None:
-    p = sub.add_parser("soak", help="multi-turn stability run: silent empties, TPS retention, VRAM growth",
-                       description="Many streamed chat turns against a running server. PASS = no errors, no "
-                                   "silent-empty turns, decode-TPS retention (median of identical probes at the "
-                                   "end vs the start) >= --min-retention less the tolerance, VRAM growth <= "
-                                   "--max-growth-mib (when NVML can sample). "
-                                   "Exit 0 pass, 1 fail, 2 inconclusive.")
-    add_common(p, timeout=600.0, deadline=1800.0)
+    p = server_command(sub, "soak", __doc__,
+                       help="multi-turn stability run: silent empties, TPS retention, VRAM growth",
+                       timeout=600.0, deadline=1800.0)
     p.add_argument("--mode", choices=("fresh", "continuous", "quick"), default="fresh",
                    help="fresh: 20x5 new sessions (default); continuous: 5x5 growing context; quick: 8x5")
     p.add_argument("--target-tokens", type=token_count, default=24000,

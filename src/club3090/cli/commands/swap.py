@@ -1,10 +1,15 @@
 """`club3090 swap REPO --profile-like KEY --dir DIR`: serve a fine-tune of a curated model on the
 curated profile's own service (upstream's Route C). Stages: ``club3090.pipeline.swap``.
 
-Exit codes (``club3090.cli.exit_codes``): 0 serving and verified, or written (``--emit-only``,
-``--no-start``); 1 the start or the verification failed; 2 refused (a ``swap-*`` token names the
-differing fact, or ``disk-short``); 64 usage; 65 a payload or weight file failed its sha256; 69 the
-launcher is missing or the Hub is unreachable.
+Check that REPO is a fine-tune the curated profile KEY can serve (same architecture row,
+quantization method, bits and group size, the geometry the profile was measured on, no remote
+code), re-price the fit with REPO's own weight bytes, then write the curated service into DIR with
+only the model and the served name re-pointed (image, patches, flags and drafter kept), download,
+start and verify like `club3090 up`.
+
+Exit codes: 0 serving and verified, or written (--emit-only, --no-start); 1 the start or the
+verification failed; 2 refused (a swap-* token names the differing fact, or disk-short); 64 usage;
+65 a payload or weight file failed its sha256; 69 the launcher is missing or the Hub is unreachable.
 """
 
 from __future__ import annotations
@@ -14,7 +19,7 @@ import json
 import sys
 from typing import Any
 
-from club3090.cli.commands._types import add_bundle_flags, add_gpus_flag, gpu_set
+from club3090.cli.commands._types import add_bundle_flags, add_command, add_gpus_flag, gpu_set
 from club3090.cli.commands.up import add_launcher_flag
 from club3090.cli.exit_codes import exit_code, with_exit_code
 from club3090.cli.render import safe
@@ -22,13 +27,8 @@ from club3090.edges import launchers
 
 
 def add_parser(sub: Any) -> None:
-    p = sub.add_parser(
-        "swap", help="serve a fine-tune of a curated model on the curated profile's service",
-        description="Check that REPO is a fine-tune the curated profile KEY can serve (same architecture row, "
-                    "quantization method, bits and group size, the geometry the profile was measured on, no "
-                    "remote code), re-price the fit with REPO's own weight bytes, then write the curated "
-                    "service into DIR with only the model and the served name re-pointed (image, patches, "
-                    "flags and drafter kept), download, start and verify like `club3090 up`.")
+    p = add_command(sub, "swap", __doc__,
+                    help="serve a fine-tune of a curated model on the curated profile's service")
     p.add_argument("source", metavar="REPO", help="Hugging Face repo id of the fine-tune")
     p.add_argument("--profile-like", required=True, metavar="KEY",
                    help="the curated profile whose service serves REPO (`club3090 profiles` lists them)")
@@ -55,7 +55,7 @@ def run(args: argparse.Namespace, provider: Any) -> int:
                       emit_only=args.emit_only, launcher=args.launcher, gpus=gpu_set(args, provider.catalog()), port=args.port,
                       served_model_name=args.served_model_name, no_start=args.no_start, vllm=args.vllm,
                       force=args.force, skip_tools=args.skip_tools, progress=progress(args),
-                      captures=captures_root(args))
+                      captures=captures_root(args), warmup_s=args.warmup_s)
     result = swap(req, provider)
     if sys.stderr.isatty() and result.up is not None:
         print(file=sys.stderr)

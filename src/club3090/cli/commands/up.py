@@ -1,14 +1,16 @@
-"""`club3090 up MODEL --dir DIR`: the gate, then a self-contained launch bundle, the weights in the
-HF cache, a started server (Docker or native), smoke + verify, and the URL.
+"""`club3090 up MODEL --dir DIR`: gate a model, write a self-contained launch bundle, download, start, verify.
 
-``--launcher ray|k8s`` (several nodes) writes the cluster's launch files and a runbook and starts
+Run the pull gate for MODEL; when it FITS, write compose.yml, .env, serve.sh, launch.json and every
+mounted file into DIR, put the weights into the HF cache (sha256-verified, resumable), start the
+server (Docker or native vLLM), wait for /v1/models, run the smoke and verify, and print the URL.
+--launcher ray|k8s (several nodes) writes the cluster's launch files and a runbook and starts
 nothing (docs/DESIGN.md, "More than one machine").
 
-Exit codes (``club3090.cli.exit_codes``): 0 serving and verified (or written: ``--no-start``, ray, k8s);
-1 the start or the verification failed (log tail printed, capture bundle written); 2 / 3 the
-gate's refusal or acknowledgement, or ``port-in-use`` (another process holds the port: nothing started); 64 usage; 65 a patch payload or weight file failed its
-sha256 (nothing started); 69 the launcher is missing (docker, the compose plugin, the NVIDIA
-runtime, vllm) or the Hub is unreachable.
+Exit codes: 0 serving and verified (or written: --no-start, ray, k8s); 1 the start or the
+verification failed (log tail printed, capture bundle written); 2 / 3 the gate's refusal or
+acknowledgement, or port-in-use (another process holds the port: nothing started); 64 usage; 65 a
+patch payload or weight file failed its sha256 (nothing started); 69 the launcher is missing
+(docker, the compose plugin, the NVIDIA runtime, vllm) or the Hub is unreachable.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from typing import Any
 from club3090.cli.commands._llamacpp import cache_type
 from club3090.cli.commands._types import (
     add_bundle_flags,
+    add_command,
     add_gpus_flag,
     add_rig_flags,
     add_xet_flag,
@@ -34,12 +37,8 @@ from club3090.edges import launchers
 
 
 def add_parser(sub: Any) -> None:
-    p = sub.add_parser(
-        "up", help="gate a model, write a self-contained launch bundle, download, start, verify",
-        description="Run the pull gate for MODEL; when it FITS, write compose.yml, .env, serve.sh, "
-                    "launch.json and every mounted file into DIR, put the weights into the HF cache "
-                    "(sha256-verified, resumable), start the server (Docker or native vLLM), wait for "
-                    "/v1/models, run the smoke and verify, and print the URL.")
+    p = add_command(sub, "up", __doc__,
+                    help="gate a model, write a self-contained launch bundle, download, start, verify")
     p.add_argument("source", metavar="MODEL", help="Hugging Face repo id (or a local folder)")
     add_bundle_flags(p)
     p.add_argument("--profile-like", metavar="KEY",
@@ -108,6 +107,7 @@ def run_request(args: argparse.Namespace, provider: Any, *, directory: Path, no_
                 port: int | None, vllm: str | None, skip_tools: bool) -> int:
     """``up`` (and ``pull --out DIR``): build the request, run it, print the result."""
     from club3090.cli.commands.pull import captures_root
+    from club3090.edges.boot import WARMUP_WINDOW_S
     from club3090.pipeline.cluster_up import ClusterOptions
     from club3090.pipeline.up import UpRequest, up
 
@@ -128,7 +128,8 @@ def run_request(args: argparse.Namespace, provider: Any, *, directory: Path, no_
                     cache_type_v=getattr(args, "cache_type_v", None),
                     llama_server_bin=getattr(args, "llama_server_bin", None),
                     nodes=nodes, interconnect=getattr(args, "interconnect", None), cluster=cluster,
-                    progress=progress(args), captures=captures_root(args))
+                    progress=progress(args), captures=captures_root(args),
+                    warmup_s=getattr(args, "warmup_s", WARMUP_WINDOW_S))
     result = up(req, provider)
     if sys.stderr.isatty():
         print(file=sys.stderr)

@@ -1,7 +1,10 @@
 """`club3090 verify`: functional checks against a running OpenAI-compatible server (``club3090.validate.verify``).
 
-Exit codes: 0 no check failed, 1 a check failed (or ``--deadline`` stopped the run), 2 the server
-was unreachable, 64 usage.
+Functional checks against a running OpenAI-compatible server (vLLM): /v1/models, a one-word
+completion that stops by itself, SSE streaming, one tool call; --full adds thinking on/off, a
+2K-token output that must reach half its length, streamed tool calls, patches applied (--log),
+speculative acceptance (/metrics) and a probe of optional capabilities. Exit 0 all green, 1 any
+red (or --deadline stopped the run), 2 server unreachable, 64 usage.
 """
 
 from __future__ import annotations
@@ -11,7 +14,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from club3090.cli.commands._server import add_common, make_client, stderr_progress
+from club3090.cli.commands._server import make_client, server_command, stderr_progress
 from club3090.cli.commands._types import bounded, token_count
 from club3090.cli.exit_codes import exit_code, with_exit_code
 
@@ -19,14 +22,8 @@ _acceptance = bounded(float, low=1, high=64, what="an acceptance length")
 
 
 def add_parser(sub: Any) -> None:
-    p = sub.add_parser("verify", help="check a running server: models, Paris, streaming, a tool call",
-                       description="Functional checks against a running OpenAI-compatible server (vLLM): "
-                                   "/v1/models, a one-word completion that stops by itself, SSE streaming, one "
-                                   "tool call; --full adds thinking on/off, a 2K-token output that must reach half "
-                                   "its length, streamed tool calls, patches applied (--log), speculative "
-                                   "acceptance (/metrics) and a probe of optional capabilities. "
-                                   "Exit 0 all green, 1 any red, 2 server unreachable.")
-    add_common(p, timeout=120.0, deadline=900.0)
+    p = server_command(sub, "verify", __doc__, help="check a running server: models, Paris, streaming, a tool call",
+                       timeout=120.0, deadline=900.0)
     p.add_argument("--full", action="store_true",
                    help="also thinking, long output, streaming tool calls, launch checks, capabilities")
     p.add_argument("--skip-tools", action="store_true", help="skip the tool-call checks (no tool parser served)")

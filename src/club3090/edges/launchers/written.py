@@ -64,6 +64,31 @@ class WrittenOnly:
     def probe_kwargs(self) -> dict[str, Any]:
         return {} if self.which is None else {"which": self.which}
 
+    def cluster_files(self, cl: Any, facts: Any, *, options: Any, port: int, cache_size_gib: int) -> ClusterFiles:
+        """This launcher's checks, its files with the runbook (its preflight lines in it), the flags
+        it ignores and the model cache it mounts; each launcher says its own part below."""
+        from dataclasses import replace
+
+        checks = self.checks(cl, port)
+        texts = dict(self.texts(cl, options, cache_size_gib))
+        texts["RUNBOOK.md"] = self.runbook(cl, replace(facts, preflight=preflight_lines(checks)))
+        return ClusterFiles(checks, texts, self.ignored(options), self.model_cache(options))
+
+    def checks(self, cl: Any, port: int) -> tuple[Any, ...]:
+        raise NotImplementedError
+
+    def texts(self, cl: Any, options: Any, cache_size_gib: int) -> Mapping[str, str]:
+        raise NotImplementedError
+
+    def runbook(self, cl: Any, facts: Any) -> str:
+        raise NotImplementedError
+
+    def ignored(self, options: Any) -> tuple[str, ...]:
+        return ()
+
+    def model_cache(self, options: Any) -> str | None:
+        return None
+
 
 def preflight_lines(checks: tuple[Any, ...]) -> tuple[str, ...]:
     """The cluster checks as the runbook's preflight lines (``ok:`` / ``note:``)."""

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from club3090.compose.llamacpp import ENGINE_TYPE
 from club3090.outcome import Reason
-from club3090.validate.verify import ServerHints
+from club3090.validate.hints import ServerHints
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from club3090.catalog.model import Catalog, Profile

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from club3090.validate.verify import VLLM_HINTS
+from club3090.validate.hints import VLLM_HINTS
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from club3090.catalog.model import Catalog, Profile
