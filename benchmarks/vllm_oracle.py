@@ -73,13 +73,18 @@ ARCHS: dict[str, dict[str, Any]] = {
                                                                          "pad_token_id": 0}},
     "mistral-swa": {"cls": "MistralConfig", "model": "MistralForCausalLM",
                     "config": {**_TEXT, "num_hidden_layers": 2, "sliding_window": 256}},
+    # the keys real checkpoints carry that a class's defaults lack and an older vLLM reads: Gemma 2's
+    # hidden_act, gpt-oss's YaRN original_max_position_embeddings (neither changes the KV cache)
     "gemma2-interleaved": {"cls": "Gemma2Config", "model": "Gemma2ForCausalLM",
-                           "config": {**_TEXT, "num_hidden_layers": 4, "sliding_window": 256}},
+                           "config": {**_TEXT, "num_hidden_layers": 4, "sliding_window": 256,
+                                      "hidden_act": "gelu_pytorch_tanh"}},
     "gemma3-interleaved": {"cls": "Gemma3TextConfig", "model": "Gemma3ForCausalLM",
                            "config": {**_TEXT, "num_hidden_layers": 6, "sliding_window": 256}},
     "gpt-oss-moe-swa": {"cls": "GptOssConfig", "model": "GptOssForCausalLM",
                         "config": {**_TEXT, "num_hidden_layers": 2, "num_local_experts": 4, "num_experts_per_tok": 2,
-                                   "sliding_window": 128}},
+                                   "sliding_window": 128, "rope_scaling": {
+                                       "rope_type": "yarn", "factor": 32.0, "beta_fast": 32.0, "beta_slow": 1.0,
+                                       "truncate": False, "original_max_position_embeddings": 4096}}},
     "qwen3-moe": {"cls": "Qwen3MoeConfig", "model": "Qwen3MoeForCausalLM",
                   "config": {**_TEXT, "num_hidden_layers": 2, "num_experts": 4, "num_experts_per_tok": 2,
                              "moe_intermediate_size": 128}},
