@@ -446,16 +446,23 @@ def _release_key(release: str) -> tuple[int, ...]:
 
 
 def table(rows: list[dict[str, Any]]) -> str:
-    """The results as a Markdown table: an architecture a row, a release a column (newest first)."""
+    """The results as a Markdown table: an architecture a row, a release a column (newest first); each
+    distinct engine error once, as a numbered note under it."""
     releases = sorted({r["release"] for r in rows}, key=_release_key, reverse=True)
-    cells = {(r["release"], r["arch"]): _short(r) for r in rows}
+    notes: dict[str, int] = {}
+    cells = {}
+    for r in rows:
+        cell = _short(r)
+        if cell.startswith("cannot run: "):
+            cell = f"cannot run ({notes.setdefault(cell.removeprefix('cannot run: '), len(notes) + 1)})"
+        cells[(r["release"], r["arch"])] = cell
     lines = ["| architecture | " + " | ".join(releases) + " |", "|---|" + "---|" * len(releases)]
     for arch in (a for a in ARCHS if any(key[1] == a for key in cells)):
         lines.append(f"| {arch} | " + " | ".join(cells.get((rel, arch), "not run") for rel in releases) + " |")
     exact = [sum(1 for r in rows if r["release"] == rel and r["result"] == "exact match") for rel in releases]
     ran = [sum(1 for r in rows if r["release"] == rel and r["result"] != "cannot run") for rel in releases]
     lines.append("| **exact / ran** | " + " | ".join(f"**{e} / {n}**" for e, n in zip(exact, ran, strict=True)) + " |")
-    return "\n".join(lines)
+    return "\n".join([*lines, "", *(f"{n}. {error}" for error, n in notes.items())])
 
 
 def _read_rows(paths: list[Path]) -> list[dict[str, Any]]:

@@ -118,7 +118,7 @@ def test_results_append_as_pairs_end_resume_without_rerunning_and_render_as_a_ta
     assert oracle.main(["--table", str(results)]) == 0
     text = capsys.readouterr().out
     assert "| llama-gqa | exact (1,048,576, 1024.00x) |" in text
-    assert "cannot run: `RuntimeError: Engine core initialization failed`" in text
+    assert "| phi3 | cannot run (1) |" in text and "1. `RuntimeError: Engine core initialization failed`" in text
 
 
 def test_a_start_that_needed_the_archs_retry_settings_says_so_in_its_row_and_cell():
@@ -196,3 +196,14 @@ def test_a_release_that_turns_its_hybrid_kv_manager_off_is_priced_with_it_off():
     with_hybrid = oracle.compare(oracle._engine_run(text.replace("Hybrid KV cache manager is disabled", "")),
                                  "gemma3-interleaved", 1)
     assert with_hybrid["result"] == "mismatch"       # the same pool with the manager on groups the layers apart
+
+
+def test_the_recorded_runs_of_eight_releases_price_again_with_no_mismatch():
+    # what the CPU builds of 0.10.0 to 0.32.0 printed for the 14 tiny models (docs/ACCURACY.md's table; the
+    # lines --reprice reads, kept from --raw-dir): this club3090 must still match every pair that ran
+    raws = sorted((ROOT / "tests" / "fixtures" / "vllm_oracle").glob("vllm-*.log"))
+    rows = [row for raw in raws for row in oracle.repriced(raw, 1, None)]
+    assert len({r["release"] for r in rows}) == 8 and len(rows) == 8 * len(oracle.ARCHS)
+    assert [(r["release"], r["arch"], r.get("club3090")) for r in rows if r["result"] == "mismatch"] == []
+    assert sum(r["result"] == "exact match" for r in rows) == 83
+    assert len({r["arch"] for r in rows if r["result"] == "exact match"}) == 13
