@@ -92,10 +92,10 @@ def test_a_fact_log_builds_the_result_once_in_order():
 
 def test_verify_names_the_servers_own_flags_and_the_real_skip_reason():
     from club3090.engines.llamacpp import LlamaCppEngine
-    from club3090.validate.verify import VLLM_HINTS, _hinted
+    from club3090.validate.verify import VLLM_HINTS, hinted
 
     vllm_detail = f"no tool_calls (finish_reason stop; content ''); {VLLM_HINTS.tools}"
-    llama = _hinted(vllm_detail, LlamaCppEngine.verify_hints)
+    llama = hinted(vllm_detail, LlamaCppEngine.verify_hints)
     assert "--jinja" in llama and "--enable-auto-tool-choice" not in llama and "--tool-call-parser" not in llama
-    assert _hinted(f"or no {VLLM_HINTS.reasoning})", LlamaCppEngine.verify_hints) == "or no --reasoning-format)"
-    assert _hinted(vllm_detail, VLLM_HINTS) == vllm_detail
+    assert hinted(f"or no {VLLM_HINTS.reasoning})", LlamaCppEngine.verify_hints) == "or no --reasoning-format)"
+    assert hinted(vllm_detail, VLLM_HINTS) == vllm_detail

@@ -16,6 +16,7 @@ NO_GPU_DETECT_ENV = "CLUB3090_NO_GPU_DETECT"   # set (not "0"): GPU detection is
 DEFAULT_HUB_DEADLINE_S = 30.0           # one metadata request; two fit in the command's deadline
 DEFAULT_HUB_COMMAND_DEADLINE_S = 60.0    # all metadata reads of one command, retries included
 DEFAULT_DOWNLOAD_STALL_S = 60.0
+WARMUP_WINDOW_S = 180.0       # upstream's allowance between "server answers" and verify-full (--warmup-s)
 HUB_DEADLINE_ENV = "CLUB3090_HUB_DEADLINE"                  # seconds per Hub request (whole body)
 HUB_COMMAND_DEADLINE_ENV = "CLUB3090_HUB_COMMAND_DEADLINE"  # seconds for all Hub reads of one command
 DOWNLOAD_STALL_ENV = "CLUB3090_DOWNLOAD_STALL"              # seconds a download may go without progress

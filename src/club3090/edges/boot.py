@@ -30,6 +30,7 @@ from typing import Any
 
 # the wire is club3090.edges.openai_client's (one owner); Http, HttpResponse and urllib_http are re-exported for [E]
 from club3090.edges.openai_client import Http, HttpResponse, parse_sse_body, urllib_http
+from club3090.settings import WARMUP_WINDOW_S
 
 BOOT_DEADLINE_S = 600.0
 POLL_INTERVAL_S = 3.0
@@ -39,7 +40,6 @@ LOG_TAIL = 400
 LOG_LIMIT_BYTES = 64 * 1024
 COMPOSE_TIMEOUT_S = 900.0     # `up -d` may pull a multi-GB image
 
-WARMUP_WINDOW_S = 180.0       # upstream's allowance between "server answers" and verify-full
 WARMUP_INTERVAL_S = 5.0
 WARMUP_REQUEST_S = 60.0
 

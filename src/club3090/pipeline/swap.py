@@ -15,7 +15,6 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from club3090.edges.boot import WARMUP_WINDOW_S
 from club3090.edges.launchers import DEFAULT as DEFAULT_LAUNCHER
 from club3090.errors import Club3090Error, UsageError
 from club3090.fit.memory import FitResult, Unpriceable, predict
@@ -28,6 +27,7 @@ from club3090.outcome import Notice, Outcome, Stop
 from club3090.pipeline import up_facts as facts
 from club3090.pipeline.up import Progress, UpRequest, check_request, curated_launch, deploy
 from club3090.pipeline.up_facts import FactLog, UpResult
+from club3090.settings import WARMUP_WINDOW_S
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from club3090.catalog.model import Catalog, Profile

@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from club3090.edges import launchers
-from club3090.edges.boot import WARMUP_WINDOW_S
 from club3090.errors import InputError, UsageError
 from club3090.outcome import Outcome
 from club3090.pipeline import bundle as bundle_mod
@@ -34,6 +33,7 @@ from club3090.pipeline.bundle_start import (
     write_state,
 )
 from club3090.pipeline.up_facts import FactLog, UpResult
+from club3090.settings import WARMUP_WINDOW_S
 
 if TYPE_CHECKING:
     from collections.abc import Sequence

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from club3090.edges.boot import WARMUP_WINDOW_S
+from club3090.settings import WARMUP_WINDOW_S
 
 
 def described(doc: str | None) -> str | None:

@@ -107,9 +107,9 @@ def run_request(args: argparse.Namespace, provider: Any, *, directory: Path, no_
                 port: int | None, vllm: str | None, skip_tools: bool) -> int:
     """``up`` (and ``pull --out DIR``): build the request, run it, print the result."""
     from club3090.cli.commands.pull import captures_root
-    from club3090.edges.boot import WARMUP_WINDOW_S
     from club3090.pipeline.cluster_up import ClusterOptions
     from club3090.pipeline.up import UpRequest, up
+    from club3090.settings import WARMUP_WINDOW_S
 
     nodes = getattr(args, "nodes", None)
     cluster = ClusterOptions(nodes=nodes, head_ip=getattr(args, "head_ip", ""),
