@@ -75,7 +75,7 @@ def test_each_yaml_file_is_parsed_once_then_read_back(fresh, monkeypatch):
     parses = _counting(monkeypatch)
     first, index = loader.load_catalog(), open_index.load_open_index()
     assert len(parses) == len(FILES) + 1                      # the catalog files and the index, once each
-    assert len(list(fresh.glob("*.marshal"))) == len(FILES) + 1
+    assert len(list(fresh.glob("*.json"))) == len(FILES) + 1
     for cached in (loader._load_shipped, open_index._shipped):
         cached.cache_clear()
     second, index2 = loader.load_catalog(), open_index.load_open_index()
@@ -110,15 +110,22 @@ def test_an_altered_or_torn_cache_file_is_never_trusted(fresh, monkeypatch):
 
 def test_a_stored_document_of_other_types_is_not_used(fresh, monkeypatch):
     import hashlib
-    import marshal
 
     parses = _counting(monkeypatch)
     blob = b"a: 1\n"
     loader._parse("x.yaml", blob, Collector())
-    payload = marshal.dumps({"a": compile("1", "<x>", "eval")})   # a valid digest over a code object
-    pc.cache_path(blob, fresh).write_bytes(hashlib.sha256(payload).digest() + payload)
-    assert loader._parse("x.yaml", blob, Collector()) == {"a": 1}
-    assert len(parses) == 2
+    for payload in (b"\x80 not json", b"NaN", b'{"a": [1, {"b": NaN}]}'):    # a valid digest over each
+        pc.cache_path(blob, fresh).write_bytes(hashlib.sha256(payload).digest() + payload)
+        assert loader._parse("x.yaml", blob, Collector()) == {"a": 1}
+    assert len(parses) == 4
+
+
+def test_a_document_with_a_number_as_a_key_is_not_cached(fresh, monkeypatch):
+    parses = _counting(monkeypatch)
+    for _ in range(2):
+        assert loader._parse("x.yaml", b"8.6: ampere\n", Collector()) == {8.6: "ampere"}
+        assert str(loader._parse("x.yaml", b"a: .nan\n", Collector())["a"]) == "nan"
+    assert len(parses) == 4 and not list(fresh.glob("*.json"))
 
 
 def test_problems_are_reported_on_every_load_and_never_cached(fresh, monkeypatch):
@@ -128,12 +135,12 @@ def test_problems_are_reported_on_every_load_and_never_cached(fresh, monkeypatch
         c = Collector()
         loader._parse("x.yaml", blob, c)
         assert any("duplicate key 'a'" in p.message for p in c.problems)
-    assert len(parses) == 2 and not list(fresh.glob("*.marshal"))
+    assert len(parses) == 2 and not list(fresh.glob("*.json"))
     bad = Collector()
     assert loader._parse("x.yaml", b"a: [1, 2\n", bad) is None and bad.problems
 
 
-def test_a_document_marshal_cannot_hold_exactly_is_not_cached(fresh, monkeypatch):
+def test_a_document_json_cannot_hold_exactly_is_not_cached(fresh, monkeypatch):
     parses = _counting(monkeypatch)
     blob = b"released: 2025-01-02\n"
     for _ in range(2):
