@@ -28,6 +28,7 @@ import json
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from club3090.argv import flag_index, flag_value
 from club3090.edges import boot
 from club3090.edges.boot import GREEN, OPTIONAL, RED, SKIPPED, SmokeReport
 from club3090.edges.openai_client import Http, OpenAIClient
@@ -46,29 +47,15 @@ _FLAGS: Mapping[str, tuple[str, ...]] = {
     "vision": ("--limit-mm-per-prompt", "--mmproj"),
 }
 _CONTEXT_FLAGS = ("--max-model-len", "-c", "--ctx-size", "--n_ctx")     # --n_ctx: llama-cpp-python's server
-_VALUED = {"--reasoning-parser", "--reasoning-format", "--guided-decoding-backend", "--structured-outputs-config",
-           "--limit-mm-per-prompt", "--mmproj", "--reasoning", *_CONTEXT_FLAGS}
 CITY_SCHEMA = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"],
                "additionalProperties": False}
 
 
-def _values(argv: Sequence[str]) -> dict[str, str]:
-    """flag -> its value (``--flag value`` or ``--flag=value``; a bare flag -> ""); the last one wins."""
-    out: dict[str, str] = {}
-    args = [str(a) for a in argv]
-    for i, arg in enumerate(args):
-        if arg.startswith("-"):
-            name, eq, value = arg.partition("=")
-            if not eq and name in _VALUED and i + 1 < len(args):
-                value = args[i + 1]
-            out[name] = value
-    return out
-
-
-def _negative(flag: str, value: str, given: Mapping[str, str]) -> bool:
+def _negative(flag: str, argv: Sequence[str]) -> bool:
     """A declaring flag that says "no": ``--reasoning-format none``, ``--reasoning off``, no images."""
+    value = flag_value(argv, flag) or ""
     if flag == "--reasoning-format":
-        return value.lower() == "none" or given.get("--reasoning", "").lower() == "off"
+        return value.lower() == "none" or (flag_value(argv, "--reasoning") or "").lower() == "off"
     if flag == "--limit-mm-per-prompt":
         try:
             images = json.loads(value).get("image", 1) if value.strip().startswith("{") else \
@@ -82,9 +69,8 @@ def _negative(flag: str, value: str, given: Mapping[str, str]) -> bool:
 def declared(argv: Sequence[str]) -> dict[str, str]:
     """The optional capabilities ``argv`` (a vLLM or llama-server command line) declares: cap -> the
     flag that declares it (``--max-model-len 131072`` for long context)."""
-    given = _values(argv)
     out = {cap: flag for cap, flags in _FLAGS.items() for flag in flags
-           if flag in given and not _negative(flag, given[flag], given)}
+           if flag_index(argv, flag) is not None and not _negative(flag, argv)}
     served = served_context(argv)
     if served is not None and served[1] >= LONG_CONTEXT_MIN:
         out["long-context"] = f"{served[0]} {served[1]}"
@@ -93,9 +79,8 @@ def declared(argv: Sequence[str]) -> dict[str, str]:
 
 def served_context(argv: Sequence[str]) -> tuple[str, int] | None:
     """(the flag, the context) ``argv`` serves at, when it names one."""
-    given = _values(argv)
     for flag in _CONTEXT_FLAGS:
-        value = given.get(flag, "")
+        value = flag_value(argv, flag) or ""
         if value.isdigit():
             return flag, int(value)
     return None
