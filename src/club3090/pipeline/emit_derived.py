@@ -33,8 +33,7 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-import yaml
-
+from club3090.argv import flag_value
 from club3090.compose.derived import local_url
 from club3090.compose.generate import derived_compose
 from club3090.edges import boot as boot_mod
@@ -174,10 +173,9 @@ def kv_calc_version() -> str:
                                    [here / "catalog" / "data" / "anchors.yaml"])
 
 
-def served_name(outcome: Any) -> str:
-    """The ``--served-model-name`` the derived compose carries (compose owns the rule)."""
-    command = list(outcome.launch.service["command"])
-    return str(command[command.index("--served-model-name") + 1])
+def served_name(command: "Sequence[str]") -> str:
+    """The ``--served-model-name`` the derived compose's command carries (compose owns the rule)."""
+    return flag_value(command, "--served-model-name") or ""
 
 
 def chosen_context(fit: Any) -> tuple[int, Notice | None]:
@@ -232,7 +230,7 @@ def run(job: EInput, stages: EStages, now: Callable[[], datetime]) -> EReport:
     ctx, ctx_note = chosen_context(job.fit)
     st = _State(notices=(ctx_note,) if ctx_note else ())
     paths = _paths(job)
-    text, served, st = _emit(job, paths, ctx, hw.count, st, say)
+    text, command, st = _emit(job, paths, ctx, hw.count, st, say)
     written = EReport(ran=True, compose_path=paths.compose if text is not None else None, compose_text=text,
                       wrote_out=text is not None and job.out is not None, max_model_len=ctx)
     if stages.emit_only:
@@ -246,8 +244,7 @@ def run(job: EInput, stages: EStages, now: Callable[[], datetime]) -> EReport:
         booted, smoked = refused, None
         log = ""
         if runner is not None:
-            booted, smoked, log, st = _boot_and_smoke(runner, paths.compose, served or "", stages, st, say,
-                                                      argv=launch_argv(text or ""))
+            booted, smoked, log, st = _boot_and_smoke(runner, paths.compose, command, stages, st, say)
         report = replace(written, stage=st.stage, failure=st.failure, detail=st.detail, download=dl, boot=booted,
                          smoke=smoked, boot_skipped=skipped, notices=tuple(st.notices))
         return _with_bundle(report, job, log, now) if job.captures_root is not None else report
@@ -273,28 +270,28 @@ def _paths(job: EInput) -> _Paths:
 
 
 def _emit(job: EInput, paths: _Paths, ctx: int, gpu_count: int, st: _State,
-          say: Callable[[str], None]) -> tuple[str | None, str | None, _State]:
-    """The derived compose, written: (its text, its served model name, the state), or (None, None, the
+          say: Callable[[str], None]) -> tuple[str | None, tuple[str, ...], _State]:
+    """The derived compose, written: (its text, its server's command line, the state), or (None, (), the
     failed state)."""
     try:
         outcome = derived_compose(job.spec, job.runtime, job.catalog, snapshot_dir=paths.snapshot,
                                   hf_home=paths.hf_home, max_model_len=ctx, trust_remote_code=job.trust_remote_code,
                                   gpu_indices=tuple(range(gpu_count)), out_name=str(paths.compose),
                                   host=job.host)
-        if outcome.refusal is not None or not outcome.text:
-            return None, None, st.fail("emit", outcome.refusal or STAGE_ERROR, outcome.detail or "")
+        if outcome.refusal is not None or not outcome.text or outcome.launch is None:
+            return None, (), st.fail("emit", outcome.refusal or STAGE_ERROR, outcome.detail or "")
         text = outcome.text
-        served = served_name(outcome)
+        command = tuple(str(word) for word in outcome.launch.service["command"])
         if job.out is not None:
             write_output_text(paths.compose, text, force=job.force)
         else:
             atomic_write_text(paths.compose, text)
         say(f"[pull] e: compose written to {paths.compose}")
-        return text, served, st.notice(*outcome.notices)
+        return text, command, st.notice(*outcome.notices)
     except (Club3090Error, OSError) as exc:
-        return None, None, st.fail("emit", WRITE_FAILED, str(exc))
+        return None, (), st.fail("emit", WRITE_FAILED, str(exc))
     except Exception as exc:  # noqa: BLE001 - recorded, never raised
-        return None, None, st.fail("emit", STAGE_ERROR, f"{type(exc).__name__}: {exc}")
+        return None, (), st.fail("emit", STAGE_ERROR, f"{type(exc).__name__}: {exc}")
 
 
 def _download(job: EInput, paths: _Paths, stages: EStages, st: _State,
@@ -364,25 +361,11 @@ def _compose_boot(job: EInput, paths: _Paths, stages: EStages) -> boot_mod.Compo
         interval_s=stages.poll_interval_s)
 
 
-def launch_argv(compose_text: str) -> tuple[str, ...]:
-    """The server's command line in a compose we wrote (its one service's ``command``), for the smoke
-    to read the capabilities it declares; () when there is none."""
-    try:
-        doc = yaml.safe_load(compose_text)
-    except yaml.YAMLError:
-        return ()
-    services = doc.get("services") if isinstance(doc, dict) else None
-    for service in (services or {}).values() if isinstance(services, dict) else ():
-        command = service.get("command") if isinstance(service, dict) else None
-        if isinstance(command, list):
-            return tuple(str(a) for a in command)
-    return ()
-
-
-def _boot_and_smoke(runner: boot_mod.ComposeBoot, compose: Path, served: str, stages: EStages, st: _State,
-                    say: Callable[[str], None], *, argv: tuple[str, ...] = (),
+def _boot_and_smoke(runner: boot_mod.ComposeBoot, compose: Path, command: tuple[str, ...], stages: EStages,
+                    st: _State, say: Callable[[str], None],
                     ) -> tuple[boot_mod.BootReport, boot_mod.SmokeReport | None, str, _State]:
-    """(the boot, the smoke test or None, the start-up log lines the capture bundle keeps, the state)."""
+    """(the boot, the smoke test or None, the start-up log lines the capture bundle keeps, the state).
+    The smoke asks the compose's served model name and probes what its ``command`` declares."""
     say(f"[pull] e: booting {compose} (waiting up to {stages.boot_deadline_s:.0f}s for "
         f"{runner.endpoint}/v1/models)")
     try:
@@ -394,7 +377,8 @@ def _boot_and_smoke(runner: boot_mod.ComposeBoot, compose: Path, served: str, st
     say(f"[pull] e: ready after {booted.seconds:.0f}s; smoke test")
     from club3090.validate import capabilities
 
-    smoked = capabilities.smoke(runner.endpoint, served, argv, http=stages.http or boot_mod.urllib_http)
+    smoked = capabilities.smoke(runner.endpoint, served_name(command), command,
+                                http=stages.http or boot_mod.urllib_http)
     if not smoked.floor_green:
         st = st.fail("smoke", boot_mod.FLOOR_RED, "; ".join(f"{c}: {smoked.detail[c]['error']}" for c in smoked.red))
     return booted, smoked, runner.logs(), st   # start-up lines: the boot's calibration receipt
