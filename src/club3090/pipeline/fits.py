@@ -320,7 +320,8 @@ def with_cliffs(row: FitsRow, catalog: "Catalog", hw: HardwareFacts) -> FitsRow:
         return row
     profile = catalog.profiles.get(row.profile or "")
     served = served_by_profile(catalog, profile, tp=row.tp, pp=row.pp, weight_format=weight_format_of(facts),
-                               engine="llama.cpp" if row.gguf is not None else "vllm", sm=hw.sm)
+                               engine=engines.for_format("gguf" if row.gguf is not None else "safetensors").name,
+                               sm=hw.sm)
     cliffs = known_cliffs(catalog, profile=profile, served=served,
                           curated_model=facts.curated.model_id if facts.curated else None,
                           architecture=facts.arch.architecture)
