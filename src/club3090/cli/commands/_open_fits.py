@@ -15,6 +15,7 @@ from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from club3090.cli.render import safe
+from club3090.units import GiB
 
 TASKS = ("chat", "code", "reasoning", "embedding", "vision")
 
@@ -123,7 +124,7 @@ def add_json(doc: dict[str, Any], extended: Extended, limit: int | None, rig: st
 
 
 def _gb(n: int) -> str:
-    return f"{n / 2**30:.1f} GiB"
+    return f"{n / GiB:.1f} GiB"
 
 
 def row_text(row: Any) -> str:
@@ -136,7 +137,7 @@ def row_text(row: Any) -> str:
         return f"{row.model}: fits (vLLM, {row.variant}{tp}): {row.context:,} context{speed} - estimated"
     plan = row.plan
     where = "on the GPUs" if not row.offloaded else (
-        f"offload: {plan.breakdown.host.weights_bytes / 2**30:.1f} GiB in RAM, -ngl {plan.fit.n_gpu_layers}"
+        f"offload: {plan.breakdown.host.weights_bytes / GiB:.1f} GiB in RAM, -ngl {plan.fit.n_gpu_layers}"
         + (f" --n-cpu-moe {plan.fit.n_cpu_moe}" if plan.fit.n_cpu_moe else ""))
     return (f"{row.model}: {'fits' if not row.offloaded else 'runs with offload'} (llama.cpp, {row.variant}, "
             f"{_gb(row.weights_bytes)}, {where}): {row.context:,} context{speed} - estimated")

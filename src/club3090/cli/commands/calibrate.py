@@ -20,6 +20,7 @@ from club3090.cli.commands._types import add_command, add_gpus_flag, gpu_set
 from club3090.cli.exit_codes import exit_code
 from club3090.cli.render import emit, safe
 from club3090.outcome import Outcome
+from club3090.units import GiB
 
 LOG_LIMIT = 64 * 1024 * 1024
 LOG_SUFFIXES = (".log", ".txt")
@@ -99,7 +100,7 @@ def run(args: argparse.Namespace, provider: Any) -> int:
         gpus = gpu_set(args, provider.catalog())
         assert gpus is not None
         gpu_name = gpus.gpu.display_name if gpus.gpu is not None else gpus.names[0]
-        gpu_memory_gib = gpus.min_memory_bytes / 2**30
+        gpu_memory_gib = gpus.min_memory_bytes / GiB
         gpu_count = gpus.count
 
     given = _given(args.arg)

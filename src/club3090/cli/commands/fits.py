@@ -27,6 +27,7 @@ from club3090.cli.commands._types import (
     shape_request,
 )
 from club3090.cli.render import concurrency_text, confidence_text, safe
+from club3090.units import GiB
 
 
 def add_parser(sub: Any) -> None:
@@ -69,7 +70,7 @@ def run(args: argparse.Namespace, provider: Any) -> int:
         check_output_path(args.html, force=args.force, flag="--html")
     mine, gpus = user_defaults(), gpu_set(args, provider.catalog())
     default_notes(provider.catalog(), args.models, mine, gpus.count if gpus is not None else None)
-    report = fits(FitsRequest(models=tuple(args.models), gpus=gpu_set(args, provider.catalog()),
+    report = fits(FitsRequest(models=tuple(args.models), gpus=gpus,
                               min_context=args.min_context, shape=shape_request(args), ctx_size=args.ctx_size,
                               cache_type_k=args.cache_type_k, cache_type_v=args.cache_type_v,
                               gguf=args.gguf, quant=args.quant, user_defaults=mine), provider)
@@ -145,8 +146,8 @@ def write_html(path: Path, report: Any, extended: Any, args: argparse.Namespace)
     if extended.index is not None:
         rows += [(r.model, open_flags.row_text(r), r.fits, row_bars(r, vram, ram)) for r in extended.index.rows]
     rows = rows[:args.limit] if args.limit else rows
-    ram_text = f", {ram / 2**30:.1f} GiB of RAM for offload" if ram else ""
-    headline = (f"{rig}: {vram / 2**30:.1f} GiB of GPU memory{ram_text}. "
+    ram_text = f", {ram / GiB:.1f} GiB of RAM for offload" if ram else ""
+    headline = (f"{rig}: {vram / GiB:.1f} GiB of GPU memory{ram_text}. "
                 f"{sum(r[2] for r in rows)} of {len(rows)} candidates fit (estimates, not measurements).")
     write_output_text(path, ranking_page(f"What fits on {rig}", headline, rows), force=args.force, flag="--html")
 
