@@ -40,6 +40,7 @@ from club3090.fit.memory import Unpriceable
 from club3090.interpolate import interpolate_tree
 from club3090.model.gguf import TYPES
 from club3090.outcome import Notice, NoticeCode, Outcome
+from club3090.units import GiB
 from club3090.version import __version__
 
 if TYPE_CHECKING:
@@ -227,7 +228,7 @@ def serving_args(model: "GgufModel", base: LlamaCppArgs, gpu_bytes: Sequence[int
         return ServingChoice(args, priced, f"-c {ctx_size}: as asked, every layer on the GPUs")
     rescue = fewest_offloaded(model, args, gpu_bytes)
     if rescue is None:
-        need = sum(d.total_bytes for d in priced.devices[:-1]) / 2**30
+        need = sum(d.total_bytes for d in priced.devices[:-1]) / GiB
         return Unpriceable(f"-c {ctx_size} does not fit even with every layer on the host "
                            f"({need:.1f} GiB asked of the GPUs with all layers on them)")
     moved = (f"--n-cpu-moe {rescue.args.n_cpu_moe}" if rescue.args.n_cpu_moe

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING
 from club3090.edges import download as dl
 from club3090.edges.download import _HEX40, _HEX64
 from club3090.edges.request_budget import Budget, bounded, install_policy
+from club3090.units import GiB
 
 if TYPE_CHECKING:
     from club3090.model.spec import RepoFile
@@ -196,7 +197,7 @@ def _ensure(settings: "Settings", repo_id: str, commit: str, f: "RepoFile", adop
         where = "the HF cache held a copy that failed its check (deleted)" if dropped else "it is not in the HF cache"
         raise dl._Failed(dl.OFFLINE_MISSING, f"{f.name}: {where}{refused} and HF_HUB_OFFLINE is set; "
                                              "run once online", f.name)
-    size = f"{f.size_bytes / 2**30:.2f} GiB" if f.size_bytes else "? bytes"
+    size = f"{f.size_bytes / GiB:.2f} GiB" if f.size_bytes else "? bytes"
     say(f"{f.name} ({size})")
     try:
         with _online(), _xet(settings), bounded(Budget.for_stream(settings.download_stall_s, dl.STALL_BYTES)):

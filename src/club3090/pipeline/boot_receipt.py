@@ -15,6 +15,7 @@ from typing import Any
 
 from club3090.argv import flag_value as _flag_value
 from club3090.compose.param_slots import PARAM_SLOTS
+from club3090.units import GiB
 
 RECEIPT_NAME = "receipt.json"
 LOG_LIMIT = 64 * 1024 * 1024
@@ -69,7 +70,7 @@ def write_boot_receipt(directory: Path, log_text: str, *, argv: Sequence[str], r
     names = set(getattr(hardware, "names", ()) or ())
     receipt = receipt_for_log(log_text, launch_settings(argv, repo_id), Redactor(secrets=tuple(secrets)),
                               source_name="up-boot", gpu_name=names.pop() if len(names) == 1 else None,
-                              gpu_memory_gib=min(memory) / 2**30 if memory else None,
+                              gpu_memory_gib=min(memory) / GiB if memory else None,
                               gpu_count=len(memory) or None, config=config, club3090_commit=club3090_commit())
     if receipt is None:
         return BootReceipt(note="no receipt: the server log has no vLLM start-up lines (KV cache size, GPU blocks)")

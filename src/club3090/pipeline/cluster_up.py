@@ -25,6 +25,7 @@ from club3090.compose.runbook import RunbookFacts
 from club3090.edges import launchers
 from club3090.errors import UsageError
 from club3090.pipeline.up_facts import ClusterWritten
+from club3090.units import GiB
 
 if TYPE_CHECKING:
     from club3090.fit.runtime import RuntimeShape
@@ -87,7 +88,7 @@ def emit(*, launcher: "launchers.Launcher", directory: Path, options: ClusterOpt
     cl = cluster_mod.cluster_launch(bundled, shape, net, name=cluster_mod.dns_label(plan.served_model),
                                     hub_cache=str(hub_cache))
     weights = sum(int(f.size_bytes or 0) for f in files)
-    weights_gib = weights / 2**30 if weights else None
+    weights_gib = weights / GiB if weights else None
     cache_gib = max(math.ceil((weights_gib or 80.0) * 1.25) + 10, 20)
     facts = RunbookFacts(repo_id=repo_id, commit=commit, served_model=plan.served_model, weights_gib=weights_gib,
                          cache=options.model_cache, cache_size_gib=cache_gib)

@@ -14,6 +14,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from club3090.outcome import Notice, NoticeCode
+from club3090.units import GiB
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from club3090.catalog.model import Catalog
@@ -72,11 +73,10 @@ def _corrected(fit: "FitResult", shape: "ServeShape", price: "Callable[[ServeSha
                               capped=c.capped)
     result = replace(corrected, notes=(*fit.notes, calibration.describe()), error_band_bytes=c.band_bytes,
                      calibration=calibration)
-    gib = 2**30
     evidence = "anchors" if code is NoticeCode.MEASURED_CURATED else "receipts"
     notice = Notice(code, calibration.describe(),
-                    {evidence: ids, "residual_gib": round(c.residual_bytes / gib, 4),
-                     "band_gib": round(c.band_bytes / gib, 4), "capped": c.capped})
+                    {evidence: ids, "residual_gib": round(c.residual_bytes / GiB, 4),
+                     "band_gib": round(c.band_bytes / GiB, 4), "capped": c.capped})
     return result, notice
 
 
@@ -108,9 +108,7 @@ def near_here(fit: "FitResult", spec: "ModelSpec", shape: "ServeShape", memory: 
         return None
     from club3090.fit.correction import NEAR_HERE
     from club3090.reports.measured import near_receipts
-
-    gib = 2**30
-    near = near_receipts(receipts, repo_id=spec.ref, gpu_memory_gib=min(memory) / gib, tensor_parallel_size=shape.tp,
+    near = near_receipts(receipts, repo_id=spec.ref, gpu_memory_gib=min(memory) / GiB, tensor_parallel_size=shape.tp,
                          pipeline_parallel_size=shape.pp, vllm_version=fit.settings.vllm_version,
                          enforce_eager=shape.enforce_eager, quantization=shape.quantization, dtype=shape.dtype)
     if not near:
@@ -121,7 +119,7 @@ def near_here(fit: "FitResult", spec: "ModelSpec", shape: "ServeShape", memory: 
     for receipt in near:
         at = price(replace(base, **receipt.settings))
         if at is not None:
-            rows.append((receipt.id, at.per_gpu.kv_pool_bytes - round(receipt.measured_kv_gib * gib), at))
+            rows.append((receipt.id, at.per_gpu.kv_pool_bytes - round(receipt.measured_kv_gib * GiB), at))
     return _corrected(fit, shape, price, rows, label=NEAR_HERE, code=NoticeCode.MEASURED_NEAR)
 
 
@@ -194,7 +192,7 @@ def measured_here(fit: "FitResult", spec: "ModelSpec", shape: "ServeShape", memo
     used = fit.settings
     kv = catalog.kv_formats.get(used.kv_cache_dtype)
     kv_arg = (kv.vllm_arg if kv is not None else used.kv_cache_dtype) or "auto"
-    match = find_measured(measured, repo_id=spec.ref, gpu_memory_gib=min(memory) / 2**30,
+    match = find_measured(measured, repo_id=spec.ref, gpu_memory_gib=min(memory) / GiB,
                           tensor_parallel_size=shape.tp, pipeline_parallel_size=shape.pp,
                           max_model_len=used.max_model_len, gpu_memory_utilization=used.mem_util,
                           kv_cache_dtype=kv_arg)

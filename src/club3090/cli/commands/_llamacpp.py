@@ -11,6 +11,7 @@ import json
 from typing import Any
 
 from club3090.cli.commands._types import non_negative_int, positive_int
+from club3090.units import GiB
 
 
 def tensor_split(text: str) -> tuple[float, ...]:
@@ -99,7 +100,7 @@ def _render(price: Any) -> None:
     console = terminal_console()
     for note in price.notes:
         console.print(f"note: {note}", markup=False, highlight=False, soft_wrap=True)
-    console.print(f"{src.label} ({m.arch}, {src.quant or 'GGUF'}, {m.weights_bytes / (1 << 30):.2f} GiB of "
+    console.print(f"{src.label} ({m.arch}, {src.quant or 'GGUF'}, {m.weights_bytes / GiB:.2f} GiB of "
                   f"weights from {src.where}) on {spec}, llama.cpp")
     console.print(f"-c {a.ctx_size:,}  -np {a.parallel}  -b {a.batch_size}  -ub {a.ubatch_size}  "
                   f"-ctk {a.cache_type_k}  -ctv {a.cache_type_v}  -fa {'on' if a.flash_attn else 'off'}  "
