@@ -25,12 +25,11 @@ def routed_profile(args: argparse.Namespace, provider: Any, *, up: bool = False)
     from club3090.pipeline.routing import choose_profile
 
     catalog = provider.catalog()
+    given = gpu_set(args, catalog)
 
     def count() -> int:
-        gpus = gpu_set(args, catalog)
-        return gpus.count if gpus is not None else max(len(provider.detect_gpus().gpus), 1)
+        return given.count if given is not None else max(len(provider.detect_gpus().gpus), 1)
 
-    given = gpu_set(args, catalog)
     choice = choose_profile(catalog, args.source, args.profile_like, user_defaults=user_defaults(),
                             gpu_count=count if up else None, gpus_given=given.count if given else None,
                             allow_deprecated=bool(getattr(args, "allow_deprecated", False)) if up else None)
