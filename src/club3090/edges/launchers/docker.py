@@ -10,19 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from club3090.edges.boot import Runner, RunResult
-from club3090.edges.launchers.base import (
-    COMPOSE_NAME,
-    Job,
-    OnThisHost,
-    Preflighted,
-    ServerFinder,
-    Started,
-    Status,
-    Stopped,
-    Which,
-    first_line,
-    run_process,
-)
+from club3090.edges.launchers import base
 from club3090.errors import LauncherUnavailable
 
 NAME = "docker"
@@ -37,7 +25,7 @@ def compose_argv(compose: Path, *args: str) -> list[str]:
     return ["docker", "compose", "-f", str(compose), *args]
 
 
-def preflight_docker(*, run: Runner = run_process, which: Which | None = None) -> None:
+def preflight_docker(*, run: Runner = base.run_process, which: base.Which | None = None) -> None:
     """Docker engine reachable, compose plugin present, NVIDIA runtime registered."""
     import shutil
 
@@ -45,7 +33,7 @@ def preflight_docker(*, run: Runner = run_process, which: Which | None = None) -
         raise LauncherUnavailable(f"docker is not on PATH: {FIX_DOCKER}")
     info = run(["docker", "info", "--format", "{{json .Runtimes}}"], 30)
     if info.returncode != 0:
-        why = first_line(info.stderr) or first_line(info.stdout) or f"exit {info.returncode}"
+        why = base.first_line(info.stderr) or base.first_line(info.stdout) or f"exit {info.returncode}"
         raise LauncherUnavailable(f"the Docker engine is not reachable ({why}): {FIX_ENGINE}")
     compose = run(["docker", "compose", "version"], 30)
     if compose.returncode != 0:
@@ -55,30 +43,30 @@ def preflight_docker(*, run: Runner = run_process, which: Which | None = None) -
 
 
 @dataclass(frozen=True)
-class DockerLauncher(OnThisHost):
+class DockerLauncher(base.OnThisHost):
     """``--launcher docker`` (the default)."""
 
     name: str = NAME
     help: str = "docker (docker compose, default)"
 
     def _compose(self, directory: Path, *args: str, timeout: float = 60) -> RunResult:
-        return self.run(compose_argv(directory / COMPOSE_NAME, *args), timeout)
+        return self.run(compose_argv(directory / base.COMPOSE_NAME, *args), timeout)
 
     def containers(self, directory: Path) -> tuple[str, ...]:
         """The ids of the bundle's running containers."""
         ps = self._compose(directory, "ps", "--status", "running", "-q", timeout=30)
         return tuple(sorted(ln.strip() for ln in ps.stdout.splitlines() if ln.strip())) if ps.returncode == 0 else ()
 
-    def preflight(self, server: ServerFinder | None, *, starting: bool = True) -> Preflighted:
+    def preflight(self, server: base.ServerFinder | None, *, starting: bool = True) -> base.Preflighted:
         if starting:
             preflight_docker(run=self.run, which=self.which)
-        return Preflighted()
+        return base.Preflighted()
 
-    def start(self, job: Job) -> Started:
+    def start(self, job: base.Job) -> base.Started:
         done = self._compose(job.directory, "up", "-d", timeout=900)
         if done.returncode != 0:
-            return Started(error="docker compose up failed", detail=done.stderr or done.stdout)
-        return Started({"containers": list(self.containers(job.directory))})
+            return base.Started(error="docker compose up failed", detail=done.stderr or done.stdout)
+        return base.Started({"containers": list(self.containers(job.directory))})
 
     def running(self, directory: Path, state: Mapping[str, Any]) -> bool:
         return bool(self.containers(directory))
@@ -86,28 +74,28 @@ class DockerLauncher(OnThisHost):
     def settled(self, directory: Path, state: Mapping[str, Any]) -> Mapping[str, Any]:
         return {"containers": list(self.containers(directory))}
 
-    def status(self, directory: Path, state: Mapping[str, Any], *, tail: int) -> Status:
+    def status(self, directory: Path, state: Mapping[str, Any], *, tail: int) -> base.Status:
         ids = self.containers(directory)
-        return Status(bool(ids), f"container {state.get('container')}",
+        return base.Status(bool(ids), f"container {state.get('container')}",
                       self.logs(directory, state, lines=tail) if ids else "", {"containers": list(ids)})
 
-    def stop(self, directory: Path, state: Mapping[str, Any]) -> Stopped:
+    def stop(self, directory: Path, state: Mapping[str, Any]) -> base.Stopped:
         ids = self.containers(directory)
         recorded = tuple(sorted(str(i) for i in state.get("containers") or ()))
         if ids and recorded and ids != recorded:
-            return Stopped(False, "", f"the running containers ({', '.join(i[:12] for i in ids)}) are not the ones "
+            return base.Stopped(False, "", f"the running containers ({', '.join(i[:12] for i in ids)}) are not the ones "
                                       f"`up` started ({', '.join(i[:12] for i in recorded)})")
         done = self._compose(directory, "down", timeout=300)
         if done.returncode != 0:
-            return Stopped(False, f"docker compose down failed: {first_line(done.stderr)}")
-        return Stopped(bool(ids), "docker compose down: ok")
+            return base.Stopped(False, f"docker compose down failed: {base.first_line(done.stderr)}")
+        return base.Stopped(bool(ids), "docker compose down: ok")
 
     def logs(self, directory: Path, state: Mapping[str, Any], *, lines: int) -> str:
         done = self._compose(directory, "logs", "--no-color", "--tail", str(lines))
         return done.stdout + done.stderr
 
     def follow(self, directory: Path, state: Mapping[str, Any], emit: Callable[[str], None]) -> int:
-        return subprocess.run(compose_argv(directory / COMPOSE_NAME, "logs", "-f", "--no-color"),
+        return subprocess.run(compose_argv(directory / base.COMPOSE_NAME, "logs", "-f", "--no-color"),
                               check=False).returncode
 
     def writes(self, directory: Path) -> tuple[Path, ...]:

@@ -19,25 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from club3090.edges.boot import Runner, RunResult
-from club3090.edges.launchers import process
-from club3090.edges.launchers.base import (
-    LOG_NAME,
-    LOGS_DIR,
-    PID_NAME,
-    STOP_GRACE_S,
-    Job,
-    OnThisHost,
-    Preflighted,
-    ServerCommand,
-    ServerFinder,
-    Started,
-    Status,
-    Stopped,
-    Which,
-    first_line,
-    log_tail,
-    run_process,
-)
+from club3090.edges.launchers import base, process
 from club3090.errors import LauncherUnavailable, UsageError
 
 NAME = "native"
@@ -49,13 +31,13 @@ API_SERVER = "vllm.entrypoints.openai.api_server"   # takes --model, not `serve 
 VERSION_CODE = "import vllm; print(vllm.__version__)"
 
 
-def _which(which: Which | None) -> Which:
+def _which(which: base.Which | None) -> base.Which:
     import shutil
 
     return which or shutil.which
 
 
-def split_command(given: str, which: Which | None = None) -> tuple[str, ...]:
+def split_command(given: str, which: base.Which | None = None) -> tuple[str, ...]:
     """``--vllm``'s value as argv: an existing file is one path (spaces and all); anything else is
     split like a shell would (no shell runs it) and its first word found on PATH."""
     if Path(given).is_file():
@@ -108,8 +90,8 @@ def _vllm_version(argv: tuple[str, ...], run: Runner) -> tuple[str | None, RunRe
     return (by_module.stdout.strip().splitlines() or [""])[-1].strip().lstrip("v") or None, by_module
 
 
-def find_vllm(given: str | None, pin: str | None, *, run: Runner = run_process,
-              which: Which | None = None) -> ServerCommand:
+def find_vllm(given: str | None, pin: str | None, *, run: Runner = base.run_process,
+              which: base.Which | None = None) -> base.ServerCommand:
     """``--vllm PATH|COMMAND`` or ``vllm`` on PATH; its version compared with the engine pin."""
     if given:
         argv = split_command(given, which)
@@ -121,22 +103,22 @@ def find_vllm(given: str | None, pin: str | None, *, run: Runner = run_process,
     _executable(argv[0], "--vllm", FIX_VLLM)
     version, done = _vllm_version(argv, run)
     if version is None:
-        why = first_line(done.stderr) or first_line(done.stdout) or f"exit {done.returncode}"
+        why = base.first_line(done.stderr) or base.first_line(done.stdout) or f"exit {done.returncode}"
         raise LauncherUnavailable(f"`{' '.join(argv)} --version` failed ({why}) and the vllm module does not "
                                   f"report one: {FIX_VLLM}")
     wanted = (pin or "").split("@", 1)[-1].lstrip("v") or None
     note = None
     if wanted and version != wanted:
         note = f"vllm {version} is installed; the profile was validated on {wanted}"
-    return ServerCommand(argv, version, note, model_flag="--model" if argv[-1] == API_SERVER else None)
+    return base.ServerCommand(argv, version, note, model_flag="--model" if argv[-1] == API_SERVER else None)
 
 
-def vllm_server(given: str | None, pin: str | None) -> ServerFinder:
+def vllm_server(given: str | None, pin: str | None) -> base.ServerFinder:
     return lambda run, which: find_vllm(given, pin, run=run, which=which)
 
 
-def find_llama_server(binary: str | None, *, run: Runner = run_process, which: Which | None = None,
-                      has_module: Callable[[str], bool] | None = None) -> ServerCommand:
+def find_llama_server(binary: str | None, *, run: Runner = base.run_process, which: base.Which | None = None,
+                      has_module: Callable[[str], bool] | None = None) -> base.ServerCommand:
     """``--llama-server-bin PATH``, else ``llama-server`` on PATH, else llama-cpp-python's server
     (``python -m llama_cpp.server``) when that package is installed."""
     import importlib.util
@@ -146,42 +128,42 @@ def find_llama_server(binary: str | None, *, run: Runner = run_process, which: W
     if exe is None:
         found = (has_module or (lambda m: importlib.util.find_spec(m) is not None))("llama_cpp.server")
         if found:
-            return ServerCommand((sys.executable, "-m", "llama_cpp.server"), None,
+            return base.ServerCommand((sys.executable, "-m", "llama_cpp.server"), None,
                                  "no llama-server found; serving with llama-cpp-python's server "
                                  "(python -m llama_cpp.server)", dialect="llama-cpp-python")
         raise LauncherUnavailable(f"no llama-server on PATH and no llama-cpp-python server: {FIX_LLAMA}")
     _executable(exe, "--llama-server-bin", FIX_LLAMA)
     done = run([exe, "--version"], 60)
     if done.returncode != 0:
-        raise LauncherUnavailable(f"`{exe} --version` failed ({first_line(done.stderr) or done.returncode}): "
+        raise LauncherUnavailable(f"`{exe} --version` failed ({base.first_line(done.stderr) or done.returncode}): "
                                   f"{FIX_LLAMA}")
-    return ServerCommand((exe,), first_line(done.stdout + "\n" + done.stderr) or None, dialect="llama-server")
+    return base.ServerCommand((exe,), base.first_line(done.stdout + "\n" + done.stderr) or None, dialect="llama-server")
 
 
-def llama_server(binary: str | None) -> ServerFinder:
+def llama_server(binary: str | None) -> base.ServerFinder:
     return lambda run, which: find_llama_server(binary, run=run, which=which)
 
 
 @dataclass(frozen=True)
-class NativeLauncher(OnThisHost):
+class NativeLauncher(base.OnThisHost):
     """``--launcher native``."""
 
     name: str = NAME
     help: str = "native (the engine's server on this host)"
     grace_s: float | None = None
 
-    def preflight(self, server: ServerFinder | None, *, starting: bool = True) -> Preflighted:
+    def preflight(self, server: base.ServerFinder | None, *, starting: bool = True) -> base.Preflighted:
         if server is None:
-            return Preflighted()
+            return base.Preflighted()
         found = server(self.run, self.which)
-        return Preflighted(found, (found.note,) if found.note else ())
+        return base.Preflighted(found, (found.note,) if found.note else ())
 
-    def start(self, job: Job) -> Started:
+    def start(self, job: base.Job) -> base.Started:
         if job.server is None:
             raise UsageError("the native launcher starts a server found by its preflight")
         argv = job.server.command(job.argv)
-        ident = process.start_detached(argv, job.env, job.directory, job.directory / LOGS_DIR / LOG_NAME)
-        return Started({"pid": ident.pid, "process": ident.to_json()})
+        ident = process.start_detached(argv, job.env, job.directory, job.directory / base.LOGS_DIR / base.LOG_NAME)
+        return base.Started({"pid": ident.pid, "process": ident.to_json()})
 
     def running(self, directory: Path, state: Mapping[str, Any]) -> bool:
         pid = state.get("pid")
@@ -196,42 +178,42 @@ class NativeLauncher(OnThisHost):
             recorded["cmdline"] = list(live.cmdline)
         return {"process": recorded} if recorded else {}
 
-    def status(self, directory: Path, state: Mapping[str, Any], *, tail: int) -> Status:
+    def status(self, directory: Path, state: Mapping[str, Any], *, tail: int) -> base.Status:
         pid = process.read_pid(directory)
         live = process.identity(pid) if pid is not None else None
         recorded = state.get("process")
         ok = live is not None and (not recorded or process.mismatch(recorded, live) is None)
-        return Status(ok, f"PID {pid}" if pid is not None else "no PID",
-                      log_tail(directory / LOGS_DIR / LOG_NAME, tail), {"pid": pid})
+        return base.Status(ok, f"PID {pid}" if pid is not None else "no PID",
+                      base.log_tail(directory / base.LOGS_DIR / base.LOG_NAME, tail), {"pid": pid})
 
-    def stop(self, directory: Path, state: Mapping[str, Any]) -> Stopped:
+    def stop(self, directory: Path, state: Mapping[str, Any]) -> base.Stopped:
         pid = process.read_pid(directory)
         if pid is None:
-            return Stopped(False, "was not running (no server.pid)")
+            return base.Stopped(False, "was not running (no server.pid)")
         if state.get("pid") not in (None, pid):
-            return Stopped(False, "", f"server.pid names PID {pid}, the state file PID {state.get('pid')}: "
+            return base.Stopped(False, "", f"server.pid names PID {pid}, the state file PID {state.get('pid')}: "
                                       "not the server `up` started")
         live = process.identity(pid)
         if live is None:
-            (directory / PID_NAME).unlink(missing_ok=True)
-            return Stopped(False, f"was not running (PID {pid} has exited)")
+            (directory / base.PID_NAME).unlink(missing_ok=True)
+            return base.Stopped(False, f"was not running (PID {pid} has exited)")
         recorded = state.get("process")
         if not isinstance(recorded, Mapping) or not recorded.get("start_time"):
-            return Stopped(False, "", f"the state file records no identity for PID {pid} (a folder from an older "
+            return base.Stopped(False, "", f"the state file records no identity for PID {pid} (a folder from an older "
                                       "club3090, or edited): stop it yourself if it is yours")
         why = process.mismatch(recorded, live)
         if why is not None:
-            return Stopped(False, "", why)
-        process.stop_group(pid, grace_s=STOP_GRACE_S if self.grace_s is None else self.grace_s)
-        (directory / PID_NAME).unlink(missing_ok=True)
-        return Stopped(True, f"stopped PID {pid}")
+            return base.Stopped(False, "", why)
+        process.stop_group(pid, grace_s=base.STOP_GRACE_S if self.grace_s is None else self.grace_s)
+        (directory / base.PID_NAME).unlink(missing_ok=True)
+        return base.Stopped(True, f"stopped PID {pid}")
 
     def logs(self, directory: Path, state: Mapping[str, Any], *, lines: int) -> str:
         # a start-up log read whole for the receipt is capped like boot_receipt's (64 MiB)
-        return log_tail(directory / LOGS_DIR / LOG_NAME, lines, limit=min(max(lines * 1024, 1 << 16), 1 << 26))
+        return base.log_tail(directory / base.LOGS_DIR / base.LOG_NAME, lines, limit=min(max(lines * 1024, 1 << 16), 1 << 26))
 
     def follow(self, directory: Path, state: Mapping[str, Any], emit: Callable[[str], None]) -> int:
-        path = directory / LOGS_DIR / LOG_NAME
+        path = directory / base.LOGS_DIR / base.LOG_NAME
         try:
             with open(path, "rb") as fh:
                 fh.seek(0, 2)
@@ -246,7 +228,7 @@ class NativeLauncher(OnThisHost):
             return 1
 
     def writes(self, directory: Path) -> tuple[Path, ...]:
-        return (directory / PID_NAME, directory / LOGS_DIR / LOG_NAME)
+        return (directory / base.PID_NAME, directory / base.LOGS_DIR / base.LOG_NAME)
 
 
 LAUNCHER = NativeLauncher()
