@@ -71,29 +71,35 @@ _LITERAL_ITEM = re.compile(r"'(\w{1,128})': ('(?:[^'\\]|\\.){0,4096}'|\[[^\]]{0,
 # V1 0.8-0.10 (``v1/worker/gpu_worker.py``): "Memory profiling takes S seconds. Total non KV cache
 # memory: N GiB; torch peak memory increase: P GiB; non-torch forward increase memory: T GiB;
 # weights memory: W GiB."
-_NON_KV_TOTAL = re.compile(r"Total non KV cache memory: " + _SNUM + _UNIT)
-_TORCH_PEAK = re.compile(r"torch peak memory increase: " + _SNUM + _UNIT)
-_NON_TORCH_FORWARD = re.compile(r"non-torch forward increase memory: " + _SNUM + _UNIT)
-_WEIGHTS_MEMORY = re.compile(r"weights memory: " + _NUM + _UNIT)
 # V1 from 0.11 (``gpu_worker.py::compile_or_warm_up_model``): "Free memory on device (F/T GiB) on
 # startup. Desired GPU memory utilization is (U, B GiB). Actual usage is W GiB for weight, P GiB for
 # peak activation, N GiB for non-torch memory, and C GiB for CUDAGraph memory." -- later releases:
 # "Actual usage is A GiB for consumed memory (weights + non-torch), P GiB for peak activation, and
 # C GiB for CUDAGraph memory." Then "Current kv cache memory in use is X GiB" (or "N bytes").
+# The one-figure readings, each (label, measured key): the figure after its label (0.8-0.10, and
+# 0.21's "Estimated CUDA graph memory: N GiB") or before it (from 0.11).
+_GIB_AFTER_LABEL = (
+    ("Total non KV cache memory: ", "non_kv_gib"),
+    ("torch peak memory increase: ", "activation_peak_gib"),
+    ("non-torch forward increase memory: ", "non_torch_gib"),
+    ("weights memory: ", "profile_weights_gib"),
+    ("Estimated CUDA graph memory: ", "cudagraph_estimate_gib"),
+)
+_GIB_BEFORE_LABEL = (
+    (" for weight", "profile_weights_gib"),
+    (" for consumed memory", "weights_plus_non_torch_gib"),
+    (" for peak activation", "activation_peak_gib"),
+    (" for non-torch memory", "non_torch_gib"),
+    (" for CUDAGraph memory", "cudagraph_gib"),
+)
 _FREE_ON_DEVICE = re.compile(r"Free memory on device \(" + _NUM + r"/" + _NUM + _UNIT + r"\) on startup")
 _DESIRED = re.compile(r"Desired GPU memory utilization is \(" + _NUM + r", " + _NUM + _UNIT + r"\)")
-_FOR_WEIGHT = re.compile(_LEAD + r" for weight\b")
-_FOR_CONSUMED = re.compile(_LEAD + r" for consumed memory")
-_FOR_ACTIVATION = re.compile(_LEAD + r" for peak activation")
-_FOR_NON_TORCH = re.compile(_LEAD + r" for non-torch memory")
-_FOR_GRAPHS = re.compile(_LEAD + r" for CUDAGraph memory")
 _KV_IN_USE = re.compile(r"Current kv cache memory in use is " + _NUM + r" ?(GiB|GB|bytes)")
 # the profiling sampler's top-k / top-p path (``v1/sample/ops/topk_topp_sampler.py``): "Using FlashInfer
 # for top-p & top-k sampling." (or Triton), else "... Falling back to the PyTorch-native implementation
 # of top-p & top-k sampling" (a full sort of the logits)
 _SAMPLER = re.compile(r"Using (FlashInfer|Triton) for top-p & top-k sampling|(PyTorch-native) implementation of top-p")
-# the CUDA-graph estimate subtracted from 0.21 and the pool actually captured
-_GRAPH_ESTIMATE = re.compile(r"Estimated CUDA graph memory: " + _SNUM + _UNIT)
+# the CUDA graph pool actually captured, beside the estimate subtracted from 0.21
 _GRAPH_POOL = re.compile(r"CUDA graph pool memory: " + _SNUM + _UNIT + r" \(actual\), " + _SNUM + _UNIT
                          + r" \(estimated\)")
 
@@ -300,6 +306,12 @@ def _set(key: str, number: Callable[[str], float | int] = _f, unit: bool = False
     return handler
 
 
+_GIB_READINGS: tuple[tuple[str, re.Pattern[str], Handler], ...] = (
+    *((label, re.compile(re.escape(label) + _SNUM + _UNIT), _set(key, unit=True)) for label, key in _GIB_AFTER_LABEL),
+    *((label, re.compile(_LEAD + re.escape(label) + r"\b"), _set(key, unit=True)) for label, key in _GIB_BEFORE_LABEL),
+)
+
+
 # (literal the line must hold, pattern, handler), in order: a later handler on the same line may read
 # an earlier one; the literal is a fast substring test that skips the pattern on most lines
 _LINE_RULES: tuple[tuple[str, re.Pattern[str], Handler], ...] = (
@@ -311,19 +323,10 @@ _LINE_RULES: tuple[tuple[str, re.Pattern[str], Handler], ...] = (
     ('total_gpu_memory (', _TOTAL, _total),
     ('model weights take', _TERMS, _terms),
     ('Memory profiling results:', _PROFILE_RESULTS, _profile_results),
-    ('Total non KV cache memory', _NON_KV_TOTAL, _set("non_kv_gib", unit=True)),
-    ('torch peak memory increase', _TORCH_PEAK, _set("activation_peak_gib", unit=True)),
-    ('non-torch forward increase', _NON_TORCH_FORWARD, _set("non_torch_gib", unit=True)),
-    ('weights memory: ', _WEIGHTS_MEMORY, _set("profile_weights_gib", unit=True)),
     ('Free memory on device', _FREE_ON_DEVICE, _free_on_device),
     ('Desired GPU memory utilization', _DESIRED, _desired),
-    (' for weight', _FOR_WEIGHT, _set("profile_weights_gib", unit=True)),
-    (' for consumed memory', _FOR_CONSUMED, _set("weights_plus_non_torch_gib", unit=True)),
-    (' for peak activation', _FOR_ACTIVATION, _set("activation_peak_gib", unit=True)),
-    (' for non-torch memory', _FOR_NON_TORCH, _set("non_torch_gib", unit=True)),
-    (' for CUDAGraph memory', _FOR_GRAPHS, _set("cudagraph_gib", unit=True)),
+    *_GIB_READINGS,
     ('kv cache memory in use', _KV_IN_USE, _set("kv_cache_in_use_gib", unit=True)),
-    ('Estimated CUDA graph memory', _GRAPH_ESTIMATE, _set("cudagraph_estimate_gib", unit=True)),
     ('CUDA graph pool memory', _GRAPH_POOL, _graph_pool),
     ('Available KV cache memory', _AVAILABLE, _available),
     ('KV cache size: ', _KV_SIZE, _set("gpu_kv_cache_tokens", _i)),
