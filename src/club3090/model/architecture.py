@@ -168,8 +168,7 @@ def _parse(config: Mapping[str, Any]) -> Architecture:
     notes: list[str] = [completed] if completed else []
     problems: list[str] = _out_of_range(cfg)
     dims = _dimensions(cfg, fam, notes)
-    moe = _moe(cfg, dims.intermediate)
-    oversized = _oversized(cfg, dims, moe)
+    oversized = _oversized(cfg, dims)
     problems.extend(oversized)
     problems.extend(vision_problems(config) if has_vision else ())
     problems.extend(_unmodelled(cfg, archs[0] if archs else "", model_type, text_model_type, fam, dims.use_mla))
@@ -178,7 +177,7 @@ def _parse(config: Mapping[str, Any]) -> Architecture:
     notes.extend(layout.notes)
     _check_required(dims, layout, problems, notes)
     return replace(_assemble(config, cfg, inner, has_vision=has_vision, archs=archs, model_type=model_type, fam=fam,
-                             dims=dims, moe=moe, layout=layout, problems=problems, notes=notes),
+                             dims=dims, layout=layout, problems=problems, notes=notes),
                    class_defaults=defaulted)
 
 
@@ -209,15 +208,18 @@ def _dimensions(cfg: Mapping[str, Any], fam: Family, notes: list[str]) -> Dimens
     sliding = _first_int(cfg, "sliding_window", "sliding_window_size")
     if cfg.get("use_sliding_window") is False or (sliding is not None and sliding <= 0):
         sliding = None
+    intermediate = _intermediate(cfg, fam, hidden)
+    experts, top_k, moe_inter, shared_inter, num_dense = _moe(cfg, intermediate)
     return Dimensions(
         num_layers=_first_int(cfg, "num_hidden_layers", "n_layer", "num_layers", "n_layers") or 0,
         hidden=hidden, heads=heads, kv_heads=_kv_heads(cfg, heads), head_dim=head_dim or 0,
-        intermediate=_intermediate(cfg, fam, hidden), vocab=_vocab(cfg), max_pos=_max_position(cfg, notes),
+        intermediate=intermediate, vocab=_vocab(cfg), max_pos=_max_position(cfg, notes),
         sliding=sliding, chunk=_first_int(cfg, "attention_chunk_size"),
         k_eq_v=cfg.get("attention_k_eq_v") is True, use_mla=use_mla, kv_lora_rank=kv_lora_rank,
         qk_rope=qk_rope, v_head_dim=_first_int(cfg, "v_head_dim"),
         mtp=_first_int(cfg, "num_nextn_predict_layers", "mtp_num_hidden_layers", "num_mtp_layers",
-                       "n_mtp_layers") or 0)
+                       "n_mtp_layers") or 0,
+        num_experts=experts, top_k=top_k, moe_inter=moe_inter, shared_inter=shared_inter, num_dense=num_dense)
 
 
 def _kv_heads(cfg: Mapping[str, Any], heads: int) -> int:
@@ -273,16 +275,8 @@ def _tie_word_embeddings(config: Mapping[str, Any], cfg: Mapping[str, Any], fam:
     return bool(tie)
 
 
-@dataclass(frozen=True, slots=True)
-class _Moe:
-    num_experts: int
-    top_k: int
-    moe_inter: int | None
-    shared_inter: int | None
-    num_dense: int
-
-
-def _moe(cfg: Mapping[str, Any], intermediate: int) -> _Moe:
+def _moe(cfg: Mapping[str, Any], intermediate: int) -> tuple[int, int, int | None, int | None, int]:
+    """(routed experts, experts per token, expert MLP size, shared-expert MLP size, leading dense layers)."""
     num_experts = _first_int(cfg, "num_experts", "num_local_experts", "n_routed_experts",
                              "moe_num_experts", "num_routed_experts") or 0
     if cfg.get("enable_moe_block") is False:
@@ -299,17 +293,17 @@ def _moe(cfg: Mapping[str, Any], intermediate: int) -> _Moe:
     if shared_inter is None and n_shared and moe_inter:
         shared_inter = n_shared * moe_inter
     num_dense = (_first_int(cfg, "first_k_dense_replace") or 0) if num_experts else 0
-    return _Moe(num_experts, top_k, moe_inter, shared_inter, num_dense)
+    return num_experts, top_k, moe_inter, shared_inter, num_dense
 
 
-def _oversized(cfg: Mapping[str, Any], dims: Dimensions, moe: _Moe) -> list[str]:
+def _oversized(cfg: Mapping[str, Any], dims: Dimensions) -> list[str]:
     """The sanity caps, checked before any per-layer table is built."""
     oversized = _over_caps({
         "num_hidden_layers": dims.num_layers, "mtp_layers": dims.mtp, "num_attention_heads": dims.heads,
         "num_key_value_heads": dims.kv_heads, "head_dim": dims.head_dim, "kv_lora_rank": dims.kv_lora_rank,
         "qk_rope_head_dim": dims.qk_rope, "hidden_size": dims.hidden, "intermediate_size": dims.intermediate,
-        "moe_intermediate_size": moe.moe_inter, "shared_expert_intermediate_size": moe.shared_inter,
-        "vocab_size": dims.vocab, "num_experts": moe.num_experts, "num_experts_per_tok": moe.top_k,
+        "moe_intermediate_size": dims.moe_inter, "shared_expert_intermediate_size": dims.shared_inter,
+        "vocab_size": dims.vocab, "num_experts": dims.num_experts, "num_experts_per_tok": dims.top_k,
     })
     for key in ("layer_types", "hybrid_override_pattern"):
         value = cfg.get(key)
@@ -357,12 +351,12 @@ def _check_required(dims: Dimensions, layout: LayerLayout, problems: list[str], 
 
 
 def _assemble(config: Mapping[str, Any], cfg: Mapping[str, Any], inner: Mapping[str, Any], *, has_vision: bool,
-              archs: tuple[str, ...], model_type: str, fam: Family, dims: Dimensions, moe: _Moe,
+              archs: tuple[str, ...], model_type: str, fam: Family, dims: Dimensions,
               layout: LayerLayout, problems: list[str], notes: list[str]) -> Architecture:
     qc = config.get("quantization_config") if isinstance(config.get("quantization_config"), Mapping) \
         else (cfg.get("quantization_config") if isinstance(cfg.get("quantization_config"), Mapping) else None)
     unique = list(dict.fromkeys(problems))  # dedupe, keep order
-    experts = moe.num_experts
+    experts = dims.num_experts
     mla = dims.use_mla
     return Architecture(
         architecture=archs[0] if archs else "",
@@ -379,9 +373,9 @@ def _assemble(config: Mapping[str, Any], cfg: Mapping[str, Any], inner: Mapping[
         torch_dtype=_torch_dtype(config, inner, cfg),
         tie_word_embeddings=_tie_word_embeddings(config, cfg, fam),
         num_experts=experts,
-        num_experts_per_tok=moe.top_k if experts else 0,
-        moe_intermediate_size=moe.moe_inter if experts else None,
-        shared_expert_intermediate_size=moe.shared_inter if experts else None,
+        num_experts_per_tok=dims.top_k if experts else 0,
+        moe_intermediate_size=dims.moe_inter if experts else None,
+        shared_expert_intermediate_size=dims.shared_inter if experts else None,
         kv_lora_rank=dims.kv_lora_rank if mla else None,
         qk_rope_head_dim=dims.qk_rope if mla else None,
         sliding_window=dims.sliding,
@@ -395,7 +389,7 @@ def _assemble(config: Mapping[str, Any], cfg: Mapping[str, Any], inner: Mapping[
         v_head_dim=dims.v_head_dim if mla else None,
         attention_chunk_size=dims.chunk,
         attention_k_eq_v=dims.k_eq_v,
-        num_dense_layers=moe.num_dense,
+        num_dense_layers=dims.num_dense,
         mamba_ssm_cache_dtype=_first_str(cfg, "mamba_ssm_cache_dtype", "mamba_ssm_dtype"),
         mtp_layer=layout.mtp_layer,
         derived_max_model_len=_derived_max_len(cfg, dims.max_pos, fam),

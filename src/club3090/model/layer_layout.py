@@ -88,6 +88,12 @@ class Dimensions:
     qk_rope: int | None
     v_head_dim: int | None
     mtp: int
+    # MoE, as the config states them (gated on ``num_experts`` where the architecture is assembled)
+    num_experts: int = 0
+    top_k: int = 0
+    moe_inter: int | None = None
+    shared_inter: int | None = None
+    num_dense: int = 0
 
 
 @dataclass(frozen=True, slots=True)
