@@ -66,12 +66,43 @@ def test_results_are_frozen_and_carry_facts_not_lines():
 
 def test_every_fact_is_frozen_and_rendered_by_the_cli():
     from club3090.cli.commands import _up_render
+    from club3090.edges.boot import WarmUp
+    from club3090.edges.launchers.process import PortHolder
+    from club3090.gate.cliffs import Cliff
+    from club3090.pipeline.boot_receipt import BootReceipt
+    from club3090.pipeline.pull import PullResult
 
     kinds = [getattr(up_facts, name) for name in up_facts.__all__
              if dataclasses.is_dataclass(getattr(up_facts, name)) and name not in ("FactLog", "UpResult")]
+    # the steps whose own frozen value is the fact: the gate's answer, a cliff, the port's holder, the
+    # warm-up, the receipt
+    kinds += [PullResult, Cliff, PortHolder, WarmUp, BootReceipt]
     assert kinds and all(k.__dataclass_params__.frozen for k in kinds)  # type: ignore[attr-defined]
-    registered = set(_up_render._render.registry)
-    assert set(kinds) <= registered, set(kinds) - registered
+    rendered = set(_up_render._render.registry) | set(_up_render._SAID)
+    assert set(kinds) <= rendered, set(kinds) - rendered
+    assert not set(_up_render._SAID) & set(_up_render._render.registry)
+
+
+def test_the_one_template_facts_fill_in_their_own_fields():
+    from pathlib import Path
+
+    from club3090.cli.commands._up_render import lines
+
+    assert lines(up_facts.Ready(12.4, "http://127.0.0.1:8000")) == ["[up] ready after 12s at http://127.0.0.1:8000"]
+    assert lines(up_facts.EmitOnly(3, "a/b", "0123456789abcdef0123", "/hf/hub")) == [
+        "[up] weights not downloaded, nothing started (--emit-only): 3 files of a/b@0123456789ab would go into "
+        "/hf/hub"]
+    assert lines(up_facts.NotStarted(Path("out/run"))) == [
+        "[up] not started (--no-start); start it with `club3090 up` again, `docker compose -f "
+        "out/run/compose.yml up -d`, or out/run/serve.sh"]
+    assert lines(up_facts.PricedOnReference("RTX {3090}", 2)) == [
+        "[swap] note: no GPU named or detected for 2 rank(s): priced on the profile's reference GPU (RTX {3090} x 2); "
+        "pass --gpus to price your rig"]
+    assert lines(up_facts.ReceiptSkipped()) == ["[up] no receipt: llama.cpp start-up logs are not parsed into "
+                                                "receipts yet; launch.json holds the prediction"]
+    no_fit = lines(up_facts.EngineNoFit("llama.cpp", "a/b-GGUF", "1x RTX 3090", "weights over VRAM"))
+    assert no_fit[0] == "[up] a/b-GGUF does not fit on 1x RTX 3090 (llama.cpp, estimated): weights over VRAM"
+    assert no_fit[1].endswith("`club3090 kv-calc a/b-GGUF --quant QUANT` shows the breakdown")
 
 
 def test_the_tool_skip_line_names_the_missing_flag_and_is_silent_for_the_users_own_skip():

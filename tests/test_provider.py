@@ -194,9 +194,11 @@ def test_no_request_carries_a_gpus_string() -> None:
     from club3090.pipeline.swap import SwapRequest
     from club3090.pipeline.up import UpRequest
 
-    for kind in (PullRequest, PriceRequest, FitsRequest, UpRequest, SwapRequest):
+    for kind in (PullRequest, PriceRequest, FitsRequest, UpRequest):
         gpus = next(f for f in fields(kind) if f.name == "gpus")
         assert "GpuSet" in str(gpus.type) and "str" not in str(gpus.type), kind
+    # swap's launch options are up's own request, not a second copy of its fields
+    assert [f.name for f in fields(SwapRequest)] == ["up", "emit_only", "served_model_name"]
 
 
 def test_a_bad_gpus_spec_is_a_usage_error_before_any_network(fake_hub: FakeHub, monkeypatch) -> None:

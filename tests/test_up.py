@@ -433,17 +433,16 @@ def test_the_json_output_carries_the_receipt_or_why_not(tmp_path):
     from club3090.outcome import Outcome
     from club3090.pipeline.boot_receipt import write_boot_receipt
     from club3090.pipeline.up import UpResult
-    from club3090.pipeline.up_facts import ReceiptWritten
 
     plain = write_boot_receipt(tmp_path, "llama.cpp says hello\n", argv=["vllm", "serve", "x"], repo_id="a/b",
                                hardware=None, snapshot=None)
-    doc = UpResult(Outcome.OK, (ReceiptWritten(plain),)).to_json()["receipt"]
+    doc = UpResult(Outcome.OK, (plain,)).to_json()["receipt"]
     assert doc["path"] is None and "no vLLM start-up lines" in doc["note"]
     assert not (tmp_path / "receipt.json").exists()
     measured = write_boot_receipt(tmp_path, STARTUP_LOG.read_text(encoding="utf-8"),
                                   argv=["vllm", "serve", "x", "--max-model-len", "40000", "--kv-cache-dtype", "fp8"],
                                   repo_id="a/b", hardware=None, snapshot=None)
-    doc = UpResult(Outcome.OK, (ReceiptWritten(measured),)).to_json()["receipt"]
+    doc = UpResult(Outcome.OK, (measured,)).to_json()["receipt"]
     assert doc["path"] == str(tmp_path / "receipt.json") and doc["note"] is None
     receipt = json.loads((tmp_path / "receipt.json").read_text(encoding="utf-8"))
     assert receipt["shape"]["kv_cache_dtype"] == "fp8" and receipt["shape"]["model"] == "a/b"

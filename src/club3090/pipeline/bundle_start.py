@@ -20,11 +20,12 @@ from club3090.pipeline import bundle as bundle_mod
 from club3090.pipeline import up_facts as facts
 
 if TYPE_CHECKING:
+    from club3090.edges.launchers.process import PortHolder
     from club3090.pipeline.provider import Provider
     from club3090.pipeline.up import UpRequest
     from club3090.pipeline.up_facts import FactLog, UpResult
 
-__all__ = ["NOT_WARM", "PORT_IN_USE", "START_FAILED", "VERIFY_FAILED", "not_started", "port_refusal", "read_state", "refuse_port",
+__all__ = ["NOT_WARM", "PORT_IN_USE", "START_FAILED", "VERIFY_FAILED", "not_started", "read_state", "refuse_port",
            "result_dir", "start_bundle", "state_path", "write_state"]
 
 # the failure tokens of a start (``UpResult.failure``)
@@ -67,20 +68,12 @@ def not_started(directory: Path, state: dict[str, Any], log: FactLog, provider: 
     return log.result(Outcome.OK, state)
 
 
-def port_refusal(port: int) -> str | None:
-    """Why the server cannot listen on ``port`` (the process holding it when the OS says), or None."""
-    holder = launchers.port_holder(port)
-    if holder is None:
-        return None
-    return f"{holder.text()}: stop it, or pass --port N for another port"
-
-
-def refuse_port(log: FactLog, state: dict[str, Any], why: str, provider: Provider) -> UpResult:
-    """The ``port-in-use`` stop: nothing started; the state says so."""
+def refuse_port(log: FactLog, state: dict[str, Any], holder: PortHolder, provider: Provider) -> UpResult:
+    """The ``port-in-use`` stop: nothing started; the state says so; the holder is the fact."""
     state.update(state="not-started", failure=PORT_IN_USE, pid=None)
     if state.get("directory"):
         write_state(Path(state["directory"]), state, provider.write_file)
-    log.add(facts.PortInUse(why))
+    log.add(holder)
     return log.result(Outcome.REFUSED, state if state.get("directory") else {}, PORT_IN_USE)
 
 
@@ -90,9 +83,9 @@ def start_bundle(req: UpRequest, plan: bundle_mod.Bundle, state: dict[str, Any],
     """Start a written bundle, wait until THIS server lists THIS model, receipt, smoke + verify."""
     directory = plan.directory
     url = state["url"]
-    why = port_refusal(plan.port)
-    if why is not None:
-        return refuse_port(log, state, why, provider)
+    holder = launchers.port_holder(plan.port)
+    if holder is not None:
+        return refuse_port(log, state, holder, provider)
     job = launchers.Job(directory, plan.native_argv, plan.native_env, url, plan.served_model, plan.port, pre.server)
     state.update(state="starting")
     started = launcher.start(job)
@@ -134,7 +127,7 @@ def _receipt(log: FactLog, state: dict[str, Any], plan: bundle_mod.Bundle, snaps
                                   secrets=secrets, swap_of=state.get("swap_of"))
     except (OSError, ValueError, InputError) as exc:
         done = BootReceipt(note=f"no receipt: {exc}")
-    log.add(facts.ReceiptWritten(done))
+    log.add(done)
 
 
 def _verify(req: UpRequest, log: FactLog, state: dict[str, Any], provider: Provider, *,
@@ -148,7 +141,7 @@ def _verify(req: UpRequest, log: FactLog, state: dict[str, Any], provider: Provi
     url, model = state["url"], state["served_model"]
     warm = boot.warm_up(url, model, http=http, clock=provider.monotonic, sleep=provider.sleep,
                         window_s=req.warmup_s, alive=alive)
-    log.add(facts.WarmedUp(warm))
+    log.add(warm)
     if not warm.ok:
         return _not_warm(log, state, provider, exited=warm.exited)
     from club3090.pipeline import engines

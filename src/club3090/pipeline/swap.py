@@ -11,11 +11,9 @@ bundle only). Every refusal happens before anything is written.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
-from pathlib import Path
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from club3090.edges.launchers import DEFAULT as DEFAULT_LAUNCHER
 from club3090.errors import Club3090Error, UsageError
 from club3090.fit.memory import FitResult, Unpriceable, predict
 from club3090.fit.runtime import RuntimeShape
@@ -25,15 +23,13 @@ from club3090.gate.swap_match import Mismatch, SwapToken, check_swap
 from club3090.model.slug import sanitize_slug
 from club3090.outcome import Notice, Outcome, Stop
 from club3090.pipeline import up_facts as facts
-from club3090.pipeline.up import Progress, UpRequest, check_request, curated_launch, deploy
+from club3090.pipeline.up import UpRequest, check_request, curated_launch, deploy
 from club3090.pipeline.up_facts import FactLog, UpResult
-from club3090.settings import WARMUP_WINDOW_S
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from club3090.catalog.model import Catalog, Profile
     from club3090.model.spec import ModelSpec, Quantization
     from club3090.pipeline.provider import Provider
-    from club3090.rig.gpus import GpuSet
     from club3090.rig.hardware import HardwareFacts
 
 CONFIDENCE = "derived-from-curated"   # the curated profile's shape, priced with the fine-tune's weights
@@ -41,21 +37,20 @@ CONFIDENCE = "derived-from-curated"   # the curated profile's shape, priced with
 
 @dataclass(frozen=True)
 class SwapRequest:
-    source: str
-    profile_like: str
-    directory: Path
+    """A swap: the ``up`` that serves the fine-tune (its repo, directory, curated profile and launch
+    options, as ``up`` takes them) and swap's own two choices."""
+
+    up: UpRequest
     emit_only: bool = False
-    launcher: str = DEFAULT_LAUNCHER
-    gpus: "GpuSet | None" = None           # --gpus, parsed once by the CLI
-    port: int | None = None
     served_model_name: str | None = None
-    no_start: bool = False
-    vllm: str | None = None
-    force: bool = False
-    skip_tools: bool = False
-    progress: Progress = field(default_factory=Progress)
-    captures: Path | None = None
-    warmup_s: float = WARMUP_WINDOW_S
+
+    @property
+    def source(self) -> str:
+        return self.up.source
+
+    @property
+    def profile_like(self) -> str:
+        return self.up.profile_like or ""
 
 
 @dataclass(frozen=True)
@@ -105,14 +100,14 @@ def _refused(result: SwapResult, log: FactLog, token: SwapToken | str, details: 
 
 
 def _curated_quant(provider: "Provider", catalog: "Catalog", profile: "Profile",
-                   found: "Quantization | None", notes: list[facts.Fact]) -> "Quantization | None":
-    """The curated repo's own quantization_config (for the group size the catalog does not record);
-    None, with a note, when it cannot be read."""
+                   found: "Quantization | None") -> tuple["Quantization | None", str | None]:
+    """The curated repo's own quantization_config (for the group size the catalog does not record),
+    and why the group size cannot be compared when it cannot be read."""
     from club3090.model.architecture import parse_config
     from club3090.model.quantization import resolve_quantization
 
     if found is None or found.group_size is None:
-        return None
+        return None, None
     variant = catalog.models[profile.model].weights.get(profile.weights_variant)
     repo = variant.hf_repo if variant is not None else None
     why = "the catalog names no repo for the curated variant"
@@ -121,23 +116,22 @@ def _curated_quant(provider: "Provider", catalog: "Catalog", profile: "Profile",
             config = provider.hub().fetch_json(repo, "config.json", variant.revision if variant else None)
             got = resolve_quantization(parse_config(config if isinstance(config, dict) else {}), {}, {})
             if not isinstance(got, Stop) and got[0] is not None:
-                return got[0]
+                return got[0], None
             why = f"{repo} declares no quantization_config"
         except Club3090Error as exc:
             why = f"{repo}'s config.json could not be read ({type(exc).__name__})"
     elif repo is not None:
         why = "offline"
-    notes.append(facts.SwapNote(f"group size not compared ({why})"))
-    return None
+    return None, why
 
 
-def _rig(req: SwapRequest, profile: "Profile", catalog: "Catalog", provider: "Provider",
-         notes: list[facts.Fact]) -> tuple["HardwareFacts", tuple[int, ...], str | None]:
-    """(hardware, the memory of the GPUs the profile uses, device name): --gpus, else detected,
-    else the profile's reference GPU (stated)."""
+def _rig(req: SwapRequest, profile: "Profile", catalog: "Catalog", provider: "Provider"
+         ) -> tuple["HardwareFacts", tuple[int, ...], str | None, facts.PricedOnReference | None]:
+    """(hardware, the memory of the GPUs the profile uses, device name, the reference GPU it falls
+    back on): --gpus, else detected, else the profile's reference GPU (stated)."""
     from club3090.rig.hardware import resolve_hardware
 
-    given = req.gpus
+    given = req.up.gpus
     detected = provider.detect_gpus() if given is None or given.sm is None else None
     ranks = profile.tp * profile.pp
     hw = resolve_hardware(tp=ranks, gpu_set=given, detected=detected)
@@ -147,19 +141,15 @@ def _rig(req: SwapRequest, profile: "Profile", catalog: "Catalog", provider: "Pr
     if len(memory) < ranks and reference is not None:
         memory = (reference.usable_memory_bytes,) * ranks
         device = reference.id
-        notes.append(facts.SwapNote(f"no GPU named or detected for {ranks} rank(s): priced on the profile's "
-                                    f"reference GPU ({reference.display_name} x {ranks}); pass --gpus to price your rig"))
-    return hw, memory, device
+        return hw, memory, device, facts.PricedOnReference(reference.display_name, ranks)
+    return hw, memory, device, None
 
 
 def swap(req: SwapRequest, provider: "Provider") -> SwapResult:
     from club3090.pipeline.pull import PullRequest
     from club3090.pipeline.pull_gate import Gate, disk_stop
 
-    up_req = UpRequest(source=req.source, directory=req.directory, profile_like=req.profile_like,
-                       launcher=req.launcher, gpus=req.gpus, port=req.port, no_start=req.no_start, vllm=req.vllm,
-                       force=req.force, skip_tools=req.skip_tools, progress=req.progress, captures=req.captures,
-                       warmup_s=req.warmup_s)
+    up_req = req.up
     check_request(up_req)
     catalog = provider.catalog()
     profile = catalog.profiles.get(req.profile_like)
@@ -171,7 +161,7 @@ def swap(req: SwapRequest, provider: "Provider") -> SwapResult:
         raise UsageError(f"{profile.key} is not a vLLM service; `swap` re-points a vLLM profile (serve a GGUF with "
                          f"`club3090 up REPO --quant QUANT`)")
     result = SwapResult(outcome=Outcome.OK, repo=req.source, profile_like=profile.key)
-    log = req.progress.log()
+    log = up_req.progress.log()
     spec = provider.resolve(req.source, catalog)
     if isinstance(spec, Stop):
         return _refused(result, log, SwapToken.FACTS_UNAVAILABLE,
@@ -180,9 +170,8 @@ def swap(req: SwapRequest, provider: "Provider") -> SwapResult:
     if spec.source not in ("hub", "cache"):
         raise UsageError(f"{req.source} is not a Hugging Face repo outside the catalog; `swap` serves a fine-tune "
                          f"by repo id (a curated repo: `club3090 up {req.source} --profile-like {profile.key}`)")
-    notes: list[facts.Fact] = []
-    mismatches = check_swap(spec, profile, catalog,
-                            curated_quant=_curated_quant(provider, catalog, profile, spec.quantization, notes))
+    curated_quant, group_size_unchecked = _curated_quant(provider, catalog, profile, spec.quantization)
+    mismatches = check_swap(spec, profile, catalog, curated_quant=curated_quant)
     if mismatches:
         return _refused(result, log, mismatches[0].token,
                         [f"[swap] {m.text}" for m in mismatches]
@@ -191,9 +180,7 @@ def swap(req: SwapRequest, provider: "Provider") -> SwapResult:
     model = catalog.models[profile.model]
     variant = model.weights.get(profile.weights_variant)
     log.add(facts.SwapFits(spec.ref, profile.key, spec.arch.architecture, _quant_text(spec.quantization),
-                           model.display_name))
-    for note in notes:
-        log.add(note)
+                           model.display_name, group_size_unchecked))
     return _priced(req, up_req, spec, profile, catalog, provider, result, log,
                    int(variant.size_bytes) if variant is not None and variant.size_bytes else None,
                    disk=lambda: disk_stop(Gate(request=PullRequest(source=req.source), slug=spec.ref, spec=spec),
@@ -211,12 +198,11 @@ def _priced(req: SwapRequest, up_req: UpRequest, spec: "ModelSpec", profile: "Pr
             provider: "Provider", result: SwapResult, log: FactLog, curated_bytes: int | None,
             disk: Any) -> SwapResult:
     """The fit re-priced with the fine-tune's own weight bytes, the disk margin, then ``up``'s deployment."""
-    notes: list[facts.Fact] = []
-    hw, memory, device = _rig(req, profile, catalog, provider, notes)
+    hw, memory, device, reference = _rig(req, profile, catalog, provider)
     result = replace(result, hardware=hw, memory=memory, curated_weights_bytes=curated_bytes,
                      weights_bytes=spec.weights_bytes)
-    for note in notes:
-        log.add(note)
+    if reference is not None:
+        log.add(reference)
     if not spec.weights_bytes:
         return _refused(result, log, SwapToken.FACTS_UNAVAILABLE,
                         [f"[swap] the weight bytes of {spec.ref} are unknown (no safetensors headers read)"])

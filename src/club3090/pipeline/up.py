@@ -26,7 +26,6 @@ from club3090.pipeline.bundle_start import (
     START_FAILED,
     VERIFY_FAILED,
     not_started,
-    port_refusal,
     read_state,
     refuse_port,
     start_bundle,
@@ -256,7 +255,7 @@ def up(req: UpRequest, provider: "Provider") -> UpResult:
     hints = {NoticeCode.NO_DOWNLOAD_YET.value, NoticeCode.CURATED_NEEDS_OUT.value}
     gate = replace(gate, notices=tuple(n for n in gate.notices if str(getattr(n.code, "value", n.code)) not in hints))
     log = req.progress.log(gate)
-    log.add(up_facts.GateAnswered(gate))
+    log.add(gate)
     if not gate.ok or gate.summary != "FITS":
         return log.result(gate.outcome)
 
@@ -293,7 +292,7 @@ def deploy(req: UpRequest, spec: "ModelSpec", catalog: "Catalog", runtime: "Runt
     port = req.port or runtime.port
     starts = not req.no_start and launcher.starts and not emit_only
     pre = _preflight(req, launcher, catalog, runtime) if starts else launchers.Preflighted()
-    busy = port_refusal(port) if starts else None
+    busy = launchers.port_holder(port) if starts else None
     if busy is not None:      # nothing is written before the launcher works and the port is free
         return refuse_port(log, {}, busy, provider)
     commit, files = _served_files(spec, provider)

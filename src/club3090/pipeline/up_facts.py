@@ -16,10 +16,16 @@ from typing import TYPE_CHECKING, Any
 from club3090.outcome import Outcome
 
 if TYPE_CHECKING:
+    from typing import TypeAlias
+
+    from club3090.edges.boot import WarmUp
+    from club3090.edges.launchers.process import PortHolder
+    from club3090.gate.cliffs import Cliff
     from club3090.gate.swap_match import Mismatch
     from club3090.pipeline.boot_receipt import BootReceipt
     from club3090.pipeline.pull import PullResult
     from club3090.validate.verify import VerifyReport
+
 
 __all__ = [
     "BundleWritten",
@@ -28,41 +34,22 @@ __all__ = [
     "EmitOnly",
     "EngineNoFit",
     "EnginePlanned",
-    "Fact",
     "FactLog",
-    "GateAnswered", "KnownCliffs",
     "NotStarted",
-    "PortInUse",
+    "PricedOnReference",
     "Ready",
     "ReceiptSkipped",
-    "ReceiptWritten",
     "Serving",
     "Smoke",
     "StartFailed",
     "SwapFits",
-    "SwapNote",
     "SwapPriced",
     "SwapRefused",
     "ToolsSkipped",
     "UpResult",
     "Verified",
-    "WarmedUp",
     "WeightsFetched",
 ]
-
-
-@dataclass(frozen=True)
-class GateAnswered:
-    """The pull gate's answer ``up`` starts from: the plan, shown first."""
-
-    gate: "PullResult"
-
-
-@dataclass(frozen=True)
-class KnownCliffs:
-    """The profile's known cliffs (``gate.cliffs``), shown before anything else."""
-
-    cliffs: tuple[Any, ...]
 
 
 @dataclass(frozen=True)
@@ -125,30 +112,15 @@ class EmitOnly:
 
 @dataclass(frozen=True)
 class NotStarted:
+    """``--no-start``: the bundle in ``directory`` is written and was left for the user to start."""
+
     directory: Path
-
-
-@dataclass(frozen=True)
-class PortInUse:
-    why: str
 
 
 @dataclass(frozen=True)
 class Ready:
     seconds: float
     url: str
-
-
-@dataclass(frozen=True)
-class WarmedUp:
-    """The warm-up between "server answers" and verify --full (``edges.boot.WarmUp``)."""
-
-    warm: Any
-
-
-@dataclass(frozen=True)
-class ReceiptWritten:
-    receipt: "BootReceipt"
 
 
 @dataclass(frozen=True)
@@ -214,17 +186,21 @@ class ClusterWritten:
 
 
 @dataclass(frozen=True)
-class SwapNote:
-    text: str
-
-
-@dataclass(frozen=True)
 class SwapFits:
     repo: str
     profile: str
     architecture: str
     quant: str
     display_name: str
+    group_size_unchecked: str | None = None    # why the group size was not compared (None: it was)
+
+
+@dataclass(frozen=True)
+class PricedOnReference:
+    """No GPU was named or detected for the profile's ranks: the swap is priced on its reference GPU."""
+
+    gpu: str                                    # the reference GPU's display name
+    ranks: int
 
 
 @dataclass(frozen=True)
@@ -247,7 +223,15 @@ class SwapRefused:
     mismatches: tuple["Mismatch", ...] = ()
 
 
-Fact = (GateAnswered | KnownCliffs | EnginePlanned | EngineNoFit | DerivedLaunch | BundleWritten | WeightsFetched | EmitOnly | NotStarted | PortInUse | Ready | WarmedUp | ReceiptWritten | ReceiptSkipped | Smoke | ToolsSkipped | Verified | Serving | StartFailed | ClusterWritten | SwapNote | SwapFits | SwapPriced | SwapRefused)
+
+
+if TYPE_CHECKING:
+    # a step's own frozen value is its fact where it has one: the gate's answer (shown first), a known
+    # cliff, the port's holder (nothing started), the warm-up, the receipt
+    Fact: TypeAlias = (PullResult | Cliff | EnginePlanned | EngineNoFit | DerivedLaunch | BundleWritten
+                       | WeightsFetched | EmitOnly | NotStarted | PortHolder | Ready | WarmUp | BootReceipt
+                       | ReceiptSkipped | Smoke | ToolsSkipped | Verified | Serving | StartFailed | ClusterWritten
+                       | SwapFits | PricedOnReference | SwapPriced | SwapRefused)
 
 
 def _quiet(_fact: Fact) -> None:
@@ -274,7 +258,9 @@ class UpResult:
 
     @property
     def receipt(self) -> "BootReceipt | None":
-        return next((f.receipt for f in reversed(self.facts) if isinstance(f, ReceiptWritten)), None)
+        from club3090.pipeline.boot_receipt import BootReceipt
+
+        return next((f for f in reversed(self.facts) if isinstance(f, BootReceipt)), None)
 
     def to_json(self) -> dict[str, Any]:
         return {"ok": self.ok, "outcome": self.outcome.value, "failure": self.failure, "state": dict(self.state),

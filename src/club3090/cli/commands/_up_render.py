@@ -3,9 +3,15 @@ plan first, then each step in the order it happened, one verify table."""
 
 from __future__ import annotations
 
+from dataclasses import fields
 from functools import singledispatch
 
+from club3090.edges.boot import WarmUp
+from club3090.edges.launchers.process import PortHolder
+from club3090.gate.cliffs import Cliff
 from club3090.pipeline import up_facts as f
+from club3090.pipeline.boot_receipt import BootReceipt
+from club3090.pipeline.pull import PullResult
 from club3090.units import GiB, MiB
 
 __all__ = ["lines", "serving_line"]
@@ -22,9 +28,32 @@ def serving_line(full_ok: bool, stress: bool, stress_ok: bool = False, warm: boo
         return "[up] serving, not verified under stress: verify-stress failed (see above)"
     return "[up] SERVING: verified (verify --full" + (", verify-stress)" if stress else ")")
 
+
+# the facts said in lines that only fill in their own fields (``str.format`` templates); the rest
+# have a renderer below
+_SAID: dict[type, tuple[str, ...]] = {
+    f.EngineNoFit: ("[up] {repo_id} does not fit on {rig} ({engine}, estimated): {why}",
+                    "[up] try a smaller --quant, a smaller --ctx-size, or q8_0/q4_0 cache types "
+                    "(--cache-type-k/-v); `club3090 kv-calc {repo_id} --quant QUANT` shows the breakdown"),
+    f.EmitOnly: ("[up] weights not downloaded, nothing started (--emit-only): {files} files of "
+                 "{repo_id}@{commit:.12} would go into {hub_cache}",),
+    f.NotStarted: ("[up] not started (--no-start); start it with `club3090 up` again, "
+                   "`docker compose -f {directory}/compose.yml up -d`, or {directory}/serve.sh",),
+    f.Ready: ("[up] ready after {seconds:.0f}s at {url}",),
+    f.ReceiptSkipped: ("[up] no receipt: llama.cpp start-up logs are not parsed into receipts yet; launch.json "
+                       "holds the prediction",),
+    f.PricedOnReference: ("[swap] note: no GPU named or detected for {ranks} rank(s): priced on the profile's "
+                          "reference GPU ({gpu} x {ranks}); pass --gpus to price your rig",),
+}
+
+
 def lines(fact: f.Fact) -> list[str]:
     """The terminal lines of one fact."""
-    return _render(fact)
+    said = _SAID.get(type(fact))
+    if said is None:
+        return _render(fact)
+    values = {field.name: getattr(fact, field.name) for field in fields(fact)}
+    return [template.format(**values) for template in said]
 
 
 @singledispatch
@@ -33,15 +62,15 @@ def _render(fact: object) -> list[str]:
 
 
 @_render.register
-def _(fact: f.GateAnswered) -> list[str]:
+def _(gate: PullResult) -> list[str]:
     from club3090.cli.commands.pull import render as render_gate
 
-    return [render_gate(fact.gate)]
+    return [render_gate(gate)]
 
 
 @_render.register
-def _(fact: f.KnownCliffs) -> list[str]:
-    return [c.line() for c in fact.cliffs]
+def _(cliff: Cliff) -> list[str]:
+    return [cliff.line()]
 
 
 @_render.register
@@ -49,13 +78,6 @@ def _(fact: f.EnginePlanned) -> list[str]:
     k, v = fact.cache_types
     return [f"[up] {fact.repo_id} {fact.quant} ({fact.arch}, {fact.weights_bytes / GiB:.2f} GiB) on {fact.rig}, "
             f"{fact.engine}: {fact.note}; KV {fact.kv_bytes / MiB:,.1f} MiB ({k}/{v}), estimated"]
-
-
-@_render.register
-def _(fact: f.EngineNoFit) -> list[str]:
-    return [f"[up] {fact.repo_id} does not fit on {fact.rig} ({fact.engine}, estimated): {fact.why}",
-            "[up] try a smaller --quant, a smaller --ctx-size, or q8_0/q4_0 cache types (--cache-type-k/-v); "
-            f"`club3090 kv-calc {fact.repo_id} --quant QUANT` shows the breakdown"]
 
 
 @_render.register
@@ -81,33 +103,14 @@ def _(fact: f.WeightsFetched) -> list[str]:
 
 
 @_render.register
-def _(fact: f.EmitOnly) -> list[str]:
-    return [f"[up] weights not downloaded, nothing started (--emit-only): {fact.files} files of "
-            f"{fact.repo_id}@{fact.commit[:12]} would go into {fact.hub_cache}"]
-
-
-@_render.register
-def _(fact: f.NotStarted) -> list[str]:
-    d = fact.directory
-    return [f"[up] not started (--no-start); start it with `club3090 up` again, "
-            f"`docker compose -f {d / 'compose.yml'} up -d`, or {d / 'serve.sh'}"]
-
-
-@_render.register
-def _(fact: f.PortInUse) -> list[str]:
+def _(holder: PortHolder) -> list[str]:
     from club3090.pipeline.bundle_start import PORT_IN_USE
 
-    return [f"[up] {PORT_IN_USE}: {fact.why}", "[up] nothing started"]
+    return [f"[up] {PORT_IN_USE}: {holder.text()}: stop it, or pass --port N for another port", "[up] nothing started"]
 
 
 @_render.register
-def _(fact: f.Ready) -> list[str]:
-    return [f"[up] ready after {fact.seconds:.0f}s at {fact.url}"]
-
-
-@_render.register
-def _(fact: f.WarmedUp) -> list[str]:
-    w = fact.warm
+def _(w: WarmUp) -> list[str]:
     if w.ok:
         return [] if w.attempts == 1 else [f"[up] warmed up: the first completion succeeded after {w.seconds:.0f}s "
                                            f"({w.attempts} tries)"]
@@ -120,17 +123,10 @@ def _(fact: f.WarmedUp) -> list[str]:
 
 
 @_render.register
-def _(fact: f.ReceiptWritten) -> list[str]:
-    done = fact.receipt
+def _(done: BootReceipt) -> list[str]:
     if done.path is not None:
         return [f"[up] receipt: {done.path} (saved to the local overlay: {done.saved})"]
     return [f"[up] {done.note}"]
-
-
-@_render.register
-def _(fact: f.ReceiptSkipped) -> list[str]:
-    return ["[up] no receipt: llama.cpp start-up logs are not parsed into receipts yet; launch.json holds the "
-            "prediction"]
 
 
 @_render.register
@@ -186,14 +182,11 @@ def _(fact: f.ClusterWritten) -> list[str]:
 
 
 @_render.register
-def _(fact: f.SwapNote) -> list[str]:
-    return [f"[swap] note: {fact.text}"]
-
-
-@_render.register
 def _(fact: f.SwapFits) -> list[str]:
     return [f"[swap] {fact.repo} is a fine-tune {fact.profile} can serve: {fact.architecture}, {fact.quant}, "
-            f"the geometry of {fact.display_name}"]
+            f"the geometry of {fact.display_name}",
+            *([f"[swap] note: group size not compared ({fact.group_size_unchecked})"] if fact.group_size_unchecked
+              else [])]
 
 
 @_render.register

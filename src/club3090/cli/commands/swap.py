@@ -48,14 +48,15 @@ def run(args: argparse.Namespace, provider: Any) -> int:
     from club3090.cli.commands.up import progress
     from club3090.errors import UsageError
     from club3090.pipeline.swap import SwapRequest, swap
+    from club3090.pipeline.up import UpRequest
 
     if args.port is not None and not 0 < args.port < 65536:
         raise UsageError("--port must be 1-65535")
-    req = SwapRequest(source=args.source, profile_like=args.profile_like, directory=args.directory,
-                      emit_only=args.emit_only, launcher=args.launcher, gpus=gpu_set(args, provider.catalog()), port=args.port,
-                      served_model_name=args.served_model_name, no_start=args.no_start, vllm=args.vllm,
-                      force=args.force, skip_tools=args.skip_tools, progress=progress(args),
-                      captures=captures_root(args), warmup_s=args.warmup_s)
+    serve = UpRequest(source=args.source, directory=args.directory, profile_like=args.profile_like,
+                      launcher=args.launcher, gpus=gpu_set(args, provider.catalog()), port=args.port,
+                      no_start=args.no_start, vllm=args.vllm, force=args.force, skip_tools=args.skip_tools,
+                      progress=progress(args), captures=captures_root(args), warmup_s=args.warmup_s)
+    req = SwapRequest(serve, emit_only=args.emit_only, served_model_name=args.served_model_name)
     result = swap(req, provider)
     if sys.stderr.isatty() and result.up is not None:
         print(file=sys.stderr)

@@ -107,8 +107,8 @@ def up_llamacpp(req: "UpRequest", provider: "Provider", *, catalog: "Catalog",
 
     log = req.progress.log()
     cliffs = known_cliffs(catalog, profile=profile) if profile is not None else ()
-    if cliffs:                       # known cliffs first
-        log.add(facts.KnownCliffs(tuple(cliffs)))
+    for cliff in cliffs:             # known cliffs first
+        log.add(cliff)
     if provider.settings.offline:
         raise UsageError("`up` for a GGUF reads its headers from the Hub; unset HF_HUB_OFFLINE")
     planned = plan_llamacpp(req, provider, catalog, profile)
