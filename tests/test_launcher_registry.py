@@ -76,3 +76,19 @@ def test_an_unknown_launcher_is_a_usage_error() -> None:
 
     with pytest.raises(UsageError, match="--launcher must be one of docker, native, ray, k8s"):
         launchers.get("podman")
+
+
+def test_one_subprocess_runner_serves_the_launchers_and_the_boot():
+    """No shell, no stdin (a tool that reads it sees end of file at once), rc 124 on a timeout with
+    what was printed so far, rc 127 for a missing executable; the launchers use this same runner."""
+    import sys
+
+    from club3090.edges.launchers import base
+
+    run = base.run_process            # the real runner (the suite's conftest replaces boot's module attribute)
+    assert (run.__module__, run.__name__) == ("club3090.edges.boot", "subprocess_runner")
+    read = run([sys.executable, "-c", "import sys; print(repr(sys.stdin.read()))"], 30)
+    assert read.returncode == 0 and read.stdout.strip() == "''"
+    slow = run([sys.executable, "-u", "-c", "import time; print('started', flush=True); time.sleep(30)"], 2)
+    assert slow.returncode == 124 and "started" in slow.stdout and "timed out" in slow.stderr
+    assert run(["/nonexistent/club3090-tool"], 5).returncode == 127

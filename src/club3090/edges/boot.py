@@ -66,10 +66,11 @@ Runner = Callable[[Sequence[str], float], RunResult]
 
 
 def subprocess_runner(argv: Sequence[str], timeout: float) -> RunResult:
-    """The real runner: no shell, output captured, a timeout is a failed run (rc 124)."""
+    """The one real runner (docker, ``vllm --version``, the launchers' tools): no shell, no stdin,
+    output captured; a timeout is rc 124 with what it printed so far, a missing executable rc 127."""
     try:
         done = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout, check=False,
-                              errors="replace")
+                              errors="replace", stdin=subprocess.DEVNULL)
     except subprocess.TimeoutExpired as exc:
         out = exc.stdout.decode("utf-8", "replace") if isinstance(exc.stdout, bytes) else (exc.stdout or "")
         return RunResult(124, out, f"timed out after {timeout:.0f}s")

@@ -11,14 +11,13 @@ values (:class:`Started`, :class:`Stopped`, :class:`Status`). Readiness is the s
 from __future__ import annotations
 
 import os
-import subprocess
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from club3090.edges.boot import Runner, RunResult
+from club3090.edges.boot import Runner, subprocess_runner
 from club3090.edges.http_transport import Http, loads
 from club3090.edges.openai_client import urllib_http
 
@@ -35,17 +34,7 @@ SPINNER = "|/-\\"
 Which = Callable[[str], "str | None"]
 
 
-def run_process(argv: Sequence[str], timeout: float) -> RunResult:
-    """Run a launcher tool (docker, vllm --version): no shell, output captured, a timeout is rc 124,
-    a missing executable rc 127."""
-    try:
-        done = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout, check=False,
-                              errors="replace", stdin=subprocess.DEVNULL)
-    except subprocess.TimeoutExpired:
-        return RunResult(124, "", f"timed out after {timeout:.0f}s")
-    except OSError as exc:
-        return RunResult(127, "", str(exc))
-    return RunResult(done.returncode, done.stdout or "", done.stderr or "")
+run_process: Runner = subprocess_runner       # a launcher runs its tools with the one runner
 
 
 def first_line(text: str) -> str:
