@@ -17,7 +17,7 @@ from html import escape
 from typing import Any
 
 from club3090.fit.curve import Segment, concurrency_curve, memory_segments
-from club3090.units import GiB
+from club3090.units import gib_text
 
 __all__ = ["Candidate", "GpuBar", "bars_svg", "candidate_from_fit", "render_document", "render_page"]
 
@@ -51,8 +51,6 @@ def candidate_from_fit(name: str, result: Any, notes: Sequence[str] = ()) -> Can
                      notes=tuple(notes))
 
 
-def _gib(n: int) -> str:
-    return f"{n / GiB:.2f}"
 
 
 def bars_svg(gpus: Sequence[GpuBar], *, scale_bytes: int | None = None) -> str:
@@ -71,15 +69,15 @@ def bars_svg(gpus: Sequence[GpuBar], *, scale_bytes: int | None = None) -> str:
             w = seg.bytes / top * BAR_W
             colour = COLOURS.get(seg.key, "#777")
             out.append(f'<rect class="segment" data-key="{seg.key}" data-bytes="{seg.bytes}" '
-                       f'data-gib="{_gib(seg.bytes)}" x="{x:.2f}" y="{y}" width="{max(w, 0):.2f}" '
-                       f'height="{BAR_H}" fill="{colour}"><title>{escape(seg.label)}: {_gib(seg.bytes)} GiB'
+                       f'data-gib="{gib_text(seg.bytes)}" x="{x:.2f}" y="{y}" width="{max(w, 0):.2f}" '
+                       f'height="{BAR_H}" fill="{colour}"><title>{escape(seg.label)}: {gib_text(seg.bytes)} GiB'
                        f'</title></rect>')
             if w > 46:
                 out.append(f'<text class="value" x="{x + w / 2:.2f}" y="{y + BAR_H * 0.68:.1f}" '
-                           f'text-anchor="middle">{_gib(seg.bytes)}</text>')
+                           f'text-anchor="middle">{gib_text(seg.bytes)}</text>')
             x += w
         out.append(f'<text x="{x + 6:.2f}" y="{y + BAR_H * 0.7:.1f}" class="total">'
-                   f'{_gib(gpu.total_bytes)} GiB</text></g>')
+                   f'{gib_text(gpu.total_bytes)} GiB</text></g>')
     legend_y = len(gpus) * (BAR_H + BAR_GAP) + 14
     x = 0
     seen: list[Segment] = []

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 
 from club3090.outcome import Reason, Stop, Stratum
-from club3090.units import GiB
+from club3090.units import gib_text
 
 HEADROOM_NUM, HEADROOM_DEN = 6, 5  # required = footprint x 1.2, in exact integer arithmetic
 
@@ -52,10 +52,8 @@ def check_disk(*, footprint_bytes: int | None, free_bytes: int | None, local: bo
         return DiskResult(False, required, None, f"cannot read free space{at}")
     if free_bytes < required:
         return DiskResult(False, required, free_bytes,
-                          f"needs {_gib(required)} GiB (download {_gib(footprint_bytes)} GiB x 1.2) "
-                          f"but only {_gib(free_bytes)} GiB is free{at}")
-    return DiskResult(True, required, free_bytes, f"{_gib(free_bytes)} GiB free >= {_gib(required)} GiB{at}")
+                          f"needs {gib_text(required)} GiB (download {gib_text(footprint_bytes)} GiB x 1.2) "
+                          f"but only {gib_text(free_bytes)} GiB is free{at}")
+    return DiskResult(True, required, free_bytes, f"{gib_text(free_bytes)} GiB free >= {gib_text(required)} GiB{at}")
 
 
-def _gib(n: int) -> str:
-    return f"{n / GiB:.2f}"

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from club3090.outcome import Notice, NoticeCode
 from club3090.rig.gpus import NON_NVIDIA_SM
-from club3090.units import GiB
+from club3090.units import gib_text
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from club3090.catalog.model import Gpu
@@ -96,7 +96,7 @@ def _memory(tp: int, hardware_sm: Decimal | None, gpu_set: Any, visible: tuple[A
         notices.append(Notice(
             NoticeCode.REFERENCE_GPU_PRICED,
             f"no GPU detected and no --gpus given: priced on the profile's reference card, "
-            f"{tp} x {reference_gpu.display_name} ({_gib(reference_gpu.memory_bytes)} GiB each); "
+            f"{tp} x {reference_gpu.display_name} ({gib_text(reference_gpu.memory_bytes)} GiB each); "
             f"pass --gpus to price your own cards",
             {"gpu": reference_gpu.id, "count": tp, "memory_bytes": int(reference_gpu.memory_bytes)}))
         return (tuple(int(reference_gpu.memory_bytes) for _ in range(tp)),
@@ -164,5 +164,3 @@ def _is_nvidia(gpu: Any) -> bool:
     return str(gpu.vendor or "").lower() == NVIDIA
 
 
-def _gib(n: int) -> str:
-    return f"{n / GiB:.2f}"

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from club3090.cli.render import safe, terminal_console
-from club3090.units import GiB
+from club3090.units import gib_text
 
 
 def add_parser(sub: Any) -> None:
@@ -49,8 +49,8 @@ def _progress(stream: TextIO) -> Callable[[int, int], None]:
     return report
 
 
-def _gib(n: int | None) -> str:
-    return "unknown" if n is None else f"{n / GiB:.2f} GiB"
+def _size(n: int | None) -> str:
+    return "unknown" if n is None else gib_text(n, unit=True)
 
 
 def run(args: argparse.Namespace, provider: Any) -> int:
@@ -103,11 +103,11 @@ def _render(d: dict[str, Any]) -> None:
         if d["kv_cache_scheme"]:
             quant += f", KV cache {d['kv_cache_scheme']}"
     rows += [
-        ("weights", f"{_gib(d['weights_bytes'])} in {len(d['weight_files']) or '-'} file(s)"),
-        ("bytes per dtype", ", ".join(f"{k} {_gib(v)}" for k, v in d["dtype_bytes"].items()) or "-"),
+        ("weights", f"{_size(d['weights_bytes'])} in {len(d['weight_files']) or '-'} file(s)"),
+        ("bytes per dtype", ", ".join(f"{k} {_size(v)}" for k, v in d["dtype_bytes"].items()) or "-"),
         ("quantization", quant),
         ("compute dtype", d["compute_dtype"] or "-"),
-        ("download footprint", _gib(d["footprint_bytes"])),
+        ("download footprint", _size(d["footprint_bytes"])),
         ("trust-remote-code", "required (auto_map)" if d["requires_trust_remote_code"] else "no"),
         ("MTP head", "yes" if d["has_mtp_head"] else "no"),
         ("vision tower", "yes" if d["has_vision"] else "no"),

@@ -36,7 +36,7 @@ from club3090.cli.commands._types import (
 from club3090.cli.render import concurrency_text, confidence_text, safe, terminal_console
 from club3090.fit.kv_formats import KV_FORMATS, MODEL_DTYPES, canonical_dtype, kv_format
 from club3090.fit.vllm_rules import SPECULATIVE_METHODS
-from club3090.units import GiB
+from club3090.units import GiB, gib_text
 
 MAX_BLOCK_SIZE = 4096       # vLLM's CLI offers 1..256; hybrid models raise it past that, not to powers of two
 
@@ -133,8 +133,6 @@ def add_parser(sub: Any) -> None:
 # output
 
 
-def _gib(value: int) -> str:
-    return f"{value / GiB:.2f} GiB"
 
 
 
@@ -209,7 +207,7 @@ def render_human(est: Any) -> None:
     kv.add_row("largest context that fits", f"{result.max_model_len_fit:,}")
     console.print(kv)
     console.print(f"verdict: {result.raw_verdict}   confidence: {confidence_text(result.confidence, result)}   "
-                  f"error band: ±{_gib(result.error_band_bytes)}")
+                  f"error band: ±{gib_text(result.error_band_bytes, unit=True)}")
     for note in result.notes:
         console.print(f"note: {note}")
 

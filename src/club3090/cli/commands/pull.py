@@ -28,7 +28,7 @@ from club3090.cli.commands._types import (
 from club3090.cli.exit_codes import UNAVAILABLE, exit_code, with_exit_code
 from club3090.cli.render import concurrency_text, confidence_text, safe
 from club3090.outcome import Outcome
-from club3090.units import GiB
+from club3090.units import gib_text
 
 
 def parse_sm(text: str) -> Decimal:
@@ -214,8 +214,6 @@ def _e_stages(args: argparse.Namespace, provider: Any) -> Any:
 # Rendering
 # --------------------------------------------------------------------------------------------
 
-def _gib(n: Any) -> str:
-    return f"{int(n) / GiB:.2f} GiB"
 
 
 def fit_lines(fit: Any) -> list[str]:
@@ -223,7 +221,7 @@ def fit_lines(fit: Any) -> list[str]:
     if fit is None:
         return []
     rank = fit.per_gpu
-    parts = [f"{label} {_gib(getattr(rank, name))}"
+    parts = [f"{label} {gib_text(getattr(rank, name), unit=True)}"
              for label, name in (("budget", "budget_bytes"), ("weights", "weights_bytes"),
                                  ("non-torch", "non_torch_bytes"), ("activation", "activation_bytes"),
                                  ("cuda-graphs", "cudagraph_bytes"), ("KV pool", "kv_pool_bytes"))]
@@ -232,7 +230,7 @@ def fit_lines(fit: Any) -> list[str]:
              f"max concurrency at full length {fit.max_concurrency:.2f}",
              f"max_model_len {fit.max_model_len}", f"largest length that fits {fit.max_model_len_fit}"]
     if fit.error_band_bytes:
-        facts.append(f"error band ±{_gib(fit.error_band_bytes)}")
+        facts.append(f"error band ±{gib_text(fit.error_band_bytes, unit=True)}")
     lines.append("[pull] fit: " + ", ".join(facts))
     return lines
 
@@ -248,7 +246,7 @@ def e_lines(e: Any) -> list[str]:
         lines.append(f"[pull] e: compose {e.compose_path} (max-model-len {e.max_model_len})")
     dl = e.download
     if dl is not None and dl.ok:
-        lines.append(f"[pull] e: downloaded {len(dl.files)} files ({_gib(dl.bytes)}) into the HF cache: {dl.dest}"
+        lines.append(f"[pull] e: downloaded {len(dl.files)} files ({gib_text(dl.bytes, unit=True)}) into the HF cache: {dl.dest}"
                      + (", sha256 verified" if dl.sha_verified else ""))
     if e.boot is not None and e.boot.ok:
         lines.append(f"[pull] e: booted in {e.boot.seconds:.0f}s")
@@ -402,7 +400,7 @@ def render(result: Any, *, recommend: bool = False, verbose: bool = False) -> st
     lines.extend(fit_lines(result.fit))
     hw = result.hardware
     if hw is not None and hw.memory_bytes:
-        lines.append(f"[pull] gpus: {hw.count} x " + ", ".join(sorted({_gib(m) for m in hw.memory_bytes}))
+        lines.append(f"[pull] gpus: {hw.count} x " + ", ".join(sorted({gib_text(m, unit=True) for m in hw.memory_bytes}))
                      + f" ({hw.memory_source}), SM {hw.sm} ({hw.sm_source})")
     lines.extend(f"note: {n.text}" for n in result.notices)
     lines.extend(f"closest fit: {s}" for s in result.suggestions)
