@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from club3090.argv import drop_flags, flag_value, set_flag
 from club3090.compose import llamacpp as lc
 from club3090.compose.launch import Launch, plain_data, render_compose, volume_parts
 from club3090.interpolate import interpolate
@@ -62,15 +63,15 @@ def plan(launch: Launch, *, directory: Path, repo_id: str, commit: str, model_fi
     svc["volumes"] = volumes
 
     model_in = container_model_path(repo_id, commit, model_file)
-    words = lc.set_flag(lc.command_words(svc.get("command")), lc.MODEL, model_in)
-    if lc.flag_value(words, lc.ALIAS) is None:
-        words = lc.set_flag(words, lc.ALIAS, served)
-    served = interpolate(lc.flag_value(words, lc.ALIAS) or served, {})
-    container_port = interpolate(lc.flag_value(words, lc.PORT) or str(lc.CONTAINER_PORT), {})
-    if lc.flag_value(words, lc.PORT) is None:
-        words = lc.set_flag(words, lc.PORT, container_port)
-    if lc.flag_value(words, lc.HOST) is None:
-        words = lc.set_flag(words, lc.HOST, "0.0.0.0")
+    words = set_flag(lc.command_words(svc.get("command")), lc.MODEL, model_in)
+    if flag_value(words, lc.ALIAS) is None:
+        words = set_flag(words, lc.ALIAS, served)
+    served = interpolate(flag_value(words, lc.ALIAS) or served, {})
+    container_port = interpolate(flag_value(words, lc.PORT) or str(lc.CONTAINER_PORT), {})
+    if flag_value(words, lc.PORT) is None:
+        words = set_flag(words, lc.PORT, container_port)
+    if flag_value(words, lc.HOST) is None:
+        words = set_flag(words, lc.HOST, "0.0.0.0")
     svc["command"] = words
     svc["ports"] = [f"127.0.0.1:${{PORT:-{port}}}:{container_port}"]
     svc["environment"] = [e for e in (svc.get("environment") or [])
@@ -109,9 +110,9 @@ def _native(words: list[str], model_in: str, hub_cache: Path, port: int, server:
             dialect: str) -> tuple[list[str], list[str]]:
     """The host command line: the model from the snapshot folder, listening on 127.0.0.1:port."""
     host_model = str(Path(hub_cache) / model_in[len(CONTAINER_HUB) + 1:])
-    args = lc.set_flag(words, lc.MODEL, host_model)
+    args = set_flag(words, lc.MODEL, host_model)
     for names in (lc.HOST, lc.PORT):
-        args = lc.drop_flag(args, names)
+        args = drop_flags(args, names)
     args += ["--host", "127.0.0.1", "--port", str(port)]
     if dialect == "llama-cpp-python":
         args, dropped = lc.python_server_argv(args)
