@@ -48,3 +48,12 @@ def test_notice_codes_are_stable_tokens_and_notices_dedupe_on_code_and_text():
     assert a.to_json() == {"code": "bypassed", "text": "t", "data": {"token": "x", "flags": ["--yes"]}}
     with pytest.raises(ValueError):
         Notice("no-such-code", "t")
+
+
+def test_a_stops_detail_is_read_only_whoever_built_it():
+    given = {"message": "m", "profile_like": "vllm/x"}
+    stop = Stop(Stratum.PROFILE_LIKE, Reason.UNKNOWN_PROFILE_LIKE, detail=given)
+    given["message"] = "changed after"
+    assert stop.detail["message"] == "m"
+    with pytest.raises(TypeError):
+        stop.detail["message"] = "x"  # type: ignore[index]

@@ -89,6 +89,9 @@ class Stop:
     bypassable_by: frozenset[str] = frozenset()
     detail: Mapping[str, object] = field(default_factory=lambda: MappingProxyType({}))
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "detail", MappingProxyType(dict(self.detail)))   # read-only, whoever built it
+
     @property
     def token(self) -> str:
         """The abort reason as printed (docs/DESIGN.md): ``d-refused:<token>`` at stratum 6,
@@ -105,7 +108,7 @@ def deriver_stop(reason: Reason, sub_reason: str, message: str, **extra: object)
     """A stratum-1 stop. The public reason stays the bare token; ``sub_reason`` (``gguf-only``,
     ``not-found``, ...) says which case it was, ``detail`` keeps the data (``message``, ``file``, ...)."""
     return Stop(stratum=Stratum.DERIVER, reason=reason, sub_reason=sub_reason,
-                detail=MappingProxyType({"message": message, **extra}))
+                detail={"message": message, **extra})
 
 
 def bypassed(stop: Stop, given: frozenset[str]) -> bool:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from types import MappingProxyType
 
 from club3090.outcome import Reason, Stop, Stratum
 from club3090.units import gib_text
@@ -34,8 +33,8 @@ class DiskResult:
         if self.ok:
             return None
         return Stop(Stratum.DISK, Reason.DISK_SHORT,
-                    detail=MappingProxyType({"message": self.detail, "required_bytes": self.required_bytes,
-                                    "free_bytes": self.free_bytes}))
+                    detail={"message": self.detail, "required_bytes": self.required_bytes,
+                            "free_bytes": self.free_bytes})
 
 
 def check_disk(*, footprint_bytes: int | None, free_bytes: int | None, local: bool = False,

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from types import MappingProxyType
-
 from club3090.outcome import Reason, Stop, Stratum
 
 
@@ -12,4 +10,4 @@ def eligibility(unpriceable_reason: str | None) -> Stop | None:
     if not unpriceable_reason:
         return None
     return Stop(Stratum.ELIGIBILITY, Reason.NO_FIT_MODEL,
-                detail=MappingProxyType({"message": f"the fit engine cannot price this model: {unpriceable_reason}"}))
+                detail={"message": f"the fit engine cannot price this model: {unpriceable_reason}"})

@@ -7,10 +7,9 @@ order; the caller applies the bypass subset rule and moves on to the next findin
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from decimal import Decimal
-from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from club3090.fit.memory import tp_geometry_problem
@@ -21,10 +20,6 @@ from club3090.rig.hardware import HardwareFacts, mixed_generations
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from club3090.catalog.model import ArchRow, Catalog, Engine
-
-
-def _frozen(mapping: Mapping[str, Any] | None = None) -> Mapping[str, Any]:
-    return MappingProxyType(dict(mapping or {}))
 
 
 class EngineState(Token):
@@ -70,8 +65,8 @@ class EngineFinding:
         return Stop(Stratum.ENGINE_SUPPORT, reason,
                     sub_reason=self.sub_reason.value if self.sub_reason else None,
                     bypassable_by=self.bypassable_by,
-                    detail=_frozen({"message": self.detail, "arch": self.arch,
-                                    "need_sm": str(self.need_sm) if self.need_sm is not None else None}))
+                    detail={"message": self.detail, "arch": self.arch,
+                            "need_sm": str(self.need_sm) if self.need_sm is not None else None})
 
     def to_json(self) -> dict[str, Any]:
         return {"state": self.state.value,

@@ -3,19 +3,13 @@ Path A does it serve the curated repo? (docs/DESIGN.md, the gate order)"""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from types import MappingProxyType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from club3090.catalog.model import NOT_EMITTABLE_TEXT
 from club3090.outcome import Reason, Stop, Stratum
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from club3090.catalog.model import Catalog
-
-
-def _frozen(mapping: Mapping[str, Any] | None = None) -> Mapping[str, Any]:
-    return MappingProxyType(dict(mapping or {}))
 
 
 def check_profile(key: str, catalog: "Catalog", *, path: str,
@@ -30,41 +24,41 @@ def check_profile(key: str, catalog: "Catalog", *, path: str,
         close = difflib.get_close_matches(key, list(catalog.profiles), n=3, cutoff=0.75)
         near = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
         return Stop(Stratum.PROFILE_LIKE, Reason.UNKNOWN_PROFILE_LIKE,
-                    detail=_frozen({"profile_like": key, "did_you_mean": tuple(close),
-                                    "message": f"{key!r} is not a registry profile{near} "
-                                               "(list them with `club3090 profiles`)"}))
+                    detail={"profile_like": key, "did_you_mean": tuple(close),
+                            "message": f"{key!r} is not a registry profile{near} "
+                                       "(list them with `club3090 profiles`)"})
     engine = catalog.engines.get(profile.engine)
     if engine is None or not engine.is_vllm:
         hint = f"`club3090 kv-calc {key}` prices it with llama.cpp's memory model; `club3090 up {key} " \
             "--dir DIR` serves it" \
             if engine is not None and engine.is_llamacpp else None
         return Stop(Stratum.PROFILE_LIKE, Reason.UNSUPPORTED_RUNTIME_ENGINE,
-                    detail=_frozen({"profile_like": key, "engine": profile.engine,
-                                    "engine_type": engine.type if engine else None,
-                                    "message": f"profile {key!r} runs on {profile.engine!r}"
-                                               f" ({engine.type if engine else 'unknown'}); only vLLM "
-                                               "profiles give a runtime shape the gate can price"
-                                               + (f"; {hint}" if hint else ""),
-                                    **({"hint": hint} if hint else {})}))
+                    detail={"profile_like": key, "engine": profile.engine,
+                            "engine_type": engine.type if engine else None,
+                            "message": f"profile {key!r} runs on {profile.engine!r}"
+                                       f" ({engine.type if engine else 'unknown'}); only vLLM "
+                                       "profiles give a runtime shape the gate can price"
+                                       + (f"; {hint}" if hint else ""),
+                            **({"hint": hint} if hint else {})})
     if path == "A":
         ok, why = catalog.emittable(key)
         if not ok:
             return Stop(Stratum.PROFILE_LIKE, Reason.PROFILE_NOT_EMITTABLE,
-                        detail=_frozen({"profile_like": key, "not_emittable_reason": why,
-                                        "shipped_compose": profile.compose_path, "archived": profile.archived,
-                                        "message": f"{NOT_EMITTABLE_TEXT[why or ''][0]}; "
-                                                   f"{catalog.static_route(key)}"}))
+                        detail={"profile_like": key, "not_emittable_reason": why,
+                                "shipped_compose": profile.compose_path, "archived": profile.archived,
+                                "message": f"{NOT_EMITTABLE_TEXT[why or ''][0]}; "
+                                           f"{catalog.static_route(key)}"})
         if curated_model is None:
             return Stop(Stratum.PROFILE_LIKE, Reason.PROFILE_MISMATCH,
-                        detail=_frozen({"profile_like": key,
-                                        "message": "Path A needs a curated repo to match the profile against"}))
+                        detail={"profile_like": key,
+                                "message": "Path A needs a curated repo to match the profile against"})
         if profile.model != curated_model or profile.weights_variant != curated_variant:
             return Stop(Stratum.PROFILE_LIKE, Reason.PROFILE_MISMATCH,
-                        detail=_frozen({"profile_like": key,
-                                        "profile_model": profile.model,
-                                        "profile_variant": profile.weights_variant,
-                                        "curated_model": curated_model,
-                                        "curated_variant": curated_variant,
-                                        "message": f"{key!r} serves {profile.model}/{profile.weights_variant}, "
-                                                   f"but the repo is {curated_model}/{curated_variant}"}))
+                        detail={"profile_like": key,
+                                "profile_model": profile.model,
+                                "profile_variant": profile.weights_variant,
+                                "curated_model": curated_model,
+                                "curated_variant": curated_variant,
+                                "message": f"{key!r} serves {profile.model}/{profile.weights_variant}, "
+                                           f"but the repo is {curated_model}/{curated_variant}"})
     return None
