@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from collections.abc import Sequence
 from typing import Any
 
 from club3090.settings import redact_url_credentials
@@ -104,3 +105,14 @@ def concurrency_text(fit: Any) -> str:
     if seqs < room:
         text += f" (KV room for {room}; this profile serves {seqs} at a time)"
     return text
+
+
+def gpus_text(names: Sequence[str]) -> str:
+    """GPU ids or names as the headline says them: ``2x RTX 3090`` when alike, else a list, each by
+    its catalog display name without the vendor prefix."""
+    from club3090.catalog import load_catalog
+
+    gpus = load_catalog().gpus
+    shown = [(gpus[n].display_name if n in gpus else n).removeprefix("NVIDIA ").removeprefix("GeForce ")
+             for n in names] or ["GPU"]
+    return f"{len(shown)}x {shown[0]}" if len(set(shown)) == 1 else ", ".join(shown)

@@ -173,14 +173,11 @@ def rig_args(gpus: Any, *, one_node: bool = False) -> str:
 
 
 def rig_text(report: Any) -> str:
-    from club3090.catalog import load_catalog
+    from club3090.cli.render import gpus_text
 
     hw = report.hardware
-    gpus = load_catalog().gpus
     per_node = hw.gpus_per_node if hw.nodes > 1 else len(hw.names)
-    shown = [(gpus[n].display_name if n in gpus else n).removeprefix("NVIDIA ").removeprefix("GeForce ")
-             for n in hw.names[:per_node]] or ["GPU"]
-    one = f"{len(shown)}x {shown[0]}" if len(set(shown)) == 1 else ", ".join(shown)
+    one = gpus_text(hw.names[:per_node])
     if hw.nodes <= 1:
         return one
     assumed = " assumed" if report.gpus is None or report.gpus.interconnect_assumed else ""

@@ -26,7 +26,7 @@ from club3090.cli.commands._types import (
     shape_request,
 )
 from club3090.cli.exit_codes import UNAVAILABLE, exit_code, with_exit_code
-from club3090.cli.render import concurrency_text, confidence_text, safe
+from club3090.cli.render import concurrency_text, confidence_text, gpus_text, safe
 from club3090.outcome import Outcome
 from club3090.units import gib_text
 
@@ -317,18 +317,11 @@ def tokens_text(n: int) -> str:
 
 
 def rig_text(result: Any) -> str:
-    from club3090.catalog import load_catalog
-
     hw = result.hardware
     if hw is None or not hw.memory_bytes:
         return "this rig"
     tp = len(result.fit.ranks) if result.fit is not None else hw.count
-    names = list(hw.names[:tp]) or ["GPU"]
-    gpus = load_catalog().gpus
-    shown = [(gpus[n].display_name if n in gpus else n).removeprefix("NVIDIA ").removeprefix("GeForce ")
-             for n in names]
-    first = shown[0]
-    return f"{len(shown)}x {first}" if len(set(shown)) == 1 else ", ".join(shown)
+    return gpus_text(hw.names[:tp])
 
 
 def headline(result: Any) -> str:
