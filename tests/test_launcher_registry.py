@@ -83,10 +83,11 @@ def test_one_subprocess_runner_serves_the_launchers_and_the_boot():
     what was printed so far, rc 127 for a missing executable; the launchers use this same runner."""
     import sys
 
+    from club3090.edges import boot
     from club3090.edges.launchers import base
 
-    run = base.run_process            # the real runner (the suite's conftest replaces boot's module attribute)
-    assert (run.__module__, run.__name__) == ("club3090.edges.boot", "subprocess_runner")
+    run = base.run_process
+    assert run is boot.run_tool       # [E]'s default, boot.subprocess_runner, is the same function outside the tests
     read = run([sys.executable, "-c", "import sys; print(repr(sys.stdin.read()))"], 30)
     assert read.returncode == 0 and read.stdout.strip() == "''"
     slow = run([sys.executable, "-u", "-c", "import time; print('started', flush=True); time.sleep(30)"], 2)

@@ -279,3 +279,32 @@ def test_every_outcome_has_one_exit_code() -> None:
 
     assert set(VERDICT_CODES) == set(Outcome)
     assert not set(VERDICT_CODES.values()) & set(TOOL_FAILURE_CODES)
+
+
+def test_the_derived_stages_run_on_the_providers_own_seams(tmp_path: Path) -> None:
+    """``pull --out``'s [E] (download, docker, boot) asks the same runner, lookup, HTTP and clock as
+    ``up``: one set of seams, the Provider's."""
+    from club3090.edges.boot import RunResult
+    from club3090.edges.provider import LiveProvider
+    from club3090.settings import Settings
+
+    slept: list[float] = []
+
+    def run(argv: Any, timeout: float) -> RunResult:
+        return RunResult(0, "ran", "")
+
+    def which(name: str) -> str | None:
+        return f"/opt/{name}"
+
+    def http(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("not called")
+
+    provider = LiveProvider(Settings(hf_home=tmp_path), run=run, which=which, http_client=http,
+                            ticker=lambda: 42.0, sleeper=slept.append)
+    stages = provider.derived_stages(no_boot=True, progress=None)
+    assert stages is not None and stages.no_boot and not stages.bar
+    assert stages.runner is run and stages.which is which and stages.http is http
+    assert stages.clock() == 42.0
+    stages.sleep(3.0)
+    assert slept == [3.0]
+

@@ -139,9 +139,14 @@ class LiveProvider:
                        progress: Callable[[str], None] | None) -> "EStages | None":
         if self.derived is not None:
             return self.derived(no_boot=no_boot, progress=progress)
+        import shutil
+
         from club3090.pipeline.emit_derived import EStages
 
-        return EStages(fetch=self.fetch_weights, progress=progress, no_boot=no_boot, bar=progress is not None)
+        # [E] runs on this Provider's own seams: the launcher tools' runner and lookup, HTTP, the clock
+        return EStages(fetch=self.fetch_weights, runner=self.run, http=self.http_client, which=self.which or shutil.which,
+                       clock=self.monotonic, sleep=self.sleep, progress=progress, no_boot=no_boot,
+                       bar=progress is not None)
 
     def cached_files(self, repo_id: str, commit: str | None) -> "tuple[str, tuple[RepoFile, ...]] | None":
         from club3090.edges.hf_cache import cached_listing

@@ -20,8 +20,8 @@ method             what it reads
 ``measured()``     this machine's promoted measurements (``club3090 loop promote``), newest last
 ``receipts()``     this machine's calibration receipts (``calibrate --save``, ``up``)
 ``drift_guard()``  whether a patch's drift guard passes for a profile (compose replay)
-``derived_stages`` the I/O behind Pull-Emit-Derived [E] (downloads, docker, loopback HTTP), or
-                   None to run no [E]
+``derived_stages`` the I/O behind Pull-Emit-Derived [E] (downloads, docker, loopback HTTP) on this
+                   Provider's own runner, lookup, HTTP and clock, or None to run no [E]
 ``cached_files()`` offline: (commit, files) of a repo's snapshot in the HF cache, or None
 ``cached_bytes()`` bytes of some files already complete in the HF cache (the disk check)
 ``fetch_weights``  files of a repo at a commit into the HF cache, sha256-verified, resumable (a

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from club3090.edges.boot import Runner, subprocess_runner
+from club3090.edges.boot import Runner, run_tool
 from club3090.edges.http_transport import Http, loads
 from club3090.edges.openai_client import urllib_http
 
@@ -34,7 +34,7 @@ SPINNER = "|/-\\"
 Which = Callable[[str], "str | None"]
 
 
-run_process: Runner = subprocess_runner       # a launcher runs its tools with the one runner
+run_process: Runner = run_tool                # a launcher runs its tools with the one runner
 
 
 def first_line(text: str) -> str:
