@@ -54,5 +54,3 @@ def check_disk(*, footprint_bytes: int | None, free_bytes: int | None, local: bo
                           f"needs {gib_text(required)} GiB (download {gib_text(footprint_bytes)} GiB x 1.2) "
                           f"but only {gib_text(free_bytes)} GiB is free{at}")
     return DiskResult(True, required, free_bytes, f"{gib_text(free_bytes)} GiB free >= {gib_text(required)} GiB{at}")
-
-

@@ -162,5 +162,3 @@ def _non_nvidia_notices(tp: int, gpu_set: Any, visible: tuple[Any, ...]) -> list
 def _is_nvidia(gpu: Any) -> bool:
     """Fail closed: only a GPU whose vendor says NVIDIA is one (an unknown vendor is not)."""
     return str(gpu.vendor or "").lower() == NVIDIA
-
-

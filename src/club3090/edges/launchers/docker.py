@@ -77,14 +77,14 @@ class DockerLauncher(base.OnThisHost):
     def status(self, directory: Path, state: Mapping[str, Any], *, tail: int) -> base.Status:
         ids = self.containers(directory)
         return base.Status(bool(ids), f"container {state.get('container')}",
-                      self.logs(directory, state, lines=tail) if ids else "", {"containers": list(ids)})
+                           self.logs(directory, state, lines=tail) if ids else "", {"containers": list(ids)})
 
     def stop(self, directory: Path, state: Mapping[str, Any]) -> base.Stopped:
         ids = self.containers(directory)
         recorded = tuple(sorted(str(i) for i in state.get("containers") or ()))
         if ids and recorded and ids != recorded:
             return base.Stopped(False, "", f"the running containers ({', '.join(i[:12] for i in ids)}) are not the ones "
-                                      f"`up` started ({', '.join(i[:12] for i in recorded)})")
+                                           f"`up` started ({', '.join(i[:12] for i in recorded)})")
         done = self._compose(directory, "down", timeout=300)
         if done.returncode != 0:
             return base.Stopped(False, f"docker compose down failed: {base.first_line(done.stderr)}")

@@ -129,8 +129,8 @@ def find_llama_server(binary: str | None, *, run: Runner = base.run_process, whi
         found = (has_module or (lambda m: importlib.util.find_spec(m) is not None))("llama_cpp.server")
         if found:
             return base.ServerCommand((sys.executable, "-m", "llama_cpp.server"), None,
-                                 "no llama-server found; serving with llama-cpp-python's server "
-                                 "(python -m llama_cpp.server)", dialect="llama-cpp-python")
+                                      "no llama-server found; serving with llama-cpp-python's server "
+                                      "(python -m llama_cpp.server)", dialect="llama-cpp-python")
         raise LauncherUnavailable(f"no llama-server on PATH and no llama-cpp-python server: {FIX_LLAMA}")
     _executable(exe, "--llama-server-bin", FIX_LLAMA)
     done = run([exe, "--version"], 60)
@@ -184,7 +184,7 @@ class NativeLauncher(base.OnThisHost):
         recorded = state.get("process")
         ok = live is not None and (not recorded or process.mismatch(recorded, live) is None)
         return base.Status(ok, f"PID {pid}" if pid is not None else "no PID",
-                      base.log_tail(directory / base.LOGS_DIR / base.LOG_NAME, tail), {"pid": pid})
+                           base.log_tail(directory / base.LOGS_DIR / base.LOG_NAME, tail), {"pid": pid})
 
     def stop(self, directory: Path, state: Mapping[str, Any]) -> base.Stopped:
         pid = process.read_pid(directory)
@@ -192,7 +192,7 @@ class NativeLauncher(base.OnThisHost):
             return base.Stopped(False, "was not running (no server.pid)")
         if state.get("pid") not in (None, pid):
             return base.Stopped(False, "", f"server.pid names PID {pid}, the state file PID {state.get('pid')}: "
-                                      "not the server `up` started")
+                                           "not the server `up` started")
         live = process.identity(pid)
         if live is None:
             (directory / base.PID_NAME).unlink(missing_ok=True)
@@ -200,7 +200,7 @@ class NativeLauncher(base.OnThisHost):
         recorded = state.get("process")
         if not isinstance(recorded, Mapping) or not recorded.get("start_time"):
             return base.Stopped(False, "", f"the state file records no identity for PID {pid} (a folder from an older "
-                                      "club3090, or edited): stop it yourself if it is yours")
+                                           "club3090, or edited): stop it yourself if it is yours")
         why = process.mismatch(recorded, live)
         if why is not None:
             return base.Stopped(False, "", why)
