@@ -3,8 +3,10 @@ plan first, then each step in the order it happened, one verify table."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import fields
 from functools import singledispatch
+from typing import Any
 
 from club3090.edges.boot import WarmUp
 from club3090.edges.launchers.process import PortHolder
@@ -29,8 +31,8 @@ def serving_line(full_ok: bool, stress: bool, stress_ok: bool = False, warm: boo
     return "[up] SERVING: verified (verify --full" + (", verify-stress)" if stress else ")")
 
 
-# the facts said in lines that only fill in their own fields (``str.format`` templates); the rest
-# have a renderer below
+# the facts said in lines that only fill in their own fields (``str.format`` templates, registered
+# below like the rest); the others have a renderer of their own
 _SAID: dict[type, tuple[str, ...]] = {
     f.EngineNoFit: ("[up] {repo_id} does not fit on {rig} ({engine}, estimated): {why}",
                     "[up] try a smaller --quant, a smaller --ctx-size, or q8_0/q4_0 cache types "
@@ -49,16 +51,24 @@ _SAID: dict[type, tuple[str, ...]] = {
 
 def lines(fact: f.Fact) -> list[str]:
     """The terminal lines of one fact."""
-    said = _SAID.get(type(fact))
-    if said is None:
-        return _render(fact)
-    values = {field.name: getattr(fact, field.name) for field in fields(fact)}
-    return [template.format(**values) for template in said]
+    return _render(fact)
 
 
 @singledispatch
 def _render(fact: object) -> list[str]:
     raise TypeError(f"no rendering for {type(fact).__name__}")
+
+
+def _filled(templates: tuple[str, ...]) -> Callable[[Any], list[str]]:
+    """The renderer of a fact said by ``templates``, each filled in with the fact's own fields."""
+    def render(fact: Any) -> list[str]:
+        values = {field.name: getattr(fact, field.name) for field in fields(fact)}
+        return [template.format(**values) for template in templates]
+    return render
+
+
+for _kind, _templates in _SAID.items():
+    _render.register(_kind, _filled(_templates))
 
 
 @_render.register
