@@ -149,8 +149,7 @@ def swap(req: SwapRequest, provider: "Provider") -> SwapResult:
     from club3090.pipeline.pull import PullRequest
     from club3090.pipeline.pull_gate import Gate, disk_stop
 
-    up_req = req.up
-    check_request(up_req)
+    check_request(req.up)
     catalog = provider.catalog()
     profile = catalog.profiles.get(req.profile_like)
     if profile is None:
@@ -161,7 +160,7 @@ def swap(req: SwapRequest, provider: "Provider") -> SwapResult:
         raise UsageError(f"{profile.key} is not a vLLM service; `swap` re-points a vLLM profile (serve a GGUF with "
                          f"`club3090 up REPO --quant QUANT`)")
     result = SwapResult(outcome=Outcome.OK, repo=req.source, profile_like=profile.key)
-    log = up_req.progress.log()
+    log = req.up.progress.log()
     spec = provider.resolve(req.source, catalog)
     if isinstance(spec, Stop):
         return _refused(result, log, SwapToken.FACTS_UNAVAILABLE,
@@ -181,7 +180,7 @@ def swap(req: SwapRequest, provider: "Provider") -> SwapResult:
     variant = model.weights.get(profile.weights_variant)
     log.add(facts.SwapFits(spec.ref, profile.key, spec.arch.architecture, _quant_text(spec.quantization),
                            model.display_name, group_size_unchecked))
-    return _priced(req, up_req, spec, profile, catalog, provider, result, log,
+    return _priced(req, spec, profile, catalog, provider, result, log,
                    int(variant.size_bytes) if variant is not None and variant.size_bytes else None,
                    disk=lambda: disk_stop(Gate(request=PullRequest(source=req.source), slug=spec.ref, spec=spec),
                                           provider))
@@ -194,7 +193,7 @@ def _quant_text(q: "Quantization | None") -> str:
     return f"{q.method} {q.bits}-bit{group}"
 
 
-def _priced(req: SwapRequest, up_req: UpRequest, spec: "ModelSpec", profile: "Profile", catalog: "Catalog",
+def _priced(req: SwapRequest, spec: "ModelSpec", profile: "Profile", catalog: "Catalog",
             provider: "Provider", result: SwapResult, log: FactLog, curated_bytes: int | None,
             disk: Any) -> SwapResult:
     """The fit re-priced with the fine-tune's own weight bytes, the disk margin, then ``up``'s deployment."""
@@ -227,7 +226,7 @@ def _priced(req: SwapRequest, up_req: UpRequest, spec: "ModelSpec", profile: "Pr
         if stop is not None:
             return _refused(result, log, stop.token, [f"[swap] {stop.token}: {stop.detail.get('message', '')}"])
     served = req.served_model_name or served_name(spec.ref)
-    done: UpResult = deploy(up_req, spec, catalog, RuntimeShape.of(profile), provider, FactLog(log.show),
+    done: UpResult = deploy(req.up, spec, catalog, RuntimeShape.of(profile), provider, FactLog(log.show),
                             lambda _snapshot: curated_launch(profile.key, catalog, provider),
                             served_model=served, emit_only=req.emit_only, swap_of=profile.key)
     return replace(result, served_model=served, up=done, outcome=done.outcome, facts=(*log.facts, *done.facts))
