@@ -87,7 +87,7 @@ class Stop:
     reason: Reason
     sub_reason: str | None = None
     bypassable_by: frozenset[str] = frozenset()
-    detail: Mapping[str, object] = field(default_factory=lambda: MappingProxyType({}))
+    detail: Mapping[str, object] = field(default_factory=dict)          # frozen in __post_init__
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "detail", MappingProxyType(dict(self.detail)))   # read-only, whoever built it
